@@ -1,0 +1,159 @@
+//! Time as the store sees it: one injected clock, read for every decision.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time, in milliseconds since the Unix epoch (UTC).
+///
+/// Milliseconds are what both backends store exactly, so a value survives a
+/// round trip through either adapter unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// The timestamp `ms` milliseconds after the epoch.
+    pub const fn from_millis(ms: i64) -> Self {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// This time plus `d`, saturating at the far future.
+    pub fn plus(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_add(duration_millis(d)))
+    }
+
+    /// This time minus `d`, saturating at the far past.
+    pub fn minus(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_sub(duration_millis(d)))
+    }
+
+    /// The time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+
+    /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-30T09:43:48.123Z`.
+    pub fn to_rfc3339(self) -> String {
+        let secs = self.0.div_euclid(1000);
+        let ms = self.0.rem_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+            rem / 3600,
+            (rem % 3600) / 60,
+            rem % 60
+        )
+    }
+}
+
+/// Milliseconds in `d`, saturating at `i64::MAX`.
+pub fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The store's source of time. Adapters read it for every time-dependent
+/// decision and pass the value to SQL as a parameter.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| duration_millis(d))
+            .unwrap_or(0);
+        Timestamp(ms)
+    }
+}
+
+/// A clock that moves only when told to; tests use it so they never sleep.
+#[derive(Debug)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock(AtomicI64::new(start.0))
+    }
+
+    /// Moves the clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        self.0.fetch_add(duration_millis(d), Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `t`.
+    pub fn set(&self, t: Timestamp) {
+        self.0.store(t.0, Ordering::SeqCst);
+    }
+}
+
+impl Default for ManualClock {
+    /// 2026-01-01T00:00:00Z, a fixed and readable starting point.
+    fn default() -> Self {
+        ManualClock::new(Timestamp(1_767_225_600_000))
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp(1_767_225_600_000).to_rfc3339(),
+            "2026-01-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            Timestamp(951_782_400_123).to_rfc3339(),
+            "2000-02-29T00:00:00.123Z"
+        );
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::default();
+        let t0 = c.now();
+        assert_eq!(c.now(), t0);
+        c.advance(Duration::from_secs(5));
+        assert_eq!(c.now(), t0.plus(Duration::from_secs(5)));
+        assert_eq!(c.now().since(t0), Duration::from_secs(5));
+        assert_eq!(t0.since(c.now()), Duration::ZERO);
+    }
+}

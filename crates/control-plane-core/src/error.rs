@@ -1,0 +1,76 @@
+//! The one public error of the port.
+
+use std::fmt;
+
+/// What went wrong in a store call.
+///
+/// Callers branch on the contract variants (`LeaseLost`, `NotFound`, `Conflict`,
+/// `InvalidInput`); `Unavailable` and `Busy` are transient and
+/// [`StoreError::is_retryable`] says so. Adapters map their own errors into this
+/// enum in one place each; no driver error type crosses the port.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The lease token is stale or unknown: another worker owns the row now, or
+    /// the lease expired and was swept. Nothing was changed; drop the work.
+    #[error("lease lost: the lease token is stale or unknown, nothing was changed")]
+    LeaseLost,
+    /// The addressed record does not exist (or belongs to another account).
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// The kind of record, e.g. `endpoint`.
+        what: &'static str,
+        /// The identifier that was looked up.
+        id: String,
+    },
+    /// The request contradicts stored state, e.g. replaying a delivery that is
+    /// not dead, or reusing a task id with a different payload.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The request itself is malformed; the message says what is accepted.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The backend cannot be reached or is shutting down; retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A transient concurrency failure (serialization failure, deadlock);
+    /// retrying the same call is safe.
+    #[error("store busy, retry: {0}")]
+    Busy(String),
+    /// Any other backend failure. Not retryable without a change.
+    #[error("store backend error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if simply retried later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Busy(_))
+    }
+
+    /// Shorthand for [`StoreError::NotFound`].
+    pub fn not_found(what: &'static str, id: impl fmt::Display) -> Self {
+        StoreError::NotFound {
+            what,
+            id: id.to_string(),
+        }
+    }
+}
+
+/// Result alias used throughout the port.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transient_errors_are_retryable() {
+        assert!(StoreError::Unavailable("down".into()).is_retryable());
+        assert!(StoreError::Busy("40001".into()).is_retryable());
+        assert!(!StoreError::LeaseLost.is_retryable());
+        assert!(!StoreError::Conflict("x".into()).is_retryable());
+        assert!(!StoreError::Backend("x".into()).is_retryable());
+        assert!(!StoreError::not_found("endpoint", "e1").is_retryable());
+    }
+}

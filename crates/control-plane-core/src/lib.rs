@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod policy;
+pub mod store;
+pub mod types;
+
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use config::{Config, ConfigError, StoreProfile};
+pub use error::{StoreError, StoreResult};
+pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
+pub use store::{
+    AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore, DynControlPlaneStore,
+    EndpointStore,
+};
+pub use types::*;

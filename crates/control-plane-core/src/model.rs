@@ -1,0 +1,376 @@
+//! A pure, synchronous reference model of the delivery state machine: the
+//! spec you can run. The conformance suite drives it and an adapter with the
+//! same random operations and compares every result.
+//!
+//! It models one account. Endpoints and deliveries are addressed by index
+//! (creation order); lease tokens are counters.
+
+use std::time::Duration;
+
+use crate::clock::Timestamp;
+use crate::policy::{plan_lease_expiry, plan_outcome, Circuit, StoreOptions, Transition};
+use crate::types::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
+
+/// Errors the model predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelError {
+    /// The token is stale.
+    LeaseLost,
+    /// The operation contradicts the state.
+    Conflict,
+}
+
+/// A model endpoint.
+#[derive(Clone, Debug)]
+pub struct ModelEndpoint {
+    /// Enabled flag.
+    pub enabled: bool,
+    /// Ordered mode.
+    pub ordered: bool,
+    /// Deleted.
+    pub deleted: bool,
+    /// Circuit.
+    pub circuit: Circuit,
+}
+
+/// A model delivery.
+#[derive(Clone, Debug)]
+pub struct ModelDelivery {
+    /// Endpoint index.
+    pub endpoint: usize,
+    /// Sequence number.
+    pub seq: i64,
+    /// State.
+    pub state: DeliveryState,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Budget.
+    pub max_attempts: u32,
+    /// Due time.
+    pub due_at: Timestamp,
+    /// Current or last lease token.
+    pub token: Option<u64>,
+    /// Lease expiry while leased.
+    pub lease_expires_at: Option<Timestamp>,
+    /// Kind of the outcome recorded with `token`, if any.
+    pub last_outcome: Option<&'static str>,
+}
+
+/// One claimed delivery as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelClaim {
+    /// Delivery index.
+    pub delivery: usize,
+    /// Token.
+    pub token: u64,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Whether it is a circuit probe.
+    pub probe: bool,
+}
+
+/// The reference model.
+#[derive(Clone, Debug)]
+pub struct DeliveryModel {
+    /// The model's clock.
+    pub now: Timestamp,
+    /// Store options.
+    pub options: StoreOptions,
+    /// Endpoints by index.
+    pub endpoints: Vec<ModelEndpoint>,
+    /// Deliveries by index.
+    pub deliveries: Vec<ModelDelivery>,
+    /// The attempt log: (delivery index, attempt number, result).
+    pub attempts: Vec<(usize, u32, AttemptResult)>,
+    next_seq: i64,
+    next_token: u64,
+}
+
+/// A stable stand-in id for a model delivery, so the circuit (which records
+/// its probe by delivery id) works unchanged.
+fn model_id(i: usize) -> DeliveryId {
+    DeliveryId(uuid::Uuid::from_u128(i as u128 + 1))
+}
+
+impl DeliveryModel {
+    /// An empty model at `now`.
+    pub fn new(now: Timestamp, options: StoreOptions) -> Self {
+        DeliveryModel {
+            now,
+            options,
+            endpoints: Vec::new(),
+            deliveries: Vec::new(),
+            attempts: Vec::new(),
+            next_seq: 1,
+            next_token: 1,
+        }
+    }
+
+    /// Moves time on.
+    pub fn advance(&mut self, d: Duration) {
+        self.now = self.now.plus(d);
+    }
+
+    /// Adds an endpoint; returns its index.
+    pub fn add_endpoint(&mut self, ordered: bool) -> usize {
+        self.endpoints.push(ModelEndpoint {
+            enabled: true,
+            ordered,
+            deleted: false,
+            circuit: Circuit::closed(),
+        });
+        self.endpoints.len() - 1
+    }
+
+    /// Publishes an event to every endpoint not deleted; returns the new
+    /// deliveries' indices in endpoint order.
+    pub fn publish(&mut self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for e in 0..self.endpoints.len() {
+            if self.endpoints[e].deleted {
+                continue;
+            }
+            self.deliveries.push(ModelDelivery {
+                endpoint: e,
+                seq: self.next_seq,
+                state: DeliveryState::Pending,
+                attempts: 0,
+                max_attempts: self.options.max_attempts,
+                due_at: self.now,
+                token: None,
+                lease_expires_at: None,
+                last_outcome: None,
+            });
+            self.next_seq += 1;
+            out.push(self.deliveries.len() - 1);
+        }
+        out
+    }
+
+    /// Enables or disables an endpoint.
+    pub fn set_enabled(&mut self, e: usize, enabled: bool) {
+        if let Some(ep) = self.endpoints.get_mut(e) {
+            ep.enabled = enabled;
+        }
+    }
+
+    /// Deletes an endpoint, parking its live deliveries as dead.
+    pub fn delete_endpoint(&mut self, e: usize) {
+        if let Some(ep) = self.endpoints.get_mut(e) {
+            ep.deleted = true;
+        }
+        for d in self.deliveries.iter_mut().filter(|d| d.endpoint == e) {
+            if !d.state.is_final() {
+                d.state = DeliveryState::Dead;
+                d.token = None;
+                d.lease_expires_at = None;
+            }
+        }
+    }
+
+    fn apply(&mut self, i: usize, tr: &Transition) {
+        let d = &mut self.deliveries[i];
+        d.state = tr.state;
+        d.due_at = tr.due_at;
+        d.lease_expires_at = None;
+        let e = d.endpoint;
+        let attempt = d.attempts;
+        self.attempts.push((i, attempt, tr.attempt.result));
+        if tr.disable_reason.is_some() {
+            self.endpoints[e].enabled = false;
+        }
+    }
+
+    fn head_of(&self, e: usize) -> Option<usize> {
+        self.deliveries
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.endpoint == e && !d.state.is_final())
+            .min_by_key(|(_, d)| d.seq)
+            .map(|(i, _)| i)
+    }
+
+    fn claimable(&self, i: usize) -> bool {
+        let d = &self.deliveries[i];
+        let ep = &self.endpoints[d.endpoint];
+        d.state == DeliveryState::Pending
+            && d.due_at <= self.now
+            && ep.enabled
+            && !ep.deleted
+            && (!ep.ordered || self.head_of(d.endpoint) == Some(i))
+    }
+
+    /// Claims up to `limit` deliveries, as the port's claim does.
+    pub fn claim(&mut self, limit: u32, lease_for: Duration) -> Vec<ModelClaim> {
+        let now = self.now;
+        // Sweep expired leases, in sequence order.
+        let mut expired: Vec<usize> = (0..self.deliveries.len())
+            .filter(|&i| {
+                let d = &self.deliveries[i];
+                d.state == DeliveryState::Leased && d.lease_expires_at.is_some_and(|t| t <= now)
+            })
+            .collect();
+        expired.sort_by_key(|&i| self.deliveries[i].seq);
+        for i in expired {
+            let (e, attempts, max, due) = {
+                let d = &self.deliveries[i];
+                (d.endpoint, d.attempts, d.max_attempts, d.due_at)
+            };
+            let mut circuit = self.endpoints[e].circuit.clone();
+            let probe = circuit.is_probe(model_id(i));
+            let tr = plan_lease_expiry(attempts, max, due, &mut circuit, probe, now, &self.options);
+            self.endpoints[e].circuit = circuit;
+            self.apply(i, &tr);
+            self.deliveries[i].token = None;
+        }
+        // Candidates: closed circuits, plus the first due delivery of each
+        // circuit whose cooldown is over (the probe).
+        let mut picks: Vec<(usize, bool)> = Vec::new();
+        for i in 0..self.deliveries.len() {
+            if self.claimable(i) && self.endpoints[self.deliveries[i].endpoint].circuit.admits_claims() {
+                picks.push((i, false));
+            }
+        }
+        for e in 0..self.endpoints.len() {
+            if !self.endpoints[e].circuit.probe_due(now) {
+                continue;
+            }
+            let first = (0..self.deliveries.len())
+                .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
+                .min_by_key(|&i| (self.deliveries[i].due_at, self.deliveries[i].seq));
+            if let Some(i) = first {
+                picks.push((i, true));
+            }
+        }
+        picks.sort_by_key(|&(i, _)| (self.deliveries[i].due_at, self.deliveries[i].seq));
+        picks.truncate(limit as usize);
+        let mut out = Vec::new();
+        for (i, probe) in picks {
+            let token = self.next_token;
+            self.next_token += 1;
+            if probe {
+                let e = self.deliveries[i].endpoint;
+                self.endpoints[e].circuit.start_probe(model_id(i));
+            }
+            let d = &mut self.deliveries[i];
+            d.state = DeliveryState::Leased;
+            d.attempts += 1;
+            d.token = Some(token);
+            d.lease_expires_at = Some(now.plus(lease_for));
+            d.last_outcome = None;
+            out.push(ModelClaim {
+                delivery: i,
+                token,
+                attempt: d.attempts,
+                probe,
+            });
+        }
+        out
+    }
+
+    fn leased(&self, i: usize, token: u64) -> bool {
+        self.deliveries
+            .get(i)
+            .is_some_and(|d| d.state == DeliveryState::Leased && d.token == Some(token))
+    }
+
+    /// Records an outcome for delivery `i` under `token`.
+    pub fn record(
+        &mut self,
+        i: usize,
+        token: u64,
+        outcome: &DeliveryOutcome,
+    ) -> Result<(DeliveryState, bool), ModelError> {
+        if !self.leased(i, token) {
+            let d = self.deliveries.get(i).ok_or(ModelError::LeaseLost)?;
+            return match d.last_outcome {
+                Some(kind) if d.token == Some(token) && kind == outcome.kind() => Ok((d.state, true)),
+                Some(_) if d.token == Some(token) => Err(ModelError::Conflict),
+                _ => Err(ModelError::LeaseLost),
+            };
+        }
+        let now = self.now;
+        let (e, attempts, max, due) = {
+            let d = &self.deliveries[i];
+            (d.endpoint, d.attempts, d.max_attempts, d.due_at)
+        };
+        let mut circuit = self.endpoints[e].circuit.clone();
+        let probe = circuit.is_probe(model_id(i));
+        let tr = plan_outcome(attempts, max, due, outcome, &mut circuit, probe, now, &self.options);
+        self.endpoints[e].circuit = circuit;
+        self.apply(i, &tr);
+        self.deliveries[i].last_outcome = Some(outcome.kind());
+        Ok((tr.state, false))
+    }
+
+    /// Releases a lease without consuming the attempt.
+    pub fn release(&mut self, i: usize, token: u64) -> Result<(), ModelError> {
+        if !self.leased(i, token) {
+            return Err(ModelError::LeaseLost);
+        }
+        let now = self.now;
+        let e = self.deliveries[i].endpoint;
+        self.endpoints[e].circuit.cancel_probe(model_id(i));
+        let d = &mut self.deliveries[i];
+        d.state = DeliveryState::Pending;
+        d.attempts -= 1;
+        d.due_at = now;
+        d.token = None;
+        d.lease_expires_at = None;
+        Ok(())
+    }
+
+    /// Extends a live lease.
+    pub fn extend(&mut self, i: usize, token: u64, lease_for: Duration) -> Result<Timestamp, ModelError> {
+        let now = self.now;
+        if !self.leased(i, token) || self.deliveries[i].lease_expires_at.is_some_and(|t| t <= now) {
+            return Err(ModelError::LeaseLost);
+        }
+        let at = now.plus(lease_for);
+        self.deliveries[i].lease_expires_at = Some(at);
+        Ok(at)
+    }
+
+    /// Replays a dead delivery.
+    pub fn replay(&mut self, i: usize) -> Result<(), ModelError> {
+        let now = self.now;
+        let max = self.options.max_attempts;
+        let d = self.deliveries.get(i).ok_or(ModelError::Conflict)?;
+        if d.state != DeliveryState::Dead || self.endpoints[d.endpoint].deleted {
+            return Err(ModelError::Conflict);
+        }
+        let d = &mut self.deliveries[i];
+        d.state = DeliveryState::Pending;
+        d.due_at = now;
+        d.max_attempts = d.attempts + max;
+        d.token = None;
+        d.last_outcome = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::AttemptReport;
+
+    #[test]
+    fn model_claims_each_delivery_once_and_orders_an_ordered_endpoint() {
+        let mut m = DeliveryModel::new(Timestamp::from_millis(0), StoreOptions::default());
+        let e = m.add_endpoint(true);
+        m.publish();
+        m.publish();
+        let c = m.claim(10, Duration::from_secs(30));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].delivery, 0);
+        assert!(m.claim(10, Duration::from_secs(30)).is_empty());
+        let ok = DeliveryOutcome::Delivered(AttemptReport::default());
+        assert_eq!(m.record(0, c[0].token, &ok), Ok((DeliveryState::Delivered, false)));
+        assert_eq!(m.record(0, c[0].token, &ok), Ok((DeliveryState::Delivered, true)));
+        let c2 = m.claim(10, Duration::from_secs(30));
+        assert_eq!(c2.len(), 1);
+        assert_eq!(c2[0].delivery, 1);
+        m.delete_endpoint(e);
+        assert_eq!(m.deliveries[1].state, DeliveryState::Dead);
+    }
+}

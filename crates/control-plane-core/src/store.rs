@@ -1,0 +1,347 @@
+//! The port: one narrow trait per area, united in [`ControlPlaneStore`].
+//!
+//! Every `# Behavior` bullet names the conformance test (in
+//! `control-plane-conformance`) that holds it. A time-dependent decision reads
+//! the store's injected [`crate::Clock`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::StoreResult;
+use crate::policy::Circuit;
+use crate::types::*;
+
+/// Endpoints: destinations owned by one account.
+#[async_trait]
+pub trait EndpointStore: Send + Sync {
+    /// Creates an endpoint, enabled, with a closed circuit.
+    ///
+    /// # Behavior
+    /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a URL that is not absolute `http(s)` (`endpoint_create_rejects_bad_url`).
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not create the endpoint.
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint>;
+
+    /// Reads an endpoint of `account`.
+    ///
+    /// # Errors
+    /// `NotFound` when it does not exist, was deleted, or belongs to another
+    /// account (`endpoint_of_another_account_is_not_found`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint>;
+
+    /// Lists the endpoints of `account`, oldest first.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>>;
+
+    /// Changes the given fields.
+    ///
+    /// # Behavior
+    /// - Fields not given keep their values (`endpoint_update_changes_only_given_fields`).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidInput` for a bad URL.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not apply the change.
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint>;
+
+    /// Replaces the signing secret; the old one keeps signing for `grace`.
+    ///
+    /// # Behavior
+    /// - Both secrets sign until the grace period ends (`rotate_secret_keeps_previous_for_grace`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not rotate.
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint>;
+
+    /// Enables or disables an endpoint.
+    ///
+    /// # Behavior
+    /// - A disabled endpoint's deliveries are held, not dropped, and are claimed
+    ///   again once it is enabled (`disabled_endpoint_holds_deliveries_until_enabled`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not apply the change.
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<String>,
+    ) -> StoreResult<Endpoint>;
+
+    /// Deletes an endpoint and parks its undelivered deliveries as `dead`
+    /// ("endpoint removed"); returns how many were parked.
+    ///
+    /// # Behavior
+    /// - Pending and leased deliveries become dead; a lease on them is lost
+    ///   (`deleting_endpoint_parks_deliveries_as_dead`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not delete; it never deletes half.
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64>;
+}
+
+/// Events, fan-out and the delivery queue.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
+    /// Stores an event and one delivery per matching endpoint of the account,
+    /// in one transaction.
+    ///
+    /// # Behavior
+    /// - One delivery per matching endpoint, enabled or not (disabled ones are
+    ///   held); none for filtered-out or deleted ones (`publish_fans_out_to_matching_endpoints`).
+    /// - The same `(account, idempotency_key)` returns the first event and
+    ///   creates nothing (`publish_with_same_idempotency_key_creates_nothing_new`).
+    /// - Sequence numbers strictly increase per endpoint (`sequence_numbers_strictly_increase_per_endpoint`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized event type or key.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not publish; never half (all deliveries or none).
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published>;
+
+    /// Publishes many events in one transaction: all or nothing.
+    ///
+    /// # Behavior
+    /// - One invalid request fails the batch and stores nothing
+    ///   (`publish_batch_is_all_or_nothing`).
+    ///
+    /// # Cancellation safety
+    /// As [`DeliveryStore::event_publish`].
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>>;
+
+    /// Reads an event of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event>;
+
+    /// Creates the delivery of `(endpoint, event)` if it does not exist.
+    ///
+    /// # Behavior
+    /// - Insert-wins: of any number of concurrent callers exactly one sees
+    ///   `won = true`, and all see the same delivery id
+    ///   (`enqueue_is_insert_wins_under_concurrency`).
+    ///
+    /// # Errors
+    /// `NotFound` for an endpoint or event not of `account`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not create the delivery; a retry reports `won = false` then.
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued>;
+
+    /// Leases up to `limit` due deliveries, oldest due first.
+    ///
+    /// # Behavior
+    /// - Expired leases are swept first: the lost attempt is logged as
+    ///   `lease_expired` and the delivery is due again, or dead when its
+    ///   attempts are used up (`expired_lease_is_claimable_again_and_logged`,
+    ///   `worker_crashing_every_attempt_still_runs_out_of_attempts`).
+    /// - Oldest due first, at most `limit`, nothing not yet due
+    ///   (`claim_returns_oldest_due_first_within_limit`).
+    /// - Exclusive: one delivery is held by at most one live lease, whatever
+    ///   the number of concurrent claimers (`claim_is_exclusive_under_concurrent_claimers`).
+    /// - The attempt number increments at claim (`claim_increments_attempt_number`).
+    /// - Disabled endpoints and open circuits are skipped; after the cooldown
+    ///   exactly one delivery is claimed as the probe (`circuit_admits_exactly_one_probe_after_cooldown`).
+    /// - An ordered endpoint has one delivery in flight, the lowest sequence not
+    ///   yet final (`ordered_endpoint_has_one_delivery_in_flight_lowest_first`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit outside 1..=1000 or a zero lease.
+    ///
+    /// # Cancellation safety
+    /// Cancelling after the claim committed leaves the leases to expire.
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>>;
+
+    /// Renews a live lease for `lease_for` from now.
+    ///
+    /// # Behavior
+    /// - Moves the expiry; a stale token is `LeaseLost` (`extend_renews_a_live_lease`).
+    ///
+    /// # Errors
+    /// `LeaseLost` when the token is stale or the lease already expired.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease>;
+
+    /// Returns a leased delivery to `pending`, due now, without consuming its attempt.
+    ///
+    /// # Behavior
+    /// - The attempt budget is unchanged (`release_keeps_the_attempt_budget`).
+    ///
+    /// # Errors
+    /// `LeaseLost` for a stale token.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry (a retry after success is `LeaseLost`).
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()>;
+
+    /// Records an attempt's outcome: moves the delivery, appends to the
+    /// attempt log and updates the circuit, in one transaction.
+    ///
+    /// # Behavior
+    /// - Fenced by the token: a stale token is `LeaseLost` and changes nothing
+    ///   (`stale_lease_token_gets_lease_lost_and_changes_nothing`).
+    /// - The same outcome again is a no-op reported as `duplicate`
+    ///   (`repeated_outcome_is_a_noop`).
+    /// - Delivered, retry, give-up and exhaustion transitions
+    ///   (`outcomes_move_the_delivery`, `exhausted_attempts_end_dead`).
+    /// - `Gone` disables the endpoint and holds the delivery (`gone_disables_endpoint_and_holds_delivery`).
+    /// - The circuit opens at its threshold, closes on a probe's success and
+    ///   re-opens with a longer cooldown on its failure (`circuit_opens_at_threshold`,
+    ///   `circuit_closes_on_probe_success`, `circuit_reopens_longer_after_failed_probe`).
+    /// - An endpoint failing without success for the disable window is disabled
+    ///   (`endpoint_is_disabled_after_failing_for_the_window`).
+    ///
+    /// # Errors
+    /// `LeaseLost`; `Conflict` when a different outcome was already recorded with this token.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry: a repeat is a duplicate.
+    async fn delivery_record_outcome(
+        &self,
+        lease: &Lease,
+        outcome: DeliveryOutcome,
+    ) -> StoreResult<OutcomeRecorded>;
+
+    /// Moves a `dead` delivery back to `pending`, due now, with a fresh attempt budget.
+    ///
+    /// # Behavior
+    /// - Dead becomes pending and claimable (`replay_gives_a_dead_delivery_a_fresh_budget`).
+    ///
+    /// # Errors
+    /// `NotFound`; `Conflict` when it is not dead or its endpoint was deleted.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not replay.
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
+
+    /// Reads a delivery of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
+
+    /// Lists deliveries newest first (by sequence), filtered, keyset-paginated.
+    ///
+    /// # Behavior
+    /// - Filters by state, endpoint and event; pages do not overlap
+    ///   (`delivery_list_filters_and_paginates`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>>;
+
+    /// Counts all deliveries by state (for `status` and metrics).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>>;
+}
+
+/// The append-only attempt log.
+#[async_trait]
+pub trait AttemptLogStore: Send + Sync {
+    /// The attempts of one delivery, oldest first.
+    ///
+    /// # Behavior
+    /// - Oldest first, numbered from 1 (`attempt_log_lists_by_delivery_oldest_first`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn attempt_list_for_delivery(
+        &self,
+        account: &AccountId,
+        id: DeliveryId,
+    ) -> StoreResult<Vec<AttemptRecord>>;
+
+    /// The attempts of one endpoint, newest first, keyset-paginated.
+    ///
+    /// # Behavior
+    /// - Newest first; following `next` visits every row once
+    ///   (`attempt_log_pages_by_endpoint_newest_first`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn attempt_list_for_endpoint(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        page: PageRequest,
+    ) -> StoreResult<Page<AttemptRecord>>;
+}
+
+/// Circuit-breaker state.
+#[async_trait]
+pub trait CircuitStore: Send + Sync {
+    /// The circuit of an endpoint of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit>;
+}
+
+/// The whole port. Object-safe; used as [`DynControlPlaneStore`].
+#[async_trait]
+pub trait ControlPlaneStore: EndpointStore + DeliveryStore + AttemptLogStore + CircuitStore {
+    /// The adapter's name (`embedded`, `postgres`).
+    fn backend_name(&self) -> &'static str;
+
+    /// Checks that the backend answers (readiness).
+    ///
+    /// # Errors
+    /// `Unavailable` when it does not.
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// The port as a shared trait object.
+pub type DynControlPlaneStore = Arc<dyn ControlPlaneStore>;
