@@ -1,1 +1,96 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+// This crate *is* a test suite: its functions assert, and a failed assertion
+// is how a contract reports a broken adapter.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
+
+pub mod contracts;
+pub mod model_test;
+
+/// One isolated store for one contract: a fresh file or schema, driven by a
+/// manual clock.
+pub struct Harness {
+    /// The store under test.
+    pub store: DynControlPlaneStore,
+    /// The clock the store reads; tests move it instead of sleeping.
+    pub clock: Arc<ManualClock>,
+    /// Keeps the namespace alive (temporary directory, schema guard).
+    pub guard: Box<dyn Any + Send + Sync>,
+}
+
+/// Opens isolated stores. An adapter implements it once and passes it to
+/// [`conformance_suite!`].
+#[async_trait]
+pub trait StoreFactory: Send + Sync {
+    /// A fresh, empty store in its own namespace with `options`.
+    async fn open(&self, options: StoreOptions) -> Harness;
+}
+
+/// Stamps every contract onto an adapter as a test. This macro is the only
+/// list of contracts: a contract not named here does not run anywhere.
+///
+/// ```ignore
+/// control_plane_conformance::conformance_suite!(MyFactory::new());
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($factory:expr) => {
+        $crate::conformance_suite!(@stamp $factory;
+            endpoint_create_then_get_round_trips,
+            endpoint_create_rejects_bad_url,
+            endpoint_of_another_account_is_not_found,
+            endpoint_update_changes_only_given_fields,
+            rotate_secret_keeps_previous_for_grace,
+            publish_fans_out_to_matching_endpoints,
+            publish_with_same_idempotency_key_creates_nothing_new,
+            publish_batch_is_all_or_nothing,
+            enqueue_is_insert_wins_under_concurrency,
+            sequence_numbers_strictly_increase_per_endpoint,
+            claim_returns_oldest_due_first_within_limit,
+            claim_is_exclusive_under_concurrent_claimers,
+            claim_increments_attempt_number,
+            claim_rejects_bad_limits,
+            expired_lease_is_claimable_again_and_logged,
+            worker_crashing_every_attempt_still_runs_out_of_attempts,
+            stale_lease_token_gets_lease_lost_and_changes_nothing,
+            repeated_outcome_is_a_noop,
+            outcomes_move_the_delivery,
+            exhausted_attempts_end_dead,
+            gone_disables_endpoint_and_holds_delivery,
+            replay_gives_a_dead_delivery_a_fresh_budget,
+            release_keeps_the_attempt_budget,
+            extend_renews_a_live_lease,
+            delivery_list_filters_and_paginates,
+            attempt_log_lists_by_delivery_oldest_first,
+            attempt_log_pages_by_endpoint_newest_first,
+            circuit_opens_at_threshold,
+            circuit_admits_exactly_one_probe_after_cooldown,
+            circuit_closes_on_probe_success,
+            circuit_reopens_longer_after_failed_probe,
+            endpoint_is_disabled_after_failing_for_the_window,
+            disabled_endpoint_holds_deliveries_until_enabled,
+            deleting_endpoint_parks_deliveries_as_dead,
+            ordered_endpoint_has_one_delivery_in_flight_lowest_first,
+            accounts_never_see_each_others_deliveries,
+        );
+
+        #[test]
+        fn delivery_model_agrees_with_adapter() {
+            $crate::model_test::run(&$factory);
+        }
+    };
+    (@stamp $factory:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::contracts::$name(&$factory).await;
+            }
+        )*
+    };
+}

@@ -1,1 +1,189 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+mod attempt;
+mod config;
+mod delivery;
+mod endpoint;
+mod error;
+mod store;
+mod util;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::*;
+
+pub use config::EmbeddedConfig;
+pub use store::EmbeddedStore;
+
+#[async_trait]
+impl EndpointStore for EmbeddedStore {
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+        self.tx(move |t| endpoint::create(t, req)).await
+    }
+
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::get(t, &account, id)).await
+    }
+
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::list(t, &account)).await
+    }
+
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::update(t, &account, id, req)).await
+    }
+
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::rotate_secret(t, &account, id, secret, grace))
+            .await
+    }
+
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<String>,
+    ) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::set_enabled(t, &account, id, enabled, reason))
+            .await
+    }
+
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::delete(t, &account, id)).await
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for EmbeddedStore {
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+        let mut v = self.tx(move |t| delivery::publish(t, vec![req])).await?;
+        v.pop()
+            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+    }
+
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        self.tx(move |t| delivery::publish(t, reqs)).await
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        let account = account.clone();
+        self.tx(move |t| delivery::event_get(t, &account, id)).await
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        let account = account.clone();
+        self.tx(move |t| delivery::enqueue(t, &account, endpoint, event))
+            .await
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.tx(move |t| delivery::claim(t, req)).await
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        let lease = lease.clone();
+        self.tx(move |t| delivery::extend(t, &lease, lease_for)).await
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| delivery::release(t, &lease)).await
+    }
+
+    async fn delivery_record_outcome(
+        &self,
+        lease: &Lease,
+        outcome: DeliveryOutcome,
+    ) -> StoreResult<OutcomeRecorded> {
+        let lease = lease.clone();
+        self.tx(move |t| delivery::record_outcome(t, &lease, outcome))
+            .await
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        self.tx(move |t| delivery::replay(t, &account, id)).await
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        self.tx(move |t| delivery::get(t, &account, id)).await
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        self.tx(move |t| delivery::list(t, req)).await
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        self.tx(|t| delivery::count_by_state(t)).await
+    }
+}
+
+#[async_trait]
+impl AttemptLogStore for EmbeddedStore {
+    async fn attempt_list_for_delivery(
+        &self,
+        account: &AccountId,
+        id: DeliveryId,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        let account = account.clone();
+        self.tx(move |t| attempt::list_for_delivery(t, &account, id))
+            .await
+    }
+
+    async fn attempt_list_for_endpoint(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        page: PageRequest,
+    ) -> StoreResult<Page<AttemptRecord>> {
+        let account = account.clone();
+        self.tx(move |t| attempt::list_for_endpoint(t, &account, id, page))
+            .await
+    }
+}
+
+#[async_trait]
+impl CircuitStore for EmbeddedStore {
+    async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+        let account = account.clone();
+        self.tx(move |t| endpoint::circuit_of(t, &account, id)).await
+    }
+}
+
+#[async_trait]
+impl ControlPlaneStore for EmbeddedStore {
+    fn backend_name(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.call(|_| Ok(())).await
+    }
+}

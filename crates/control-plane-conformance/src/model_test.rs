@@ -1,0 +1,236 @@
+//! The model-based property test: the reference model and an adapter get the
+//! same random operations, and every result and every delivery's state must
+//! agree.
+
+use std::time::Duration;
+
+use control_plane_core::model::{DeliveryModel, ModelClaim, ModelError};
+use control_plane_core::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use crate::StoreFactory;
+
+const ENDPOINTS: usize = 3;
+
+/// One random operation.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Publish one event to every endpoint.
+    Publish,
+    /// Claim up to `limit` with a lease of `lease_s` seconds.
+    Claim { limit: u32, lease_s: u64 },
+    /// Record an outcome (0 delivered, 1 retry in 10 s, 2 give up, 3 gone) on a lease ever handed out.
+    Record { lease: usize, kind: u8 },
+    /// Release a lease.
+    Release { lease: usize },
+    /// Extend a lease.
+    Extend { lease: usize, secs: u64 },
+    /// Move both clocks.
+    Advance { secs: u64 },
+    /// Replay a delivery.
+    Replay { delivery: usize },
+    /// Enable or disable an endpoint.
+    SetEnabled { endpoint: usize, enabled: bool },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => Just(Op::Publish),
+        4 => (1u32..4, 5u64..60).prop_map(|(limit, lease_s)| Op::Claim { limit, lease_s }),
+        5 => (0usize..64, 0u8..4).prop_map(|(lease, kind)| Op::Record { lease, kind }),
+        1 => (0usize..64).prop_map(|lease| Op::Release { lease }),
+        1 => (0usize..64, 1u64..60).prop_map(|(lease, secs)| Op::Extend { lease, secs }),
+        3 => (0u64..90).prop_map(|secs| Op::Advance { secs }),
+        1 => (0usize..64).prop_map(|delivery| Op::Replay { delivery }),
+        1 => (0usize..ENDPOINTS, any::<bool>()).prop_map(|(endpoint, enabled)| Op::SetEnabled { endpoint, enabled }),
+    ]
+}
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        max_attempts: 3,
+        breaker: BreakerPolicy {
+            failure_threshold: 2,
+            cooldown: Duration::from_secs(30),
+            max_cooldown: Duration::from_secs(120),
+        },
+        disable_after: Duration::from_secs(600),
+    }
+}
+
+fn outcome(kind: u8, now: Timestamp) -> DeliveryOutcome {
+    let report = AttemptReport { status_code: Some(500), error: None, latency_ms: 1 };
+    match kind {
+        0 => DeliveryOutcome::Delivered(AttemptReport { status_code: Some(200), ..report }),
+        1 => DeliveryOutcome::Retry { at: now.plus(Duration::from_secs(10)), report },
+        2 => DeliveryOutcome::GiveUp(report),
+        _ => DeliveryOutcome::Gone(AttemptReport { status_code: Some(410), ..report }),
+    }
+}
+
+fn same<T: std::fmt::Debug, U: std::fmt::Debug>(
+    what: &str,
+    model: Result<T, ModelError>,
+    real: StoreResult<U>,
+    eq: impl Fn(&T, &U) -> bool,
+) -> Result<(), String> {
+    let ok = match (&model, &real) {
+        (Ok(m), Ok(r)) => eq(m, r),
+        (Err(ModelError::LeaseLost), Err(StoreError::LeaseLost)) => true,
+        (Err(ModelError::Conflict), Err(StoreError::Conflict(_))) => true,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what}: model {model:?}, adapter {real:?}"))
+    }
+}
+
+async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String> {
+    let h = factory.open(options()).await;
+    let account = AccountId::new("model").map_err(|e| e.to_string())?;
+    let mut model = DeliveryModel::new(h.clock.now(), options());
+    let mut endpoints = Vec::new();
+    for i in 0..ENDPOINTS {
+        let mut req = EndpointCreateRequest::new(account.clone(), "https://example.com/m", Secret::new("whsec_bQ=="));
+        req.ordered = i == 0;
+        endpoints.push(h.store.endpoint_create(req).await.map_err(|e| e.to_string())?.id);
+        model.add_endpoint(i == 0);
+    }
+    let mut deliveries: Vec<DeliveryId> = Vec::new();
+    let mut leases: Vec<(ModelClaim, Lease)> = Vec::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        let now = h.clock.now();
+        match op.clone() {
+            Op::Publish => {
+                let expected = model.publish();
+                let p = h
+                    .store
+                    .event_publish(PublishRequest {
+                        account: account.clone(),
+                        event_type: "t".into(),
+                        payload: serde_json::json!({"step": step}),
+                        idempotency_key: None,
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if p.deliveries.len() != expected.len() {
+                    return Err(format!("publish made {} deliveries, model {}", p.deliveries.len(), expected.len()));
+                }
+                for m in expected {
+                    let want = endpoints[model.deliveries[m].endpoint];
+                    let mut found = None;
+                    for d in &p.deliveries {
+                        if h.store.delivery_get(&account, *d).await.map_err(|e| e.to_string())?.endpoint_id == want {
+                            found = Some(*d);
+                        }
+                    }
+                    deliveries.push(found.ok_or("publish missed an endpoint")?);
+                }
+            }
+            Op::Claim { limit, lease_s } => {
+                let lease_for = Duration::from_secs(lease_s);
+                let m = model.claim(limit, lease_for);
+                let r = h
+                    .store
+                    .delivery_claim(ClaimRequest { worker: "m".into(), limit, lease_for })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mv: Vec<_> = m.iter().map(|c| (deliveries[c.delivery], c.attempt, c.probe)).collect();
+                let rv: Vec<_> = r.iter().map(|c| (c.delivery.id, c.lease.attempt, c.probe)).collect();
+                if mv != rv {
+                    return Err(format!("step {step} claim: model {mv:?}, adapter {rv:?}"));
+                }
+                leases.extend(m.into_iter().zip(r.into_iter().map(|c| c.lease)));
+            }
+            Op::Record { lease, kind } if !leases.is_empty() => {
+                let (mc, l) = leases[lease % leases.len()].clone();
+                let o = outcome(kind, now);
+                let m = model.record(mc.delivery, mc.token, &o);
+                let r = h.store.delivery_record_outcome(&l, o).await;
+                same(&format!("step {step} record"), m, r, |m, r| m.0 == r.state && m.1 == r.duplicate)?;
+            }
+            Op::Release { lease } if !leases.is_empty() => {
+                let (mc, l) = leases[lease % leases.len()].clone();
+                let m = model.release(mc.delivery, mc.token);
+                let r = h.store.delivery_release(&l).await;
+                same(&format!("step {step} release"), m, r, |_, _| true)?;
+            }
+            Op::Extend { lease, secs } if !leases.is_empty() => {
+                let (mc, l) = leases[lease % leases.len()].clone();
+                let d = Duration::from_secs(secs);
+                let m = model.extend(mc.delivery, mc.token, d);
+                let r = h.store.delivery_extend(&l, d).await;
+                same(&format!("step {step} extend"), m, r, |m, r| *m == r.expires_at)?;
+            }
+            Op::Advance { secs } => {
+                model.advance(Duration::from_secs(secs));
+                h.clock.advance(Duration::from_secs(secs));
+            }
+            Op::Replay { delivery } if !deliveries.is_empty() => {
+                let i = delivery % deliveries.len();
+                let m = model.replay(i);
+                let r = h.store.delivery_replay(&account, deliveries[i]).await;
+                same(&format!("step {step} replay"), m, r, |_, _| true)?;
+            }
+            Op::SetEnabled { endpoint, enabled } => {
+                model.set_enabled(endpoint, enabled);
+                h.store
+                    .endpoint_set_enabled(&account, endpoints[endpoint], enabled, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            _ => {}
+        }
+        for (i, id) in deliveries.iter().enumerate() {
+            let d = h.store.delivery_get(&account, *id).await.map_err(|e| e.to_string())?;
+            let m = &model.deliveries[i];
+            if (d.state, d.attempts, d.max_attempts, d.due_at) != (m.state, m.attempts, m.max_attempts, m.due_at) {
+                return Err(format!(
+                    "after step {step} ({op:?}) delivery {i}: adapter {:?}/{}/{}/{:?}, model {:?}/{}/{}/{:?}",
+                    d.state, d.attempts, d.max_attempts, d.due_at, m.state, m.attempts, m.max_attempts, m.due_at
+                ));
+            }
+        }
+        for (i, id) in endpoints.iter().enumerate() {
+            let c = h.store.circuit_get(&account, *id).await.map_err(|e| e.to_string())?;
+            let e = h.store.endpoint_get(&account, *id).await.map_err(|e| e.to_string())?;
+            let m = &model.endpoints[i];
+            if c.mode != m.circuit.mode || c.open_until != m.circuit.open_until || e.enabled != m.enabled {
+                return Err(format!(
+                    "after step {step} ({op:?}) endpoint {i}: adapter {:?}/{:?}/{}, model {:?}/{:?}/{}",
+                    c.mode, c.open_until, e.enabled, m.circuit.mode, m.circuit.open_until, m.enabled
+                ));
+            }
+        }
+    }
+    for (i, id) in deliveries.iter().enumerate() {
+        let log = h.store.attempt_list_for_delivery(&account, *id).await.map_err(|e| e.to_string())?;
+        let real: Vec<_> = log.iter().map(|a| (a.attempt, a.result)).collect();
+        let want: Vec<_> = model.attempts.iter().filter(|(d, _, _)| *d == i).map(|(_, n, r)| (*n, *r)).collect();
+        if real != want {
+            return Err(format!("attempt log of delivery {i}: adapter {real:?}, model {want:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the model-based test against `factory`: 48 random sequences of up to 40
+/// operations (`PROPTEST_CASES` overrides the count).
+pub fn run(factory: &dyn StoreFactory) {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
+        rt.block_on(run_case(factory, ops)).map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("the adapter disagrees with the reference model: {e}");
+    }
+}

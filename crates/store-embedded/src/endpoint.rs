@@ -1,0 +1,251 @@
+//! Endpoints and their circuits (stored on the endpoint row).
+
+use std::time::Duration;
+
+use control_plane_core::types::validate_endpoint_url;
+use control_plane_core::{
+    AccountId, Circuit, CircuitMode, Endpoint, EndpointCreateRequest, EndpointId,
+    EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
+};
+use duckdb::{params, OptionalExt, Row};
+
+use crate::error::DuckResultExt;
+use crate::store::Tx;
+use crate::util::{col_uuid, ts, ts_opt};
+
+pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at";
+
+pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
+    let types: String = r.get(6)?;
+    let event_types: Vec<String> = serde_json::from_str(&types).map_err(|e| {
+        duckdb::Error::FromSqlConversionFailure(6, duckdb::types::Type::Text, Box::new(e))
+    })?;
+    let account: String = r.get(1)?;
+    Ok(Endpoint {
+        id: EndpointId(col_uuid(r, 0)?),
+        account: AccountId::new(account).map_err(|e| {
+            duckdb::Error::FromSqlConversionFailure(1, duckdb::types::Type::Text, Box::new(e))
+        })?,
+        url: r.get(2)?,
+        secrets: SigningSecrets {
+            current: Secret::new(r.get::<_, String>(3)?),
+            previous: r.get::<_, Option<String>>(4)?.map(Secret::new),
+            previous_expires_at: ts_opt(r, 5)?,
+        },
+        event_types,
+        enabled: r.get(7)?,
+        disabled_reason: r.get(8)?,
+        rate_limit_per_s: r.get(9)?,
+        ordered: r.get(10)?,
+        description: r.get(11)?,
+        created_at: ts(r, 12)?,
+        updated_at: ts(r, 13)?,
+    })
+}
+
+fn types_json(types: &[String]) -> StoreResult<String> {
+    serde_json::to_string(types).map_err(|e| StoreError::InvalidInput(format!("event types: {e}")))
+}
+
+pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+    validate_endpoint_url(&req.url)?;
+    let id = EndpointId::new();
+    t.execute(
+        "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0)",
+        params![
+            id.to_string(),
+            req.account.as_str(),
+            req.url,
+            req.secret.expose(),
+            types_json(&req.event_types)?,
+            req.rate_limit_per_s,
+            req.ordered,
+            req.description,
+            t.now.as_millis(),
+        ],
+    )
+    .db()?;
+    get(t, &req.account, id)
+}
+
+/// A live (not deleted) endpoint of `account`.
+pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+    t.query_row(
+        &format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1 AND account = $2 AND deleted_at IS NULL"),
+        params![id.to_string(), account.as_str()],
+        row_to_endpoint,
+    )
+    .optional()
+    .db()?
+    .ok_or_else(|| StoreError::not_found("endpoint", id))
+}
+
+pub(crate) fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+    let mut st = t
+        .prepare(&format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
+        ))
+        .db()?;
+    let rows = st.query_map(params![account.as_str()], row_to_endpoint).db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+pub(crate) fn update(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    req: EndpointUpdateRequest,
+) -> StoreResult<Endpoint> {
+    let mut e = get(t, account, id)?;
+    if let Some(url) = req.url {
+        validate_endpoint_url(&url)?;
+        e.url = url;
+    }
+    if let Some(types) = req.event_types {
+        e.event_types = types;
+    }
+    if let Some(o) = req.ordered {
+        e.ordered = o;
+    }
+    if let Some(r) = req.rate_limit_per_s {
+        e.rate_limit_per_s = r;
+    }
+    if let Some(d) = req.description {
+        e.description = d;
+    }
+    t.execute(
+        "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
+         description = $5, updated_at = $6 WHERE id = $7",
+        params![
+            e.url,
+            types_json(&e.event_types)?,
+            e.ordered,
+            e.rate_limit_per_s,
+            e.description,
+            t.now.as_millis(),
+            id.to_string()
+        ],
+    )
+    .db()?;
+    get(t, account, id)
+}
+
+pub(crate) fn rotate_secret(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    secret: Secret,
+    grace: Duration,
+) -> StoreResult<Endpoint> {
+    let e = get(t, account, id)?;
+    t.execute(
+        "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
+        params![
+            secret.expose(),
+            e.secrets.current.expose(),
+            t.now.plus(grace).as_millis(),
+            t.now.as_millis(),
+            id.to_string()
+        ],
+    )
+    .db()?;
+    get(t, account, id)
+}
+
+pub(crate) fn set_enabled(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    enabled: bool,
+    reason: Option<String>,
+) -> StoreResult<Endpoint> {
+    get(t, account, id)?;
+    let reason = if enabled { None } else { reason.or_else(|| Some("disabled by an operator".into())) };
+    t.execute(
+        "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
+        params![enabled, reason, t.now.as_millis(), id.to_string()],
+    )
+    .db()?;
+    get(t, account, id)
+}
+
+/// Disables an endpoint for a reason found by the store (410, failing window).
+pub(crate) fn disable(t: &Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<()> {
+    t.execute(
+        "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
+        params![reason, t.now.as_millis(), id.to_string()],
+    )
+    .db()?;
+    Ok(())
+}
+
+pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+    get(t, account, id)?;
+    t.execute(
+        "UPDATE endpoints SET deleted_at = $1, updated_at = $1 WHERE id = $2",
+        params![t.now.as_millis(), id.to_string()],
+    )
+    .db()?;
+    let parked = t
+        .execute(
+            "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
+             lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
+             WHERE endpoint_id = $2 AND state IN ('pending', 'leased')",
+            params![t.now.as_millis(), id.to_string()],
+        )
+        .db()?;
+    Ok(parked as u64)
+}
+
+/// The circuit of an endpoint (deleted or not).
+pub(crate) fn load_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
+    t.query_row(
+        "SELECT circuit_mode, circuit_failures, circuit_open_until, circuit_reopen_count, \
+         circuit_failing_since, circuit_probe FROM endpoints WHERE id = $1",
+        params![id.to_string()],
+        |r| {
+            let mode: String = r.get(0)?;
+            let probe: Option<String> = r.get(5)?;
+            Ok(Circuit {
+                mode: CircuitMode::parse(&mode).unwrap_or(CircuitMode::Closed),
+                consecutive_failures: r.get(1)?,
+                open_until: ts_opt(r, 2)?,
+                reopen_count: r.get(3)?,
+                failing_since: ts_opt(r, 4)?,
+                probe: probe
+                    .and_then(|p| uuid::Uuid::parse_str(&p).ok())
+                    .map(control_plane_core::DeliveryId),
+            })
+        },
+    )
+    .optional()
+    .db()?
+    .ok_or_else(|| StoreError::not_found("endpoint", id))
+}
+
+pub(crate) fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
+    t.execute(
+        "UPDATE endpoints SET circuit_mode = $1, circuit_failures = $2, circuit_open_until = $3, \
+         circuit_reopen_count = $4, circuit_failing_since = $5, circuit_probe = $6 WHERE id = $7",
+        params![
+            c.mode.as_str(),
+            c.consecutive_failures,
+            c.open_until.map(Timestamp::as_millis),
+            c.reopen_count,
+            c.failing_since.map(Timestamp::as_millis),
+            c.probe.map(|p| p.to_string()),
+            id.to_string()
+        ],
+    )
+    .db()?;
+    Ok(())
+}
+
+/// The circuit of an endpoint of `account`, for the port.
+pub(crate) fn circuit_of(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+    get(t, account, id)?;
+    load_circuit(t, id)
+}

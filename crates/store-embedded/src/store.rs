@@ -1,0 +1,263 @@
+//! The embedded store: one DuckDB connection owned by one writer thread.
+//!
+//! Every call is a closure sent over a channel to that thread and runs in its
+//! own transaction there, so there is exactly one writer: DuckDB's optimistic
+//! concurrency never sees two transactions touch one row, and no
+//! transaction-conflict error can reach a caller (ADR 0003). The connection
+//! never runs on a tokio worker thread.
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
+use duckdb::Connection;
+use tokio::sync::oneshot;
+
+use crate::config::EmbeddedConfig;
+use crate::error::DuckResultExt;
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/0001_initial.sql"))];
+
+type Job = Box<dyn FnOnce(&mut Writer) + Send>;
+
+/// The state the writer thread owns.
+pub(crate) struct Writer {
+    conn: Connection,
+    clock: Arc<dyn Clock>,
+    options: StoreOptions,
+    last_seq: i64,
+    last_attempt_id: i64,
+}
+
+/// One transaction on the writer, with the time it runs at.
+pub(crate) struct Tx<'a> {
+    tx: duckdb::Transaction<'a>,
+    /// The clock's reading when the transaction began.
+    pub now: Timestamp,
+    /// Store-side policy.
+    pub options: StoreOptions,
+    last_seq: &'a mut i64,
+    last_attempt_id: &'a mut i64,
+    counters_dirty: bool,
+}
+
+impl<'a> Deref for Tx<'a> {
+    type Target = duckdb::Transaction<'a>;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl Tx<'_> {
+    /// The next delivery sequence number: strictly increasing, durable with
+    /// the transaction that uses it.
+    pub fn next_seq(&mut self) -> i64 {
+        *self.last_seq += 1;
+        self.counters_dirty = true;
+        *self.last_seq
+    }
+
+    /// The next attempt-log position.
+    pub fn next_attempt_id(&mut self) -> i64 {
+        *self.last_attempt_id += 1;
+        self.counters_dirty = true;
+        *self.last_attempt_id
+    }
+
+    fn commit(self) -> StoreResult<()> {
+        if self.counters_dirty {
+            self.tx
+                .execute(
+                    "UPDATE counters SET value = CASE name WHEN 'delivery_seq' THEN $1 ELSE $2 END",
+                    duckdb::params![*self.last_seq, *self.last_attempt_id],
+                )
+                .db()?;
+        }
+        self.tx.commit().db()
+    }
+}
+
+impl Writer {
+    /// Runs `f` in one transaction: commits on `Ok`, rolls back on `Err`.
+    pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let (seq0, att0) = (self.last_seq, self.last_attempt_id);
+        let now = self.clock.now();
+        let result = (|| {
+            let tx = self.conn.transaction().db()?;
+            let mut t = Tx {
+                tx,
+                now,
+                options: self.options,
+                last_seq: &mut self.last_seq,
+                last_attempt_id: &mut self.last_attempt_id,
+                counters_dirty: false,
+            };
+            let v = f(&mut t)?;
+            t.commit()?;
+            Ok(v)
+        })();
+        if result.is_err() {
+            self.last_seq = seq0;
+            self.last_attempt_id = att0;
+        }
+        result
+    }
+}
+
+fn open_connection(path: &Path) -> StoreResult<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(StoreError::InvalidInput(format!(
+                "the directory of the embedded store file {} does not exist; create it or set CONTROLPLANE_EMBEDDED_PATH",
+                path.display()
+            )));
+        }
+    }
+    Connection::open(path).map_err(|e| match crate::error::map(e) {
+        StoreError::Backend(m) => StoreError::Unavailable(format!(
+            "cannot open the embedded store file {}: {m}",
+            path.display()
+        )),
+        other => other,
+    })
+}
+
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+        .db()?;
+    let current: i64 = conn
+        .query_row("SELECT coalesce(max(version), 0) FROM schema_version", [], |r| r.get(0))
+        .db()?;
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        let tx = conn.transaction().db()?;
+        tx.execute_batch(sql).db()?;
+        tx.execute("INSERT INTO schema_version VALUES ($1)", [version]).db()?;
+        tx.commit().db()?;
+    }
+    let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);
+    if current > newest {
+        return Err(StoreError::Unavailable(format!(
+            "the embedded store file has schema version {current}, newer than this build knows ({newest}); run a newer control-plane"
+        )));
+    }
+    Ok(())
+}
+
+/// The embedded adapter. Cheap to share behind an `Arc`; dropping the last
+/// handle finishes queued calls, closes the file and releases its lock.
+pub struct EmbeddedStore {
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store file, migrates it, and starts the
+    /// writer thread.
+    ///
+    /// # Errors
+    /// `Unavailable` when another process holds the file (DuckDB allows one
+    /// writer process per file) or it cannot be opened; `InvalidInput` when
+    /// its directory does not exist.
+    pub async fn open(config: EmbeddedConfig, clock: Arc<dyn Clock>) -> StoreResult<Self> {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("embedded-store-writer".into())
+            .spawn(move || {
+                let writer = (|| {
+                    let mut conn = open_connection(&config.path)?;
+                    migrate(&mut conn)?;
+                    let (last_seq, last_attempt_id) = conn
+                        .query_row(
+                            "SELECT max(value) FILTER (WHERE name = 'delivery_seq'), max(value) FILTER (WHERE name = 'attempt_id') FROM counters",
+                            [],
+                            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                        )
+                        .db()?;
+                    Ok(Writer {
+                        conn,
+                        clock,
+                        options: config.options,
+                        last_seq,
+                        last_attempt_id,
+                    })
+                })();
+                let mut writer = match writer {
+                    Ok(w) => {
+                        let _ = ready_tx.send(Ok(()));
+                        w
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                while let Ok(job) = rx.recv() {
+                    job(&mut writer);
+                }
+                // Dropping the writer closes the connection, checkpoints the
+                // WAL and releases the file lock.
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
+        let ready = ready_rx.await.map_err(|_| {
+            StoreError::Unavailable("the embedded store writer stopped while opening".into())
+        });
+        match ready.and_then(|r| r) {
+            Ok(()) => Ok(EmbeddedStore {
+                jobs: Some(jobs),
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                let _ = thread.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `f` on the writer thread and waits for its result. A call
+    /// cancelled after it was queued still runs to completion.
+    pub(crate) async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Writer) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let jobs = self
+            .jobs
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("the embedded store is closed".into()))?;
+        jobs.send(Box::new(move |w: &mut Writer| {
+            let _ = tx.send(f(w));
+        }))
+        .map_err(|_| StoreError::Unavailable("the embedded store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the embedded store writer has stopped".into()))?
+    }
+
+    /// Runs `f` in one transaction on the writer thread.
+    pub(crate) async fn tx<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.call(move |w| w.tx(f)).await
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Durability of the embedded store across close, SIGKILL and a second
+//! process. The child processes are this same test binary started with a
+//! role argument, so the file uses its own harness (`harness = false`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use control_plane_core::*;
+use store_embedded::{EmbeddedConfig, EmbeddedStore};
+
+fn acct() -> AccountId {
+    AccountId::new("durable").unwrap()
+}
+
+async fn open(path: &Path) -> StoreResult<EmbeddedStore> {
+    EmbeddedStore::open(EmbeddedConfig::new(path), Arc::new(SystemClock)).await
+}
+
+fn publish_req(n: usize) -> PublishRequest {
+    PublishRequest {
+        account: acct(),
+        event_type: "t".into(),
+        payload: serde_json::json!({ "n": n }),
+        idempotency_key: Some(format!("k{n}")),
+    }
+}
+
+async fn committed_state_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    let store = open(&path).await.unwrap();
+    let e = store
+        .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+        .await
+        .unwrap();
+    let mut published = Vec::new();
+    for n in 0..3 {
+        published.push(store.event_publish(publish_req(n)).await.unwrap());
+    }
+    let c = store
+        .delivery_claim(ClaimRequest { worker: "w".into(), limit: 1, lease_for: Duration::from_secs(30) })
+        .await
+        .unwrap();
+    store.delivery_record_outcome(&c[0].lease, DeliveryOutcome::Delivered(AttemptReport::default())).await.unwrap();
+    let last_seq = store.delivery_get(&acct(), published[2].deliveries[0]).await.unwrap().seq;
+    drop(store);
+
+    let store = open(&path).await.unwrap();
+    assert_eq!(store.endpoint_get(&acct(), e.id).await.unwrap(), e);
+    let d0 = store.delivery_get(&acct(), published[0].deliveries[0]).await.unwrap();
+    assert_eq!(d0.state, DeliveryState::Delivered);
+    assert_eq!(store.attempt_list_for_delivery(&acct(), d0.id).await.unwrap().len(), 1);
+    let again = store.event_publish(publish_req(1)).await.unwrap();
+    assert!(!again.created, "idempotency keys survive a restart");
+    let next = store.event_publish(publish_req(99)).await.unwrap();
+    let seq = store.delivery_get(&acct(), next.deliveries[0]).await.unwrap().seq;
+    assert!(seq > last_seq, "sequence numbers keep increasing across restarts: {seq} after {last_seq}");
+}
+
+/// Child role: publish events one by one and report each after its commit.
+async fn child_writer(path: &Path) {
+    let store = open(path).await.unwrap();
+    if store.endpoint_list(&acct()).await.unwrap().is_empty() {
+        store
+            .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+            .await
+            .unwrap();
+    }
+    for n in 0.. {
+        let p = store.event_publish(publish_req(n)).await.unwrap();
+        println!("committed {} {}", p.event.id, p.deliveries[0]);
+    }
+}
+
+async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    let mut acknowledged = Vec::new();
+    for round in 0..3 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg("child-writer")
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut this_round = 0;
+        while this_round < 40 + round * 7 {
+            let line = lines.next().expect("child ended early").unwrap();
+            let mut parts = line.split_whitespace().skip(1);
+            let ev: EventId = parts.next().unwrap().parse().unwrap();
+            let d: DeliveryId = parts.next().unwrap().parse().unwrap();
+            acknowledged.push((ev, d));
+            this_round += 1;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let store = open(&path).await.unwrap();
+    for (ev, d) in &acknowledged {
+        store.event_get(&acct(), *ev).await.unwrap();
+        assert_eq!(store.delivery_get(&acct(), *d).await.unwrap().state, DeliveryState::Pending);
+    }
+    let claimed = store
+        .delivery_claim(ClaimRequest { worker: "w".into(), limit: 1000, lease_for: Duration::from_secs(30) })
+        .await
+        .unwrap();
+    assert!(claimed.len() >= acknowledged.len(), "{} claimable, {} acknowledged", claimed.len(), acknowledged.len());
+    println!("  {} acknowledged publishes over 3 SIGKILLs, all present", acknowledged.len());
+}
+
+/// Child role: try to open a file another process holds.
+async fn child_open(path: &Path) {
+    match open(path).await {
+        Ok(_) => {
+            println!("OPENED");
+            std::process::exit(3)
+        }
+        Err(e) => {
+            println!("{e}");
+            std::process::exit(if matches!(e, StoreError::Unavailable(_)) { 0 } else { 4 })
+        }
+    }
+}
+
+async fn a_second_process_gets_a_clear_error_and_the_file_is_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    let store = open(&path).await.unwrap();
+    store
+        .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+        .await
+        .unwrap();
+    let p = store.event_publish(publish_req(1)).await.unwrap();
+    let out = Command::new(std::env::current_exe().unwrap()).arg("child-open").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "child said: {text}");
+    assert!(text.contains("in use by another process"), "{text}");
+    assert!(text.contains("postgres"), "the error says what to do: {text}");
+    store.event_publish(publish_req(2)).await.unwrap();
+    drop(store);
+    let store = open(&path).await.unwrap();
+    assert_eq!(store.event_get(&acct(), p.event.id).await.unwrap(), p.event);
+    assert_eq!(store.delivery_count_by_state().await.unwrap(), vec![(DeliveryState::Pending, 2)]);
+}
+
+async fn a_missing_directory_is_a_clear_error() {
+    let e = open(Path::new("/nonexistent-dir-for-test/x.duckdb")).await.unwrap_err();
+    assert!(matches!(e, StoreError::InvalidInput(_)), "{e}");
+    assert!(e.to_string().contains("CONTROLPLANE_EMBEDDED_PATH"), "{e}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    match args.get(1).map(String::as_str) {
+        Some("child-writer") => return rt.block_on(child_writer(&PathBuf::from(&args[2]))),
+        Some("child-open") => return rt.block_on(child_open(&PathBuf::from(&args[2]))),
+        _ => {}
+    }
+    type Case = (&'static str, fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>);
+    let cases: Vec<Case> = vec![
+        ("committed_state_survives_close_and_reopen", || Box::pin(committed_state_survives_close_and_reopen())),
+        ("a_sigkilled_writer_loses_nothing_it_acknowledged", || Box::pin(a_sigkilled_writer_loses_nothing_it_acknowledged())),
+        ("a_second_process_gets_a_clear_error_and_the_file_is_intact", || {
+            Box::pin(a_second_process_gets_a_clear_error_and_the_file_is_intact())
+        }),
+        ("a_missing_directory_is_a_clear_error", || Box::pin(a_missing_directory_is_a_clear_error())),
+    ];
+    let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(case()))).is_ok();
+        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    println!("\ndurability: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

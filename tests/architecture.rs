@@ -1,0 +1,44 @@
+//! Architecture invariants (DESIGN.md section 2), checked on the manifests.
+
+use workspace_tests::{normal_dependencies, workspace_root};
+
+fn manifests() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(workspace_root().join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        out.push((name, text));
+    }
+    assert!(out.len() >= 5, "expected the workspace crates, found {}", out.len());
+    out
+}
+
+#[test]
+fn only_the_binary_depends_on_adapters() {
+    for (name, manifest) in manifests() {
+        let deps = normal_dependencies(&manifest);
+        let adapters: Vec<_> = deps.iter().filter(|d| d.starts_with("store-")).collect();
+        if name != "control-plane" {
+            assert!(adapters.is_empty(), "{name} depends on adapter(s) {adapters:?}");
+        }
+    }
+}
+
+#[test]
+fn core_knows_no_database_driver() {
+    for (name, manifest) in manifests() {
+        if name == "control-plane-core" || name == "control-plane-conformance" {
+            let deps = normal_dependencies(&manifest);
+            for banned in ["duckdb", "tokio-postgres", "deadpool-postgres"] {
+                assert!(!deps.iter().any(|d| d == banned), "{name} depends on {banned}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_manifest_parser_sees_dependencies() {
+    let m = "[package]\nname = \"x\"\n[dependencies]\nstore-embedded.workspace = true\ntokio = \"1\"\n[dev-dependencies]\nstore-postgres = \"1\"\n";
+    assert_eq!(normal_dependencies(m), vec!["store-embedded", "tokio"]);
+}
