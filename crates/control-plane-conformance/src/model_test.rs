@@ -92,12 +92,18 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
     let h = factory.open(options()).await;
     let account = AccountId::new("model").map_err(|e| e.to_string())?;
     let mut model = DeliveryModel::new(h.clock.now(), options());
-    let mut endpoints = Vec::new();
+    let mut created = Vec::new();
     for i in 0..ENDPOINTS {
         let mut req = EndpointCreateRequest::new(account.clone(), "https://example.com/m", Secret::new("whsec_bQ=="));
         req.ordered = i == 0;
-        endpoints.push(h.store.endpoint_create(req).await.map_err(|e| e.to_string())?.id);
-        model.add_endpoint(i == 0);
+        created.push((h.store.endpoint_create(req).await.map_err(|e| e.to_string())?.id, i == 0));
+    }
+    // Publish fans out in endpoint-id order; the model in index order.
+    created.sort();
+    let mut endpoints = Vec::new();
+    for (id, ordered) in created {
+        endpoints.push(id);
+        model.add_endpoint(ordered);
     }
     let mut deliveries: Vec<DeliveryId> = Vec::new();
     let mut leases: Vec<(ModelClaim, Lease)> = Vec::new();

@@ -223,27 +223,32 @@ impl DeliveryModel {
             self.apply(i, &tr);
             self.deliveries[i].token = None;
         }
-        // Candidates: closed circuits, plus the first due delivery of each
-        // circuit whose cooldown is over (the probe).
-        let mut picks: Vec<(usize, bool)> = Vec::new();
-        for i in 0..self.deliveries.len() {
-            if self.claimable(i) && self.endpoints[self.deliveries[i].endpoint].circuit.admits_claims() {
-                picks.push((i, false));
-            }
-        }
+        // Probes first: the first due delivery of each circuit whose cooldown
+        // is over. Then ordinary candidates on closed circuits fill the rest.
+        let key = |m: &Self, i: usize| (m.deliveries[i].due_at, m.deliveries[i].seq);
+        let mut probes: Vec<usize> = Vec::new();
         for e in 0..self.endpoints.len() {
             if !self.endpoints[e].circuit.probe_due(now) {
                 continue;
             }
             let first = (0..self.deliveries.len())
                 .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
-                .min_by_key(|&i| (self.deliveries[i].due_at, self.deliveries[i].seq));
-            if let Some(i) = first {
-                picks.push((i, true));
-            }
+                .min_by_key(|&i| key(self, i));
+            probes.extend(first);
         }
-        picks.sort_by_key(|&(i, _)| (self.deliveries[i].due_at, self.deliveries[i].seq));
-        picks.truncate(limit as usize);
+        probes.sort_by_key(|&i| key(self, i));
+        probes.truncate(limit as usize);
+        let mut normal: Vec<usize> = (0..self.deliveries.len())
+            .filter(|&i| self.claimable(i) && self.endpoints[self.deliveries[i].endpoint].circuit.admits_claims())
+            .collect();
+        normal.sort_by_key(|&i| key(self, i));
+        normal.truncate(limit as usize - probes.len());
+        let mut picks: Vec<(usize, bool)> = probes
+            .into_iter()
+            .map(|i| (i, true))
+            .chain(normal.into_iter().map(|i| (i, false)))
+            .collect();
+        picks.sort_by_key(|&(i, _)| key(self, i));
         let mut out = Vec::new();
         for (i, probe) in picks {
             let token = self.next_token;

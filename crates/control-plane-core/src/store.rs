@@ -184,7 +184,8 @@ pub trait DeliveryStore: Send + Sync {
     ///   the number of concurrent claimers (`claim_is_exclusive_under_concurrent_claimers`).
     /// - The attempt number increments at claim (`claim_increments_attempt_number`).
     /// - Disabled endpoints and open circuits are skipped; after the cooldown
-    ///   exactly one delivery is claimed as the probe (`circuit_admits_exactly_one_probe_after_cooldown`).
+    ///   exactly one delivery is claimed as the probe, ahead of ordinary ones
+    ///   (`circuit_admits_exactly_one_probe_after_cooldown`).
     /// - An ordered endpoint has one delivery in flight, the lowest sequence not
     ///   yet final (`ordered_endpoint_has_one_delivery_in_flight_lowest_first`).
     ///

@@ -307,32 +307,35 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     let pick = |r: &Row<'_>| -> duckdb::Result<(DeliveryId, EndpointId, i64, i64)> {
         Ok((DeliveryId(col_uuid(r, 0)?), EndpointId(col_uuid(r, 1)?), r.get(2)?, r.get(3)?))
     };
+    // Probes first (one per circuit whose cooldown is over), then ordinary
+    // candidates on closed circuits fill the rest of the limit.
     let mut picks: Vec<((DeliveryId, EndpointId, i64, i64), bool)> = Vec::new();
     {
+        let mut st = t
+            .prepare(&format!(
+                "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+                 WHERE {CLAIMABLE} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
+                 QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
+                 ORDER BY d.due_at, d.seq LIMIT $2"
+            ))
+            .db()?;
+        let rows = st.query_map(params![now, req.limit], pick).db()?;
+        for r in rows {
+            picks.push((r.db()?, true));
+        }
+        let rest = req.limit as usize - picks.len();
         let mut st = t
             .prepare(&format!(
                 "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
                  WHERE {CLAIMABLE} AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
             ))
             .db()?;
-        let rows = st.query_map(params![now, req.limit], pick).db()?;
+        let rows = st.query_map(params![now, rest as i64], pick).db()?;
         for r in rows {
             picks.push((r.db()?, false));
         }
-        let mut st = t
-            .prepare(&format!(
-                "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {CLAIMABLE} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
-                 QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1"
-            ))
-            .db()?;
-        let rows = st.query_map(params![now], pick).db()?;
-        for r in rows {
-            picks.push((r.db()?, true));
-        }
     }
     picks.sort_by_key(|((_, _, due, seq), _)| (*due, *seq));
-    picks.truncate(req.limit as usize);
 
     let expires = t.now.plus(req.lease_for);
     let mut out = Vec::with_capacity(picks.len());

@@ -1,1 +1,187 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+mod attempt;
+mod config;
+mod delivery;
+mod endpoint;
+mod error;
+mod store;
+mod util;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::*;
+
+pub use config::PostgresConfig;
+pub use store::PostgresStore;
+use store::in_tx;
+
+impl PostgresStore {
+    /// The outbox: publishes inside the caller's own transaction, so the
+    /// event and its deliveries commit or roll back with the caller's
+    /// business write. The caller's connection must reach this store's
+    /// schema (its `search_path`, as [`PostgresStore::schema`] names).
+    ///
+    /// # Errors
+    /// As [`DeliveryStore::event_publish_batch`]; an error leaves the caller's
+    /// transaction to be rolled back.
+    pub async fn publish_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        reqs: Vec<PublishRequest>,
+    ) -> StoreResult<Vec<Published>> {
+        delivery::publish(tx, self.now(), &self.options, reqs).await
+    }
+}
+
+#[async_trait]
+impl EndpointStore for PostgresStore {
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+        in_tx!(self, |tx| endpoint::create(&tx, self.now(), req))
+    }
+
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+        in_tx!(self, |tx| endpoint::get(&tx, account, id))
+    }
+
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+        in_tx!(self, |tx| endpoint::list(&tx, account))
+    }
+
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint> {
+        in_tx!(self, |tx| endpoint::update(&tx, self.now(), account, id, req))
+    }
+
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint> {
+        in_tx!(self, |tx| endpoint::rotate_secret(&tx, self.now(), account, id, secret, grace))
+    }
+
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<String>,
+    ) -> StoreResult<Endpoint> {
+        in_tx!(self, |tx| endpoint::set_enabled(&tx, self.now(), account, id, enabled, reason))
+    }
+
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+        in_tx!(self, |tx| endpoint::delete(&tx, self.now(), account, id))
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for PostgresStore {
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+        let mut v = self.event_publish_batch(vec![req]).await?;
+        v.pop().ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+    }
+
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        in_tx!(self, |tx| delivery::publish(&tx, self.now(), &self.options, reqs))
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        in_tx!(self, |tx| delivery::event_get(&tx, account, id))
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        in_tx!(self, |tx| delivery::enqueue(&tx, self.now(), &self.options, account, endpoint, event))
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        in_tx!(self, |tx| delivery::claim(&tx, self.now(), &self.options, req))
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        in_tx!(self, |tx| delivery::extend(&tx, self.now(), lease, lease_for))
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        in_tx!(self, |tx| delivery::release(&tx, self.now(), lease))
+    }
+
+    async fn delivery_record_outcome(
+        &self,
+        lease: &Lease,
+        outcome: DeliveryOutcome,
+    ) -> StoreResult<OutcomeRecorded> {
+        in_tx!(self, |tx| delivery::record_outcome(&tx, self.now(), &self.options, lease, outcome))
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        in_tx!(self, |tx| delivery::replay(&tx, self.now(), &self.options, account, id))
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        in_tx!(self, |tx| delivery::get(&tx, account, id))
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        in_tx!(self, |tx| delivery::list(&tx, req))
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        in_tx!(self, |tx| delivery::count_by_state(&tx))
+    }
+}
+
+#[async_trait]
+impl AttemptLogStore for PostgresStore {
+    async fn attempt_list_for_delivery(
+        &self,
+        account: &AccountId,
+        id: DeliveryId,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        in_tx!(self, |tx| attempt::list_for_delivery(&tx, account, id))
+    }
+
+    async fn attempt_list_for_endpoint(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        page: PageRequest,
+    ) -> StoreResult<Page<AttemptRecord>> {
+        in_tx!(self, |tx| attempt::list_for_endpoint(&tx, account, id, page))
+    }
+}
+
+#[async_trait]
+impl CircuitStore for PostgresStore {
+    async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+        in_tx!(self, |tx| endpoint::circuit_of(&tx, account, id))
+    }
+}
+
+#[async_trait]
+impl ControlPlaneStore for PostgresStore {
+    fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let client = self.pool.get().await.map_err(error::map_pool)?;
+        client.simple_query("SELECT 1").await.map_err(error::map)?;
+        Ok(())
+    }
+}

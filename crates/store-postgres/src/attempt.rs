@@ -1,0 +1,108 @@
+//! The append-only attempt log.
+
+use control_plane_core::policy::AttemptDraft;
+use control_plane_core::{
+    AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult, Timestamp,
+};
+use tokio_postgres::{Row, Transaction};
+
+use crate::error::PgResultExt;
+use crate::util::{ts_opt, u32_of};
+
+const ATTEMPT_COLS: &str = "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+     latency_ms, will_retry, next_attempt_at, recorded_at";
+
+fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        id: r.get(0),
+        delivery_id: DeliveryId(r.get(1)),
+        endpoint_id: EndpointId(r.get(2)),
+        account: AccountId::new(r.get::<_, String>(3))?,
+        attempt: u32_of(r.get(4)),
+        result: r.get::<_, String>(5).parse()?,
+        status_code: r.get::<_, Option<i64>>(6).and_then(|c| u16::try_from(c).ok()),
+        error: r.get(7),
+        latency_ms: u64::try_from(r.get::<_, i64>(8)).unwrap_or(0),
+        will_retry: r.get(9),
+        next_attempt_at: ts_opt(r.get(10)),
+        recorded_at: Timestamp::from_millis(r.get(11)),
+    })
+}
+
+pub(crate) async fn insert(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    delivery: DeliveryId,
+    endpoint: EndpointId,
+    account: &AccountId,
+    attempt: u32,
+    a: &AttemptDraft,
+) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
+         will_retry, next_attempt_at, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        &[
+            &delivery.0,
+            &endpoint.0,
+            &account.as_str(),
+            &i64::from(attempt),
+            &a.result.as_str(),
+            &a.status_code.map(i64::from),
+            &a.error,
+            &i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
+            &a.will_retry,
+            &a.next_attempt_at.map(Timestamp::as_millis),
+            &now.as_millis(),
+        ],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn list_for_delivery(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: DeliveryId,
+) -> StoreResult<Vec<AttemptRecord>> {
+    crate::delivery::get(tx, account, id).await?;
+    let rows = tx
+        .query(&format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"), &[&id.0])
+        .await
+        .db()?;
+    rows.iter().map(row_to_attempt).collect()
+}
+
+pub(crate) async fn list_for_endpoint(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    page: PageRequest,
+) -> StoreResult<Page<AttemptRecord>> {
+    page.validate()?;
+    let known = tx
+        .query_opt("SELECT 1 FROM endpoints WHERE id = $1 AND account = $2", &[&id.0, &account.as_str()])
+        .await
+        .db()?;
+    if known.is_none() {
+        return Err(StoreError::not_found("endpoint", id));
+    }
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::bigint IS NULL OR id < $2) \
+                 ORDER BY id DESC LIMIT $3"
+            ),
+            &[&id.0, &page.after, &(i64::from(page.limit) + 1)],
+        )
+        .await
+        .db()?;
+    let mut items = rows.iter().map(row_to_attempt).collect::<StoreResult<Vec<_>>>()?;
+    let next = if items.len() > page.limit as usize {
+        items.truncate(page.limit as usize);
+        items.last().map(|a| a.id)
+    } else {
+        None
+    };
+    Ok(Page { items, next })
+}

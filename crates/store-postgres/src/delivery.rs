@@ -1,0 +1,576 @@
+//! Events, fan-out and the delivery queue: claims with `FOR UPDATE SKIP LOCKED`
+//! and leases fenced by token (ADR 0002, ADR 0005).
+
+use std::time::Duration;
+
+use control_plane_core::policy::{plan_lease_expiry, plan_outcome, Transition};
+use control_plane_core::types::validate_limit;
+use control_plane_core::{
+    AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
+    DeliveryOutcome, DeliveryState, Enqueued, EndpointId, Event, EventId, Lease, LeaseToken,
+    OutcomeRecorded, Page, Published, PublishRequest, Secret, SigningSecrets, StoreError,
+    StoreOptions, StoreResult, Timestamp,
+};
+use tokio_postgres::{Row, Transaction};
+use uuid::Uuid;
+
+use crate::attempt;
+use crate::endpoint;
+use crate::error::PgResultExt;
+use crate::util::{ts_opt, u32_of};
+
+const DELIVERY_COLS: &str = "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
+     d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at";
+
+fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
+    Ok(Delivery {
+        id: DeliveryId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        endpoint_id: EndpointId(r.get(2)),
+        event_id: EventId(r.get(3)),
+        seq: r.get(4),
+        state: r.get::<_, String>(5).parse()?,
+        attempts: u32_of(r.get(6)),
+        max_attempts: u32_of(r.get(7)),
+        due_at: Timestamp::from_millis(r.get(8)),
+        lease_expires_at: ts_opt(r.get(9)),
+        last_error: r.get(10),
+        created_at: Timestamp::from_millis(r.get(11)),
+        updated_at: Timestamp::from_millis(r.get(12)),
+    })
+}
+
+const EVENT_COLS: &str = "id, account, event_type, body, idempotency_key, created_at";
+
+fn row_to_event(r: &Row) -> StoreResult<Event> {
+    Ok(Event {
+        id: EventId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        event_type: r.get(2),
+        body: r.get(3),
+        idempotency_key: r.get(4),
+        created_at: Timestamp::from_millis(r.get(5)),
+    })
+}
+
+pub(crate) async fn event_get(tx: &Transaction<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
+    let row = tx
+        .query_opt(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 AND account = $2"), &[&id.0, &account.as_str()])
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("event", id))?;
+    row_to_event(&row)
+}
+
+async fn deliveries_of_event(tx: &Transaction<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
+    let rows = tx
+        .query("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id", &[&event.0])
+        .await
+        .db()?;
+    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
+}
+
+/// Inserts the delivery of `(endpoint, event)` unless it exists; `Some(id)` when this call created it.
+async fn insert_delivery(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    account: &AccountId,
+    endpoint: EndpointId,
+    event: EventId,
+) -> StoreResult<Option<DeliveryId>> {
+    let id = DeliveryId::new();
+    let row = tx
+        .query_opt(
+            "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+             due_at, created_at, updated_at) VALUES ($1, $2, $3, $4, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6) \
+             ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id",
+            &[&id.0, &account.as_str(), &endpoint.0, &event.0, &i64::from(options.max_attempts), &now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(row.map(|r| DeliveryId(r.get(0))))
+}
+
+/// Locks the ordered endpoints among `targets` (in id order, so publishers
+/// never deadlock), so their sequence numbers follow commit order.
+async fn lock_ordered(tx: &Transaction<'_>, targets: &[EndpointId]) -> StoreResult<()> {
+    let ids: Vec<Uuid> = targets.iter().map(|e| e.0).collect();
+    tx.query(
+        "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE",
+        &[&ids],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+/// Publishes every request inside `tx`: the caller's transaction for the
+/// outbox, or one from the pool.
+pub(crate) async fn publish(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    reqs: Vec<PublishRequest>,
+) -> StoreResult<Vec<Published>> {
+    for r in &reqs {
+        r.validate()?;
+    }
+    let mut out = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        let event = Event {
+            id: EventId::new(),
+            account: req.account.clone(),
+            event_type: req.event_type.clone(),
+            body: req.body(now),
+            idempotency_key: req.idempotency_key.clone(),
+            created_at: now,
+        };
+        let inserted = tx
+            .query_opt(
+                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
+                &[
+                    &event.id.0,
+                    &event.account.as_str(),
+                    &event.event_type,
+                    &event.body,
+                    &event.idempotency_key,
+                    &now.as_millis(),
+                ],
+            )
+            .await
+            .db()?;
+        if inserted.is_none() {
+            let row = tx
+                .query_one(
+                    &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
+                    &[&req.account.as_str(), &req.idempotency_key],
+                )
+                .await
+                .db()?;
+            let first = row_to_event(&row)?;
+            let deliveries = deliveries_of_event(tx, first.id).await?;
+            out.push(Published { event: first, deliveries, created: false });
+            continue;
+        }
+        let mut targets: Vec<EndpointId> = endpoint::list(tx, &req.account)
+            .await?
+            .into_iter()
+            .filter(|e| e.accepts(&req.event_type))
+            .map(|e| e.id)
+            .collect();
+        targets.sort();
+        lock_ordered(tx, &targets).await?;
+        let mut deliveries = Vec::with_capacity(targets.len());
+        for e in targets {
+            let id = insert_delivery(tx, now, options, &req.account, e, event.id)
+                .await?
+                .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
+            deliveries.push(id);
+        }
+        out.push(Published { event, deliveries, created: true });
+    }
+    Ok(out)
+}
+
+pub(crate) async fn enqueue(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    account: &AccountId,
+    endpoint_id: EndpointId,
+    event: EventId,
+) -> StoreResult<Enqueued> {
+    endpoint::get(tx, account, endpoint_id).await?;
+    event_get(tx, account, event).await?;
+    lock_ordered(tx, &[endpoint_id]).await?;
+    if let Some(id) = insert_delivery(tx, now, options, account, endpoint_id, event).await? {
+        return Ok(Enqueued { delivery_id: id, won: true });
+    }
+    let row = tx
+        .query_one("SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2", &[&endpoint_id.0, &event.0])
+        .await
+        .db()?;
+    Ok(Enqueued { delivery_id: DeliveryId(row.get(0)), won: false })
+}
+
+/// The fields of a delivery a transition needs.
+struct LeaseRow {
+    id: DeliveryId,
+    account: AccountId,
+    endpoint_id: EndpointId,
+    attempts: u32,
+    max_attempts: u32,
+    due_at: Timestamp,
+    state: DeliveryState,
+    lease_token: Option<Uuid>,
+    lease_expires_at: Option<Timestamp>,
+    last_outcome: Option<String>,
+}
+
+const LEASE_COLS: &str = "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
+     lease_expires_at, last_outcome";
+
+fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
+    Ok(LeaseRow {
+        id: DeliveryId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        endpoint_id: EndpointId(r.get(2)),
+        attempts: u32_of(r.get(3)),
+        max_attempts: u32_of(r.get(4)),
+        due_at: Timestamp::from_millis(r.get(5)),
+        state: r.get::<_, String>(6).parse()?,
+        lease_token: r.get(7),
+        lease_expires_at: ts_opt(r.get(8)),
+        last_outcome: r.get(9),
+    })
+}
+
+/// The row under its lock.
+async fn lock_row(tx: &Transaction<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
+    tx.query_opt(&format!("SELECT {LEASE_COLS} FROM deliveries WHERE id = $1 FOR UPDATE"), &[&id.0])
+        .await
+        .db()?
+        .as_ref()
+        .map(row_to_lease_row)
+        .transpose()
+}
+
+/// The locked row, if `lease` is its current lease.
+async fn lock_leased(tx: &Transaction<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
+    Ok(lock_row(tx, lease.delivery_id)
+        .await?
+        .filter(|r| r.state == DeliveryState::Leased && r.lease_token == Some(lease.token.0)))
+}
+
+/// Writes a transition: the delivery, its attempt-log row, a disable.
+async fn apply(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    row: &LeaseRow,
+    tr: &Transition,
+    keep_token: Option<Uuid>,
+    outcome_kind: Option<&str>,
+) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE deliveries SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
+         leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 WHERE id = $7",
+        &[
+            &tr.state.as_str(),
+            &tr.due_at.as_millis(),
+            &tr.last_error,
+            &keep_token,
+            &outcome_kind,
+            &now.as_millis(),
+            &row.id.0,
+        ],
+    )
+    .await
+    .db()?;
+    attempt::insert(tx, now, row.id, row.endpoint_id, &row.account, row.attempts, &tr.attempt).await?;
+    if let Some(reason) = &tr.disable_reason {
+        endpoint::disable(tx, now, row.endpoint_id, reason).await?;
+    }
+    Ok(())
+}
+
+/// Logs and frees leases that expired by `now`; replicas split the work
+/// through `SKIP LOCKED`.
+async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp, options: &StoreOptions) -> StoreResult<()> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {LEASE_COLS} FROM deliveries WHERE state = 'leased' AND lease_expires_at <= $1 \
+                 ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED"
+            ),
+            &[&now.as_millis()],
+        )
+        .await
+        .db()?;
+    for r in &rows {
+        let row = row_to_lease_row(r)?;
+        let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+        let probe = circuit.is_probe(row.id);
+        let tr = plan_lease_expiry(row.attempts, row.max_attempts, row.due_at, &mut circuit, probe, now, options);
+        if probe {
+            endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+        }
+        apply(tx, now, &row, &tr, None, None).await?;
+    }
+    Ok(())
+}
+
+/// Pending, due, on a live enabled endpoint, and the head of an ordered one.
+const CLAIMABLE: &str = "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
+          WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
+
+/// Leases the rows of the CTE `c` and returns them with what a sender needs.
+const LEASE_AND_RETURN: &str = "UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, \
+     lease_token = gen_random_uuid(), lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $1 \
+     FROM c, events ev, endpoints e WHERE d.id = c.id AND ev.id = d.event_id AND e.id = d.endpoint_id \
+     RETURNING d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, d.max_attempts, d.due_at, \
+     d.lease_expires_at, d.last_error, d.created_at, d.updated_at, ev.event_type, ev.body, e.url, e.secret, \
+     e.previous_secret, e.previous_expires_at, d.lease_token";
+
+fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
+    let delivery = row_to_delivery(r)?;
+    Ok(ClaimedDelivery {
+        lease: Lease {
+            delivery_id: delivery.id,
+            token: LeaseToken(r.get(19)),
+            attempt: delivery.attempts,
+            expires_at: delivery.lease_expires_at.unwrap_or(delivery.due_at),
+        },
+        delivery,
+        event_type: r.get(13),
+        body: r.get(14),
+        url: r.get(15),
+        secrets: SigningSecrets {
+            current: Secret::new(r.get::<_, String>(16)),
+            previous: r.get::<_, Option<String>>(17).map(Secret::new),
+            previous_expires_at: ts_opt(r.get(18)),
+        },
+        probe,
+    })
+}
+
+pub(crate) async fn claim(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    req: ClaimRequest,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    validate_limit(req.limit)?;
+    if req.lease_for.is_zero() {
+        return Err(StoreError::InvalidInput("lease_for must be longer than zero".into()));
+    }
+    sweep_expired(tx, now, options).await?;
+    let now_ms = now.as_millis();
+    let expires = now.plus(req.lease_for).as_millis();
+    let mut out = Vec::new();
+
+    // Probes first. Locking the circuit row (skipping locked ones) makes
+    // exactly one replica the prober of each endpoint.
+    let open = tx
+        .query(
+            "SELECT endpoint_id FROM circuits WHERE mode = 'open' AND open_until <= $1 FOR UPDATE SKIP LOCKED",
+            &[&now_ms],
+        )
+        .await
+        .db()?;
+    if !open.is_empty() {
+        let mut candidates: Vec<(i64, i64, Uuid, Uuid)> = Vec::new();
+        for r in &open {
+            let endpoint_id: Uuid = r.get(0);
+            let found = tx
+                .query_opt(
+                    &format!(
+                        "SELECT d.id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+                         WHERE d.endpoint_id = $2 AND {CLAIMABLE} ORDER BY d.due_at, d.seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
+                    ),
+                    &[&now_ms, &endpoint_id],
+                )
+                .await
+                .db()?;
+            if let Some(f) = found {
+                candidates.push((f.get(1), f.get(2), f.get(0), endpoint_id));
+            }
+        }
+        candidates.sort();
+        candidates.truncate(req.limit as usize);
+        for (_, _, id, endpoint_id) in candidates {
+            let rows = tx
+                .query(
+                    &format!("WITH c AS (SELECT $2::uuid AS id) {LEASE_AND_RETURN}"),
+                    &[&now_ms, &id, &expires, &req.worker],
+                )
+                .await
+                .db()?;
+            for r in &rows {
+                out.push(row_to_claimed(r, true)?);
+            }
+            let mut c = endpoint::load_circuit(tx, EndpointId(endpoint_id), false).await?;
+            c.start_probe(DeliveryId(id));
+            endpoint::save_circuit(tx, EndpointId(endpoint_id), &c).await?;
+        }
+    }
+
+    let rest = i64::from(req.limit) - out.len() as i64;
+    if rest > 0 {
+        // One statement: lock due rows in claim order, skipping rows other
+        // replicas hold, and lease them. A locking CTE is never inlined, so
+        // LIMIT bounds the rows updated.
+        let rows = tx
+            .query(
+                &format!(
+                    "WITH c AS (SELECT d.id FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+                     JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
+                     WHERE {CLAIMABLE} AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
+                     FOR UPDATE OF d SKIP LOCKED) {LEASE_AND_RETURN}"
+                ),
+                &[&now_ms, &rest, &expires, &req.worker],
+            )
+            .await
+            .db()?;
+        for r in &rows {
+            out.push(row_to_claimed(r, false)?);
+        }
+    }
+    out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
+    Ok(out)
+}
+
+pub(crate) async fn extend(tx: &Transaction<'_>, now: Timestamp, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+    let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
+    if row.lease_expires_at.is_some_and(|e| e <= now) {
+        return Err(StoreError::LeaseLost);
+    }
+    let expires_at = now.plus(lease_for);
+    tx.execute(
+        "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
+        &[&expires_at.as_millis(), &now.as_millis(), &row.id.0],
+    )
+    .await
+    .db()?;
+    Ok(Lease { expires_at, ..lease.clone() })
+}
+
+pub(crate) async fn release(tx: &Transaction<'_>, now: Timestamp, lease: &Lease) -> StoreResult<()> {
+    let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
+    let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+    if circuit.is_probe(row.id) {
+        circuit.cancel_probe(row.id);
+        endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+    }
+    tx.execute(
+        "UPDATE deliveries SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE id = $2",
+        &[&now.as_millis(), &row.id.0],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn record_outcome(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    lease: &Lease,
+    outcome: DeliveryOutcome,
+) -> StoreResult<OutcomeRecorded> {
+    let row = lock_row(tx, lease.delivery_id).await?.ok_or(StoreError::LeaseLost)?;
+    let same_token = row.lease_token == Some(lease.token.0);
+    if !(same_token && row.state == DeliveryState::Leased) {
+        return match row.last_outcome.as_deref() {
+            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded { state: row.state, duplicate: true }),
+            Some(k) if same_token => Err(StoreError::Conflict(format!(
+                "a different outcome ({k}) was already recorded with this lease"
+            ))),
+            _ => Err(StoreError::LeaseLost),
+        };
+    }
+    // A success on a healthy circuit changes nothing there: skip its row lock,
+    // which every delivery to a busy endpoint would otherwise queue on.
+    let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, false).await?;
+    let untouched = outcome.is_success() && circuit == control_plane_core::Circuit::closed();
+    if !untouched {
+        circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+    }
+    let before = circuit.clone();
+    let probe = circuit.is_probe(row.id);
+    let tr = plan_outcome(row.attempts, row.max_attempts, row.due_at, &outcome, &mut circuit, probe, now, options);
+    if circuit != before {
+        endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+    }
+    apply(tx, now, &row, &tr, Some(lease.token.0), Some(outcome.kind())).await?;
+    Ok(OutcomeRecorded { state: tr.state, duplicate: false })
+}
+
+pub(crate) async fn get(tx: &Transaction<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.id = $1 AND d.account = $2"),
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("delivery", id))?;
+    row_to_delivery(&row)
+}
+
+pub(crate) async fn replay(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    account: &AccountId,
+    id: DeliveryId,
+) -> StoreResult<Delivery> {
+    let d = get(tx, account, id).await?;
+    let row = lock_row(tx, id).await?.ok_or_else(|| StoreError::not_found("delivery", id))?;
+    if row.state != DeliveryState::Dead {
+        return Err(StoreError::Conflict(format!(
+            "delivery {id} is {}; only dead deliveries can be replayed",
+            row.state.as_str()
+        )));
+    }
+    let deleted: bool = tx
+        .query_opt("SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1", &[&d.endpoint_id.0])
+        .await
+        .db()?
+        .map_or(true, |r| r.get(0));
+    if deleted {
+        return Err(StoreError::Conflict(format!("delivery {id} cannot be replayed: its endpoint was removed")));
+    }
+    tx.execute(
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+         last_outcome = NULL, updated_at = $1 WHERE id = $3",
+        &[&now.as_millis(), &i64::from(options.max_attempts), &id.0],
+    )
+    .await
+    .db()?;
+    get(tx, account, id).await
+}
+
+pub(crate) async fn list(tx: &Transaction<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+    req.page.validate()?;
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
+                 AND ($2::text IS NULL OR d.state = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
+                 AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
+                 ORDER BY d.seq DESC LIMIT $6"
+            ),
+            &[
+                &req.account.as_str(),
+                &req.state.map(DeliveryState::as_str),
+                &req.endpoint_id.map(|e| e.0),
+                &req.event_id.map(|e| e.0),
+                &req.page.after,
+                &(i64::from(req.page.limit) + 1),
+            ],
+        )
+        .await
+        .db()?;
+    let mut items = rows.iter().map(row_to_delivery).collect::<StoreResult<Vec<_>>>()?;
+    let next = if items.len() > req.page.limit as usize {
+        items.truncate(req.page.limit as usize);
+        items.last().map(|d| d.seq)
+    } else {
+        None
+    };
+    Ok(Page { items, next })
+}
+
+pub(crate) async fn count_by_state(tx: &Transaction<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
+    let rows = tx
+        .query("SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state", &[])
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| Ok((r.get::<_, String>(0).parse()?, u64::try_from(r.get::<_, i64>(1)).unwrap_or(0))))
+        .collect()
+}

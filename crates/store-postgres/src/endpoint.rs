@@ -1,0 +1,242 @@
+//! Endpoints and their circuits.
+
+use std::time::Duration;
+
+use control_plane_core::types::validate_endpoint_url;
+use control_plane_core::{
+    AccountId, Circuit, CircuitMode, DeliveryId, Endpoint, EndpointCreateRequest, EndpointId,
+    EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
+};
+use tokio_postgres::{Row, Transaction};
+use uuid::Uuid;
+
+use crate::error::PgResultExt;
+use crate::util::{ts_opt, u32_of};
+
+pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at";
+
+pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
+    let types: serde_json::Value = r.get(6);
+    let event_types: Vec<String> = serde_json::from_value(types)
+        .map_err(|e| StoreError::Backend(format!("stored event types: {e}")))?;
+    Ok(Endpoint {
+        id: EndpointId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        url: r.get(2),
+        secrets: SigningSecrets {
+            current: Secret::new(r.get::<_, String>(3)),
+            previous: r.get::<_, Option<String>>(4).map(Secret::new),
+            previous_expires_at: ts_opt(r.get(5)),
+        },
+        event_types,
+        enabled: r.get(7),
+        disabled_reason: r.get(8),
+        rate_limit_per_s: r.get::<_, Option<i64>>(9).map(u32_of),
+        ordered: r.get(10),
+        description: r.get(11),
+        created_at: Timestamp::from_millis(r.get(12)),
+        updated_at: Timestamp::from_millis(r.get(13)),
+    })
+}
+
+pub(crate) async fn create(tx: &Transaction<'_>, now: Timestamp, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+    validate_endpoint_url(&req.url)?;
+    let id = EndpointId::new();
+    let types = serde_json::to_value(&req.event_types).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+    tx.execute(
+        "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
+         description, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9)",
+        &[
+            &id.0,
+            &req.account.as_str(),
+            &req.url,
+            &req.secret.expose(),
+            &types,
+            &req.rate_limit_per_s.map(i64::from),
+            &req.ordered,
+            &req.description,
+            &now.as_millis(),
+        ],
+    )
+    .await
+    .db()?;
+    tx.execute(
+        "INSERT INTO circuits (endpoint_id, mode, failures, reopen_count) VALUES ($1, 'closed', 0, 0)",
+        &[&id.0],
+    )
+    .await
+    .db()?;
+    get(tx, &req.account, id).await
+}
+
+pub(crate) async fn get(tx: &Transaction<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1 AND account = $2 AND deleted_at IS NULL"),
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("endpoint", id))?;
+    row_to_endpoint(&row)
+}
+
+pub(crate) async fn list(tx: &Transaction<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
+            ),
+            &[&account.as_str()],
+        )
+        .await
+        .db()?;
+    rows.iter().map(row_to_endpoint).collect()
+}
+
+pub(crate) async fn update(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    account: &AccountId,
+    id: EndpointId,
+    req: EndpointUpdateRequest,
+) -> StoreResult<Endpoint> {
+    let mut e = get(tx, account, id).await?;
+    if let Some(url) = req.url {
+        validate_endpoint_url(&url)?;
+        e.url = url;
+    }
+    if let Some(types) = req.event_types {
+        e.event_types = types;
+    }
+    if let Some(o) = req.ordered {
+        e.ordered = o;
+    }
+    if let Some(r) = req.rate_limit_per_s {
+        e.rate_limit_per_s = r;
+    }
+    if let Some(d) = req.description {
+        e.description = d;
+    }
+    let types = serde_json::to_value(&e.event_types).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+    tx.execute(
+        "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
+         description = $5, updated_at = $6 WHERE id = $7",
+        &[&e.url, &types, &e.ordered, &e.rate_limit_per_s.map(i64::from), &e.description, &now.as_millis(), &id.0],
+    )
+    .await
+    .db()?;
+    get(tx, account, id).await
+}
+
+pub(crate) async fn rotate_secret(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    account: &AccountId,
+    id: EndpointId,
+    secret: Secret,
+    grace: Duration,
+) -> StoreResult<Endpoint> {
+    let e = get(tx, account, id).await?;
+    tx.execute(
+        "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
+        &[&secret.expose(), &e.secrets.current.expose(), &now.plus(grace).as_millis(), &now.as_millis(), &id.0],
+    )
+    .await
+    .db()?;
+    get(tx, account, id).await
+}
+
+pub(crate) async fn set_enabled(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    account: &AccountId,
+    id: EndpointId,
+    enabled: bool,
+    reason: Option<String>,
+) -> StoreResult<Endpoint> {
+    get(tx, account, id).await?;
+    let reason = if enabled { None } else { reason.or_else(|| Some("disabled by an operator".into())) };
+    tx.execute(
+        "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
+        &[&enabled, &reason, &now.as_millis(), &id.0],
+    )
+    .await
+    .db()?;
+    get(tx, account, id).await
+}
+
+/// Disables an endpoint for a reason the store found (410, failing window).
+pub(crate) async fn disable(tx: &Transaction<'_>, now: Timestamp, id: EndpointId, reason: &str) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
+        &[&reason, &now.as_millis(), &id.0],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn delete(tx: &Transaction<'_>, now: Timestamp, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+    get(tx, account, id).await?;
+    tx.execute("UPDATE endpoints SET deleted_at = $1, updated_at = $1 WHERE id = $2", &[&now.as_millis(), &id.0])
+        .await
+        .db()?;
+    tx.execute(
+        "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
+         WHERE endpoint_id = $2 AND state IN ('pending', 'leased')",
+        &[&now.as_millis(), &id.0],
+    )
+    .await
+    .db()
+}
+
+fn row_to_circuit(r: &Row) -> Circuit {
+    let mode: String = r.get(0);
+    Circuit {
+        mode: CircuitMode::parse(&mode).unwrap_or(CircuitMode::Closed),
+        consecutive_failures: u32_of(r.get(1)),
+        open_until: ts_opt(r.get(2)),
+        reopen_count: u32_of(r.get(3)),
+        failing_since: ts_opt(r.get(4)),
+        probe: r.get::<_, Option<Uuid>>(5).map(DeliveryId),
+    }
+}
+
+const CIRCUIT_COLS: &str = "mode, failures, open_until, reopen_count, failing_since, probe";
+
+/// The circuit of an endpoint; `lock` takes its row lock for a read-modify-write.
+pub(crate) async fn load_circuit(tx: &Transaction<'_>, id: EndpointId, lock: bool) -> StoreResult<Circuit> {
+    let sql = format!(
+        "SELECT {CIRCUIT_COLS} FROM circuits WHERE endpoint_id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let row = tx.query_opt(&sql, &[&id.0]).await.db()?.ok_or_else(|| StoreError::not_found("endpoint", id))?;
+    Ok(row_to_circuit(&row))
+}
+
+pub(crate) async fn save_circuit(tx: &Transaction<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE circuits SET mode = $1, failures = $2, open_until = $3, reopen_count = $4, failing_since = $5, \
+         probe = $6 WHERE endpoint_id = $7",
+        &[
+            &c.mode.as_str(),
+            &i64::from(c.consecutive_failures),
+            &c.open_until.map(Timestamp::as_millis),
+            &i64::from(c.reopen_count),
+            &c.failing_since.map(Timestamp::as_millis),
+            &c.probe.map(|p| p.0),
+            &id.0,
+        ],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn circuit_of(tx: &Transaction<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+    get(tx, account, id).await?;
+    load_circuit(tx, id, false).await
+}

@@ -1,0 +1,62 @@
+//! The one place PostgreSQL and pool errors become [`StoreError`]s.
+
+use control_plane_core::StoreError;
+use deadpool_postgres::{PoolError, TimeoutType};
+use tokio_postgres::error::SqlState;
+
+/// Classifies a driver error by SQLSTATE.
+pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        let msg = format!("{} ({})", db.message(), code.code());
+        return if *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::LOCK_NOT_AVAILABLE
+            || *code == SqlState::QUERY_CANCELED
+        {
+            StoreError::Busy(msg)
+        } else if *code == SqlState::UNIQUE_VIOLATION {
+            StoreError::Conflict(msg)
+        } else if code.code().starts_with("08")
+            || code.code().starts_with("57P")
+            || *code == SqlState::TOO_MANY_CONNECTIONS
+        {
+            StoreError::Unavailable(msg)
+        } else {
+            StoreError::Backend(format!("postgres: {msg}"))
+        };
+    }
+    if e.is_closed() || e.to_string().contains("connection") || e.to_string().contains("io error") {
+        return StoreError::Unavailable(format!("postgres connection lost: {e}"));
+    }
+    StoreError::Backend(format!("postgres: {e}"))
+}
+
+/// Classifies a pool error, saying which stage timed out.
+pub(crate) fn map_pool(e: PoolError) -> StoreError {
+    match e {
+        PoolError::Timeout(TimeoutType::Wait) => StoreError::Unavailable(
+            "timed out waiting for a free connection in the pool; raise CONTROLPLANE_POOL_SIZE or lower the load".into(),
+        ),
+        PoolError::Timeout(TimeoutType::Create) => StoreError::Unavailable(
+            "timed out connecting to PostgreSQL; check that the server is up and CONTROLPLANE_DATABASE_URL".into(),
+        ),
+        PoolError::Timeout(TimeoutType::Recycle) => {
+            StoreError::Unavailable("timed out checking a pooled connection".into())
+        }
+        PoolError::Backend(e) => map(e),
+        PoolError::Closed => StoreError::Unavailable("the connection pool is closed".into()),
+        other => StoreError::Unavailable(format!("connection pool: {other}")),
+    }
+}
+
+/// `?` on driver results.
+pub(crate) trait PgResultExt<T> {
+    fn db(self) -> Result<T, StoreError>;
+}
+
+impl<T> PgResultExt<T> for Result<T, tokio_postgres::Error> {
+    fn db(self) -> Result<T, StoreError> {
+        self.map_err(map)
+    }
+}

@@ -1,0 +1,180 @@
+//! The pool, the schema, the migrations, and the transaction helper.
+
+use std::sync::Arc;
+
+use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::config::{valid_schema, PostgresConfig};
+use crate::error::{map_pool, PgResultExt};
+
+/// Embedded, versioned migrations, applied in order.
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/0001_initial.sql"))];
+
+/// The postgres adapter: a connection pool plus the store's clock and policy.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) options: StoreOptions,
+    pub(crate) schema: String,
+    pub(crate) pg_config: tokio_postgres::Config,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+/// A stable advisory-lock key for migrating `schema` (FNV-1a).
+fn migration_lock_key(schema: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "control-plane-migrate:".bytes().chain(schema.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
+}
+
+impl PostgresStore {
+    /// Builds the pool, creates the schema if needed and applies pending
+    /// migrations under an advisory lock, so any number of processes may
+    /// open at once.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad URL, schema or pool size; `Unavailable` when
+    /// the server cannot be reached; `Backend` when a migration fails.
+    pub async fn open(config: PostgresConfig, clock: Arc<dyn Clock>) -> StoreResult<Self> {
+        let schema = config.schema.clone().unwrap_or_else(|| "public".to_string());
+        if !valid_schema(&schema) {
+            return Err(StoreError::InvalidInput(format!(
+                "schema must be 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"
+            )));
+        }
+        if config.pool_size == 0 {
+            return Err(StoreError::InvalidInput("pool size must be at least 1".into()));
+        }
+        let mut pg: tokio_postgres::Config = config.url.expose().parse().map_err(|e| {
+            StoreError::InvalidInput(format!(
+                "CONTROLPLANE_DATABASE_URL {} is not a valid PostgreSQL URL: {e}",
+                config.url.redacted()
+            ))
+        })?;
+        let timeout_ms = config.statement_timeout.as_millis();
+        pg.options(format!(
+            "-c search_path={schema} -c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={timeout_ms}"
+        ));
+        pg.connect_timeout(config.connect_timeout);
+        if pg.get_application_name().is_none() {
+            pg.application_name("control-plane");
+        }
+        let manager = Manager::from_config(
+            pg.clone(),
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size as usize)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(config.connect_timeout))
+            .create_timeout(Some(config.connect_timeout))
+            .recycle_timeout(Some(config.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::InvalidInput(format!("connection pool: {e}")))?;
+        let store = PostgresStore { pool, clock, options: config.options, schema, pg_config: pg };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        let mut client = self.pool.get().await.map_err(map_pool)?;
+        let tx = client.transaction().await.db()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&migration_lock_key(&self.schema)])
+            .await
+            .db()?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {0}; SET LOCAL search_path = {0}; \
+             CREATE TABLE IF NOT EXISTS schema_migrations (version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+            self.schema
+        ))
+        .await
+        .db()?;
+        let current: i64 = tx
+            .query_one("SELECT coalesce(max(version), 0) FROM schema_migrations", &[])
+            .await
+            .db()?
+            .get(0);
+        let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);
+        if current > newest {
+            return Err(StoreError::Unavailable(format!(
+                "schema {} is at migration {current}, newer than this build knows ({newest}); run a newer control-plane",
+                self.schema
+            )));
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            tx.batch_execute(sql).await.map_err(|e| {
+                StoreError::Backend(format!("migration {version} failed: {}", crate::error::map(e)))
+            })?;
+            tx.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version])
+                .await
+                .db()?;
+        }
+        tx.commit().await.db()
+    }
+
+    /// The schema this store lives in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The applied migration versions, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached.
+    pub async fn applied_migrations(&self) -> StoreResult<Vec<i64>> {
+        let client = self.pool.get().await.map_err(map_pool)?;
+        let rows = client
+            .query("SELECT version FROM schema_migrations ORDER BY version", &[])
+            .await
+            .db()?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// Runs `$body` (an expression using the transaction `$tx`) in one
+/// transaction from the pool; commits when it returns `Ok`.
+macro_rules! in_tx {
+    ($store:expr, |$tx:ident| $body:expr) => {{
+        let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
+        let $tx = client.transaction().await.map_err($crate::error::map)?;
+        let out = $body.await?;
+        $tx.commit().await.map_err($crate::error::map)?;
+        Ok(out)
+    }};
+}
+pub(crate) use in_tx;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_lock_keys_differ_per_schema() {
+        assert_ne!(migration_lock_key("a"), migration_lock_key("b"));
+        assert_eq!(migration_lock_key("a"), migration_lock_key("a"));
+    }
+
+    #[test]
+    fn schema_names_are_checked() {
+        assert!(valid_schema("cp_test_1"));
+        assert!(!valid_schema("1abc"));
+        assert!(!valid_schema("a;drop"));
+        assert!(!valid_schema(""));
+    }
+}
