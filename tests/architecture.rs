@@ -10,7 +10,11 @@ fn manifests() -> Vec<(String, String)> {
         let text = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
         out.push((name, text));
     }
-    assert!(out.len() >= 5, "expected the workspace crates, found {}", out.len());
+    assert!(
+        out.len() >= 5,
+        "expected the workspace crates, found {}",
+        out.len()
+    );
     out
 }
 
@@ -20,7 +24,10 @@ fn only_the_binary_depends_on_adapters() {
         let deps = normal_dependencies(&manifest);
         let adapters: Vec<_> = deps.iter().filter(|d| d.starts_with("store-")).collect();
         if name != "control-plane" {
-            assert!(adapters.is_empty(), "{name} depends on adapter(s) {adapters:?}");
+            assert!(
+                adapters.is_empty(),
+                "{name} depends on adapter(s) {adapters:?}"
+            );
         }
     }
 }
@@ -31,7 +38,10 @@ fn core_knows_no_database_driver() {
         if name == "control-plane-core" || name == "control-plane-conformance" {
             let deps = normal_dependencies(&manifest);
             for banned in ["duckdb", "tokio-postgres", "deadpool-postgres"] {
-                assert!(!deps.iter().any(|d| d == banned), "{name} depends on {banned}");
+                assert!(
+                    !deps.iter().any(|d| d == banned),
+                    "{name} depends on {banned}"
+                );
             }
         }
     }

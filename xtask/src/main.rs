@@ -26,7 +26,17 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
 
 fn tidy() -> Result<(), String> {
     cargo(&["fmt", "--all", "--", "--check"], &[])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])
+    cargo(
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )
 }
 
 fn test() -> Result<(), String> {
@@ -36,7 +46,10 @@ fn test() -> Result<(), String> {
 }
 
 fn docs() -> Result<(), String> {
-    cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])
+    cargo(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )
 }
 
 fn main() -> ExitCode {
@@ -45,7 +58,10 @@ fn main() -> ExitCode {
         "ci" => tidy().and_then(|_| test()).and_then(|_| docs()),
         "test" => test(),
         "tidy" => tidy(),
-        "conformance" => cargo(&["test", "-p", "store-embedded", "--test", "conformance"], &[]),
+        "conformance" => cargo(
+            &["test", "-p", "store-embedded", "--test", "conformance"],
+            &[],
+        ),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

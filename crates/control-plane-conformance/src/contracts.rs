@@ -20,7 +20,10 @@ async fn open(f: &dyn StoreFactory) -> Harness {
 }
 
 fn with_attempts(n: u32) -> StoreOptions {
-    StoreOptions { max_attempts: n, ..StoreOptions::default() }
+    StoreOptions {
+        max_attempts: n,
+        ..StoreOptions::default()
+    }
 }
 
 fn with_breaker(threshold: u32, cooldown_s: u64, max_s: u64) -> StoreOptions {
@@ -35,13 +38,21 @@ fn with_breaker(threshold: u32, cooldown_s: u64, max_s: u64) -> StoreOptions {
 }
 
 async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpoint {
-    let mut req = EndpointCreateRequest::new(acct(account), "https://example.com/hook", Secret::new("whsec_dGVzdA=="));
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
     req.ordered = ordered;
     h.store.endpoint_create(req).await.unwrap()
 }
 
 async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
-    let mut req = EndpointCreateRequest::new(acct(account), "https://example.com/hook", Secret::new("whsec_dGVzdA=="));
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
     req.event_types = types.iter().map(|s| s.to_string()).collect();
     h.store.endpoint_create(req).await.unwrap()
 }
@@ -56,7 +67,10 @@ fn publish_req(account: &str, ty: &str) -> PublishRequest {
 }
 
 async fn publish(h: &Harness, account: &str) -> Published {
-    h.store.event_publish(publish_req(account, "invoice.paid")).await.unwrap()
+    h.store
+        .event_publish(publish_req(account, "invoice.paid"))
+        .await
+        .unwrap()
 }
 
 async fn claim(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
@@ -65,7 +79,11 @@ async fn claim(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
 
 async fn claim_for(h: &Harness, limit: u32, lease_for: Duration) -> Vec<ClaimedDelivery> {
     h.store
-        .delivery_claim(ClaimRequest { worker: "w".into(), limit, lease_for })
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit,
+            lease_for,
+        })
         .await
         .unwrap()
 }
@@ -75,13 +93,21 @@ fn ids(c: &[ClaimedDelivery]) -> Vec<DeliveryId> {
 }
 
 fn ok() -> DeliveryOutcome {
-    DeliveryOutcome::Delivered(AttemptReport { status_code: Some(200), error: None, latency_ms: 12 })
+    DeliveryOutcome::Delivered(AttemptReport {
+        status_code: Some(200),
+        error: None,
+        latency_ms: 12,
+    })
 }
 
 fn fail_at(at: Timestamp) -> DeliveryOutcome {
     DeliveryOutcome::Retry {
         at,
-        report: AttemptReport { status_code: Some(500), error: None, latency_ms: 7 },
+        report: AttemptReport {
+            status_code: Some(500),
+            error: None,
+            latency_ms: 7,
+        },
     }
 }
 
@@ -96,7 +122,11 @@ async fn get(h: &Harness, account: &str, id: DeliveryId) -> Delivery {
 /// `EndpointStore::endpoint_create`: the stored endpoint reads back equal.
 pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     let h = open(f).await;
-    let mut req = EndpointCreateRequest::new(acct("a"), "https://example.com/x", Secret::new("whsec_c2VjcmV0"));
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/x",
+        Secret::new("whsec_c2VjcmV0"),
+    );
     req.event_types = vec!["invoice.paid".into(), "invoice.void".into()];
     req.ordered = true;
     req.rate_limit_per_s = Some(7);
@@ -107,19 +137,37 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     assert_eq!(e.created_at, h.clock.now());
     let got = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(got, e);
-    assert_eq!(h.store.endpoint_list(&acct("a")).await.unwrap(), vec![e.clone()]);
-    assert_eq!(h.store.circuit_get(&acct("a"), e.id).await.unwrap(), Circuit::closed());
+    assert_eq!(
+        h.store.endpoint_list(&acct("a")).await.unwrap(),
+        vec![e.clone()]
+    );
+    assert_eq!(
+        h.store.circuit_get(&acct("a"), e.id).await.unwrap(),
+        Circuit::closed()
+    );
 }
 
 /// `EndpointStore::endpoint_create`: a bad URL is `InvalidInput` and stores nothing.
 pub async fn endpoint_create_rejects_bad_url(f: &dyn StoreFactory) {
     let h = open(f).await;
-    for url in ["ftp://example.com", "example.com", "https://", "https://a b"] {
+    for url in [
+        "ftp://example.com",
+        "example.com",
+        "https://",
+        "https://a b",
+    ] {
         let r = h
             .store
-            .endpoint_create(EndpointCreateRequest::new(acct("a"), url, Secret::new("whsec_eA==")))
+            .endpoint_create(EndpointCreateRequest::new(
+                acct("a"),
+                url,
+                Secret::new("whsec_eA=="),
+            ))
             .await;
-        assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{url}: {r:?}");
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{url}: {r:?}"
+        );
     }
     assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
 }
@@ -131,26 +179,52 @@ pub async fn endpoint_of_another_account_is_not_found(f: &dyn StoreFactory) {
     let b = acct("b");
     let nf = |r: StoreResult<()>| assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
     nf(h.store.endpoint_get(&b, e.id).await.map(drop));
-    nf(h.store.endpoint_update(&b, e.id, EndpointUpdateRequest::default()).await.map(drop));
-    nf(h.store.endpoint_set_enabled(&b, e.id, false, None).await.map(drop));
-    nf(h.store.endpoint_rotate_secret(&b, e.id, Secret::new("x"), LEASE).await.map(drop));
+    nf(h.store
+        .endpoint_update(&b, e.id, EndpointUpdateRequest::default())
+        .await
+        .map(drop));
+    nf(h.store
+        .endpoint_set_enabled(&b, e.id, false, None)
+        .await
+        .map(drop));
+    nf(h.store
+        .endpoint_rotate_secret(&b, e.id, Secret::new("x"), LEASE)
+        .await
+        .map(drop));
     nf(h.store.endpoint_delete(&b, e.id).await.map(drop));
     nf(h.store.circuit_get(&b, e.id).await.map(drop));
     assert!(h.store.endpoint_list(&b).await.unwrap().is_empty());
-    assert!(h.store.endpoint_get(&acct("a"), e.id).await.unwrap().enabled);
+    assert!(
+        h.store
+            .endpoint_get(&acct("a"), e.id)
+            .await
+            .unwrap()
+            .enabled
+    );
 }
 
 /// `EndpointStore::endpoint_update`: fields not given keep their values.
 pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     let h = open(f).await;
-    let mut req = EndpointCreateRequest::new(acct("a"), "https://example.com/1", Secret::new("whsec_eA=="));
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/1",
+        Secret::new("whsec_eA=="),
+    );
     req.description = Some("d".into());
     req.rate_limit_per_s = Some(5);
     let e = h.store.endpoint_create(req).await.unwrap();
     h.clock.advance(Duration::from_secs(1));
     let u = h
         .store
-        .endpoint_update(&acct("a"), e.id, EndpointUpdateRequest { url: Some("https://example.com/2".into()), ..Default::default() })
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                url: Some("https://example.com/2".into()),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(u.url, "https://example.com/2");
@@ -162,7 +236,11 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
         .endpoint_update(
             &acct("a"),
             e.id,
-            EndpointUpdateRequest { description: Some(None), event_types: Some(vec!["x".into()]), ..Default::default() },
+            EndpointUpdateRequest {
+                description: Some(None),
+                event_types: Some(vec!["x".into()]),
+                ..Default::default()
+            },
         )
         .await
         .unwrap();
@@ -171,7 +249,14 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     assert_eq!(u.url, "https://example.com/2");
     let bad = h
         .store
-        .endpoint_update(&acct("a"), e.id, EndpointUpdateRequest { url: Some("nope".into()), ..Default::default() })
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                url: Some("nope".into()),
+                ..Default::default()
+            },
+        )
         .await;
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
 }
@@ -182,16 +267,29 @@ pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
     let e = endpoint(&h, "a", false).await;
     let r = h
         .store
-        .endpoint_rotate_secret(&acct("a"), e.id, Secret::new("whsec_bmV3"), Duration::from_secs(60))
+        .endpoint_rotate_secret(
+            &acct("a"),
+            e.id,
+            Secret::new("whsec_bmV3"),
+            Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert_eq!(r.secrets.current.expose(), "whsec_bmV3");
-    assert_eq!(r.secrets.previous.as_ref().map(Secret::expose), Some(e.secrets.current.expose()));
+    assert_eq!(
+        r.secrets.previous.as_ref().map(Secret::expose),
+        Some(e.secrets.current.expose())
+    );
     assert_eq!(r.secrets.signing_at(h.clock.now()).len(), 2);
     publish(&h, "a").await;
     let c = claim(&h, 1).await;
     assert_eq!(c[0].secrets, r.secrets);
-    assert_eq!(r.secrets.signing_at(h.clock.now().plus(Duration::from_secs(60))).len(), 1);
+    assert_eq!(
+        r.secrets
+            .signing_at(h.clock.now().plus(Duration::from_secs(60)))
+            .len(),
+        1
+    );
 }
 
 /// `DeliveryStore::event_publish`: one delivery per matching endpoint, disabled ones held.
@@ -201,9 +299,15 @@ pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     let paid = endpoint_for(&h, "a", &["invoice.paid"]).await;
     let other = endpoint_for(&h, "a", &["invoice.void"]).await;
     let disabled = endpoint(&h, "a", false).await;
-    h.store.endpoint_set_enabled(&acct("a"), disabled.id, false, None).await.unwrap();
+    h.store
+        .endpoint_set_enabled(&acct("a"), disabled.id, false, None)
+        .await
+        .unwrap();
     let deleted = endpoint(&h, "a", false).await;
-    h.store.endpoint_delete(&acct("a"), deleted.id).await.unwrap();
+    h.store
+        .endpoint_delete(&acct("a"), deleted.id)
+        .await
+        .unwrap();
     let _elsewhere = endpoint(&h, "b", false).await;
 
     let p = publish(&h, "a").await;
@@ -243,7 +347,13 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_eq!(again.deliveries, first.deliveries);
     let page = h
         .store
-        .delivery_list(DeliveryListRequest { account: acct("a"), state: None, endpoint_id: None, event_id: None, page: PageRequest::first(100) })
+        .delivery_list(DeliveryListRequest {
+            account: acct("a"),
+            state: None,
+            endpoint_id: None,
+            event_id: None,
+            page: PageRequest::first(100),
+        })
         .await
         .unwrap();
     assert_eq!(page.items.len(), 1);
@@ -266,7 +376,11 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     assert!(claim(&h, 10).await.is_empty());
     let good = h
         .store
-        .event_publish_batch(vec![publish_req("a", "x"), publish_req("a", "y"), publish_req("a", "z")])
+        .event_publish_batch(vec![
+            publish_req("a", "x"),
+            publish_req("a", "y"),
+            publish_req("a", "z"),
+        ])
         .await
         .unwrap();
     assert_eq!(good.len(), 3);
@@ -278,7 +392,11 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
 pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e = endpoint_for(&h, "a", &["only.this"]).await;
-    let p = h.store.event_publish(publish_req("a", "not.that")).await.unwrap();
+    let p = h
+        .store
+        .event_publish(publish_req("a", "not.that"))
+        .await
+        .unwrap();
     assert!(p.deliveries.is_empty());
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -294,8 +412,18 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     assert_eq!(results.iter().filter(|r| r.won).count(), 1);
     let id = results[0].delivery_id;
     assert!(results.iter().all(|r| r.delivery_id == id));
-    let again = h.store.delivery_enqueue(&acct("a"), e.id, p.event.id).await.unwrap();
-    assert_eq!(again, Enqueued { delivery_id: id, won: false });
+    let again = h
+        .store
+        .delivery_enqueue(&acct("a"), e.id, p.event.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Enqueued {
+            delivery_id: id,
+            won: false
+        }
+    );
     let nf = h.store.delivery_enqueue(&acct("b"), e.id, p.event.id).await;
     assert!(matches!(nf, Err(StoreError::NotFound { .. })));
 }
@@ -326,7 +454,13 @@ pub async fn sequence_numbers_strictly_increase_per_endpoint(f: &dyn StoreFactor
     for e in [e1.id, e2.id] {
         let page = h
             .store
-            .delivery_list(DeliveryListRequest { account: acct("a"), state: None, endpoint_id: Some(e), event_id: None, page: PageRequest::first(100) })
+            .delivery_list(DeliveryListRequest {
+                account: acct("a"),
+                state: None,
+                endpoint_id: Some(e),
+                event_id: None,
+                page: PageRequest::first(100),
+            })
             .await
             .unwrap();
         let seqs: Vec<i64> = page.items.iter().map(|d| d.seq).collect();
@@ -346,10 +480,19 @@ pub async fn claim_returns_oldest_due_first_within_limit(f: &dyn StoreFactory) {
     }
     let first = claim(&h, 2).await;
     assert_eq!(ids(&first), order[..2].to_vec());
-    record(&h, &first[0], fail_at(h.clock.now().plus(Duration::from_secs(100)))).await;
+    record(
+        &h,
+        &first[0],
+        fail_at(h.clock.now().plus(Duration::from_secs(100))),
+    )
+    .await;
     record(&h, &first[1], ok()).await;
     let rest = claim(&h, 10).await;
-    assert_eq!(ids(&rest), order[2..].to_vec(), "the retried one is not due yet");
+    assert_eq!(
+        ids(&rest),
+        order[2..].to_vec(),
+        "the retried one is not due yet"
+    );
     for c in &rest {
         record(&h, c, ok()).await;
     }
@@ -372,7 +515,11 @@ pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) 
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .delivery_claim(ClaimRequest { worker: format!("w{w}"), limit: 3, lease_for: LEASE })
+                        .delivery_claim(ClaimRequest {
+                            worker: format!("w{w}"),
+                            limit: 3,
+                            lease_for: LEASE,
+                        })
                         .await
                         .unwrap();
                     if c.is_empty() {
@@ -414,10 +561,24 @@ pub async fn claim_rejects_bad_limits(f: &dyn StoreFactory) {
     endpoint(&h, "a", false).await;
     publish(&h, "a").await;
     for (limit, lease_for) in [(0, LEASE), (1001, LEASE), (1, Duration::ZERO)] {
-        let r = h.store.delivery_claim(ClaimRequest { worker: "w".into(), limit, lease_for }).await;
-        assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{limit}: {r:?}");
+        let r = h
+            .store
+            .delivery_claim(ClaimRequest {
+                worker: "w".into(),
+                limit,
+                lease_for,
+            })
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{limit}: {r:?}"
+        );
     }
-    assert_eq!(claim(&h, 1).await.len(), 1, "nothing was leased by the refused calls");
+    assert_eq!(
+        claim(&h, 1).await.len(),
+        1,
+        "nothing was leased by the refused calls"
+    );
 }
 
 /// `DeliveryStore::delivery_claim`: an expired lease is claimable again and its attempt logged.
@@ -433,7 +594,11 @@ pub async fn expired_lease_is_claimable_again_and_logged(f: &dyn StoreFactory) {
     assert_eq!(ids(&second), vec![id]);
     assert_eq!(second[0].lease.attempt, 2);
     assert_ne!(second[0].lease.token, first[0].lease.token);
-    let log = h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap();
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].attempt, 1);
     assert_eq!(log[0].result, AttemptResult::LeaseExpired);
@@ -455,8 +620,15 @@ pub async fn worker_crashing_every_attempt_still_runs_out_of_attempts(f: &dyn St
     let d = get(&h, "a", id).await;
     assert_eq!(d.state, DeliveryState::Dead);
     assert_eq!(d.attempts, 3);
-    let log = h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap();
-    assert_eq!(log.iter().map(|a| a.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     assert!(log.iter().all(|a| a.result == AttemptResult::LeaseExpired));
     assert!(!log[2].will_retry);
 }
@@ -470,13 +642,35 @@ pub async fn stale_lease_token_gets_lease_lost_and_changes_nothing(f: &dyn Store
     h.clock.advance(Duration::from_secs(5));
     let new = claim(&h, 1).await.remove(0);
     let before = get(&h, "a", id).await;
-    assert_eq!(h.store.delivery_record_outcome(&old.lease, ok()).await, Err(StoreError::LeaseLost));
-    assert_eq!(h.store.delivery_extend(&old.lease, LEASE).await, Err(StoreError::LeaseLost));
-    assert_eq!(h.store.delivery_release(&old.lease).await, Err(StoreError::LeaseLost));
-    let unknown = Lease { token: LeaseToken::new(), ..new.lease.clone() };
-    assert_eq!(h.store.delivery_record_outcome(&unknown, ok()).await, Err(StoreError::LeaseLost));
+    assert_eq!(
+        h.store.delivery_record_outcome(&old.lease, ok()).await,
+        Err(StoreError::LeaseLost)
+    );
+    assert_eq!(
+        h.store.delivery_extend(&old.lease, LEASE).await,
+        Err(StoreError::LeaseLost)
+    );
+    assert_eq!(
+        h.store.delivery_release(&old.lease).await,
+        Err(StoreError::LeaseLost)
+    );
+    let unknown = Lease {
+        token: LeaseToken::new(),
+        ..new.lease.clone()
+    };
+    assert_eq!(
+        h.store.delivery_record_outcome(&unknown, ok()).await,
+        Err(StoreError::LeaseLost)
+    );
     assert_eq!(get(&h, "a", id).await, before);
-    assert_eq!(h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap().len(), 1);
+    assert_eq!(
+        h.store
+            .attempt_list_for_delivery(&acct("a"), id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(record(&h, &new, ok()).await.state, DeliveryState::Delivered);
 }
 
@@ -486,13 +680,35 @@ pub async fn repeated_outcome_is_a_noop(f: &dyn StoreFactory) {
     endpoint(&h, "a", false).await;
     let id = publish(&h, "a").await.deliveries[0];
     let c = claim(&h, 1).await.remove(0);
-    assert_eq!(record(&h, &c, ok()).await, OutcomeRecorded { state: DeliveryState::Delivered, duplicate: false });
+    assert_eq!(
+        record(&h, &c, ok()).await,
+        OutcomeRecorded {
+            state: DeliveryState::Delivered,
+            duplicate: false
+        }
+    );
     let after = get(&h, "a", id).await;
     h.clock.advance(Duration::from_secs(1));
-    assert_eq!(record(&h, &c, ok()).await, OutcomeRecorded { state: DeliveryState::Delivered, duplicate: true });
+    assert_eq!(
+        record(&h, &c, ok()).await,
+        OutcomeRecorded {
+            state: DeliveryState::Delivered,
+            duplicate: true
+        }
+    );
     assert_eq!(get(&h, "a", id).await, after);
-    assert_eq!(h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap().len(), 1);
-    let other = h.store.delivery_record_outcome(&c.lease, fail_at(h.clock.now())).await;
+    assert_eq!(
+        h.store
+            .attempt_list_for_delivery(&acct("a"), id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let other = h
+        .store
+        .delivery_record_outcome(&c.lease, fail_at(h.clock.now()))
+        .await;
     assert!(matches!(other, Err(StoreError::Conflict(_))), "{other:?}");
 }
 
@@ -507,7 +723,11 @@ pub async fn outcomes_move_the_delivery(f: &dyn StoreFactory) {
     let later = h.clock.now().plus(Duration::from_secs(60));
     record(&h, &c[0], ok()).await;
     record(&h, &c[1], fail_at(later)).await;
-    let give_up = DeliveryOutcome::GiveUp(AttemptReport { status_code: Some(400), error: Some("bad request".into()), latency_ms: 3 });
+    let give_up = DeliveryOutcome::GiveUp(AttemptReport {
+        status_code: Some(400),
+        error: Some("bad request".into()),
+        latency_ms: 3,
+    });
     record(&h, &c[2], give_up).await;
     let d0 = get(&h, "a", c[0].delivery.id).await;
     let d1 = get(&h, "a", c[1].delivery.id).await;
@@ -518,14 +738,32 @@ pub async fn outcomes_move_the_delivery(f: &dyn StoreFactory) {
     assert_eq!(d1.last_error.as_deref(), Some("HTTP 500"));
     assert_eq!(d2.state, DeliveryState::Dead);
     assert_eq!(d2.last_error.as_deref(), Some("bad request"));
-    let a1 = h.store.attempt_list_for_delivery(&acct("a"), d1.id).await.unwrap();
+    let a1 = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), d1.id)
+        .await
+        .unwrap();
     assert_eq!(a1.len(), 1);
-    assert_eq!((a1[0].result, a1[0].status_code, a1[0].latency_ms), (AttemptResult::Failed, Some(500), 7));
+    assert_eq!(
+        (a1[0].result, a1[0].status_code, a1[0].latency_ms),
+        (AttemptResult::Failed, Some(500), 7)
+    );
     assert!(a1[0].will_retry);
     assert_eq!(a1[0].next_attempt_at, Some(later));
-    let a0 = h.store.attempt_list_for_delivery(&acct("a"), d0.id).await.unwrap();
-    assert_eq!((a0[0].result, a0[0].will_retry), (AttemptResult::Delivered, false));
-    let a2 = h.store.attempt_list_for_delivery(&acct("a"), d2.id).await.unwrap();
+    let a0 = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), d0.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        (a0[0].result, a0[0].will_retry),
+        (AttemptResult::Delivered, false)
+    );
+    let a2 = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), d2.id)
+        .await
+        .unwrap();
     assert!(!a2[0].will_retry);
 }
 
@@ -535,11 +773,24 @@ pub async fn exhausted_attempts_end_dead(f: &dyn StoreFactory) {
     endpoint(&h, "a", false).await;
     let id = publish(&h, "a").await.deliveries[0];
     let c = claim(&h, 1).await.remove(0);
-    assert_eq!(record(&h, &c, fail_at(h.clock.now())).await.state, DeliveryState::Pending);
+    assert_eq!(
+        record(&h, &c, fail_at(h.clock.now())).await.state,
+        DeliveryState::Pending
+    );
     let c = claim(&h, 1).await.remove(0);
-    assert_eq!(record(&h, &c, fail_at(h.clock.now())).await.state, DeliveryState::Dead);
-    let log = h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap();
-    assert_eq!(log.iter().map(|a| a.will_retry).collect::<Vec<_>>(), vec![true, false]);
+    assert_eq!(
+        record(&h, &c, fail_at(h.clock.now())).await.state,
+        DeliveryState::Dead
+    );
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.iter().map(|a| a.will_retry).collect::<Vec<_>>(),
+        vec![true, false]
+    );
     assert!(claim(&h, 1).await.is_empty());
 }
 
@@ -549,13 +800,20 @@ pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {
     let e = endpoint(&h, "a", false).await;
     let id = publish(&h, "a").await.deliveries[0];
     let c = claim(&h, 1).await.remove(0);
-    let gone = DeliveryOutcome::Gone(AttemptReport { status_code: Some(410), error: None, latency_ms: 1 });
+    let gone = DeliveryOutcome::Gone(AttemptReport {
+        status_code: Some(410),
+        error: None,
+        latency_ms: 1,
+    });
     assert_eq!(record(&h, &c, gone).await.state, DeliveryState::Pending);
     let ep = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
     assert!(!ep.enabled);
     assert!(ep.disabled_reason.unwrap_or_default().contains("410"));
     assert!(claim(&h, 1).await.is_empty());
-    h.store.endpoint_set_enabled(&acct("a"), e.id, true, None).await.unwrap();
+    h.store
+        .endpoint_set_enabled(&acct("a"), e.id, true, None)
+        .await
+        .unwrap();
     let again = claim(&h, 1).await;
     assert_eq!(ids(&again), vec![id]);
     assert_eq!(again[0].lease.attempt, 2);
@@ -568,8 +826,14 @@ pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
     let id = publish(&h, "a").await.deliveries[0];
     let c = claim(&h, 1).await.remove(0);
     let r = h.store.delivery_replay(&acct("a"), id).await;
-    assert!(matches!(r, Err(StoreError::Conflict(_))), "leased is not replayable: {r:?}");
-    assert_eq!(record(&h, &c, fail_at(h.clock.now())).await.state, DeliveryState::Dead);
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "leased is not replayable: {r:?}"
+    );
+    assert_eq!(
+        record(&h, &c, fail_at(h.clock.now())).await.state,
+        DeliveryState::Dead
+    );
     h.clock.advance(Duration::from_secs(3));
     let d = h.store.delivery_replay(&acct("a"), id).await.unwrap();
     assert_eq!(d.state, DeliveryState::Pending);
@@ -579,7 +843,10 @@ pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
     assert_eq!(c.lease.attempt, 2);
     assert_eq!(record(&h, &c, ok()).await.state, DeliveryState::Delivered);
     let r = h.store.delivery_replay(&acct("a"), id).await;
-    assert!(matches!(r, Err(StoreError::Conflict(_))), "delivered is not replayable: {r:?}");
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "delivered is not replayable: {r:?}"
+    );
     let r = h.store.delivery_replay(&acct("a"), DeliveryId::new()).await;
     assert!(matches!(r, Err(StoreError::NotFound { .. })));
 }
@@ -595,10 +862,21 @@ pub async fn release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
         h.store.delivery_release(&c.lease).await.unwrap();
         let d = get(&h, "a", id).await;
         assert_eq!((d.state, d.attempts), (DeliveryState::Pending, 0));
-        assert_eq!(h.store.delivery_release(&c.lease).await, Err(StoreError::LeaseLost));
-        assert_eq!(h.store.delivery_record_outcome(&c.lease, ok()).await, Err(StoreError::LeaseLost));
+        assert_eq!(
+            h.store.delivery_release(&c.lease).await,
+            Err(StoreError::LeaseLost)
+        );
+        assert_eq!(
+            h.store.delivery_record_outcome(&c.lease, ok()).await,
+            Err(StoreError::LeaseLost)
+        );
     }
-    assert!(h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap().is_empty());
+    assert!(h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// `DeliveryStore::delivery_extend`: a live lease is renewed; an expired one is lost.
@@ -609,7 +887,11 @@ pub async fn extend_renews_a_live_lease(f: &dyn StoreFactory) {
     publish(&h, "a").await;
     let c = claim_for(&h, 1, Duration::from_secs(10)).await.remove(0);
     h.clock.advance(Duration::from_secs(8));
-    let l = h.store.delivery_extend(&c.lease, Duration::from_secs(10)).await.unwrap();
+    let l = h
+        .store
+        .delivery_extend(&c.lease, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(l.expires_at, h.clock.now().plus(Duration::from_secs(10)));
     assert_eq!(l.token, c.lease.token);
     h.clock.advance(Duration::from_secs(8));
@@ -618,7 +900,10 @@ pub async fn extend_renews_a_live_lease(f: &dyn StoreFactory) {
     assert_ne!(other[0].delivery.id, c.delivery.id);
     assert_eq!(record(&h, &c, ok()).await.state, DeliveryState::Delivered);
     h.clock.advance(Duration::from_secs(5));
-    assert_eq!(h.store.delivery_extend(&other[0].lease, LEASE).await, Err(StoreError::LeaseLost));
+    assert_eq!(
+        h.store.delivery_extend(&other[0].lease, LEASE).await,
+        Err(StoreError::LeaseLost)
+    );
 }
 
 /// `DeliveryStore::delivery_list`: filters and keyset pages.
@@ -631,12 +916,20 @@ pub async fn delivery_list_filters_and_paginates(f: &dyn StoreFactory) {
         events.push(publish(&h, "a").await);
     }
     let list = |state, endpoint_id, event_id, page| {
-        h.store.delivery_list(DeliveryListRequest { account: acct("a"), state, endpoint_id, event_id, page })
+        h.store.delivery_list(DeliveryListRequest {
+            account: acct("a"),
+            state,
+            endpoint_id,
+            event_id,
+            page,
+        })
     };
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let p = list(None, None, None, PageRequest { limit: 3, after }).await.unwrap();
+        let p = list(None, None, None, PageRequest { limit: 3, after })
+            .await
+            .unwrap();
         assert!(p.items.len() <= 3);
         seen.extend(p.items.iter().map(|d| d.seq));
         match p.next {
@@ -645,16 +938,38 @@ pub async fn delivery_list_filters_and_paginates(f: &dyn StoreFactory) {
         }
     }
     assert_eq!(seen.len(), 10);
-    assert!(seen.windows(2).all(|w| w[0] > w[1]), "newest first, no overlap: {seen:?}");
-    let by_ep = list(None, Some(e1.id), None, PageRequest::first(100)).await.unwrap();
+    assert!(
+        seen.windows(2).all(|w| w[0] > w[1]),
+        "newest first, no overlap: {seen:?}"
+    );
+    let by_ep = list(None, Some(e1.id), None, PageRequest::first(100))
+        .await
+        .unwrap();
     assert_eq!(by_ep.items.len(), 5);
     assert!(by_ep.items.iter().all(|d| d.endpoint_id == e1.id));
-    let by_ev = list(None, None, Some(events[2].event.id), PageRequest::first(100)).await.unwrap();
+    let by_ev = list(
+        None,
+        None,
+        Some(events[2].event.id),
+        PageRequest::first(100),
+    )
+    .await
+    .unwrap();
     assert_eq!(by_ev.items.len(), 2);
     let c = claim(&h, 1).await.remove(0);
     record(&h, &c, ok()).await;
-    let delivered = list(Some(DeliveryState::Delivered), None, None, PageRequest::first(100)).await.unwrap();
-    assert_eq!(delivered.items.iter().map(|d| d.id).collect::<Vec<_>>(), vec![c.delivery.id]);
+    let delivered = list(
+        Some(DeliveryState::Delivered),
+        None,
+        None,
+        PageRequest::first(100),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        delivered.items.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![c.delivery.id]
+    );
     assert_eq!(delivered.next, None);
     let bad = list(None, None, None, PageRequest::first(0)).await;
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
@@ -672,13 +987,26 @@ pub async fn attempt_log_lists_by_delivery_oldest_first(f: &dyn StoreFactory) {
     }
     let c = claim(&h, 1).await.remove(0);
     record(&h, &c, ok()).await;
-    let log = h.store.attempt_list_for_delivery(&acct("a"), id).await.unwrap();
-    assert_eq!(log.iter().map(|a| a.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     assert_eq!(
         log.iter().map(|a| a.result).collect::<Vec<_>>(),
-        vec![AttemptResult::Failed, AttemptResult::Failed, AttemptResult::Delivered]
+        vec![
+            AttemptResult::Failed,
+            AttemptResult::Failed,
+            AttemptResult::Delivered
+        ]
     );
-    assert!(log.windows(2).all(|w| w[0].recorded_at < w[1].recorded_at && w[0].id < w[1].id));
+    assert!(log
+        .windows(2)
+        .all(|w| w[0].recorded_at < w[1].recorded_at && w[0].id < w[1].id));
     assert!(log.iter().all(|a| a.delivery_id == id));
 }
 
@@ -693,13 +1021,22 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     for c in claim(&h, 8).await {
         record(&h, &c, fail_at(h.clock.now())).await;
     }
-    for c in claim(&h, 8).await.into_iter().filter(|c| c.delivery.endpoint_id == e1.id).take(3) {
+    for c in claim(&h, 8)
+        .await
+        .into_iter()
+        .filter(|c| c.delivery.endpoint_id == e1.id)
+        .take(3)
+    {
         record(&h, &c, ok()).await;
     }
     let mut rows = Vec::new();
     let mut after = None;
     loop {
-        let p = h.store.attempt_list_for_endpoint(&acct("a"), e1.id, PageRequest { limit: 3, after }).await.unwrap();
+        let p = h
+            .store
+            .attempt_list_for_endpoint(&acct("a"), e1.id, PageRequest { limit: 3, after })
+            .await
+            .unwrap();
         rows.extend(p.items);
         match p.next {
             Some(n) => after = Some(n),
@@ -710,9 +1047,16 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     assert!(rows.iter().all(|a| a.endpoint_id == e1.id));
     assert!(rows.windows(2).all(|w| w[0].id > w[1].id), "newest first");
     assert_eq!(rows[0].result, AttemptResult::Delivered);
-    let e2_rows = h.store.attempt_list_for_endpoint(&acct("a"), e2.id, PageRequest::first(100)).await.unwrap();
+    let e2_rows = h
+        .store
+        .attempt_list_for_endpoint(&acct("a"), e2.id, PageRequest::first(100))
+        .await
+        .unwrap();
     assert_eq!(e2_rows.items.len(), 4);
-    let other = h.store.attempt_list_for_endpoint(&acct("b"), e1.id, PageRequest::first(10)).await;
+    let other = h
+        .store
+        .attempt_list_for_endpoint(&acct("b"), e1.id, PageRequest::first(10))
+        .await;
     assert!(matches!(other, Err(StoreError::NotFound { .. })));
 }
 
@@ -722,7 +1066,12 @@ async fn open_circuit(h: &Harness, e: &Endpoint, failures: u32) {
         let c = claim(h, 1).await;
         assert_eq!(c.len(), 1, "circuit still closed");
         assert_eq!(c[0].delivery.endpoint_id, e.id);
-        record(h, &c[0], fail_at(h.clock.now().plus(Duration::from_secs(3600)))).await;
+        record(
+            h,
+            &c[0],
+            fail_at(h.clock.now().plus(Duration::from_secs(3600))),
+        )
+        .await;
     }
 }
 
@@ -736,7 +1085,10 @@ pub async fn circuit_opens_at_threshold(f: &dyn StoreFactory) {
     open_circuit(&h, &e, 1).await;
     let c = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(c.mode, CircuitMode::Open);
-    assert_eq!(c.open_until, Some(h.clock.now().plus(Duration::from_secs(30))));
+    assert_eq!(
+        c.open_until,
+        Some(h.clock.now().plus(Duration::from_secs(30)))
+    );
     publish(&h, "a").await;
     assert!(claim(&h, 10).await.is_empty(), "an open circuit is skipped");
 }
@@ -756,7 +1108,13 @@ pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactor
         .map(|_| {
             let s = h.store.clone();
             tokio::spawn(async move {
-                s.delivery_claim(ClaimRequest { worker: "w".into(), limit: 10, lease_for: LEASE }).await.unwrap()
+                s.delivery_claim(ClaimRequest {
+                    worker: "w".into(),
+                    limit: 10,
+                    lease_for: LEASE,
+                })
+                .await
+                .unwrap()
             })
         })
         .collect();
@@ -769,7 +1127,10 @@ pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactor
     let c = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(c.mode, CircuitMode::HalfOpen);
     assert_eq!(c.probe, Some(got[0].delivery.id));
-    assert!(claim(&h, 10).await.is_empty(), "nothing else while the probe is out");
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "nothing else while the probe is out"
+    );
 }
 
 /// `DeliveryStore::delivery_record_outcome`: the probe's success closes the circuit.
@@ -783,7 +1144,10 @@ pub async fn circuit_closes_on_probe_success(f: &dyn StoreFactory) {
     h.clock.advance(Duration::from_secs(30));
     let probe = claim(&h, 10).await.remove(0);
     record(&h, &probe, ok()).await;
-    assert_eq!(h.store.circuit_get(&acct("a"), e.id).await.unwrap(), Circuit::closed());
+    assert_eq!(
+        h.store.circuit_get(&acct("a"), e.id).await.unwrap(),
+        Circuit::closed()
+    );
     let rest = claim(&h, 10).await;
     assert_eq!(rest.len(), 2);
     assert!(rest.iter().all(|c| !c.probe));
@@ -806,7 +1170,10 @@ pub async fn circuit_reopens_longer_after_failed_probe(f: &dyn StoreFactory) {
         let cooldown = expected.next().unwrap();
         let c = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
         assert_eq!(c.mode, CircuitMode::Open);
-        assert_eq!(c.open_until, Some(h.clock.now().plus(Duration::from_secs(cooldown))));
+        assert_eq!(
+            c.open_until,
+            Some(h.clock.now().plus(Duration::from_secs(cooldown)))
+        );
         h.clock.advance(Duration::from_secs(cooldown - 1));
         assert!(claim(&h, 10).await.is_empty());
         h.clock.advance(Duration::from_secs(1));
@@ -815,13 +1182,22 @@ pub async fn circuit_reopens_longer_after_failed_probe(f: &dyn StoreFactory) {
 
 /// `DeliveryStore::delivery_record_outcome`: failing without success for the window disables.
 pub async fn endpoint_is_disabled_after_failing_for_the_window(f: &dyn StoreFactory) {
-    let opts = StoreOptions { disable_after: Duration::from_secs(3600), ..with_breaker(1000, 30, 600) };
+    let opts = StoreOptions {
+        disable_after: Duration::from_secs(3600),
+        ..with_breaker(1000, 30, 600)
+    };
     let h = f.open(opts).await;
     let e = endpoint(&h, "a", false).await;
     open_circuit(&h, &e, 1).await;
     h.clock.advance(Duration::from_secs(1800));
     open_circuit(&h, &e, 1).await;
-    assert!(h.store.endpoint_get(&acct("a"), e.id).await.unwrap().enabled);
+    assert!(
+        h.store
+            .endpoint_get(&acct("a"), e.id)
+            .await
+            .unwrap()
+            .enabled
+    );
     h.clock.advance(Duration::from_secs(1800));
     open_circuit(&h, &e, 1).await;
     let ep = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
@@ -834,14 +1210,25 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     let h = open(f).await;
     let e = endpoint(&h, "a", false).await;
     let before = publish(&h, "a").await.deliveries[0];
-    let d = h.store.endpoint_set_enabled(&acct("a"), e.id, false, Some("maintenance".into())).await.unwrap();
-    assert_eq!((d.enabled, d.disabled_reason.as_deref()), (false, Some("maintenance")));
+    let d = h
+        .store
+        .endpoint_set_enabled(&acct("a"), e.id, false, Some("maintenance".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.enabled, d.disabled_reason.as_deref()),
+        (false, Some("maintenance"))
+    );
     let during = publish(&h, "a").await.deliveries[0];
     h.clock.advance(Duration::from_secs(3600));
     assert!(claim(&h, 10).await.is_empty());
     assert_eq!(get(&h, "a", before).await.state, DeliveryState::Pending);
     assert_eq!(get(&h, "a", during).await.state, DeliveryState::Pending);
-    let d = h.store.endpoint_set_enabled(&acct("a"), e.id, true, None).await.unwrap();
+    let d = h
+        .store
+        .endpoint_set_enabled(&acct("a"), e.id, true, None)
+        .await
+        .unwrap();
     assert_eq!((d.enabled, d.disabled_reason), (true, None));
     assert_eq!(ids(&claim(&h, 10).await), vec![before, during]);
 }
@@ -867,12 +1254,25 @@ pub async fn deleting_endpoint_parks_deliveries_as_dead(f: &dyn StoreFactory) {
         let d = get(&h, "a", *id).await;
         assert_eq!(d.state, DeliveryState::Dead);
         assert_eq!(d.last_error.as_deref(), Some("endpoint removed"));
-        assert!(matches!(h.store.delivery_replay(&acct("a"), *id).await, Err(StoreError::Conflict(_))));
+        assert!(matches!(
+            h.store.delivery_replay(&acct("a"), *id).await,
+            Err(StoreError::Conflict(_))
+        ));
     }
-    assert_eq!(h.store.delivery_record_outcome(&leased.lease, ok()).await, Err(StoreError::LeaseLost));
-    assert!(matches!(h.store.endpoint_get(&acct("a"), e.id).await, Err(StoreError::NotFound { .. })));
+    assert_eq!(
+        h.store.delivery_record_outcome(&leased.lease, ok()).await,
+        Err(StoreError::LeaseLost)
+    );
+    assert!(matches!(
+        h.store.endpoint_get(&acct("a"), e.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
     assert!(publish(&h, "a").await.deliveries.is_empty());
-    assert_eq!(get(&h, "b", other).await.state, DeliveryState::Pending, "other accounts are untouched");
+    assert_eq!(
+        get(&h, "b", other).await.state,
+        DeliveryState::Pending,
+        "other accounts are untouched"
+    );
     assert!(h.store.endpoint_get(&acct("b"), keep.id).await.is_ok());
 }
 
@@ -890,8 +1290,16 @@ pub async fn ordered_endpoint_has_one_delivery_in_flight_lowest_first(f: &dyn St
     let c = claim(&h, 10).await;
     assert_eq!(ids(&c), vec![ds[0]]);
     assert!(claim(&h, 10).await.is_empty(), "one in flight");
-    record(&h, &c[0], fail_at(h.clock.now().plus(Duration::from_secs(10)))).await;
-    assert!(claim(&h, 10).await.is_empty(), "the head is backing off; the rest wait");
+    record(
+        &h,
+        &c[0],
+        fail_at(h.clock.now().plus(Duration::from_secs(10))),
+    )
+    .await;
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "the head is backing off; the rest wait"
+    );
     h.clock.advance(Duration::from_secs(10));
     let c = claim(&h, 10).await;
     assert_eq!(ids(&c), vec![ds[0]]);
@@ -899,7 +1307,11 @@ pub async fn ordered_endpoint_has_one_delivery_in_flight_lowest_first(f: &dyn St
     let c = claim(&h, 10).await;
     assert_eq!(ids(&c), vec![ds[1]]);
     record(&h, &c[0], DeliveryOutcome::GiveUp(AttemptReport::default())).await;
-    assert_eq!(ids(&claim(&h, 10).await), vec![ds[2]], "dead does not block the next");
+    assert_eq!(
+        ids(&claim(&h, 10).await),
+        vec![ds[2]],
+        "dead does not block the next"
+    );
 }
 
 /// Every read and write of a delivery is scoped to its account.
@@ -911,16 +1323,37 @@ pub async fn accounts_never_see_each_others_deliveries(f: &dyn StoreFactory) {
     let c = claim(&h, 1).await.remove(0);
     record(&h, &c, fail_at(h.clock.now())).await;
     let b = acct("b");
-    assert!(matches!(h.store.delivery_get(&b, id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(h.store.delivery_replay(&b, id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(h.store.event_get(&b, p.event.id).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(h.store.attempt_list_for_delivery(&b, id).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(
+        h.store.delivery_get(&b, id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        h.store.delivery_replay(&b, id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        h.store.event_get(&b, p.event.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        h.store.attempt_list_for_delivery(&b, id).await,
+        Err(StoreError::NotFound { .. })
+    ));
     let listed = h
         .store
-        .delivery_list(DeliveryListRequest { account: b.clone(), state: None, endpoint_id: Some(e.id), event_id: None, page: PageRequest::first(10) })
+        .delivery_list(DeliveryListRequest {
+            account: b.clone(),
+            state: None,
+            endpoint_id: Some(e.id),
+            event_id: None,
+            page: PageRequest::first(10),
+        })
         .await
         .unwrap();
     assert!(listed.items.is_empty());
     assert_eq!(get(&h, "a", id).await.state, DeliveryState::Dead);
-    assert_eq!(h.store.event_get(&acct("a"), p.event.id).await.unwrap(), p.event);
+    assert_eq!(
+        h.store.event_get(&acct("a"), p.event.id).await.unwrap(),
+        p.event
+    );
 }

@@ -60,12 +60,25 @@ fn options() -> StoreOptions {
 }
 
 fn outcome(kind: u8, now: Timestamp) -> DeliveryOutcome {
-    let report = AttemptReport { status_code: Some(500), error: None, latency_ms: 1 };
+    let report = AttemptReport {
+        status_code: Some(500),
+        error: None,
+        latency_ms: 1,
+    };
     match kind {
-        0 => DeliveryOutcome::Delivered(AttemptReport { status_code: Some(200), ..report }),
-        1 => DeliveryOutcome::Retry { at: now.plus(Duration::from_secs(10)), report },
+        0 => DeliveryOutcome::Delivered(AttemptReport {
+            status_code: Some(200),
+            ..report
+        }),
+        1 => DeliveryOutcome::Retry {
+            at: now.plus(Duration::from_secs(10)),
+            report,
+        },
         2 => DeliveryOutcome::GiveUp(report),
-        _ => DeliveryOutcome::Gone(AttemptReport { status_code: Some(410), ..report }),
+        _ => DeliveryOutcome::Gone(AttemptReport {
+            status_code: Some(410),
+            ..report
+        }),
     }
 }
 
@@ -94,9 +107,20 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
     let mut model = DeliveryModel::new(h.clock.now(), options());
     let mut created = Vec::new();
     for i in 0..ENDPOINTS {
-        let mut req = EndpointCreateRequest::new(account.clone(), "https://example.com/m", Secret::new("whsec_bQ=="));
+        let mut req = EndpointCreateRequest::new(
+            account.clone(),
+            "https://example.com/m",
+            Secret::new("whsec_bQ=="),
+        );
         req.ordered = i == 0;
-        created.push((h.store.endpoint_create(req).await.map_err(|e| e.to_string())?.id, i == 0));
+        created.push((
+            h.store
+                .endpoint_create(req)
+                .await
+                .map_err(|e| e.to_string())?
+                .id,
+            i == 0,
+        ));
     }
     // Publish fans out in endpoint-id order; the model in index order.
     created.sort();
@@ -123,13 +147,23 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                     .await
                     .map_err(|e| e.to_string())?;
                 if p.deliveries.len() != expected.len() {
-                    return Err(format!("publish made {} deliveries, model {}", p.deliveries.len(), expected.len()));
+                    return Err(format!(
+                        "publish made {} deliveries, model {}",
+                        p.deliveries.len(),
+                        expected.len()
+                    ));
                 }
                 for m in expected {
                     let want = endpoints[model.deliveries[m].endpoint];
                     let mut found = None;
                     for d in &p.deliveries {
-                        if h.store.delivery_get(&account, *d).await.map_err(|e| e.to_string())?.endpoint_id == want {
+                        if h.store
+                            .delivery_get(&account, *d)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .endpoint_id
+                            == want
+                        {
                             found = Some(*d);
                         }
                     }
@@ -141,11 +175,21 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let m = model.claim(limit, lease_for);
                 let r = h
                     .store
-                    .delivery_claim(ClaimRequest { worker: "m".into(), limit, lease_for })
+                    .delivery_claim(ClaimRequest {
+                        worker: "m".into(),
+                        limit,
+                        lease_for,
+                    })
                     .await
                     .map_err(|e| e.to_string())?;
-                let mv: Vec<_> = m.iter().map(|c| (deliveries[c.delivery], c.attempt, c.probe)).collect();
-                let rv: Vec<_> = r.iter().map(|c| (c.delivery.id, c.lease.attempt, c.probe)).collect();
+                let mv: Vec<_> = m
+                    .iter()
+                    .map(|c| (deliveries[c.delivery], c.attempt, c.probe))
+                    .collect();
+                let rv: Vec<_> = r
+                    .iter()
+                    .map(|c| (c.delivery.id, c.lease.attempt, c.probe))
+                    .collect();
                 if mv != rv {
                     return Err(format!("step {step} claim: model {mv:?}, adapter {rv:?}"));
                 }
@@ -156,7 +200,9 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let o = outcome(kind, now);
                 let m = model.record(mc.delivery, mc.token, &o);
                 let r = h.store.delivery_record_outcome(&l, o).await;
-                same(&format!("step {step} record"), m, r, |m, r| m.0 == r.state && m.1 == r.duplicate)?;
+                same(&format!("step {step} record"), m, r, |m, r| {
+                    m.0 == r.state && m.1 == r.duplicate
+                })?;
             }
             Op::Release { lease } if !leases.is_empty() => {
                 let (mc, l) = leases[lease % leases.len()].clone();
@@ -169,7 +215,9 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let d = Duration::from_secs(secs);
                 let m = model.extend(mc.delivery, mc.token, d);
                 let r = h.store.delivery_extend(&l, d).await;
-                same(&format!("step {step} extend"), m, r, |m, r| *m == r.expires_at)?;
+                same(&format!("step {step} extend"), m, r, |m, r| {
+                    *m == r.expires_at
+                })?;
             }
             Op::Advance { secs } => {
                 model.advance(Duration::from_secs(secs));
@@ -204,24 +252,44 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
         let by_id: std::collections::HashMap<DeliveryId, Delivery> =
             listed.items.into_iter().map(|d| (d.id, d)).collect();
         if by_id.len() != deliveries.len() {
-            return Err(format!("after step {step}: adapter has {} deliveries, model {}", by_id.len(), deliveries.len()));
+            return Err(format!(
+                "after step {step}: adapter has {} deliveries, model {}",
+                by_id.len(),
+                deliveries.len()
+            ));
         }
         for (i, id) in deliveries.iter().enumerate() {
             let d = by_id.get(id).ok_or("a delivery vanished")?;
             let m = &model.deliveries[i];
-            if (d.state, d.attempts, d.max_attempts, d.due_at) != (m.state, m.attempts, m.max_attempts, m.due_at) {
+            if (d.state, d.attempts, d.max_attempts, d.due_at)
+                != (m.state, m.attempts, m.max_attempts, m.due_at)
+            {
                 return Err(format!(
                     "after step {step} ({op:?}) delivery {i}: adapter {:?}/{}/{}/{:?}, model {:?}/{}/{}/{:?}",
                     d.state, d.attempts, d.max_attempts, d.due_at, m.state, m.attempts, m.max_attempts, m.due_at
                 ));
             }
         }
-        let listed = h.store.endpoint_list(&account).await.map_err(|e| e.to_string())?;
+        let listed = h
+            .store
+            .endpoint_list(&account)
+            .await
+            .map_err(|e| e.to_string())?;
         for (i, id) in endpoints.iter().enumerate() {
-            let c = h.store.circuit_get(&account, *id).await.map_err(|e| e.to_string())?;
-            let e = listed.iter().find(|e| e.id == *id).ok_or("an endpoint vanished")?;
+            let c = h
+                .store
+                .circuit_get(&account, *id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let e = listed
+                .iter()
+                .find(|e| e.id == *id)
+                .ok_or("an endpoint vanished")?;
             let m = &model.endpoints[i];
-            if c.mode != m.circuit.mode || c.open_until != m.circuit.open_until || e.enabled != m.enabled {
+            if c.mode != m.circuit.mode
+                || c.open_until != m.circuit.open_until
+                || e.enabled != m.enabled
+            {
                 return Err(format!(
                     "after step {step} ({op:?}) endpoint {i}: adapter {:?}/{:?}/{}, model {:?}/{:?}/{}",
                     c.mode, c.open_until, e.enabled, m.circuit.mode, m.circuit.open_until, m.enabled
@@ -230,11 +298,22 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
         }
     }
     for (i, id) in deliveries.iter().enumerate() {
-        let log = h.store.attempt_list_for_delivery(&account, *id).await.map_err(|e| e.to_string())?;
+        let log = h
+            .store
+            .attempt_list_for_delivery(&account, *id)
+            .await
+            .map_err(|e| e.to_string())?;
         let real: Vec<_> = log.iter().map(|a| (a.attempt, a.result)).collect();
-        let want: Vec<_> = model.attempts.iter().filter(|(d, _, _)| *d == i).map(|(_, n, r)| (*n, *r)).collect();
+        let want: Vec<_> = model
+            .attempts
+            .iter()
+            .filter(|(d, _, _)| *d == i)
+            .map(|(_, n, r)| (*n, *r))
+            .collect();
         if real != want {
-            return Err(format!("attempt log of delivery {i}: adapter {real:?}, model {want:?}"));
+            return Err(format!(
+                "attempt log of delivery {i}: adapter {real:?}, model {want:?}"
+            ));
         }
     }
     Ok(())
@@ -243,15 +322,22 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
 /// Runs the model-based test against `factory`: 16 random sequences of up to 40
 /// operations (`PROPTEST_CASES` overrides the count).
 pub fn run(factory: &dyn StoreFactory) {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
-    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");
     let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
-        rt.block_on(run_case(factory, ops)).map_err(TestCaseError::fail)
+        rt.block_on(run_case(factory, ops))
+            .map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("the adapter disagrees with the reference model: {e}");

@@ -62,12 +62,9 @@ impl DatabaseUrl {
             (Some(scheme), Some(at)) if at > scheme => {
                 let userinfo = &s[scheme + 3..at];
                 match userinfo.find(':') {
-                    Some(colon) => format!(
-                        "{}{}:***{}",
-                        &s[..scheme + 3],
-                        &userinfo[..colon],
-                        &s[at..]
-                    ),
+                    Some(colon) => {
+                        format!("{}{}:***{}", &s[..scheme + 3], &userinfo[..colon], &s[at..])
+                    }
                     None => s.clone(),
                 }
             }
@@ -149,11 +146,15 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -202,7 +203,12 @@ fn parse_u32_in(var: &str, v: &str, lo: u32, hi: u32) -> Result<u32, ConfigError
         .parse::<u32>()
         .ok()
         .filter(|n| (lo..=hi).contains(n))
-        .ok_or_else(|| err(var, format!("expected a whole number from {lo} to {hi}, got {v:?}")))
+        .ok_or_else(|| {
+            err(
+                var,
+                format!("expected a whole number from {lo} to {hi}, got {v:?}"),
+            )
+        })
 }
 
 impl Config {
@@ -247,9 +253,14 @@ impl Config {
                 }
                 let path = get("CONTROLPLANE_EMBEDDED_PATH").unwrap_or("./control-plane.duckdb");
                 if path.trim().is_empty() {
-                    return Err(err("CONTROLPLANE_EMBEDDED_PATH", "expected a file path, got an empty value"));
+                    return Err(err(
+                        "CONTROLPLANE_EMBEDDED_PATH",
+                        "expected a file path, got an empty value",
+                    ));
                 }
-                StoreProfile::Embedded { path: PathBuf::from(path) }
+                StoreProfile::Embedded {
+                    path: PathBuf::from(path),
+                }
             }
             "postgres" => {
                 let url = get("CONTROLPLANE_DATABASE_URL").ok_or_else(|| {
@@ -271,7 +282,10 @@ impl Config {
                     Some(v) => parse_u32_in("CONTROLPLANE_POOL_SIZE", v, 1, 1000)?,
                     None => 16,
                 };
-                StoreProfile::Postgres { url: DatabaseUrl::new(url), pool_size }
+                StoreProfile::Postgres {
+                    url: DatabaseUrl::new(url),
+                    pool_size,
+                }
             }
             other => {
                 return Err(err(
@@ -280,13 +294,16 @@ impl Config {
                 ))
             }
         };
-        if matches!(store, StoreProfile::Postgres { .. }) && get("CONTROLPLANE_EMBEDDED_PATH").is_some() {
+        if matches!(store, StoreProfile::Postgres { .. })
+            && get("CONTROLPLANE_EMBEDDED_PATH").is_some()
+        {
             return Err(err(
                 "CONTROLPLANE_EMBEDDED_PATH",
                 "set, but CONTROLPLANE_STORE is postgres; unset it",
             ));
         }
-        if matches!(store, StoreProfile::Embedded { .. }) && get("CONTROLPLANE_POOL_SIZE").is_some() {
+        if matches!(store, StoreProfile::Embedded { .. }) && get("CONTROLPLANE_POOL_SIZE").is_some()
+        {
             return Err(err(
                 "CONTROLPLANE_POOL_SIZE",
                 "applies only to CONTROLPLANE_STORE=postgres; unset it",
@@ -295,7 +312,10 @@ impl Config {
 
         let listen = match get("CONTROLPLANE_LISTEN") {
             Some(v) => v.trim().parse::<SocketAddr>().map_err(|_| {
-                err("CONTROLPLANE_LISTEN", format!("expected an address like 127.0.0.1:8080, got {v:?}"))
+                err(
+                    "CONTROLPLANE_LISTEN",
+                    format!("expected an address like 127.0.0.1:8080, got {v:?}"),
+                )
             })?,
             None => SocketAddr::from(([127, 0, 0, 1], 8080)),
         };
@@ -353,7 +373,10 @@ impl Config {
             Some(v) => parse_duration(v)
                 .filter(|d| *d >= Duration::from_secs(1) && *d <= Duration::from_secs(3600))
                 .ok_or_else(|| {
-                    err("CONTROLPLANE_LEASE", format!("expected a duration from 1s to 1h like 30s, got {v:?}"))
+                    err(
+                        "CONTROLPLANE_LEASE",
+                        format!("expected a duration from 1s to 1h like 30s, got {v:?}"),
+                    )
                 })?,
             None => Duration::from_secs(30),
         };
@@ -388,7 +411,12 @@ mod tests {
     #[test]
     fn no_variables_means_embedded_defaults() {
         let c = parse(&[("PATH", "/bin")]).unwrap();
-        assert_eq!(c.store, StoreProfile::Embedded { path: PathBuf::from("./control-plane.duckdb") });
+        assert_eq!(
+            c.store,
+            StoreProfile::Embedded {
+                path: PathBuf::from("./control-plane.duckdb")
+            }
+        );
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.retry_schedule.len(), 7);
         assert_eq!(c.lease, Duration::from_secs(30));
@@ -404,7 +432,10 @@ mod tests {
             ("CONTROLPLANE_POOL_SIZE", "4"),
         ])
         .unwrap();
-        assert!(matches!(c.store, StoreProfile::Postgres { pool_size: 4, .. }));
+        assert!(matches!(
+            c.store,
+            StoreProfile::Postgres { pool_size: 4, .. }
+        ));
     }
 
     #[test]
@@ -443,7 +474,10 @@ mod tests {
     fn debug_redacts_passwords_and_tokens() {
         let c = parse(&[
             ("CONTROLPLANE_STORE", "postgres"),
-            ("CONTROLPLANE_DATABASE_URL", "postgres://app:hunter2@db/x?password=hunter3"),
+            (
+                "CONTROLPLANE_DATABASE_URL",
+                "postgres://app:hunter2@db/x?password=hunter3",
+            ),
             ("CONTROLPLANE_ADMIN_TOKEN", "tok-0123456789abcdef"),
         ])
         .unwrap();
@@ -463,6 +497,8 @@ mod tests {
         assert!(n.contains("127.1.2.3".parse().unwrap()));
         assert!(!n.contains("128.0.0.1".parse().unwrap()));
         assert!(Cidr::parse("::1").unwrap().contains("::1".parse().unwrap()));
-        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
     }
 }

@@ -239,7 +239,12 @@ impl DeliveryModel {
         probes.sort_by_key(|&i| key(self, i));
         probes.truncate(limit as usize);
         let mut normal: Vec<usize> = (0..self.deliveries.len())
-            .filter(|&i| self.claimable(i) && self.endpoints[self.deliveries[i].endpoint].circuit.admits_claims())
+            .filter(|&i| {
+                self.claimable(i)
+                    && self.endpoints[self.deliveries[i].endpoint]
+                        .circuit
+                        .admits_claims()
+            })
             .collect();
         normal.sort_by_key(|&i| key(self, i));
         normal.truncate(limit as usize - probes.len());
@@ -289,7 +294,9 @@ impl DeliveryModel {
         if !self.leased(i, token) {
             let d = self.deliveries.get(i).ok_or(ModelError::LeaseLost)?;
             return match d.last_outcome {
-                Some(kind) if d.token == Some(token) && kind == outcome.kind() => Ok((d.state, true)),
+                Some(kind) if d.token == Some(token) && kind == outcome.kind() => {
+                    Ok((d.state, true))
+                }
                 Some(_) if d.token == Some(token) => Err(ModelError::Conflict),
                 _ => Err(ModelError::LeaseLost),
             };
@@ -301,7 +308,16 @@ impl DeliveryModel {
         };
         let mut circuit = self.endpoints[e].circuit.clone();
         let probe = circuit.is_probe(model_id(i));
-        let tr = plan_outcome(attempts, max, due, outcome, &mut circuit, probe, now, &self.options);
+        let tr = plan_outcome(
+            attempts,
+            max,
+            due,
+            outcome,
+            &mut circuit,
+            probe,
+            now,
+            &self.options,
+        );
         self.endpoints[e].circuit = circuit;
         self.apply(i, &tr);
         self.deliveries[i].last_outcome = Some(outcome.kind());
@@ -326,9 +342,18 @@ impl DeliveryModel {
     }
 
     /// Extends a live lease.
-    pub fn extend(&mut self, i: usize, token: u64, lease_for: Duration) -> Result<Timestamp, ModelError> {
+    pub fn extend(
+        &mut self,
+        i: usize,
+        token: u64,
+        lease_for: Duration,
+    ) -> Result<Timestamp, ModelError> {
         let now = self.now;
-        if !self.leased(i, token) || self.deliveries[i].lease_expires_at.is_some_and(|t| t <= now) {
+        if !self.leased(i, token)
+            || self.deliveries[i]
+                .lease_expires_at
+                .is_some_and(|t| t <= now)
+        {
             return Err(ModelError::LeaseLost);
         }
         let at = now.plus(lease_for);
@@ -370,8 +395,14 @@ mod tests {
         assert_eq!(c[0].delivery, 0);
         assert!(m.claim(10, Duration::from_secs(30)).is_empty());
         let ok = DeliveryOutcome::Delivered(AttemptReport::default());
-        assert_eq!(m.record(0, c[0].token, &ok), Ok((DeliveryState::Delivered, false)));
-        assert_eq!(m.record(0, c[0].token, &ok), Ok((DeliveryState::Delivered, true)));
+        assert_eq!(
+            m.record(0, c[0].token, &ok),
+            Ok((DeliveryState::Delivered, false))
+        );
+        assert_eq!(
+            m.record(0, c[0].token, &ok),
+            Ok((DeliveryState::Delivered, true))
+        );
         let c2 = m.claim(10, Duration::from_secs(30));
         assert_eq!(c2.len(), 1);
         assert_eq!(c2[0].delivery, 1);

@@ -200,7 +200,8 @@ impl Circuit {
             self.open_until = Some(now.plus(policy.cooldown_after(self.reopen_count)));
             return Some(CircuitChange::Opened);
         }
-        if self.mode == CircuitMode::Closed && self.consecutive_failures >= policy.failure_threshold {
+        if self.mode == CircuitMode::Closed && self.consecutive_failures >= policy.failure_threshold
+        {
             self.mode = CircuitMode::Open;
             self.reopen_count = 0;
             self.open_until = Some(now.plus(policy.cooldown_after(0)));

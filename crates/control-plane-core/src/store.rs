@@ -333,7 +333,9 @@ pub trait CircuitStore: Send + Sync {
 
 /// The whole port. Object-safe; used as [`DynControlPlaneStore`].
 #[async_trait]
-pub trait ControlPlaneStore: EndpointStore + DeliveryStore + AttemptLogStore + CircuitStore {
+pub trait ControlPlaneStore:
+    EndpointStore + DeliveryStore + AttemptLogStore + CircuitStore
+{
     /// The adapter's name (`embedded`, `postgres`).
     fn backend_name(&self) -> &'static str;
 

@@ -77,7 +77,8 @@ impl AccountId {
         let s = s.into();
         let ok = !s.is_empty()
             && s.len() <= 64
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if ok {
             Ok(AccountId(s))
         } else {
@@ -695,7 +696,8 @@ mod tests {
             payload: serde_json::json!({"n": 1}),
             idempotency_key: None,
         };
-        let v: serde_json::Value = serde_json::from_str(&r.body(Timestamp::from_millis(0))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body(Timestamp::from_millis(0))).unwrap();
         assert_eq!(v["type"], "invoice.paid");
         assert_eq!(v["timestamp"], "1970-01-01T00:00:00.000Z");
         assert_eq!(v["data"]["n"], 1);

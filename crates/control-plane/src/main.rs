@@ -73,7 +73,10 @@ async fn run(command: &str, config: Config) -> Result<(), String> {
             Ok(())
         }
         "status" => {
-            let counts = store.delivery_count_by_state().await.map_err(|e| e.to_string())?;
+            let counts = store
+                .delivery_count_by_state()
+                .await
+                .map_err(|e| e.to_string())?;
             let map: serde_json::Map<String, serde_json::Value> = counts
                 .into_iter()
                 .map(|(s, n)| (s.as_str().to_string(), n.into()))

@@ -7,7 +7,8 @@ use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
 /// Refuses role splits the profile cannot serve.
 pub fn check_role(command: &str, config: &Config) -> Result<(), String> {
-    if matches!(command, "api" | "worker") && matches!(config.store, StoreProfile::Embedded { .. }) {
+    if matches!(command, "api" | "worker") && matches!(config.store, StoreProfile::Embedded { .. })
+    {
         return Err(format!(
             "the {command} role alone needs CONTROLPLANE_STORE=postgres: one embedded DuckDB file serves one process, so run `control-plane serve` for both roles"
         ));

@@ -18,24 +18,43 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn unknown_store_fails_closed_naming_what_is_accepted() {
-    let o = bin().arg("status").env("CONTROLPLANE_STORE", "sqlite").output().unwrap();
+    let o = bin()
+        .arg("status")
+        .env("CONTROLPLANE_STORE", "sqlite")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("CONTROLPLANE_STORE") && e.contains("embedded") && e.contains("postgres"), "{e}");
+    assert!(
+        e.contains("CONTROLPLANE_STORE") && e.contains("embedded") && e.contains("postgres"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unknown_controlplane_variable_fails_closed() {
-    let o = bin().arg("status").env("CONTROLPLANE_STROE", "embedded").output().unwrap();
+    let o = bin()
+        .arg("status")
+        .env("CONTROLPLANE_STROE", "embedded")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("CONTROLPLANE_STROE"), "{}", stderr(&o));
 }
 
 #[test]
 fn postgres_without_url_names_the_missing_variable() {
-    let o = bin().arg("status").env("CONTROLPLANE_STORE", "postgres").output().unwrap();
+    let o = bin()
+        .arg("status")
+        .env("CONTROLPLANE_STORE", "postgres")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("CONTROLPLANE_DATABASE_URL"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CONTROLPLANE_DATABASE_URL"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -48,7 +67,11 @@ fn split_roles_on_embedded_fail_closed() {
             .output()
             .unwrap();
         assert!(!o.status.success());
-        assert!(stderr(&o).contains("CONTROLPLANE_STORE=postgres"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("CONTROLPLANE_STORE=postgres"),
+            "{}",
+            stderr(&o)
+        );
     }
     assert!(!dir.path().join("s.duckdb").exists(), "nothing was opened");
 }
@@ -65,12 +88,19 @@ fn unknown_command_prints_usage() {
 #[test]
 fn status_reports_counts_on_the_embedded_default() {
     let dir = tempfile::tempdir().unwrap();
-    let o = bin().arg("status").current_dir(dir.path()).output().unwrap();
+    let o = bin()
+        .arg("status")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["store"], "embedded");
     assert!(v["deliveries"].as_object().unwrap().is_empty());
-    assert!(dir.path().join("control-plane.duckdb").exists(), "the default path is ./control-plane.duckdb");
+    assert!(
+        dir.path().join("control-plane.duckdb").exists(),
+        "the default path is ./control-plane.duckdb"
+    );
 }
 
 #[test]
@@ -86,20 +116,39 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let ready = lines.next().unwrap().unwrap();
     assert!(ready.contains("ready on the embedded store"), "{ready}");
-    let busy = bin().arg("status").env("CONTROLPLANE_EMBEDDED_PATH", &path).output().unwrap();
+    let busy = bin()
+        .arg("status")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .output()
+        .unwrap();
     assert!(!busy.status.success());
-    assert!(stderr(&busy).contains("in use by another process"), "{}", stderr(&busy));
-    let kill = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(
+        stderr(&busy).contains("in use by another process"),
+        "{}",
+        stderr(&busy)
+    );
+    let kill = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     assert!(kill.success());
     let start = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "serve did not stop on SIGTERM");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success());
-    let after = bin().arg("status").env("CONTROLPLANE_EMBEDDED_PATH", &path).output().unwrap();
+    let after = bin()
+        .arg("status")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .output()
+        .unwrap();
     assert!(after.status.success(), "{}", stderr(&after));
 }

@@ -10,7 +10,8 @@ use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
-const ATTEMPT_COLS: &str = "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+const ATTEMPT_COLS: &str =
+    "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
      latency_ms, will_retry, next_attempt_at, recorded_at";
 
 fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
@@ -72,7 +73,9 @@ pub(crate) fn list_for_delivery(
 ) -> StoreResult<Vec<AttemptRecord>> {
     crate::delivery::get(t, account, id)?;
     let mut st = t
-        .prepare(&format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"))
+        .prepare(&format!(
+            "SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"
+        ))
         .db()?;
     let rows = st.query_map(params![id.to_string()], row_to_attempt).db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
@@ -102,7 +105,10 @@ pub(crate) fn list_for_endpoint(
         ))
         .db()?;
     let rows = st
-        .query_map(params![id.to_string(), page.after, i64::from(page.limit) + 1], row_to_attempt)
+        .query_map(
+            params![id.to_string(), page.after, i64::from(page.limit) + 1],
+            row_to_attempt,
+        )
         .db()?;
     let mut items = rows.collect::<Result<Vec<_>, _>>().db()?;
     let next = if items.len() > page.limit as usize {

@@ -6,8 +6,8 @@ use control_plane_core::policy::{plan_lease_expiry, plan_outcome, Transition};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
-    DeliveryOutcome, DeliveryState, Enqueued, EndpointId, Event, EventId, Lease, LeaseToken,
-    OutcomeRecorded, Page, Published, PublishRequest, Secret, SigningSecrets, StoreError,
+    DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId, Lease, LeaseToken,
+    OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets, StoreError,
     StoreResult, Timestamp,
 };
 use duckdb::{params, OptionalExt, Row};
@@ -18,7 +18,8 @@ use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
-const DELIVERY_COLS: &str = "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
+const DELIVERY_COLS: &str =
+    "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
      d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at";
 
 fn row_to_delivery(r: &Row<'_>) -> duckdb::Result<Delivery> {
@@ -76,7 +77,9 @@ fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec<DeliveryId
         .prepare("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id")
         .db()?;
     let rows = st
-        .query_map(params![event.to_string()], |r| col_uuid(r, 0).map(DeliveryId))
+        .query_map(params![event.to_string()], |r| {
+            col_uuid(r, 0).map(DeliveryId)
+        })
         .db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
 }
@@ -124,7 +127,11 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
                 .db()?;
             if let Some(event) = existing {
                 let deliveries = deliveries_of_event(t, event.id)?;
-                out.push(Published { event, deliveries, created: false });
+                out.push(Published {
+                    event,
+                    deliveries,
+                    created: false,
+                });
                 continue;
             }
         }
@@ -158,7 +165,11 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
         for e in targets {
             deliveries.push(insert_delivery(t, &req.account, e, event.id)?);
         }
-        out.push(Published { event, deliveries, created: true });
+        out.push(Published {
+            event,
+            deliveries,
+            created: true,
+        });
     }
     Ok(out)
 }
@@ -180,7 +191,10 @@ pub(crate) fn enqueue(
         .optional()
         .db()?;
     match existing {
-        Some(id) => Ok(Enqueued { delivery_id: DeliveryId(id), won: false }),
+        Some(id) => Ok(Enqueued {
+            delivery_id: DeliveryId(id),
+            won: false,
+        }),
         None => Ok(Enqueued {
             delivery_id: insert_delivery(t, account, endpoint_id, event)?,
             won: true,
@@ -202,7 +216,8 @@ struct LeaseRow {
     last_outcome: Option<String>,
 }
 
-const LEASE_COLS: &str = "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
+const LEASE_COLS: &str =
+    "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
      lease_expires_at, last_outcome";
 
 fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
@@ -238,8 +253,9 @@ fn lease_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
 /// The row, if `lease` is its current live lease.
 fn leased_row(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
     let token = lease.token.to_string();
-    Ok(lease_row(t, lease.delivery_id)?
-        .filter(|r| r.state == DeliveryState::Leased && r.lease_token.as_deref() == Some(token.as_str())))
+    Ok(lease_row(t, lease.delivery_id)?.filter(|r| {
+        r.state == DeliveryState::Leased && r.lease_token.as_deref() == Some(token.as_str())
+    }))
 }
 
 /// Writes a transition: the delivery, its attempt-log row, a disable.
@@ -264,7 +280,14 @@ fn apply(
         ],
     )
     .db()?;
-    attempt::insert(t, row.id, row.endpoint_id, &row.account, row.attempts, &tr.attempt)?;
+    attempt::insert(
+        t,
+        row.id,
+        row.endpoint_id,
+        &row.account,
+        row.attempts,
+        &tr.attempt,
+    )?;
     if let Some(reason) = &tr.disable_reason {
         endpoint::disable(t, row.endpoint_id, reason)?;
     }
@@ -279,13 +302,23 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
                 "SELECT {LEASE_COLS} FROM deliveries WHERE state = 'leased' AND lease_expires_at <= $1 ORDER BY seq"
             ))
             .db()?;
-        let rows = st.query_map(params![t.now.as_millis()], row_to_lease_row).db()?;
+        let rows = st
+            .query_map(params![t.now.as_millis()], row_to_lease_row)
+            .db()?;
         rows.collect::<Result<Vec<_>, _>>().db()?
     };
     for row in expired {
         let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(row.attempts, row.max_attempts, row.due_at, &mut circuit, probe, t.now, &t.options);
+        let tr = plan_lease_expiry(
+            row.attempts,
+            row.max_attempts,
+            row.due_at,
+            &mut circuit,
+            probe,
+            t.now,
+            &t.options,
+        );
         endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
         apply(t, &row, &tr, None, None)?;
     }
@@ -293,19 +326,27 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
 }
 
 /// Pending, due, on a live enabled endpoint, and the head of an ordered one.
-const CLAIMABLE: &str = "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+const CLAIMABLE: &str =
+    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
      AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
           WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     validate_limit(req.limit)?;
     if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput("lease_for must be longer than zero".into()));
+        return Err(StoreError::InvalidInput(
+            "lease_for must be longer than zero".into(),
+        ));
     }
     sweep_expired(t)?;
     let now = t.now.as_millis();
     let pick = |r: &Row<'_>| -> duckdb::Result<(DeliveryId, EndpointId, i64, i64)> {
-        Ok((DeliveryId(col_uuid(r, 0)?), EndpointId(col_uuid(r, 1)?), r.get(2)?, r.get(3)?))
+        Ok((
+            DeliveryId(col_uuid(r, 0)?),
+            EndpointId(col_uuid(r, 1)?),
+            r.get(2)?,
+            r.get(3)?,
+        ))
     };
     // Probes first (one per circuit whose cooldown is over), then ordinary
     // candidates on closed circuits fill the rest of the limit.
@@ -357,7 +398,12 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     Ok(out)
 }
 
-fn load_claimed(t: &Tx<'_>, id: DeliveryId, token: LeaseToken, probe: bool) -> StoreResult<ClaimedDelivery> {
+fn load_claimed(
+    t: &Tx<'_>,
+    id: DeliveryId,
+    token: LeaseToken,
+    probe: bool,
+) -> StoreResult<ClaimedDelivery> {
     t.query_row(
         &format!(
             "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
@@ -397,10 +443,17 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
-        params![expires_at.as_millis(), t.now.as_millis(), row.id.to_string()],
+        params![
+            expires_at.as_millis(),
+            t.now.as_millis(),
+            row.id.to_string()
+        ],
     )
     .db()?;
-    Ok(Lease { expires_at, ..lease.clone() })
+    Ok(Lease {
+        expires_at,
+        ..lease.clone()
+    })
 }
 
 pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
@@ -429,7 +482,10 @@ pub(crate) fn record_outcome(
     let same_token = row.lease_token.as_deref() == Some(token.as_str());
     if !(same_token && row.state == DeliveryState::Leased) {
         return match row.last_outcome.as_deref() {
-            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded { state: row.state, duplicate: true }),
+            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded {
+                state: row.state,
+                duplicate: true,
+            }),
             Some(k) if same_token => Err(StoreError::Conflict(format!(
                 "a different outcome ({k}) was already recorded with this lease"
             ))),
@@ -438,10 +494,22 @@ pub(crate) fn record_outcome(
     }
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
     let probe = circuit.is_probe(row.id);
-    let tr = plan_outcome(row.attempts, row.max_attempts, row.due_at, &outcome, &mut circuit, probe, t.now, &t.options);
+    let tr = plan_outcome(
+        row.attempts,
+        row.max_attempts,
+        row.due_at,
+        &outcome,
+        &mut circuit,
+        probe,
+        t.now,
+        &t.options,
+    );
     endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
     apply(t, &row, &tr, Some(token), Some(outcome.kind()))?;
-    Ok(OutcomeRecorded { state: tr.state, duplicate: false })
+    Ok(OutcomeRecorded {
+        state: tr.state,
+        duplicate: false,
+    })
 }
 
 pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {

@@ -89,7 +89,9 @@ pub(crate) fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>
             "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
         ))
         .db()?;
-    let rows = st.query_map(params![account.as_str()], row_to_endpoint).db()?;
+    let rows = st
+        .query_map(params![account.as_str()], row_to_endpoint)
+        .db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
 }
 
@@ -163,7 +165,11 @@ pub(crate) fn set_enabled(
     reason: Option<String>,
 ) -> StoreResult<Endpoint> {
     get(t, account, id)?;
-    let reason = if enabled { None } else { reason.or_else(|| Some("disabled by an operator".into())) };
+    let reason = if enabled {
+        None
+    } else {
+        reason.or_else(|| Some("disabled by an operator".into()))
+    };
     t.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
         params![enabled, reason, t.now.as_millis(), id.to_string()],

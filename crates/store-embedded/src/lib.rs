@@ -41,7 +41,8 @@ impl EndpointStore for EmbeddedStore {
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint> {
         let account = account.clone();
-        self.tx(move |t| endpoint::update(t, &account, id, req)).await
+        self.tx(move |t| endpoint::update(t, &account, id, req))
+            .await
     }
 
     async fn endpoint_rotate_secret(
@@ -108,7 +109,8 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
         let lease = lease.clone();
-        self.tx(move |t| delivery::extend(t, &lease, lease_for)).await
+        self.tx(move |t| delivery::extend(t, &lease, lease_for))
+            .await
     }
 
     async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
@@ -173,7 +175,8 @@ impl AttemptLogStore for EmbeddedStore {
 impl CircuitStore for EmbeddedStore {
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
         let account = account.clone();
-        self.tx(move |t| endpoint::circuit_of(t, &account, id)).await
+        self.tx(move |t| endpoint::circuit_of(t, &account, id))
+            .await
     }
 }
 

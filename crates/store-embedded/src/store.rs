@@ -129,12 +129,17 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
     conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
         .db()?;
     let current: i64 = conn
-        .query_row("SELECT coalesce(max(version), 0) FROM schema_version", [], |r| r.get(0))
+        .query_row(
+            "SELECT coalesce(max(version), 0) FROM schema_version",
+            [],
+            |r| r.get(0),
+        )
         .db()?;
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
         let tx = conn.transaction().db()?;
         tx.execute_batch(sql).db()?;
-        tx.execute("INSERT INTO schema_version VALUES ($1)", [version]).db()?;
+        tx.execute("INSERT INTO schema_version VALUES ($1)", [version])
+            .db()?;
         tx.commit().db()?;
     }
     let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);

@@ -7,7 +7,8 @@ use uuid::Uuid;
 
 pub(crate) fn col_uuid(r: &Row<'_>, i: usize) -> duckdb::Result<Uuid> {
     let s: String = r.get(i)?;
-    Uuid::parse_str(&s).map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
+    Uuid::parse_str(&s)
+        .map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
 }
 
 pub(crate) fn ts(r: &Row<'_>, i: usize) -> duckdb::Result<Timestamp> {

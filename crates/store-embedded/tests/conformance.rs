@@ -15,9 +15,16 @@ impl StoreFactory for Embedded {
     async fn open(&self, options: StoreOptions) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::default());
-        let config = EmbeddedConfig { path: dir.path().join("store.duckdb"), options };
+        let config = EmbeddedConfig {
+            path: dir.path().join("store.duckdb"),
+            options,
+        };
         let store = EmbeddedStore::open(config, clock.clone()).await.unwrap();
-        Harness { store: Arc::new(store), clock, guard: Box::new(dir) }
+        Harness {
+            store: Arc::new(store),
+            clock,
+            guard: Box::new(dir),
+        }
     }
 }
 

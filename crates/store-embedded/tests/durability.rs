@@ -20,11 +20,15 @@ async fn open(path: &Path) -> StoreResult<EmbeddedStore> {
 }
 
 fn publish_req(n: usize) -> PublishRequest {
+    keyed_req(format!("k{n}"))
+}
+
+fn keyed_req(key: String) -> PublishRequest {
     PublishRequest {
         account: acct(),
         event_type: "t".into(),
-        payload: serde_json::json!({ "n": n }),
-        idempotency_key: Some(format!("k{n}")),
+        payload: serde_json::json!({ "key": key }),
+        idempotency_key: Some(key),
     }
 }
 
@@ -33,7 +37,11 @@ async fn committed_state_survives_close_and_reopen() {
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
     let e = store
-        .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+        .endpoint_create(EndpointCreateRequest::new(
+            acct(),
+            "https://example.com/h",
+            Secret::new("whsec_eA=="),
+        ))
         .await
         .unwrap();
     let mut published = Vec::new();
@@ -41,36 +49,75 @@ async fn committed_state_survives_close_and_reopen() {
         published.push(store.event_publish(publish_req(n)).await.unwrap());
     }
     let c = store
-        .delivery_claim(ClaimRequest { worker: "w".into(), limit: 1, lease_for: Duration::from_secs(30) })
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit: 1,
+            lease_for: Duration::from_secs(30),
+        })
         .await
         .unwrap();
-    store.delivery_record_outcome(&c[0].lease, DeliveryOutcome::Delivered(AttemptReport::default())).await.unwrap();
-    let last_seq = store.delivery_get(&acct(), published[2].deliveries[0]).await.unwrap().seq;
+    store
+        .delivery_record_outcome(
+            &c[0].lease,
+            DeliveryOutcome::Delivered(AttemptReport::default()),
+        )
+        .await
+        .unwrap();
+    let last_seq = store
+        .delivery_get(&acct(), published[2].deliveries[0])
+        .await
+        .unwrap()
+        .seq;
     drop(store);
 
     let store = open(&path).await.unwrap();
     assert_eq!(store.endpoint_get(&acct(), e.id).await.unwrap(), e);
-    let d0 = store.delivery_get(&acct(), published[0].deliveries[0]).await.unwrap();
+    let d0 = store
+        .delivery_get(&acct(), published[0].deliveries[0])
+        .await
+        .unwrap();
     assert_eq!(d0.state, DeliveryState::Delivered);
-    assert_eq!(store.attempt_list_for_delivery(&acct(), d0.id).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .attempt_list_for_delivery(&acct(), d0.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     let again = store.event_publish(publish_req(1)).await.unwrap();
     assert!(!again.created, "idempotency keys survive a restart");
     let next = store.event_publish(publish_req(99)).await.unwrap();
-    let seq = store.delivery_get(&acct(), next.deliveries[0]).await.unwrap().seq;
-    assert!(seq > last_seq, "sequence numbers keep increasing across restarts: {seq} after {last_seq}");
+    let seq = store
+        .delivery_get(&acct(), next.deliveries[0])
+        .await
+        .unwrap()
+        .seq;
+    assert!(
+        seq > last_seq,
+        "sequence numbers keep increasing across restarts: {seq} after {last_seq}"
+    );
 }
 
 /// Child role: publish events one by one and report each after its commit.
-async fn child_writer(path: &Path) {
+async fn child_writer(path: &Path, round: &str) {
     let store = open(path).await.unwrap();
     if store.endpoint_list(&acct()).await.unwrap().is_empty() {
         store
-            .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+            .endpoint_create(EndpointCreateRequest::new(
+                acct(),
+                "https://example.com/h",
+                Secret::new("whsec_eA=="),
+            ))
             .await
             .unwrap();
     }
-    for n in 0.. {
-        let p = store.event_publish(publish_req(n)).await.unwrap();
+    for n in 0usize.. {
+        let p = store
+            .event_publish(keyed_req(format!("round{round}-{n}")))
+            .await
+            .unwrap();
+        assert!(p.created);
         println!("committed {} {}", p.event.id, p.deliveries[0]);
     }
 }
@@ -83,6 +130,7 @@ async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .arg("child-writer")
             .arg(&path)
+            .arg(round.to_string())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -102,14 +150,29 @@ async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
     let store = open(&path).await.unwrap();
     for (ev, d) in &acknowledged {
         store.event_get(&acct(), *ev).await.unwrap();
-        assert_eq!(store.delivery_get(&acct(), *d).await.unwrap().state, DeliveryState::Pending);
+        assert_eq!(
+            store.delivery_get(&acct(), *d).await.unwrap().state,
+            DeliveryState::Pending
+        );
     }
     let claimed = store
-        .delivery_claim(ClaimRequest { worker: "w".into(), limit: 1000, lease_for: Duration::from_secs(30) })
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit: 1000,
+            lease_for: Duration::from_secs(30),
+        })
         .await
         .unwrap();
-    assert!(claimed.len() >= acknowledged.len(), "{} claimable, {} acknowledged", claimed.len(), acknowledged.len());
-    println!("  {} acknowledged publishes over 3 SIGKILLs, all present", acknowledged.len());
+    assert!(
+        claimed.len() >= acknowledged.len(),
+        "{} claimable, {} acknowledged",
+        claimed.len(),
+        acknowledged.len()
+    );
+    println!(
+        "  {} acknowledged publishes over 3 SIGKILLs, all present",
+        acknowledged.len()
+    );
 }
 
 /// Child role: try to open a file another process holds.
@@ -121,7 +184,11 @@ async fn child_open(path: &Path) {
         }
         Err(e) => {
             println!("{e}");
-            std::process::exit(if matches!(e, StoreError::Unavailable(_)) { 0 } else { 4 })
+            std::process::exit(if matches!(e, StoreError::Unavailable(_)) {
+                0
+            } else {
+                4
+            })
         }
     }
 }
@@ -131,24 +198,40 @@ async fn a_second_process_gets_a_clear_error_and_the_file_is_intact() {
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
     store
-        .endpoint_create(EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA==")))
+        .endpoint_create(EndpointCreateRequest::new(
+            acct(),
+            "https://example.com/h",
+            Secret::new("whsec_eA=="),
+        ))
         .await
         .unwrap();
     let p = store.event_publish(publish_req(1)).await.unwrap();
-    let out = Command::new(std::env::current_exe().unwrap()).arg("child-open").arg(&path).output().unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("child-open")
+        .arg(&path)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "child said: {text}");
     assert!(text.contains("in use by another process"), "{text}");
-    assert!(text.contains("postgres"), "the error says what to do: {text}");
+    assert!(
+        text.contains("postgres"),
+        "the error says what to do: {text}"
+    );
     store.event_publish(publish_req(2)).await.unwrap();
     drop(store);
     let store = open(&path).await.unwrap();
     assert_eq!(store.event_get(&acct(), p.event.id).await.unwrap(), p.event);
-    assert_eq!(store.delivery_count_by_state().await.unwrap(), vec![(DeliveryState::Pending, 2)]);
+    assert_eq!(
+        store.delivery_count_by_state().await.unwrap(),
+        vec![(DeliveryState::Pending, 2)]
+    );
 }
 
 async fn a_missing_directory_is_a_clear_error() {
-    let e = open(Path::new("/nonexistent-dir-for-test/x.duckdb")).await.unwrap_err();
+    let e = open(Path::new("/nonexistent-dir-for-test/x.duckdb"))
+        .await
+        .unwrap_err();
     assert!(matches!(e, StoreError::InvalidInput(_)), "{e}");
     assert!(e.to_string().contains("CONTROLPLANE_EMBEDDED_PATH"), "{e}");
 }
@@ -157,18 +240,30 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
     match args.get(1).map(String::as_str) {
-        Some("child-writer") => return rt.block_on(child_writer(&PathBuf::from(&args[2]))),
+        Some("child-writer") => {
+            return rt.block_on(child_writer(&PathBuf::from(&args[2]), &args[3]))
+        }
         Some("child-open") => return rt.block_on(child_open(&PathBuf::from(&args[2]))),
         _ => {}
     }
-    type Case = (&'static str, fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>);
+    type Case = (
+        &'static str,
+        fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    );
     let cases: Vec<Case> = vec![
-        ("committed_state_survives_close_and_reopen", || Box::pin(committed_state_survives_close_and_reopen())),
-        ("a_sigkilled_writer_loses_nothing_it_acknowledged", || Box::pin(a_sigkilled_writer_loses_nothing_it_acknowledged())),
-        ("a_second_process_gets_a_clear_error_and_the_file_is_intact", || {
-            Box::pin(a_second_process_gets_a_clear_error_and_the_file_is_intact())
+        ("committed_state_survives_close_and_reopen", || {
+            Box::pin(committed_state_survives_close_and_reopen())
         }),
-        ("a_missing_directory_is_a_clear_error", || Box::pin(a_missing_directory_is_a_clear_error())),
+        ("a_sigkilled_writer_loses_nothing_it_acknowledged", || {
+            Box::pin(a_sigkilled_writer_loses_nothing_it_acknowledged())
+        }),
+        (
+            "a_second_process_gets_a_clear_error_and_the_file_is_intact",
+            || Box::pin(a_second_process_gets_a_clear_error_and_the_file_is_intact()),
+        ),
+        ("a_missing_directory_is_a_clear_error", || {
+            Box::pin(a_missing_directory_is_a_clear_error())
+        }),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
     let (mut passed, mut failed) = (0, 0);
@@ -176,9 +271,14 @@ fn main() {
         if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(case()))).is_ok();
+        let ok =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(case()))).is_ok();
         println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
-        if ok { passed += 1 } else { failed += 1 }
+        if ok {
+            passed += 1
+        } else {
+            failed += 1
+        }
     }
     println!("\ndurability: {passed} passed, {failed} failed");
     if failed > 0 {

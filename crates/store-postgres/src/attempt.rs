@@ -2,14 +2,16 @@
 
 use control_plane_core::policy::AttemptDraft;
 use control_plane_core::{
-    AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult, Timestamp,
+    AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult,
+    Timestamp,
 };
 use tokio_postgres::{Row, Transaction};
 
 use crate::error::PgResultExt;
 use crate::util::{ts_opt, u32_of};
 
-const ATTEMPT_COLS: &str = "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+const ATTEMPT_COLS: &str =
+    "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
      latency_ms, will_retry, next_attempt_at, recorded_at";
 
 fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
@@ -20,7 +22,9 @@ fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
         account: AccountId::new(r.get::<_, String>(3))?,
         attempt: u32_of(r.get(4)),
         result: r.get::<_, String>(5).parse()?,
-        status_code: r.get::<_, Option<i64>>(6).and_then(|c| u16::try_from(c).ok()),
+        status_code: r
+            .get::<_, Option<i64>>(6)
+            .and_then(|c| u16::try_from(c).ok()),
         error: r.get(7),
         latency_ms: u64::try_from(r.get::<_, i64>(8)).unwrap_or(0),
         will_retry: r.get(9),
@@ -67,7 +71,10 @@ pub(crate) async fn list_for_delivery(
 ) -> StoreResult<Vec<AttemptRecord>> {
     crate::delivery::get(tx, account, id).await?;
     let rows = tx
-        .query(&format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"), &[&id.0])
+        .query(
+            &format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"),
+            &[&id.0],
+        )
         .await
         .db()?;
     rows.iter().map(row_to_attempt).collect()
@@ -81,7 +88,10 @@ pub(crate) async fn list_for_endpoint(
 ) -> StoreResult<Page<AttemptRecord>> {
     page.validate()?;
     let known = tx
-        .query_opt("SELECT 1 FROM endpoints WHERE id = $1 AND account = $2", &[&id.0, &account.as_str()])
+        .query_opt(
+            "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
+            &[&id.0, &account.as_str()],
+        )
         .await
         .db()?;
     if known.is_none() {
@@ -97,7 +107,10 @@ pub(crate) async fn list_for_endpoint(
         )
         .await
         .db()?;
-    let mut items = rows.iter().map(row_to_attempt).collect::<StoreResult<Vec<_>>>()?;
+    let mut items = rows
+        .iter()
+        .map(row_to_attempt)
+        .collect::<StoreResult<Vec<_>>>()?;
     let next = if items.len() > page.limit as usize {
         items.truncate(page.limit as usize);
         items.last().map(|a| a.id)

@@ -42,5 +42,6 @@ pub(crate) fn valid_schema(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }

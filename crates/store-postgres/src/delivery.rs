@@ -7,8 +7,8 @@ use control_plane_core::policy::{plan_lease_expiry, plan_outcome, Transition};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
-    DeliveryOutcome, DeliveryState, Enqueued, EndpointId, Event, EventId, Lease, LeaseToken,
-    OutcomeRecorded, Page, Published, PublishRequest, Secret, SigningSecrets, StoreError,
+    DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId, Lease, LeaseToken,
+    OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets, StoreError,
     StoreOptions, StoreResult, Timestamp,
 };
 use tokio_postgres::{Row, Transaction};
@@ -19,7 +19,8 @@ use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::util::{ts_opt, u32_of};
 
-const DELIVERY_COLS: &str = "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
+const DELIVERY_COLS: &str =
+    "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
      d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at";
 
 fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
@@ -53,9 +54,16 @@ fn row_to_event(r: &Row) -> StoreResult<Event> {
     })
 }
 
-pub(crate) async fn event_get(tx: &Transaction<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
+pub(crate) async fn event_get(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: EventId,
+) -> StoreResult<Event> {
     let row = tx
-        .query_opt(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 AND account = $2"), &[&id.0, &account.as_str()])
+        .query_opt(
+            &format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 AND account = $2"),
+            &[&id.0, &account.as_str()],
+        )
         .await
         .db()?
         .ok_or_else(|| StoreError::not_found("event", id))?;
@@ -64,7 +72,10 @@ pub(crate) async fn event_get(tx: &Transaction<'_>, account: &AccountId, id: Eve
 
 async fn deliveries_of_event(tx: &Transaction<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
     let rows = tx
-        .query("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id", &[&event.0])
+        .query(
+            "SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
+            &[&event.0],
+        )
         .await
         .db()?;
     Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
@@ -151,7 +162,11 @@ pub(crate) async fn publish(
                 .db()?;
             let first = row_to_event(&row)?;
             let deliveries = deliveries_of_event(tx, first.id).await?;
-            out.push(Published { event: first, deliveries, created: false });
+            out.push(Published {
+                event: first,
+                deliveries,
+                created: false,
+            });
             continue;
         }
         let mut targets: Vec<EndpointId> = endpoint::list(tx, &req.account)
@@ -169,7 +184,11 @@ pub(crate) async fn publish(
                 .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
             deliveries.push(id);
         }
-        out.push(Published { event, deliveries, created: true });
+        out.push(Published {
+            event,
+            deliveries,
+            created: true,
+        });
     }
     Ok(out)
 }
@@ -186,13 +205,22 @@ pub(crate) async fn enqueue(
     event_get(tx, account, event).await?;
     lock_ordered(tx, &[endpoint_id]).await?;
     if let Some(id) = insert_delivery(tx, now, options, account, endpoint_id, event).await? {
-        return Ok(Enqueued { delivery_id: id, won: true });
+        return Ok(Enqueued {
+            delivery_id: id,
+            won: true,
+        });
     }
     let row = tx
-        .query_one("SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2", &[&endpoint_id.0, &event.0])
+        .query_one(
+            "SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2",
+            &[&endpoint_id.0, &event.0],
+        )
         .await
         .db()?;
-    Ok(Enqueued { delivery_id: DeliveryId(row.get(0)), won: false })
+    Ok(Enqueued {
+        delivery_id: DeliveryId(row.get(0)),
+        won: false,
+    })
 }
 
 /// The fields of a delivery a transition needs.
@@ -209,7 +237,8 @@ struct LeaseRow {
     last_outcome: Option<String>,
 }
 
-const LEASE_COLS: &str = "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
+const LEASE_COLS: &str =
+    "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
      lease_expires_at, last_outcome";
 
 fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
@@ -229,12 +258,15 @@ fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
 
 /// The row under its lock.
 async fn lock_row(tx: &Transaction<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
-    tx.query_opt(&format!("SELECT {LEASE_COLS} FROM deliveries WHERE id = $1 FOR UPDATE"), &[&id.0])
-        .await
-        .db()?
-        .as_ref()
-        .map(row_to_lease_row)
-        .transpose()
+    tx.query_opt(
+        &format!("SELECT {LEASE_COLS} FROM deliveries WHERE id = $1 FOR UPDATE"),
+        &[&id.0],
+    )
+    .await
+    .db()?
+    .as_ref()
+    .map(row_to_lease_row)
+    .transpose()
 }
 
 /// The locked row, if `lease` is its current lease.
@@ -268,7 +300,16 @@ async fn apply(
     )
     .await
     .db()?;
-    attempt::insert(tx, now, row.id, row.endpoint_id, &row.account, row.attempts, &tr.attempt).await?;
+    attempt::insert(
+        tx,
+        now,
+        row.id,
+        row.endpoint_id,
+        &row.account,
+        row.attempts,
+        &tr.attempt,
+    )
+    .await?;
     if let Some(reason) = &tr.disable_reason {
         endpoint::disable(tx, now, row.endpoint_id, reason).await?;
     }
@@ -277,7 +318,11 @@ async fn apply(
 
 /// Logs and frees leases that expired by `now`; replicas split the work
 /// through `SKIP LOCKED`.
-async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp, options: &StoreOptions) -> StoreResult<()> {
+async fn sweep_expired(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+) -> StoreResult<()> {
     let rows = tx
         .query(
             &format!(
@@ -292,7 +337,15 @@ async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp, options: &StoreOpti
         let row = row_to_lease_row(r)?;
         let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(row.attempts, row.max_attempts, row.due_at, &mut circuit, probe, now, options);
+        let tr = plan_lease_expiry(
+            row.attempts,
+            row.max_attempts,
+            row.due_at,
+            &mut circuit,
+            probe,
+            now,
+            options,
+        );
         if probe {
             endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
         }
@@ -302,7 +355,8 @@ async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp, options: &StoreOpti
 }
 
 /// Pending, due, on a live enabled endpoint, and the head of an ordered one.
-const CLAIMABLE: &str = "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+const CLAIMABLE: &str =
+    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
      AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
           WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
 
@@ -344,7 +398,9 @@ pub(crate) async fn claim(
 ) -> StoreResult<Vec<ClaimedDelivery>> {
     validate_limit(req.limit)?;
     if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput("lease_for must be longer than zero".into()));
+        return Err(StoreError::InvalidInput(
+            "lease_for must be longer than zero".into(),
+        ));
     }
     sweep_expired(tx, now, options).await?;
     let now_ms = now.as_millis();
@@ -422,7 +478,12 @@ pub(crate) async fn claim(
     Ok(out)
 }
 
-pub(crate) async fn extend(tx: &Transaction<'_>, now: Timestamp, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+pub(crate) async fn extend(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &Lease,
+    lease_for: Duration,
+) -> StoreResult<Lease> {
     let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
     if row.lease_expires_at.is_some_and(|e| e <= now) {
         return Err(StoreError::LeaseLost);
@@ -434,10 +495,17 @@ pub(crate) async fn extend(tx: &Transaction<'_>, now: Timestamp, lease: &Lease, 
     )
     .await
     .db()?;
-    Ok(Lease { expires_at, ..lease.clone() })
+    Ok(Lease {
+        expires_at,
+        ..lease.clone()
+    })
 }
 
-pub(crate) async fn release(tx: &Transaction<'_>, now: Timestamp, lease: &Lease) -> StoreResult<()> {
+pub(crate) async fn release(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &Lease,
+) -> StoreResult<()> {
     let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
     let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
     if circuit.is_probe(row.id) {
@@ -461,11 +529,16 @@ pub(crate) async fn record_outcome(
     lease: &Lease,
     outcome: DeliveryOutcome,
 ) -> StoreResult<OutcomeRecorded> {
-    let row = lock_row(tx, lease.delivery_id).await?.ok_or(StoreError::LeaseLost)?;
+    let row = lock_row(tx, lease.delivery_id)
+        .await?
+        .ok_or(StoreError::LeaseLost)?;
     let same_token = row.lease_token == Some(lease.token.0);
     if !(same_token && row.state == DeliveryState::Leased) {
         return match row.last_outcome.as_deref() {
-            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded { state: row.state, duplicate: true }),
+            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded {
+                state: row.state,
+                duplicate: true,
+            }),
             Some(k) if same_token => Err(StoreError::Conflict(format!(
                 "a different outcome ({k}) was already recorded with this lease"
             ))),
@@ -481,15 +554,39 @@ pub(crate) async fn record_outcome(
     }
     let before = circuit.clone();
     let probe = circuit.is_probe(row.id);
-    let tr = plan_outcome(row.attempts, row.max_attempts, row.due_at, &outcome, &mut circuit, probe, now, options);
+    let tr = plan_outcome(
+        row.attempts,
+        row.max_attempts,
+        row.due_at,
+        &outcome,
+        &mut circuit,
+        probe,
+        now,
+        options,
+    );
     if circuit != before {
         endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
     }
-    apply(tx, now, &row, &tr, Some(lease.token.0), Some(outcome.kind())).await?;
-    Ok(OutcomeRecorded { state: tr.state, duplicate: false })
+    apply(
+        tx,
+        now,
+        &row,
+        &tr,
+        Some(lease.token.0),
+        Some(outcome.kind()),
+    )
+    .await?;
+    Ok(OutcomeRecorded {
+        state: tr.state,
+        duplicate: false,
+    })
 }
 
-pub(crate) async fn get(tx: &Transaction<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+pub(crate) async fn get(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: DeliveryId,
+) -> StoreResult<Delivery> {
     let row = tx
         .query_opt(
             &format!("SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.id = $1 AND d.account = $2"),
@@ -509,7 +606,9 @@ pub(crate) async fn replay(
     id: DeliveryId,
 ) -> StoreResult<Delivery> {
     let d = get(tx, account, id).await?;
-    let row = lock_row(tx, id).await?.ok_or_else(|| StoreError::not_found("delivery", id))?;
+    let row = lock_row(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::not_found("delivery", id))?;
     if row.state != DeliveryState::Dead {
         return Err(StoreError::Conflict(format!(
             "delivery {id} is {}; only dead deliveries can be replayed",
@@ -517,12 +616,17 @@ pub(crate) async fn replay(
         )));
     }
     let deleted: bool = tx
-        .query_opt("SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1", &[&d.endpoint_id.0])
+        .query_opt(
+            "SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1",
+            &[&d.endpoint_id.0],
+        )
         .await
         .db()?
         .map_or(true, |r| r.get(0));
     if deleted {
-        return Err(StoreError::Conflict(format!("delivery {id} cannot be replayed: its endpoint was removed")));
+        return Err(StoreError::Conflict(format!(
+            "delivery {id} cannot be replayed: its endpoint was removed"
+        )));
     }
     tx.execute(
         "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
@@ -534,7 +638,10 @@ pub(crate) async fn replay(
     get(tx, account, id).await
 }
 
-pub(crate) async fn list(tx: &Transaction<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+pub(crate) async fn list(
+    tx: &Transaction<'_>,
+    req: DeliveryListRequest,
+) -> StoreResult<Page<Delivery>> {
     req.page.validate()?;
     let rows = tx
         .query(
@@ -555,7 +662,10 @@ pub(crate) async fn list(tx: &Transaction<'_>, req: DeliveryListRequest) -> Stor
         )
         .await
         .db()?;
-    let mut items = rows.iter().map(row_to_delivery).collect::<StoreResult<Vec<_>>>()?;
+    let mut items = rows
+        .iter()
+        .map(row_to_delivery)
+        .collect::<StoreResult<Vec<_>>>()?;
     let next = if items.len() > req.page.limit as usize {
         items.truncate(req.page.limit as usize);
         items.last().map(|d| d.seq)
@@ -567,10 +677,18 @@ pub(crate) async fn list(tx: &Transaction<'_>, req: DeliveryListRequest) -> Stor
 
 pub(crate) async fn count_by_state(tx: &Transaction<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
     let rows = tx
-        .query("SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state", &[])
+        .query(
+            "SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state",
+            &[],
+        )
         .await
         .db()?;
     rows.iter()
-        .map(|r| Ok((r.get::<_, String>(0).parse()?, u64::try_from(r.get::<_, i64>(1)).unwrap_or(0))))
+        .map(|r| {
+            Ok((
+                r.get::<_, String>(0).parse()?,
+                u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+            ))
+        })
         .collect()
 }

@@ -40,10 +40,15 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
     })
 }
 
-pub(crate) async fn create(tx: &Transaction<'_>, now: Timestamp, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+pub(crate) async fn create(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    req: EndpointCreateRequest,
+) -> StoreResult<Endpoint> {
     validate_endpoint_url(&req.url)?;
     let id = EndpointId::new();
-    let types = serde_json::to_value(&req.event_types).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+    let types = serde_json::to_value(&req.event_types)
+        .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     tx.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
          description, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9)",
@@ -70,7 +75,11 @@ pub(crate) async fn create(tx: &Transaction<'_>, now: Timestamp, req: EndpointCr
     get(tx, &req.account, id).await
 }
 
-pub(crate) async fn get(tx: &Transaction<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+pub(crate) async fn get(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: EndpointId,
+) -> StoreResult<Endpoint> {
     let row = tx
         .query_opt(
             &format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1 AND account = $2 AND deleted_at IS NULL"),
@@ -119,11 +128,20 @@ pub(crate) async fn update(
     if let Some(d) = req.description {
         e.description = d;
     }
-    let types = serde_json::to_value(&e.event_types).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+    let types = serde_json::to_value(&e.event_types)
+        .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     tx.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6 WHERE id = $7",
-        &[&e.url, &types, &e.ordered, &e.rate_limit_per_s.map(i64::from), &e.description, &now.as_millis(), &id.0],
+        &[
+            &e.url,
+            &types,
+            &e.ordered,
+            &e.rate_limit_per_s.map(i64::from),
+            &e.description,
+            &now.as_millis(),
+            &id.0,
+        ],
     )
     .await
     .db()?;
@@ -157,7 +175,11 @@ pub(crate) async fn set_enabled(
     reason: Option<String>,
 ) -> StoreResult<Endpoint> {
     get(tx, account, id).await?;
-    let reason = if enabled { None } else { reason.or_else(|| Some("disabled by an operator".into())) };
+    let reason = if enabled {
+        None
+    } else {
+        reason.or_else(|| Some("disabled by an operator".into()))
+    };
     tx.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
         &[&enabled, &reason, &now.as_millis(), &id.0],
@@ -168,7 +190,12 @@ pub(crate) async fn set_enabled(
 }
 
 /// Disables an endpoint for a reason the store found (410, failing window).
-pub(crate) async fn disable(tx: &Transaction<'_>, now: Timestamp, id: EndpointId, reason: &str) -> StoreResult<()> {
+pub(crate) async fn disable(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    id: EndpointId,
+    reason: &str,
+) -> StoreResult<()> {
     tx.execute(
         "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
         &[&reason, &now.as_millis(), &id.0],
@@ -178,11 +205,19 @@ pub(crate) async fn disable(tx: &Transaction<'_>, now: Timestamp, id: EndpointId
     Ok(())
 }
 
-pub(crate) async fn delete(tx: &Transaction<'_>, now: Timestamp, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+pub(crate) async fn delete(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    account: &AccountId,
+    id: EndpointId,
+) -> StoreResult<u64> {
     get(tx, account, id).await?;
-    tx.execute("UPDATE endpoints SET deleted_at = $1, updated_at = $1 WHERE id = $2", &[&now.as_millis(), &id.0])
-        .await
-        .db()?;
+    tx.execute(
+        "UPDATE endpoints SET deleted_at = $1, updated_at = $1 WHERE id = $2",
+        &[&now.as_millis(), &id.0],
+    )
+    .await
+    .db()?;
     tx.execute(
         "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
@@ -208,16 +243,28 @@ fn row_to_circuit(r: &Row) -> Circuit {
 const CIRCUIT_COLS: &str = "mode, failures, open_until, reopen_count, failing_since, probe";
 
 /// The circuit of an endpoint; `lock` takes its row lock for a read-modify-write.
-pub(crate) async fn load_circuit(tx: &Transaction<'_>, id: EndpointId, lock: bool) -> StoreResult<Circuit> {
+pub(crate) async fn load_circuit(
+    tx: &Transaction<'_>,
+    id: EndpointId,
+    lock: bool,
+) -> StoreResult<Circuit> {
     let sql = format!(
         "SELECT {CIRCUIT_COLS} FROM circuits WHERE endpoint_id = $1{}",
         if lock { " FOR UPDATE" } else { "" }
     );
-    let row = tx.query_opt(&sql, &[&id.0]).await.db()?.ok_or_else(|| StoreError::not_found("endpoint", id))?;
+    let row = tx
+        .query_opt(&sql, &[&id.0])
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("endpoint", id))?;
     Ok(row_to_circuit(&row))
 }
 
-pub(crate) async fn save_circuit(tx: &Transaction<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
+pub(crate) async fn save_circuit(
+    tx: &Transaction<'_>,
+    id: EndpointId,
+    c: &Circuit,
+) -> StoreResult<()> {
     tx.execute(
         "UPDATE circuits SET mode = $1, failures = $2, open_until = $3, reopen_count = $4, failing_since = $5, \
          probe = $6 WHERE endpoint_id = $7",
@@ -236,7 +283,11 @@ pub(crate) async fn save_circuit(tx: &Transaction<'_>, id: EndpointId, c: &Circu
     Ok(())
 }
 
-pub(crate) async fn circuit_of(tx: &Transaction<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+pub(crate) async fn circuit_of(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: EndpointId,
+) -> StoreResult<Circuit> {
     get(tx, account, id).await?;
     load_circuit(tx, id, false).await
 }

@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use control_plane_core::*;
 
 pub use config::PostgresConfig;
-pub use store::PostgresStore;
 use store::in_tx;
+pub use store::PostgresStore;
 
 impl PostgresStore {
     /// The outbox: publishes inside the caller's own transaction, so the
@@ -57,7 +57,13 @@ impl EndpointStore for PostgresStore {
         id: EndpointId,
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint> {
-        in_tx!(self, |tx| endpoint::update(&tx, self.now(), account, id, req))
+        in_tx!(self, |tx| endpoint::update(
+            &tx,
+            self.now(),
+            account,
+            id,
+            req
+        ))
     }
 
     async fn endpoint_rotate_secret(
@@ -67,7 +73,14 @@ impl EndpointStore for PostgresStore {
         secret: Secret,
         grace: Duration,
     ) -> StoreResult<Endpoint> {
-        in_tx!(self, |tx| endpoint::rotate_secret(&tx, self.now(), account, id, secret, grace))
+        in_tx!(self, |tx| endpoint::rotate_secret(
+            &tx,
+            self.now(),
+            account,
+            id,
+            secret,
+            grace
+        ))
     }
 
     async fn endpoint_set_enabled(
@@ -77,7 +90,14 @@ impl EndpointStore for PostgresStore {
         enabled: bool,
         reason: Option<String>,
     ) -> StoreResult<Endpoint> {
-        in_tx!(self, |tx| endpoint::set_enabled(&tx, self.now(), account, id, enabled, reason))
+        in_tx!(self, |tx| endpoint::set_enabled(
+            &tx,
+            self.now(),
+            account,
+            id,
+            enabled,
+            reason
+        ))
     }
 
     async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
@@ -89,11 +109,17 @@ impl EndpointStore for PostgresStore {
 impl DeliveryStore for PostgresStore {
     async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
         let mut v = self.event_publish_batch(vec![req]).await?;
-        v.pop().ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+        v.pop()
+            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
     }
 
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-        in_tx!(self, |tx| delivery::publish(&tx, self.now(), &self.options, reqs))
+        in_tx!(self, |tx| delivery::publish(
+            &tx,
+            self.now(),
+            &self.options,
+            reqs
+        ))
     }
 
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
@@ -106,15 +132,32 @@ impl DeliveryStore for PostgresStore {
         endpoint: EndpointId,
         event: EventId,
     ) -> StoreResult<Enqueued> {
-        in_tx!(self, |tx| delivery::enqueue(&tx, self.now(), &self.options, account, endpoint, event))
+        in_tx!(self, |tx| delivery::enqueue(
+            &tx,
+            self.now(),
+            &self.options,
+            account,
+            endpoint,
+            event
+        ))
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        in_tx!(self, |tx| delivery::claim(&tx, self.now(), &self.options, req))
+        in_tx!(self, |tx| delivery::claim(
+            &tx,
+            self.now(),
+            &self.options,
+            req
+        ))
     }
 
     async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
-        in_tx!(self, |tx| delivery::extend(&tx, self.now(), lease, lease_for))
+        in_tx!(self, |tx| delivery::extend(
+            &tx,
+            self.now(),
+            lease,
+            lease_for
+        ))
     }
 
     async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
@@ -126,11 +169,23 @@ impl DeliveryStore for PostgresStore {
         lease: &Lease,
         outcome: DeliveryOutcome,
     ) -> StoreResult<OutcomeRecorded> {
-        in_tx!(self, |tx| delivery::record_outcome(&tx, self.now(), &self.options, lease, outcome))
+        in_tx!(self, |tx| delivery::record_outcome(
+            &tx,
+            self.now(),
+            &self.options,
+            lease,
+            outcome
+        ))
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
-        in_tx!(self, |tx| delivery::replay(&tx, self.now(), &self.options, account, id))
+        in_tx!(self, |tx| delivery::replay(
+            &tx,
+            self.now(),
+            &self.options,
+            account,
+            id
+        ))
     }
 
     async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
@@ -162,7 +217,9 @@ impl AttemptLogStore for PostgresStore {
         id: EndpointId,
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>> {
-        in_tx!(self, |tx| attempt::list_for_endpoint(&tx, account, id, page))
+        in_tx!(self, |tx| attempt::list_for_endpoint(
+            &tx, account, id, page
+        ))
     }
 }
 

@@ -24,7 +24,9 @@ pub struct PostgresStore {
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStore").field("schema", &self.schema).finish_non_exhaustive()
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
     }
 }
 
@@ -47,14 +49,19 @@ impl PostgresStore {
     /// `InvalidInput` for a bad URL, schema or pool size; `Unavailable` when
     /// the server cannot be reached; `Backend` when a migration fails.
     pub async fn open(config: PostgresConfig, clock: Arc<dyn Clock>) -> StoreResult<Self> {
-        let schema = config.schema.clone().unwrap_or_else(|| "public".to_string());
+        let schema = config
+            .schema
+            .clone()
+            .unwrap_or_else(|| "public".to_string());
         if !valid_schema(&schema) {
             return Err(StoreError::InvalidInput(format!(
                 "schema must be 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"
             )));
         }
         if config.pool_size == 0 {
-            return Err(StoreError::InvalidInput("pool size must be at least 1".into()));
+            return Err(StoreError::InvalidInput(
+                "pool size must be at least 1".into(),
+            ));
         }
         let mut pg: tokio_postgres::Config = config.url.expose().parse().map_err(|e| {
             StoreError::InvalidInput(format!(
@@ -73,7 +80,9 @@ impl PostgresStore {
         let manager = Manager::from_config(
             pg.clone(),
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
         );
         let pool = Pool::builder(manager)
             .max_size(config.pool_size as usize)
@@ -83,7 +92,13 @@ impl PostgresStore {
             .recycle_timeout(Some(config.connect_timeout))
             .build()
             .map_err(|e| StoreError::InvalidInput(format!("connection pool: {e}")))?;
-        let store = PostgresStore { pool, clock, options: config.options, schema, pg_config: pg };
+        let store = PostgresStore {
+            pool,
+            clock,
+            options: config.options,
+            schema,
+            pg_config: pg,
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -91,9 +106,12 @@ impl PostgresStore {
     async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.pool.get().await.map_err(map_pool)?;
         let tx = client.transaction().await.db()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&migration_lock_key(&self.schema)])
-            .await
-            .db()?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&migration_lock_key(&self.schema)],
+        )
+        .await
+        .db()?;
         tx.batch_execute(&format!(
             "CREATE SCHEMA IF NOT EXISTS {0}; SET LOCAL search_path = {0}; \
              CREATE TABLE IF NOT EXISTS schema_migrations (version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
@@ -102,7 +120,10 @@ impl PostgresStore {
         .await
         .db()?;
         let current: i64 = tx
-            .query_one("SELECT coalesce(max(version), 0) FROM schema_migrations", &[])
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM schema_migrations",
+                &[],
+            )
             .await
             .db()?
             .get(0);
@@ -115,11 +136,17 @@ impl PostgresStore {
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
             tx.batch_execute(sql).await.map_err(|e| {
-                StoreError::Backend(format!("migration {version} failed: {}", crate::error::map(e)))
+                StoreError::Backend(format!(
+                    "migration {version} failed: {}",
+                    crate::error::map(e)
+                ))
             })?;
-            tx.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version])
-                .await
-                .db()?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .db()?;
         }
         tx.commit().await.db()
     }
@@ -136,7 +163,10 @@ impl PostgresStore {
     pub async fn applied_migrations(&self) -> StoreResult<Vec<i64>> {
         let client = self.pool.get().await.map_err(map_pool)?;
         let rows = client
-            .query("SELECT version FROM schema_migrations ORDER BY version", &[])
+            .query(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )
             .await
             .db()?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
