@@ -89,7 +89,7 @@ impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| duration_millis(d))
+            .map(duration_millis)
             .unwrap_or(0);
         Timestamp(ms)
     }

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::policy::{plan_lease_expiry, plan_outcome, Circuit, StoreOptions, Transition};
+use crate::policy::{
+    plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
+};
 use crate::types::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
 
 /// Errors the model predicts.
@@ -218,7 +220,17 @@ impl DeliveryModel {
             };
             let mut circuit = self.endpoints[e].circuit.clone();
             let probe = circuit.is_probe(model_id(i));
-            let tr = plan_lease_expiry(attempts, max, due, &mut circuit, probe, now, &self.options);
+            let tr = plan_lease_expiry(
+                AttemptState {
+                    attempts,
+                    max_attempts: max,
+                    due_at: due,
+                },
+                &mut circuit,
+                probe,
+                now,
+                &self.options,
+            );
             self.endpoints[e].circuit = circuit;
             self.apply(i, &tr);
             self.deliveries[i].token = None;
@@ -309,9 +321,11 @@ impl DeliveryModel {
         let mut circuit = self.endpoints[e].circuit.clone();
         let probe = circuit.is_probe(model_id(i));
         let tr = plan_outcome(
-            attempts,
-            max,
-            due,
+            AttemptState {
+                attempts,
+                max_attempts: max,
+                due_at: due,
+            },
             outcome,
             &mut circuit,
             probe,

@@ -262,19 +262,33 @@ fn failure_text(outcome: &DeliveryOutcome) -> Option<String> {
     }
 }
 
-/// The transition for `outcome` of a delivery whose claim started attempt
-/// number `attempts` out of `max_attempts`, due at `due_at`. Updates
+/// Where a leased delivery stands: the attempt its claim started, its
+/// budget, and when it was due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptState {
+    /// Attempts started, this one included.
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When the delivery was due.
+    pub due_at: Timestamp,
+}
+
+/// The transition for `outcome` of a delivery standing at `at`. Updates
 /// `circuit` in place.
 pub fn plan_outcome(
-    attempts: u32,
-    max_attempts: u32,
-    due_at: Timestamp,
+    at: AttemptState,
     outcome: &DeliveryOutcome,
     circuit: &mut Circuit,
     probe: bool,
     now: Timestamp,
     options: &StoreOptions,
 ) -> Transition {
+    let AttemptState {
+        attempts,
+        max_attempts,
+        due_at,
+    } = at;
     let exhausted = attempts >= max_attempts;
     let report = outcome.report();
     let error = failure_text(outcome);
@@ -326,14 +340,17 @@ pub fn plan_outcome(
 /// The transition of a delivery whose lease expired at a claim at `now`.
 /// A probe's expiry counts as a failed probe.
 pub fn plan_lease_expiry(
-    attempts: u32,
-    max_attempts: u32,
-    due_at: Timestamp,
+    at: AttemptState,
     circuit: &mut Circuit,
     probe: bool,
     now: Timestamp,
     options: &StoreOptions,
 ) -> Transition {
+    let AttemptState {
+        attempts,
+        max_attempts,
+        due_at,
+    } = at;
     let exhausted = attempts >= max_attempts;
     let circuit_change = if probe {
         circuit.on_failure(now, true, &options.breaker)
@@ -409,10 +426,32 @@ mod tests {
             report: AttemptReport::default(),
         };
         let opts = StoreOptions::default();
-        let tr = plan_outcome(3, 3, t(0), &o, &mut c, false, t(10), &opts);
+        let tr = plan_outcome(
+            AttemptState {
+                attempts: 3,
+                max_attempts: 3,
+                due_at: t(0),
+            },
+            &o,
+            &mut c,
+            false,
+            t(10),
+            &opts,
+        );
         assert_eq!(tr.state, DeliveryState::Dead);
         assert!(!tr.attempt.will_retry);
-        let tr = plan_outcome(2, 3, t(0), &o, &mut c, false, t(10), &opts);
+        let tr = plan_outcome(
+            AttemptState {
+                attempts: 2,
+                max_attempts: 3,
+                due_at: t(0),
+            },
+            &o,
+            &mut c,
+            false,
+            t(10),
+            &opts,
+        );
         assert_eq!(tr.state, DeliveryState::Pending);
         assert_eq!(tr.due_at, t(50));
     }

@@ -1,4 +1,5 @@
 //! The binary resolves its profile fail-closed and runs the embedded default.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};

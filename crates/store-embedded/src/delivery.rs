@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use control_plane_core::policy::{plan_lease_expiry, plan_outcome, Transition};
+use control_plane_core::policy::{plan_lease_expiry, plan_outcome, AttemptState, Transition};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -216,6 +216,16 @@ struct LeaseRow {
     last_outcome: Option<String>,
 }
 
+impl LeaseRow {
+    fn state_for_plan(&self) -> AttemptState {
+        AttemptState {
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            due_at: self.due_at,
+        }
+    }
+}
+
 const LEASE_COLS: &str =
     "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
      lease_expires_at, last_outcome";
@@ -310,15 +320,7 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
     for row in expired {
         let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(
-            row.attempts,
-            row.max_attempts,
-            row.due_at,
-            &mut circuit,
-            probe,
-            t.now,
-            &t.options,
-        );
+        let tr = plan_lease_expiry(row.state_for_plan(), &mut circuit, probe, t.now, &t.options);
         endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
         apply(t, &row, &tr, None, None)?;
     }
@@ -495,9 +497,7 @@ pub(crate) fn record_outcome(
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
     let probe = circuit.is_probe(row.id);
     let tr = plan_outcome(
-        row.attempts,
-        row.max_attempts,
-        row.due_at,
+        row.state_for_plan(),
         &outcome,
         &mut circuit,
         probe,

@@ -1,4 +1,5 @@
 //! The embedded adapter runs the whole conformance suite.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! Durability of the embedded store across close, SIGKILL and a second
 //! process. The child processes are this same test binary started with a
 //! role argument, so the file uses its own harness (`harness = false`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

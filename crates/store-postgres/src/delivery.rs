@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use control_plane_core::policy::{plan_lease_expiry, plan_outcome, Transition};
+use control_plane_core::policy::{plan_lease_expiry, plan_outcome, AttemptState, Transition};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -237,6 +237,16 @@ struct LeaseRow {
     last_outcome: Option<String>,
 }
 
+impl LeaseRow {
+    fn state_for_plan(&self) -> AttemptState {
+        AttemptState {
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            due_at: self.due_at,
+        }
+    }
+}
+
 const LEASE_COLS: &str =
     "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
      lease_expires_at, last_outcome";
@@ -337,15 +347,7 @@ async fn sweep_expired(
         let row = row_to_lease_row(r)?;
         let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(
-            row.attempts,
-            row.max_attempts,
-            row.due_at,
-            &mut circuit,
-            probe,
-            now,
-            options,
-        );
+        let tr = plan_lease_expiry(row.state_for_plan(), &mut circuit, probe, now, options);
         if probe {
             endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
         }
@@ -555,9 +557,7 @@ pub(crate) async fn record_outcome(
     let before = circuit.clone();
     let probe = circuit.is_probe(row.id);
     let tr = plan_outcome(
-        row.attempts,
-        row.max_attempts,
-        row.due_at,
+        row.state_for_plan(),
         &outcome,
         &mut circuit,
         probe,
@@ -622,7 +622,7 @@ pub(crate) async fn replay(
         )
         .await
         .db()?
-        .map_or(true, |r| r.get(0));
+        .is_none_or(|r| r.get(0));
     if deleted {
         return Err(StoreError::Conflict(format!(
             "delivery {id} cannot be replayed: its endpoint was removed"

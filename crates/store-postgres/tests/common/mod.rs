@@ -1,0 +1,76 @@
+//! Shared by the postgres tests: the database to use, and a store in a fresh
+//! schema that is dropped afterwards.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use control_plane_core::config::DatabaseUrl;
+use control_plane_core::{Clock, StoreOptions};
+use store_postgres::{PostgresConfig, PostgresStore};
+
+/// The test database. Fails (never skips) when none is configured: run the
+/// tests through `cargo xtask test`, which provides one.
+pub fn database_url() -> DatabaseUrl {
+    match std::env::var("CONTROLPLANE_TEST_DATABASE_URL") {
+        Ok(u) if !u.is_empty() => DatabaseUrl::new(u),
+        _ => panic!(
+            "CONTROLPLANE_TEST_DATABASE_URL is not set: the postgres tests need a database. \
+             Run them through `cargo xtask test` (it starts a throwaway cluster), or set the variable \
+             to a database you may create schemas in."
+        ),
+    }
+}
+
+/// A unique schema name for one test.
+pub fn fresh_schema() -> String {
+    format!("cp_test_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Opens a store on `schema` with its own pool.
+pub async fn open_in(
+    schema: &str,
+    options: StoreOptions,
+    clock: Arc<dyn Clock>,
+    pool: u32,
+) -> PostgresStore {
+    let mut config = PostgresConfig::new(database_url());
+    config.schema = Some(schema.to_string());
+    config.pool_size = pool;
+    config.options = options;
+    PostgresStore::open(config, clock)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot open a postgres store at {}: {e}",
+                database_url().redacted()
+            )
+        })
+}
+
+/// Drops a test schema when dropped.
+pub struct SchemaGuard(pub String);
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        let schema = self.0.clone();
+        let url = database_url();
+        // Drop runs outside any runtime guarantee: use a thread of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let (client, conn) = tokio_postgres::connect(url.expose(), tokio_postgres::NoTls)
+                    .await
+                    .ok()?;
+                tokio::spawn(conn);
+                client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
