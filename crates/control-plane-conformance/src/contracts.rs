@@ -1357,3 +1357,32 @@ pub async fn accounts_never_see_each_others_deliveries(f: &dyn StoreFactory) {
         p.event
     );
 }
+
+/// `DeliveryStore::delivery_wakeups`: publishing, replaying and releasing wake an idle worker.
+pub async fn publish_wakes_idle_workers(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    endpoint(&h, "a", false).await;
+    let mut rx = h.store.delivery_wakeups();
+    rx.borrow_and_update();
+    assert!(claim(&h, 1).await.is_empty());
+    let woken = |rx: &mut tokio::sync::watch::Receiver<u64>| {
+        let changed = rx.has_changed().unwrap();
+        rx.borrow_and_update();
+        changed
+    };
+    assert!(!woken(&mut rx), "nothing happened yet");
+    let id = publish(&h, "a").await.deliveries[0];
+    tokio::time::timeout(Duration::from_secs(5), rx.changed())
+        .await
+        .expect("a publish wakes")
+        .unwrap();
+    rx.borrow_and_update();
+    let c = claim(&h, 1).await.remove(0);
+    h.store.delivery_release(&c.lease).await.unwrap();
+    assert!(woken(&mut rx), "a release wakes");
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, fail_at(h.clock.now())).await;
+    rx.borrow_and_update();
+    h.store.delivery_replay(&acct("a"), id).await.unwrap();
+    assert!(woken(&mut rx), "a replay wakes");
+}

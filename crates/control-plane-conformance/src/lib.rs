@@ -78,6 +78,7 @@ macro_rules! conformance_suite {
             deleting_endpoint_parks_deliveries_as_dead,
             ordered_endpoint_has_one_delivery_in_flight_lowest_first,
             accounts_never_see_each_others_deliveries,
+            publish_wakes_idle_workers,
         );
 
         #[test]

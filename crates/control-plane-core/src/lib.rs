@@ -9,6 +9,7 @@ pub mod model;
 pub mod policy;
 pub mod store;
 pub mod types;
+pub mod wakeup;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::{Config, ConfigError, StoreProfile};
@@ -19,3 +20,4 @@ pub use store::{
     EndpointStore,
 };
 pub use types::*;
+pub use wakeup::Wakeup;

@@ -279,6 +279,15 @@ pub trait DeliveryStore: Send + Sync {
     /// Safe.
     async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>>;
 
+    /// A receiver that changes whenever work may have become due: a publish,
+    /// enqueue, replay, release or enable committed (on postgres, by any
+    /// replica, through LISTEN/NOTIFY). Workers wait on it between empty
+    /// claims, with polling as the fallback.
+    ///
+    /// # Behavior
+    /// - A publish wakes a subscriber (`publish_wakes_idle_workers`).
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64>;
+
     /// Counts all deliveries by state (for `status` and metrics).
     ///
     /// # Cancellation safety

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use control_plane_core::{Config, DynControlPlaneStore, StoreOptions, StoreProfile, SystemClock};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
+use store_postgres::{PostgresConfig, PostgresStore};
 
 /// Refuses role splits the profile cannot serve.
 pub fn check_role(command: &str, config: &Config) -> Result<(), String> {
@@ -20,16 +21,25 @@ pub fn check_role(command: &str, config: &Config) -> Result<(), String> {
 pub async fn open_store(config: &Config) -> Result<DynControlPlaneStore, String> {
     match &config.store {
         StoreProfile::Embedded { path } => {
-            let cfg = EmbeddedConfig { path: path.clone(), options: StoreOptions::default() };
+            let cfg = EmbeddedConfig {
+                path: path.clone(),
+                options: StoreOptions::default(),
+            };
             let store = EmbeddedStore::open(cfg, Arc::new(SystemClock))
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(store))
         }
-        StoreProfile::Postgres { .. } => Err(
-            "CONTROLPLANE_STORE=postgres: the postgres adapter is not available in this build yet; use CONTROLPLANE_STORE=embedded (the default)"
-                .to_string(),
-        ),
+        StoreProfile::Postgres { url, pool_size } => {
+            let mut cfg = PostgresConfig::new(url.clone());
+            cfg.pool_size = *pool_size;
+            let store = PostgresStore::open(cfg, Arc::new(SystemClock))
+                .await
+                .map_err(|e| {
+                    format!("cannot open the postgres store at {}: {e}", url.redacted())
+                })?;
+            Ok(Arc::new(store))
+        }
     }
 }
 

@@ -65,8 +65,13 @@ impl EndpointStore for EmbeddedStore {
         reason: Option<String>,
     ) -> StoreResult<Endpoint> {
         let account = account.clone();
-        self.tx(move |t| endpoint::set_enabled(t, &account, id, enabled, reason))
-            .await
+        let e = self
+            .tx(move |t| endpoint::set_enabled(t, &account, id, enabled, reason))
+            .await?;
+        if enabled {
+            self.wakeup.notify();
+        }
+        Ok(e)
     }
 
     async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
@@ -78,13 +83,15 @@ impl EndpointStore for EmbeddedStore {
 #[async_trait]
 impl DeliveryStore for EmbeddedStore {
     async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
-        let mut v = self.tx(move |t| delivery::publish(t, vec![req])).await?;
+        let mut v = self.event_publish_batch(vec![req]).await?;
         v.pop()
             .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
     }
 
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-        self.tx(move |t| delivery::publish(t, reqs)).await
+        let published = self.tx(move |t| delivery::publish(t, reqs)).await?;
+        self.wakeup.notify();
+        Ok(published)
     }
 
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
@@ -99,8 +106,13 @@ impl DeliveryStore for EmbeddedStore {
         event: EventId,
     ) -> StoreResult<Enqueued> {
         let account = account.clone();
-        self.tx(move |t| delivery::enqueue(t, &account, endpoint, event))
-            .await
+        let e = self
+            .tx(move |t| delivery::enqueue(t, &account, endpoint, event))
+            .await?;
+        if e.won {
+            self.wakeup.notify();
+        }
+        Ok(e)
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
@@ -115,7 +127,9 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
         let lease = lease.clone();
-        self.tx(move |t| delivery::release(t, &lease)).await
+        self.tx(move |t| delivery::release(t, &lease)).await?;
+        self.wakeup.notify();
+        Ok(())
     }
 
     async fn delivery_record_outcome(
@@ -130,7 +144,9 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
         let account = account.clone();
-        self.tx(move |t| delivery::replay(t, &account, id)).await
+        let d = self.tx(move |t| delivery::replay(t, &account, id)).await?;
+        self.wakeup.notify();
+        Ok(d)
     }
 
     async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
@@ -140,6 +156,10 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
         self.tx(move |t| delivery::list(t, req)).await
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
     }
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {

@@ -154,6 +154,7 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
 /// The embedded adapter. Cheap to share behind an `Arc`; dropping the last
 /// handle finishes queued calls, closes the file and releases its lock.
 pub struct EmbeddedStore {
+    pub(crate) wakeup: control_plane_core::Wakeup,
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -218,6 +219,7 @@ impl EmbeddedStore {
         });
         match ready.and_then(|r| r) {
             Ok(()) => Ok(EmbeddedStore {
+                wakeup: control_plane_core::Wakeup::default(),
                 jobs: Some(jobs),
                 thread: Some(thread),
             }),

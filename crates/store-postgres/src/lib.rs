@@ -7,6 +7,7 @@ mod config;
 mod delivery;
 mod endpoint;
 mod error;
+mod notify;
 mod store;
 mod util;
 
@@ -34,6 +35,21 @@ impl PostgresStore {
         reqs: Vec<PublishRequest>,
     ) -> StoreResult<Vec<Published>> {
         delivery::publish(tx, self.now(), &self.options, reqs).await
+    }
+
+    /// Wakes workers on every replica; call it after committing a
+    /// transaction that used [`PostgresStore::publish_in`].
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached (workers still poll).
+    pub async fn notify_committed(&self) -> StoreResult<()> {
+        self.wakeup.notify();
+        let client = self.pool.get().await.map_err(error::map_pool)?;
+        client
+            .execute("SELECT pg_notify($1, '')", &[&self.channel])
+            .await
+            .map_err(error::map)?;
+        Ok(())
     }
 }
 
@@ -90,7 +106,7 @@ impl EndpointStore for PostgresStore {
         enabled: bool,
         reason: Option<String>,
     ) -> StoreResult<Endpoint> {
-        in_tx!(self, |tx| endpoint::set_enabled(
+        in_tx!(self, notify, |tx| endpoint::set_enabled(
             &tx,
             self.now(),
             account,
@@ -114,7 +130,7 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-        in_tx!(self, |tx| delivery::publish(
+        in_tx!(self, notify, |tx| delivery::publish(
             &tx,
             self.now(),
             &self.options,
@@ -132,7 +148,7 @@ impl DeliveryStore for PostgresStore {
         endpoint: EndpointId,
         event: EventId,
     ) -> StoreResult<Enqueued> {
-        in_tx!(self, |tx| delivery::enqueue(
+        in_tx!(self, notify, |tx| delivery::enqueue(
             &tx,
             self.now(),
             &self.options,
@@ -161,7 +177,7 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
-        in_tx!(self, |tx| delivery::release(&tx, self.now(), lease))
+        in_tx!(self, notify, |tx| delivery::release(&tx, self.now(), lease))
     }
 
     async fn delivery_record_outcome(
@@ -179,7 +195,7 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
-        in_tx!(self, |tx| delivery::replay(
+        in_tx!(self, notify, |tx| delivery::replay(
             &tx,
             self.now(),
             &self.options,
@@ -194,6 +210,10 @@ impl DeliveryStore for PostgresStore {
 
     async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
         in_tx!(self, |tx| delivery::list(&tx, req))
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
     }
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {

@@ -2,12 +2,13 @@
 
 use std::sync::Arc;
 
-use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
 use crate::config::{valid_schema, PostgresConfig};
 use crate::error::{map_pool, PgResultExt};
+use crate::notify::{channel_for, spawn, Listener};
 
 /// Embedded, versioned migrations, applied in order.
 pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/0001_initial.sql"))];
@@ -19,7 +20,9 @@ pub struct PostgresStore {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) options: StoreOptions,
     pub(crate) schema: String,
-    pub(crate) pg_config: tokio_postgres::Config,
+    pub(crate) wakeup: Arc<Wakeup>,
+    pub(crate) channel: String,
+    _listener: Arc<Listener>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -92,12 +95,17 @@ impl PostgresStore {
             .recycle_timeout(Some(config.connect_timeout))
             .build()
             .map_err(|e| StoreError::InvalidInput(format!("connection pool: {e}")))?;
+        let wakeup = Arc::new(Wakeup::default());
+        let channel = channel_for(&schema);
+        let listener = Arc::new(spawn(pg, channel.clone(), wakeup.clone()));
         let store = PostgresStore {
             pool,
             clock,
             options: config.options,
             schema,
-            pg_config: pg,
+            wakeup,
+            channel,
+            _listener: listener,
         };
         store.migrate().await?;
         Ok(store)
@@ -179,12 +187,25 @@ impl PostgresStore {
 
 /// Runs `$body` (an expression using the transaction `$tx`) in one
 /// transaction from the pool; commits when it returns `Ok`.
+/// With `notify`, wakes workers here and on every replica after the commit.
 macro_rules! in_tx {
     ($store:expr, |$tx:ident| $body:expr) => {{
         let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
         let $tx = client.transaction().await.map_err($crate::error::map)?;
         let out = $body.await?;
         $tx.commit().await.map_err($crate::error::map)?;
+        Ok(out)
+    }};
+    ($store:expr, notify, |$tx:ident| $body:expr) => {{
+        let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
+        let $tx = client.transaction().await.map_err($crate::error::map)?;
+        let out = $body.await?;
+        $tx.commit().await.map_err($crate::error::map)?;
+        $store.wakeup.notify();
+        // Best effort: polling covers a lost notification.
+        let _ = client
+            .execute("SELECT pg_notify($1, '')", &[&$store.channel])
+            .await;
         Ok(out)
     }};
 }

@@ -1,0 +1,76 @@
+//! LISTEN/NOTIFY wake-ups across replicas.
+//!
+//! A commit that makes work due sends one `pg_notify` after it commits (so the
+//! publishing transaction never takes NOTIFY's commit-time lock), and wakes
+//! local workers at once. Each store keeps one dedicated connection outside
+//! the pool that LISTENs and turns notifications from other replicas into
+//! local wake-ups; it reconnects on its own. Polling remains the fallback, so
+//! a lost notification only delays work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use control_plane_core::Wakeup;
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+/// The channel for a schema: fixed length, whatever the schema's name.
+pub(crate) fn channel_for(schema: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in schema.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("cp_wakeup_{h:016x}")
+}
+
+/// Aborts the listener when the last store handle goes.
+#[derive(Debug)]
+pub(crate) struct Listener(JoinHandle<()>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the listener task.
+pub(crate) fn spawn(pg: tokio_postgres::Config, channel: String, wakeup: Arc<Wakeup>) -> Listener {
+    Listener(tokio::spawn(async move {
+        loop {
+            listen_once(&pg, &channel, &wakeup).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }))
+}
+
+/// One connection's life: LISTEN, forward notifications until it drops.
+async fn listen_once(pg: &tokio_postgres::Config, channel: &str, wakeup: &Wakeup) {
+    let Ok((client, mut conn)) = pg.connect(NoTls).await else {
+        return;
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let AsyncMessage::Notification(_) = m {
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    if client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .is_ok()
+    {
+        // Work may have arrived while no one was listening.
+        wakeup.notify();
+        while rx.recv().await.is_some() {
+            wakeup.notify();
+        }
+    }
+    driver.abort();
+}

@@ -1,0 +1,407 @@
+//! What one process cannot show: several stores with separate pools (replicas)
+//! against one database, plus migrations, the outbox, wake-ups and recovery.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{database_url, fresh_schema, open_in, SchemaGuard};
+use control_plane_core::*;
+use store_postgres::{PostgresConfig, PostgresStore};
+
+fn acct() -> AccountId {
+    AccountId::new("replicas").unwrap()
+}
+
+async fn replicas(
+    schema: &str,
+    n: usize,
+    options: StoreOptions,
+    clock: Arc<ManualClock>,
+) -> Vec<PostgresStore> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(open_in(schema, options, clock.clone(), 4).await);
+    }
+    out
+}
+
+async fn add_endpoint(store: &PostgresStore) -> Endpoint {
+    store
+        .endpoint_create(EndpointCreateRequest::new(
+            acct(),
+            "https://example.com/r",
+            Secret::new("whsec_cg=="),
+        ))
+        .await
+        .unwrap()
+}
+
+fn req(n: usize) -> PublishRequest {
+    PublishRequest {
+        account: acct(),
+        event_type: "t".into(),
+        payload: serde_json::json!({ "n": n }),
+        idempotency_key: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let stores = replicas(&schema, 4, StoreOptions::default(), clock.clone()).await;
+    for _ in 0..10 {
+        add_endpoint(&stores[0]).await;
+    }
+    for batch in 0..20 {
+        let reqs = (0..100).map(|i| req(batch * 100 + i)).collect();
+        stores[batch % 4].event_publish_batch(reqs).await.unwrap();
+    }
+    let seen: Arc<Mutex<HashMap<DeliveryId, u32>>> = Arc::default();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (r, store) in stores.iter().enumerate() {
+        for w in 0..4 {
+            let store = store.clone();
+            let seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let claimed = store
+                        .delivery_claim(ClaimRequest {
+                            worker: format!("r{r}w{w}"),
+                            limit: 50,
+                            lease_for: Duration::from_secs(300),
+                        })
+                        .await
+                        .unwrap();
+                    if claimed.is_empty() {
+                        return;
+                    }
+                    for c in claimed {
+                        *seen.lock().unwrap().entry(c.delivery.id).or_default() += 1;
+                        let r = store
+                            .delivery_record_outcome(
+                                &c.lease,
+                                DeliveryOutcome::Delivered(AttemptReport::default()),
+                            )
+                            .await;
+                        assert_eq!(r.unwrap().state, DeliveryState::Delivered);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let doubles = seen.values().filter(|n| **n > 1).count();
+    let counts = stores[0].delivery_count_by_state().await.unwrap();
+    println!(
+        "replicas: 4 stores x 4 workers, {} deliveries claimed in {:?}, double claims: {doubles}",
+        seen.len(),
+        started.elapsed()
+    );
+    assert_eq!(doubles, 0, "a delivery was held by two live leases");
+    assert_eq!(seen.len(), 20_000, "every delivery was claimed");
+    assert_eq!(
+        counts,
+        vec![(DeliveryState::Delivered, 20_000)],
+        "none lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let stores = replicas(&schema, 4, StoreOptions::default(), clock).await;
+    let mut filtered =
+        EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
+    filtered.event_types = vec!["never".into()];
+    let e = stores[0].endpoint_create(filtered).await.unwrap();
+    for round in 0..10 {
+        let event = stores[0].event_publish(req(round)).await.unwrap().event.id;
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let s = stores[i % 4].clone();
+            tasks.push(tokio::spawn(async move {
+                s.delivery_enqueue(&acct(), e.id, event).await.unwrap()
+            }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        assert_eq!(results.iter().filter(|r| r.won).count(), 1, "round {round}");
+        assert!(results
+            .iter()
+            .all(|r| r.delivery_id == results[0].delivery_id));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let options = StoreOptions {
+        breaker: BreakerPolicy {
+            failure_threshold: 1,
+            ..BreakerPolicy::default()
+        },
+        ..StoreOptions::default()
+    };
+    let stores = replicas(&schema, 4, options, clock.clone()).await;
+    add_endpoint(&stores[0]).await;
+    for round in 0..5 {
+        stores[0]
+            .event_publish_batch((0..10).map(req).collect())
+            .await
+            .unwrap();
+        if round == 0 {
+            let c = stores[1]
+                .delivery_claim(ClaimRequest {
+                    worker: "w".into(),
+                    limit: 1,
+                    lease_for: Duration::from_secs(60),
+                })
+                .await
+                .unwrap();
+            let fail = DeliveryOutcome::Retry {
+                at: clock.now(),
+                report: AttemptReport::default(),
+            };
+            stores[1]
+                .delivery_record_outcome(&c[0].lease, fail)
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(600));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let s = stores[i % 4].clone();
+            tasks.push(tokio::spawn(async move {
+                s.delivery_claim(ClaimRequest {
+                    worker: format!("w{i}"),
+                    limit: 10,
+                    lease_for: Duration::from_secs(60),
+                })
+                .await
+                .unwrap()
+            }));
+        }
+        let mut got = Vec::new();
+        for t in tasks {
+            got.extend(t.await.unwrap());
+        }
+        assert_eq!(
+            got.len(),
+            1,
+            "round {round}: exactly one probe across replicas"
+        );
+        assert!(got[0].probe);
+        let fail = DeliveryOutcome::Retry {
+            at: clock.now(),
+            report: AttemptReport::default(),
+        };
+        stores[2]
+            .delivery_record_outcome(&got[0].lease, fail)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_migrating_at_once_end_with_one_schema() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let schema = schema.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = PostgresConfig::new(database_url());
+            c.schema = Some(schema);
+            c.pool_size = 1;
+            PostgresStore::open(c, Arc::new(SystemClock)).await
+        }));
+    }
+    let mut stores = Vec::new();
+    for t in tasks {
+        stores.push(
+            t.await
+                .unwrap()
+                .expect("every concurrent migration succeeds"),
+        );
+    }
+    assert_eq!(stores[3].applied_migrations().await.unwrap(), vec![1]);
+    add_endpoint(&stores[2]).await;
+    assert_eq!(stores[0].endpoint_list(&acct()).await.unwrap().len(), 1);
+}
+
+async fn raw_client(schema: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(database_url().expose(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("SET search_path = {schema}"))
+        .await
+        .unwrap();
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let store = open_in(&schema, StoreOptions::default(), Arc::new(SystemClock), 2).await;
+    add_endpoint(&store).await;
+    let mut client = raw_client(&schema).await;
+    client
+        .batch_execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+
+    let tx = client.transaction().await.unwrap();
+    tx.execute("INSERT INTO orders VALUES (1)", &[])
+        .await
+        .unwrap();
+    let kept = store.publish_in(&tx, vec![req(1)]).await.unwrap().remove(0);
+    tx.commit().await.unwrap();
+    store.notify_committed().await.unwrap();
+
+    let tx = client.transaction().await.unwrap();
+    tx.execute("INSERT INTO orders VALUES (2)", &[])
+        .await
+        .unwrap();
+    let dropped = store.publish_in(&tx, vec![req(2)]).await.unwrap().remove(0);
+    tx.rollback().await.unwrap();
+
+    assert_eq!(
+        store.event_get(&acct(), kept.event.id).await.unwrap(),
+        kept.event
+    );
+    assert!(matches!(
+        store.event_get(&acct(), dropped.event.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delivery_get(&acct(), dropped.deliveries[0]).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let claimed = store
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit: 10,
+            lease_for: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery.id).collect::<Vec<_>>(),
+        kept.deliveries
+    );
+    let orders: i64 = client
+        .query_one("SELECT count(*) FROM orders", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orders, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_on_one_replica_wakes_a_worker_on_another() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let a = open_in(&schema, StoreOptions::default(), Arc::new(SystemClock), 2).await;
+    let b = open_in(&schema, StoreOptions::default(), Arc::new(SystemClock), 2).await;
+    add_endpoint(&b).await;
+    let mut rx = a.delivery_wakeups();
+    rx.borrow_and_update();
+    // The listener connects in the background: publish until the first
+    // notification arrives, then measure.
+    let mut up = false;
+    for n in 0..10 {
+        b.event_publish(req(100 + n)).await.unwrap();
+        if tokio::time::timeout(Duration::from_secs(1), rx.changed())
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+    }
+    assert!(up, "no notification reached the other replica");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rx.borrow_and_update();
+    let mut latencies = Vec::new();
+    for n in 0..5 {
+        let started = Instant::now();
+        b.event_publish(req(n)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .expect("woken through NOTIFY")
+            .unwrap();
+        latencies.push(started.elapsed());
+        rx.borrow_and_update();
+    }
+    latencies.sort();
+    println!(
+        "wake-up across replicas: median {:?} (publish commit included)",
+        latencies[2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_recovers_after_its_connections_are_killed() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let app = format!("cp_{}", &schema[8..20]);
+    let url = format!(
+        "{}{}application_name={app}",
+        database_url().expose(),
+        if database_url().expose().contains('?') {
+            "&"
+        } else {
+            "?"
+        }
+    );
+    let mut config = PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(url));
+    config.schema = Some(schema.clone());
+    config.pool_size = 2;
+    let store = PostgresStore::open(config, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    add_endpoint(&store).await;
+    let admin = raw_client(&schema).await;
+    let killed: i64 = admin
+        .query_one("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", &[&app])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1, "the pool's connections were found");
+    let mut errors = Vec::new();
+    let mut ok = false;
+    for _ in 0..10 {
+        match store.endpoint_list(&acct()).await {
+            Ok(list) => {
+                assert_eq!(list.len(), 1);
+                ok = true;
+                break;
+            }
+            Err(e) => {
+                assert!(e.is_retryable(), "a lost connection is retryable: {e:?}");
+                errors.push(e);
+            }
+        }
+    }
+    assert!(ok, "the pool never recovered: {errors:?}");
+}
