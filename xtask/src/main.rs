@@ -1,14 +1,18 @@
 //! Project tasks: `cargo xtask <task>`. Std only, so it builds in seconds.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci           fmt check, clippy (warnings denied), every test, docs (warnings denied)
-  test         every test of the workspace
+  test         every test of the workspace; the postgres tests use
+               CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
+               from the installed PostgreSQL server binaries
   conformance  the conformance suite on every adapter
-  tidy         fmt check and clippy only";
+  tidy         fmt check and clippy only
+  pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     eprintln!("xtask: cargo {}", args.join(" "));
@@ -39,10 +43,177 @@ fn tidy() -> Result<(), String> {
     )
 }
 
+/// The database the postgres tests use: `CONTROLPLANE_TEST_DATABASE_URL`
+/// when set, otherwise a throwaway cluster that lives as long as the guard.
+fn test_database() -> Result<(String, Option<Cluster>), String> {
+    match std::env::var("CONTROLPLANE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Ok((url, None)),
+        _ => {
+            let cluster = Cluster::start()?;
+            Ok((cluster.url.clone(), Some(cluster)))
+        }
+    }
+}
+
 fn test() -> Result<(), String> {
-    cargo(&["test", "--workspace", "--all-targets"], &[])?;
+    let (url, _cluster) = test_database()?;
+    let env = [("CONTROLPLANE_TEST_DATABASE_URL", url.as_str())];
+    cargo(&["test", "--workspace", "--all-targets"], &env)?;
     // Doc tests run separately: `--all-targets` leaves them out.
-    cargo(&["test", "--workspace", "--doc"], &[])
+    cargo(&["test", "--workspace", "--doc"], &env)
+}
+
+/// A PostgreSQL cluster made with the installed server binaries in a
+/// temporary directory, on a free port; stopped and removed on drop.
+struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    as_postgres: bool,
+    url: String,
+}
+
+fn server_bin_dir() -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .filter(|b| b.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if let Some(b) = found.pop() {
+        return Ok(b);
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        if Path::new(dir).join("initdb").exists() {
+            return Ok(PathBuf::from(dir));
+        }
+    }
+    Err("no PostgreSQL server binaries (initdb, pg_ctl) found in /usr/lib/postgresql/*/bin, PG_BIN or PATH; \
+         install the PostgreSQL server, or set CONTROLPLANE_TEST_DATABASE_URL to a database the tests may use"
+        .into())
+}
+
+impl Cluster {
+    fn run(&self, program: &str, args: &[&str]) -> Result<(), String> {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    fn start() -> Result<Cluster, String> {
+        let bin = server_bin_dir()?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("cp-pg-{}-{stamp}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // initdb refuses to run as root: hand the directory to `postgres`.
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.starts_with(b"0"))
+            .unwrap_or(false);
+        if root {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .map(|s| s.success());
+            if !matches!(ok, Ok(true)) {
+                return Err(
+                    "running as root, and cannot hand the cluster directory to the postgres user"
+                        .into(),
+                );
+            }
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free port: {e}"))?;
+        let cluster = Cluster {
+            dir: dir.clone(),
+            bin,
+            as_postgres: root,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        };
+        let data = dir.join("data");
+        let data = data.to_string_lossy();
+        eprintln!(
+            "xtask: starting a throwaway PostgreSQL cluster in {} on port {port}",
+            dir.display()
+        );
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        )?;
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off",
+            dir.display()
+        );
+        let log = dir.join("server.log");
+        cluster.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &data,
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                &opts,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )?;
+        Ok(cluster)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = self.run(
+            "pg_ctl",
+            &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"],
+        );
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn docs() -> Result<(), String> {
@@ -56,6 +227,14 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
         "ci" => tidy().and_then(|_| test()).and_then(|_| docs()),
+        "pg" => Cluster::start().map(|c| {
+            eprintln!(
+                "xtask: a throwaway cluster runs at {} until you press Enter",
+                c.url
+            );
+            println!("{}", c.url);
+            let _ = std::io::stdin().read_line(&mut String::new());
+        }),
         "test" => test(),
         "tidy" => tidy(),
         "conformance" => cargo(

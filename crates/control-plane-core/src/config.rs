@@ -14,6 +14,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "CONTROLPLANE_STORE",
     "CONTROLPLANE_DATABASE_URL",
     "CONTROLPLANE_POOL_SIZE",
+    "CONTROLPLANE_DATABASE_SCHEMA",
     "CONTROLPLANE_EMBEDDED_PATH",
     "CONTROLPLANE_LISTEN",
     "CONTROLPLANE_ADMIN_TOKEN",
@@ -104,6 +105,8 @@ pub enum StoreProfile {
         url: DatabaseUrl,
         /// Connections in the pool.
         pool_size: u32,
+        /// Schema holding the tables.
+        schema: String,
     },
 }
 
@@ -282,9 +285,23 @@ impl Config {
                     Some(v) => parse_u32_in("CONTROLPLANE_POOL_SIZE", v, 1, 1000)?,
                     None => 16,
                 };
+                let schema = get("CONTROLPLANE_DATABASE_SCHEMA").unwrap_or("public");
+                let schema_ok = !schema.is_empty()
+                    && schema.len() <= 63
+                    && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                    && schema
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                if !schema_ok {
+                    return Err(err(
+                        "CONTROLPLANE_DATABASE_SCHEMA",
+                        format!("expected 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"),
+                    ));
+                }
                 StoreProfile::Postgres {
                     url: DatabaseUrl::new(url),
                     pool_size,
+                    schema: schema.to_string(),
                 }
             }
             other => {
@@ -302,12 +319,15 @@ impl Config {
                 "set, but CONTROLPLANE_STORE is postgres; unset it",
             ));
         }
-        if matches!(store, StoreProfile::Embedded { .. }) && get("CONTROLPLANE_POOL_SIZE").is_some()
-        {
-            return Err(err(
-                "CONTROLPLANE_POOL_SIZE",
-                "applies only to CONTROLPLANE_STORE=postgres; unset it",
-            ));
+        if matches!(store, StoreProfile::Embedded { .. }) {
+            for k in ["CONTROLPLANE_POOL_SIZE", "CONTROLPLANE_DATABASE_SCHEMA"] {
+                if get(k).is_some() {
+                    return Err(err(
+                        k,
+                        "applies only to CONTROLPLANE_STORE=postgres; unset it",
+                    ));
+                }
+            }
         }
 
         let listen = match get("CONTROLPLANE_LISTEN") {
@@ -464,6 +484,7 @@ mod tests {
             ("CONTROLPLANE_ADMIN_TOKEN", "short"),
             ("CONTROLPLANE_POOL_SIZE", "4"),
             ("CONTROLPLANE_DATABASE_URL", "postgres://x/y"),
+            ("CONTROLPLANE_DATABASE_SCHEMA", "s"),
         ] {
             let e = parse(&[(k, v)]).unwrap_err();
             assert_eq!(e.variable, k, "{k}={v}");

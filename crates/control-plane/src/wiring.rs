@@ -30,9 +30,14 @@ pub async fn open_store(config: &Config) -> Result<DynControlPlaneStore, String>
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(store))
         }
-        StoreProfile::Postgres { url, pool_size } => {
+        StoreProfile::Postgres {
+            url,
+            pool_size,
+            schema,
+        } => {
             let mut cfg = PostgresConfig::new(url.clone());
             cfg.pool_size = *pool_size;
+            cfg.schema = Some(schema.clone());
             let store = PostgresStore::open(cfg, Arc::new(SystemClock))
                 .await
                 .map_err(|e| {

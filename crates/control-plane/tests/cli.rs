@@ -153,3 +153,48 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
         .unwrap();
     assert!(after.status.success(), "{}", stderr(&after));
 }
+
+fn test_database_url() -> String {
+    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
+        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
+    )
+}
+
+#[test]
+fn postgres_profile_migrates_and_reports_status() {
+    let schema = format!("cp_cli_{}", std::process::id());
+    let run = |cmd: &str| {
+        bin()
+            .arg(cmd)
+            .env("CONTROLPLANE_STORE", "postgres")
+            .env("CONTROLPLANE_DATABASE_URL", test_database_url())
+            .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
+            .env("CONTROLPLANE_POOL_SIZE", "2")
+            .output()
+            .unwrap()
+    };
+    let m = run("migrate");
+    assert!(m.status.success(), "{}", stderr(&m));
+    assert!(String::from_utf8_lossy(&m.stdout).contains("postgres"));
+    let s = run("status");
+    assert!(s.status.success(), "{}", stderr(&s));
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["store"], "postgres");
+}
+
+#[test]
+fn unreachable_postgres_is_a_clear_error_without_the_password() {
+    let o = bin()
+        .arg("status")
+        .env("CONTROLPLANE_STORE", "postgres")
+        .env(
+            "CONTROLPLANE_DATABASE_URL",
+            "postgres://app:sekrit-pw@127.0.0.1:1/db",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("cannot open the postgres store"), "{e}");
+    assert!(!e.contains("sekrit-pw"), "the password leaked: {e}");
+}
