@@ -100,9 +100,9 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
     for t in tasks {
         t.await.unwrap();
     }
+    let counts = stores[0].delivery_count_by_state().await.unwrap();
     let seen = seen.lock().unwrap();
     let doubles = seen.values().filter(|n| **n > 1).count();
-    let counts = stores[0].delivery_count_by_state().await.unwrap();
     println!(
         "replicas: 4 stores x 4 workers, {} deliveries claimed in {:?}, double claims: {doubles}",
         seen.len(),

@@ -1,6 +1,7 @@
 //! Shared by the postgres tests: the database to use, and a store in a fresh
 //! schema that is dropped afterwards.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::sync::Arc;
 
