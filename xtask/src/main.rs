@@ -16,7 +16,25 @@ tasks:
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     eprintln!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // `cargo run` gave this process xtask's package variables; build scripts
+    // (ring's) rerun when those change, which would rebuild the bundled
+    // DuckDB. Hand cargo the environment a shell would.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CARGO_PKG_")
+            || matches!(
+                k.as_str(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let status = cmd
         .args(args)
         .envs(env.iter().copied())
         .status()
