@@ -9,6 +9,8 @@ use serde_json::json;
 
 use crate::{Harness, StoreFactory};
 
+pub use crate::ops_contracts::*;
+
 const LEASE: Duration = Duration::from_secs(30);
 
 fn acct(s: &str) -> AccountId {

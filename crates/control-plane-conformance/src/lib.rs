@@ -12,6 +12,7 @@ use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
 
 pub mod contracts;
 pub mod model_test;
+pub mod ops_contracts;
 
 /// One isolated store for one contract: a fresh file or schema, driven by a
 /// manual clock.
@@ -79,11 +80,37 @@ macro_rules! conformance_suite {
             ordered_endpoint_has_one_delivery_in_flight_lowest_first,
             accounts_never_see_each_others_deliveries,
             publish_wakes_idle_workers,
+            workflow_enqueue_is_idempotent_and_conflicts_on_difference,
+            workflow_claim_takes_due_tasks_of_given_kinds,
+            workflow_claim_is_exclusive_under_concurrent_claimers,
+            workflow_fail_backs_off_then_dead_letters,
+            workflow_non_retryable_failure_dead_letters_at_once,
+            workflow_staged_result_is_finalized_without_rerun,
+            workflow_account_scoping_fails_closed,
+            workflow_release_keeps_the_attempt_budget,
+            workflow_heartbeat_extends_and_stale_lease_is_lost,
+            workflow_expired_lease_is_claimable_again,
+            workflow_dead_letters_are_listed_and_retried,
+            idempotency_begin_reports_every_outcome,
+            idempotency_abandon_frees_the_key,
+            idempotency_complete_with_a_stale_token_is_an_error,
+            idempotency_records_expire_and_are_swept,
+            tick_is_single_flight_until_completed_or_expired,
+            tick_state_is_kept_and_interval_respected,
+            usage_batches_are_idempotent_and_queryable_by_window,
+            alerts_are_recorded_with_their_transitions,
+            maintenance_purges_old_history_in_batches,
+            maintenance_runs_on_a_single_flight_tick,
         );
 
         #[test]
         fn delivery_model_agrees_with_adapter() {
             $crate::model_test::run(&$factory);
+        }
+
+        #[test]
+        fn workflow_model_agrees_with_adapter() {
+            $crate::model_test::run_workflow(&$factory);
         }
     };
     (@stamp $factory:expr; $($name:ident),* $(,)?) => {

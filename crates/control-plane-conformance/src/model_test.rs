@@ -56,6 +56,7 @@ fn options() -> StoreOptions {
             max_cooldown: Duration::from_secs(120),
         },
         disable_after: Duration::from_secs(600),
+        ..StoreOptions::default()
     }
 }
 
@@ -341,5 +342,249 @@ pub fn run(factory: &dyn StoreFactory) {
     });
     if let Err(e) = result {
         panic!("the adapter disagrees with the reference model: {e}");
+    }
+}
+
+/// One random operation on the workflow queue.
+#[derive(Clone, Debug)]
+pub enum TaskOp {
+    /// Enqueue task `id` (of 4) with kind and payload variants (a repeat with
+    /// other variants must conflict).
+    Enqueue { id: u8, kind: u8, payload: u8 },
+    /// Claim kinds by mask (bit 0: `a`, bit 1: `b`).
+    Claim { kinds: u8, limit: u32, lease_s: u64 },
+    /// Heartbeat a lease.
+    Heartbeat { lease: usize, secs: u64 },
+    /// Stage a result.
+    Stage { lease: usize },
+    /// Complete.
+    Complete { lease: usize },
+    /// Fail.
+    Fail { lease: usize, retryable: bool },
+    /// Release.
+    Release { lease: usize },
+    /// Move the clocks.
+    Advance { secs: u64 },
+    /// Retry a dead letter.
+    RetryDead { task: u8 },
+}
+
+fn task_op() -> impl Strategy<Value = TaskOp> {
+    prop_oneof![
+        3 => (0u8..4, 0u8..2, 0u8..2).prop_map(|(id, kind, payload)| TaskOp::Enqueue { id, kind, payload }),
+        4 => (1u8..4, 1u32..3, 5u64..40).prop_map(|(kinds, limit, lease_s)| TaskOp::Claim { kinds, limit, lease_s }),
+        1 => (0usize..32, 1u64..40).prop_map(|(lease, secs)| TaskOp::Heartbeat { lease, secs }),
+        1 => (0usize..32).prop_map(|lease| TaskOp::Stage { lease }),
+        2 => (0usize..32).prop_map(|lease| TaskOp::Complete { lease }),
+        3 => (0usize..32, any::<bool>()).prop_map(|(lease, retryable)| TaskOp::Fail { lease, retryable }),
+        1 => (0usize..32).prop_map(|lease| TaskOp::Release { lease }),
+        3 => (0u64..60).prop_map(|secs| TaskOp::Advance { secs }),
+        1 => (0u8..4).prop_map(|task| TaskOp::RetryDead { task }),
+    ]
+}
+
+fn workflow_options() -> StoreOptions {
+    StoreOptions {
+        workflow: WorkflowPolicy {
+            max_attempts: 3,
+            backoff_base: Duration::from_secs(4),
+            backoff_max: Duration::from_secs(20),
+        },
+        ..StoreOptions::default()
+    }
+}
+
+async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Result<(), String> {
+    use control_plane_core::model::WorkflowModel;
+    let h = factory.open(workflow_options()).await;
+    let account = AccountId::new("model").map_err(|e| e.to_string())?;
+    let mut model = WorkflowModel::new(h.clock.now(), workflow_options().workflow);
+    let mut ids: Vec<TaskId> = Vec::new();
+    let mut leases: Vec<(usize, u64, TaskLease)> = Vec::new();
+    let kinds = ["a", "b"];
+    for (step, op) in ops.into_iter().enumerate() {
+        let now = h.clock.now();
+        let pick =
+            |l: usize, leases: &Vec<(usize, u64, TaskLease)>| leases[l % leases.len()].clone();
+        match op.clone() {
+            TaskOp::Enqueue { id, kind, payload } => {
+                let task_id = TaskId::new(format!("task-{id}")).map_err(|e| e.to_string())?;
+                let m = model.enqueue(
+                    task_id.clone(),
+                    kinds[kind as usize],
+                    serde_json::json!(payload),
+                );
+                let r = h
+                    .store
+                    .workflow_enqueue(TaskEnqueueRequest {
+                        id: task_id.clone(),
+                        account: account.clone(),
+                        kind: kinds[kind as usize].into(),
+                        payload: serde_json::json!(payload),
+                        run_at: None,
+                    })
+                    .await;
+                same(&format!("step {step} enqueue"), m, r, |m, r| {
+                    m.1 == r.created
+                })?;
+                if !ids.contains(&task_id) && model.tasks.iter().any(|t| t.id == task_id) {
+                    ids.push(task_id);
+                }
+            }
+            TaskOp::Claim {
+                kinds: mask,
+                limit,
+                lease_s,
+            } => {
+                let ks: Vec<&str> = kinds
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, k)| *k)
+                    .collect();
+                let lease_for = Duration::from_secs(lease_s);
+                let m = model.claim(&ks, limit, lease_for);
+                let r = h
+                    .store
+                    .workflow_claim(TaskClaimRequest {
+                        worker: "m".into(),
+                        kinds: ks.iter().map(|k| k.to_string()).collect(),
+                        limit,
+                        lease_for,
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mv: Vec<_> = m
+                    .iter()
+                    .map(|(i, _, a)| (model.tasks[*i].id.clone(), *a))
+                    .collect();
+                let rv: Vec<_> = r
+                    .iter()
+                    .map(|c| (c.task.id.clone(), c.lease.attempt))
+                    .collect();
+                if mv != rv {
+                    return Err(format!("step {step} claim: model {mv:?}, adapter {rv:?}"));
+                }
+                leases.extend(m.into_iter().zip(r).map(|((i, t, _), c)| (i, t, c.lease)));
+            }
+            TaskOp::Heartbeat { lease, secs } if !leases.is_empty() => {
+                let (i, t, l) = pick(lease, &leases);
+                let d = Duration::from_secs(secs);
+                same(
+                    &format!("step {step} heartbeat"),
+                    model.heartbeat(i, t, d),
+                    h.store.workflow_heartbeat(&l, d).await,
+                    |m, r| *m == r.expires_at,
+                )?;
+            }
+            TaskOp::Stage { lease } if !leases.is_empty() => {
+                let (i, t, l) = pick(lease, &leases);
+                let v = serde_json::json!({"staged": step});
+                same(
+                    &format!("step {step} stage"),
+                    model.stage(i, t, v.clone()),
+                    h.store.workflow_stage_result(&l, v).await,
+                    |_, _| true,
+                )?;
+            }
+            TaskOp::Complete { lease } if !leases.is_empty() => {
+                let (i, t, l) = pick(lease, &leases);
+                let v = serde_json::json!({"done": step});
+                same(
+                    &format!("step {step} complete"),
+                    model.complete(i, t, v.clone()),
+                    h.store.workflow_complete(&l, v).await,
+                    |m, r| *m == r.state,
+                )?;
+            }
+            TaskOp::Fail { lease, retryable } if !leases.is_empty() => {
+                let (i, t, l) = pick(lease, &leases);
+                let m = model.fail(i, t, "boom", retryable);
+                let r = h.store.workflow_fail(&l, "boom".into(), retryable).await;
+                same(&format!("step {step} fail"), m, r, |m, r| *m == r.state)?;
+            }
+            TaskOp::Release { lease } if !leases.is_empty() => {
+                let (i, t, l) = pick(lease, &leases);
+                same(
+                    &format!("step {step} release"),
+                    model.release(i, t),
+                    h.store.workflow_release(&l).await,
+                    |_, _| true,
+                )?;
+            }
+            TaskOp::Advance { secs } => {
+                model.now = model.now.plus(Duration::from_secs(secs));
+                h.clock.advance(Duration::from_secs(secs));
+            }
+            TaskOp::RetryDead { task } if !ids.is_empty() => {
+                let id = ids[task as usize % ids.len()].clone();
+                let i = model
+                    .tasks
+                    .iter()
+                    .position(|t| t.id == id)
+                    .ok_or("model lost a task")?;
+                same(
+                    &format!("step {step} retry"),
+                    model.retry_dead(i),
+                    h.store.workflow_retry_dead(&account, &id).await,
+                    |_, _| true,
+                )?;
+            }
+            _ => {}
+        }
+        let _ = now;
+        for m in &model.tasks {
+            let t = h
+                .store
+                .workflow_get(&account, &m.id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let got = (
+                t.state,
+                t.attempts,
+                t.max_attempts,
+                t.run_at,
+                t.result.clone(),
+            );
+            let want = (
+                m.state,
+                m.attempts,
+                m.max_attempts,
+                m.run_at,
+                m.result.clone(),
+            );
+            if got != want {
+                return Err(format!(
+                    "after step {step} ({op:?}) task {}: adapter {got:?}, model {want:?}",
+                    m.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the workflow model-based test against `factory`: 16 random sequences
+/// of up to 40 operations (`PROPTEST_CASES` overrides the count).
+pub fn run_workflow(factory: &dyn StoreFactory) {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runner.run(&proptest::collection::vec(task_op(), 1..40), |ops| {
+        rt.block_on(run_workflow_case(factory, ops))
+            .map_err(TestCaseError::fail)
+    });
+    if let Err(e) = result {
+        panic!("the adapter disagrees with the workflow model: {e}");
     }
 }

@@ -5,19 +5,25 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod maintenance;
 pub mod model;
+pub mod ops;
 pub mod policy;
 pub mod store;
 pub mod types;
 pub mod wakeup;
+pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::{Config, ConfigError, StoreProfile};
 pub use error::{StoreError, StoreResult};
+pub use ops::*;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
 pub use store::{
-    AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore, DynControlPlaneStore,
-    EndpointStore,
+    AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
+    DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, TickStore, UsageStore,
+    WorkflowStore,
 };
 pub use types::*;
 pub use wakeup::Wakeup;
+pub use workflow::*;

@@ -424,3 +424,267 @@ mod tests {
         assert_eq!(m.deliveries[1].state, DeliveryState::Dead);
     }
 }
+
+/// A model task of the workflow queue (one account).
+#[derive(Clone, Debug)]
+pub struct ModelTask {
+    /// Id.
+    pub id: crate::workflow::TaskId,
+    /// Kind.
+    pub kind: String,
+    /// Payload.
+    pub payload: serde_json::Value,
+    /// State.
+    pub state: crate::workflow::TaskState,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Budget.
+    pub max_attempts: u32,
+    /// Due time.
+    pub run_at: Timestamp,
+    /// Current or last token.
+    pub token: Option<u64>,
+    /// Lease expiry while leased.
+    pub expires_at: Option<Timestamp>,
+    /// Staged result.
+    pub staged: Option<serde_json::Value>,
+    /// Final result.
+    pub result: Option<serde_json::Value>,
+    /// Last error.
+    pub last_error: Option<String>,
+    /// Kind of the outcome recorded with `token`.
+    pub last_outcome: Option<&'static str>,
+}
+
+/// The reference model of the workflow queue. Tasks are addressed by index
+/// in enqueue order, which is also the queue's tie-break order.
+#[derive(Clone, Debug)]
+pub struct WorkflowModel {
+    /// Clock.
+    pub now: Timestamp,
+    /// Retry policy.
+    pub policy: crate::workflow::WorkflowPolicy,
+    /// Tasks.
+    pub tasks: Vec<ModelTask>,
+    next_token: u64,
+}
+
+impl WorkflowModel {
+    /// An empty queue at `now`.
+    pub fn new(now: Timestamp, policy: crate::workflow::WorkflowPolicy) -> Self {
+        WorkflowModel {
+            now,
+            policy,
+            tasks: Vec::new(),
+            next_token: 1,
+        }
+    }
+
+    /// Enqueues; `(index, created)`.
+    pub fn enqueue(
+        &mut self,
+        id: crate::workflow::TaskId,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<(usize, bool), ModelError> {
+        use crate::workflow::TaskState;
+        if let Some(i) = self.tasks.iter().position(|t| t.id == id) {
+            let t = &self.tasks[i];
+            return if t.kind == kind && t.payload == payload {
+                Ok((i, false))
+            } else {
+                Err(ModelError::Conflict)
+            };
+        }
+        self.tasks.push(ModelTask {
+            id,
+            kind: kind.to_string(),
+            payload,
+            state: TaskState::Pending,
+            attempts: 0,
+            max_attempts: self.policy.max_attempts,
+            run_at: self.now,
+            token: None,
+            expires_at: None,
+            staged: None,
+            result: None,
+            last_error: None,
+            last_outcome: None,
+        });
+        Ok((self.tasks.len() - 1, true))
+    }
+
+    /// Claims; `(index, token, attempt)` in claim order.
+    pub fn claim(
+        &mut self,
+        kinds: &[&str],
+        limit: u32,
+        lease_for: Duration,
+    ) -> Vec<(usize, u64, u32)> {
+        use crate::workflow::TaskState;
+        let now = self.now;
+        for t in self.tasks.iter_mut() {
+            if t.state == TaskState::Leased && t.expires_at.is_some_and(|e| e <= now) {
+                t.token = None;
+                t.expires_at = None;
+                if let Some(v) = t.staged.take() {
+                    t.state = TaskState::Completed;
+                    t.result = Some(v);
+                } else if t.attempts >= t.max_attempts {
+                    t.state = TaskState::DeadLettered;
+                    t.last_error = Some("lease expired before the worker reported".into());
+                } else {
+                    t.state = TaskState::Pending;
+                    t.run_at = now;
+                    t.last_error = Some("lease expired before the worker reported".into());
+                }
+            }
+        }
+        let mut due: Vec<usize> = (0..self.tasks.len())
+            .filter(|&i| {
+                let t = &self.tasks[i];
+                t.state == TaskState::Pending && t.run_at <= now && kinds.contains(&t.kind.as_str())
+            })
+            .collect();
+        due.sort_by_key(|&i| (self.tasks[i].run_at, i));
+        due.truncate(limit as usize);
+        let mut out = Vec::new();
+        for i in due {
+            let token = self.next_token;
+            self.next_token += 1;
+            let t = &mut self.tasks[i];
+            t.state = TaskState::Leased;
+            t.attempts += 1;
+            t.token = Some(token);
+            t.expires_at = Some(now.plus(lease_for));
+            t.last_outcome = None;
+            out.push((i, token, t.attempts));
+        }
+        out
+    }
+
+    fn leased(&self, i: usize, token: u64) -> bool {
+        self.tasks.get(i).is_some_and(|t| {
+            t.state == crate::workflow::TaskState::Leased && t.token == Some(token)
+        })
+    }
+
+    fn repeat(
+        &self,
+        i: usize,
+        token: u64,
+        kind: &'static str,
+    ) -> Result<crate::workflow::TaskState, ModelError> {
+        let t = self.tasks.get(i).ok_or(ModelError::LeaseLost)?;
+        match t.last_outcome {
+            Some(k) if t.token == Some(token) && k == kind => Ok(t.state),
+            Some(_) if t.token == Some(token) => Err(ModelError::Conflict),
+            _ => Err(ModelError::LeaseLost),
+        }
+    }
+
+    /// Heartbeat.
+    pub fn heartbeat(
+        &mut self,
+        i: usize,
+        token: u64,
+        lease_for: Duration,
+    ) -> Result<Timestamp, ModelError> {
+        let now = self.now;
+        if !self.leased(i, token) || self.tasks[i].expires_at.is_some_and(|e| e <= now) {
+            return Err(ModelError::LeaseLost);
+        }
+        let at = now.plus(lease_for);
+        self.tasks[i].expires_at = Some(at);
+        Ok(at)
+    }
+
+    /// Stages a result.
+    pub fn stage(&mut self, i: usize, token: u64, v: serde_json::Value) -> Result<(), ModelError> {
+        if !self.leased(i, token) {
+            return Err(ModelError::LeaseLost);
+        }
+        self.tasks[i].staged = Some(v);
+        Ok(())
+    }
+
+    /// Completes.
+    pub fn complete(
+        &mut self,
+        i: usize,
+        token: u64,
+        v: serde_json::Value,
+    ) -> Result<crate::workflow::TaskState, ModelError> {
+        use crate::workflow::TaskState;
+        if !self.leased(i, token) {
+            return self.repeat(i, token, "complete");
+        }
+        let t = &mut self.tasks[i];
+        t.state = TaskState::Completed;
+        t.result = Some(v);
+        t.staged = None;
+        t.expires_at = None;
+        t.last_outcome = Some("complete");
+        Ok(t.state)
+    }
+
+    /// Fails.
+    pub fn fail(
+        &mut self,
+        i: usize,
+        token: u64,
+        error: &str,
+        retryable: bool,
+    ) -> Result<crate::workflow::TaskState, ModelError> {
+        use crate::workflow::TaskState;
+        if !self.leased(i, token) {
+            return self.repeat(i, token, "fail");
+        }
+        let now = self.now;
+        let policy = self.policy;
+        let t = &mut self.tasks[i];
+        if !retryable || t.attempts >= t.max_attempts {
+            t.state = TaskState::DeadLettered;
+        } else {
+            t.state = TaskState::Pending;
+            t.run_at = now.plus(policy.backoff(&t.id, t.attempts));
+        }
+        t.last_error = Some(error.to_string());
+        t.staged = None;
+        t.expires_at = None;
+        t.last_outcome = Some("fail");
+        Ok(t.state)
+    }
+
+    /// Releases.
+    pub fn release(&mut self, i: usize, token: u64) -> Result<(), ModelError> {
+        if !self.leased(i, token) {
+            return Err(ModelError::LeaseLost);
+        }
+        let now = self.now;
+        let t = &mut self.tasks[i];
+        t.state = crate::workflow::TaskState::Pending;
+        t.attempts -= 1;
+        t.run_at = now;
+        t.token = None;
+        t.expires_at = None;
+        t.staged = None;
+        Ok(())
+    }
+
+    /// Retries a dead letter.
+    pub fn retry_dead(&mut self, i: usize) -> Result<(), ModelError> {
+        let now = self.now;
+        let max = self.policy.max_attempts;
+        let t = self.tasks.get_mut(i).ok_or(ModelError::Conflict)?;
+        if t.state != crate::workflow::TaskState::DeadLettered {
+            return Err(ModelError::Conflict);
+        }
+        t.state = crate::workflow::TaskState::Pending;
+        t.run_at = now;
+        t.max_attempts = t.attempts + max;
+        t.token = None;
+        t.last_outcome = None;
+        Ok(())
+    }
+}

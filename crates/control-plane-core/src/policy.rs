@@ -53,6 +53,8 @@ pub struct StoreOptions {
     pub breaker: BreakerPolicy,
     /// An endpoint that fails without one success for this long is disabled.
     pub disable_after: Duration,
+    /// The workflow queue's retry policy.
+    pub workflow: crate::workflow::WorkflowPolicy,
 }
 
 impl Default for StoreOptions {
@@ -63,6 +65,7 @@ impl Default for StoreOptions {
             max_attempts: 8,
             breaker: BreakerPolicy::default(),
             disable_after: Duration::from_secs(5 * 24 * 3600),
+            workflow: crate::workflow::WorkflowPolicy::default(),
         }
     }
 }
@@ -455,4 +458,31 @@ mod tests {
         assert_eq!(tr.state, DeliveryState::Pending);
         assert_eq!(tr.due_at, t(50));
     }
+}
+
+/// The alerts a transition raises, with their messages. `disabled` says
+/// whether the endpoint was enabled until this transition disabled it.
+pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::ops::AlertKind, String)> {
+    use crate::ops::AlertKind;
+    let mut out = Vec::new();
+    match tr.circuit_change {
+        Some(CircuitChange::Opened) => {
+            out.push((AlertKind::CircuitOpened, "the circuit opened".to_string()))
+        }
+        Some(CircuitChange::Closed) => {
+            out.push((AlertKind::CircuitClosed, "the circuit closed".to_string()))
+        }
+        None => {}
+    }
+    if let (true, Some(reason)) = (disabled, &tr.disable_reason) {
+        out.push((AlertKind::EndpointDisabled, reason.clone()));
+    }
+    if tr.state == DeliveryState::Dead {
+        let why = tr
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "given up".to_string());
+        out.push((AlertKind::DeliveryDead, why));
+    }
+    out
 }

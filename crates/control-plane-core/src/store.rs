@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::clock::Timestamp;
 use crate::error::StoreResult;
+use crate::ops::*;
 use crate::policy::Circuit;
 use crate::types::*;
+use crate::workflow::*;
 
 /// Endpoints: destinations owned by one account.
 #[async_trait]
@@ -340,10 +343,303 @@ pub trait CircuitStore: Send + Sync {
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit>;
 }
 
+/// The workflow handoff queue: leased jobs handed between processes.
+#[async_trait]
+pub trait WorkflowStore: Send + Sync {
+    /// Enqueues a task, idempotent on its id.
+    ///
+    /// # Behavior
+    /// - The same id with the same account, kind and payload returns the
+    ///   existing task; with any of them different it is `Conflict`
+    ///   (`workflow_enqueue_is_idempotent_and_conflicts_on_difference`).
+    ///
+    /// # Errors
+    /// `Conflict`; `InvalidInput` for an empty or oversized kind.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued>;
+
+    /// Leases up to `limit` due tasks of the given kinds, oldest due first.
+    ///
+    /// # Behavior
+    /// - Only due tasks of the given kinds (`workflow_claim_takes_due_tasks_of_given_kinds`).
+    /// - Exclusive across concurrent claimers (`workflow_claim_is_exclusive_under_concurrent_claimers`).
+    /// - Expired leases are swept first: due again, or dead-lettered when the
+    ///   attempts are used up (`workflow_expired_lease_is_claimable_again`); a
+    ///   task whose handler staged a result is completed with it instead
+    ///   (`workflow_staged_result_is_finalized_without_rerun`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for no kinds, a limit outside 1..=1000 or a zero lease.
+    ///
+    /// # Cancellation safety
+    /// Leases of a claim cancelled after its commit expire.
+    async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>>;
+
+    /// Extends a live lease while the handler runs.
+    ///
+    /// # Behavior
+    /// - A stale or expired lease is `LeaseLost` (`workflow_heartbeat_extends_and_stale_lease_is_lost`).
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_heartbeat(
+        &self,
+        lease: &TaskLease,
+        lease_for: Duration,
+    ) -> StoreResult<TaskLease>;
+
+    /// Stores the handler's result before completion, so a crash between the
+    /// two never runs the handler again.
+    ///
+    /// # Errors
+    /// `LeaseLost`; `NotFound` under another account.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_stage_result(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<()>;
+
+    /// Completes a task with its result. A repeat with the same lease returns the task.
+    ///
+    /// # Errors
+    /// `LeaseLost`; `NotFound` when the lease names another account
+    /// (`workflow_account_scoping_fails_closed`); `Conflict` when the lease
+    /// already failed the task.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_complete(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<Task>;
+
+    /// Records a failure: backs off (capped exponential, jittered) when
+    /// retryable and attempts remain, dead-letters otherwise.
+    ///
+    /// # Behavior
+    /// - Backoff, then dead letter with the last error (`workflow_fail_backs_off_then_dead_letters`).
+    /// - Non-retryable: dead-lettered at once (`workflow_non_retryable_failure_dead_letters_at_once`).
+    ///
+    /// # Errors
+    /// As [`WorkflowStore::workflow_complete`].
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_fail(
+        &self,
+        lease: &TaskLease,
+        error: String,
+        retryable: bool,
+    ) -> StoreResult<Task>;
+
+    /// Returns a leased task to `pending` without spending its attempt (shutdown).
+    ///
+    /// # Behavior
+    /// - The attempt budget is unchanged (`workflow_release_keeps_the_attempt_budget`).
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()>;
+
+    /// Reads a task of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`, also for another account's task.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task>;
+
+    /// Dead-lettered tasks of `account`, newest first.
+    ///
+    /// # Behavior
+    /// - Lists them with their last error; retry makes one due again with a
+    ///   fresh budget (`workflow_dead_letters_are_listed_and_retried`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn workflow_list_dead(
+        &self,
+        account: &AccountId,
+        page: PageRequest,
+    ) -> StoreResult<Page<Task>>;
+
+    /// Moves a dead-lettered task back to `pending` with a fresh attempt budget.
+    ///
+    /// # Errors
+    /// `NotFound`; `Conflict` when it is not dead-lettered.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not retry.
+    async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task>;
+}
+
+/// Request idempotency records.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `(scope, key)` for a request with `request_hash`, for `ttl`.
+    ///
+    /// # Behavior
+    /// - `Started` for a new or expired key, `InProgress` while its owner runs,
+    ///   `Replay` with the stored response once completed, `Mismatch` for a
+    ///   different request (`idempotency_begin_reports_every_outcome`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty scope or key; a failure to persist is an
+    /// error, never a `Started`.
+    ///
+    /// # Cancellation safety
+    /// A cancelled begin may hold the key until the TTL passes.
+    async fn idempotency_begin(
+        &self,
+        scope: &str,
+        key: &str,
+        request_hash: &str,
+        ttl: Duration,
+    ) -> StoreResult<IdempotencyBegin>;
+
+    /// Stores the response; later begins replay it.
+    ///
+    /// # Errors
+    /// `LeaseLost` when the token no longer owns the key
+    /// (`idempotency_complete_with_a_stale_token_is_an_error`).
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn idempotency_complete(
+        &self,
+        token: &IdempotencyToken,
+        response: StoredResponse,
+    ) -> StoreResult<()>;
+
+    /// Frees the key after a failed handler.
+    ///
+    /// # Behavior
+    /// - The next begin is `Started` (`idempotency_abandon_frees_the_key`).
+    ///
+    /// # Errors
+    /// `LeaseLost` when the token no longer owns the key.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()>;
+}
+
+/// Single-flight periodic work.
+#[async_trait]
+pub trait TickStore: Send + Sync {
+    /// Claims the tick `name` unless another holder's lease is live or it
+    /// completed less than `every` ago.
+    ///
+    /// # Behavior
+    /// - At most one holder across replicas until completion or expiry
+    ///   (`tick_is_single_flight_until_completed_or_expired`); the stored state
+    ///   comes back and `every` is respected (`tick_state_is_kept_and_interval_respected`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized name.
+    ///
+    /// # Cancellation safety
+    /// A cancelled claim may hold the tick until its lease expires.
+    async fn tick_claim(
+        &self,
+        name: &str,
+        lease_for: Duration,
+        every: Duration,
+    ) -> StoreResult<Option<TickLease>>;
+
+    /// Stores the tick's state and frees it.
+    ///
+    /// # Errors
+    /// `LeaseLost` when the lease is stale.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()>;
+}
+
+/// Per-account usage counters.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Records a batch in one transaction; `false` when this batch id was
+    /// already recorded (nothing changes).
+    ///
+    /// # Behavior
+    /// - Idempotent by batch id; totals by hour window
+    ///   (`usage_batches_are_idempotent_and_queryable_by_window`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized batch id.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool>;
+
+    /// Totals of `account` in the windows starting in `[from, to)`, by window then metric.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn usage_query(
+        &self,
+        account: &AccountId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> StoreResult<Vec<UsageRow>>;
+}
+
+/// Operational alerts.
+#[async_trait]
+pub trait AlertStore: Send + Sync {
+    /// Alerts of `account`, newest first.
+    ///
+    /// # Behavior
+    /// - `circuit.opened`, `circuit.closed`, `endpoint.disabled` and
+    ///   `delivery.dead` are recorded in the transaction of the transition
+    ///   that caused them (`alerts_are_recorded_with_their_transitions`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>>;
+}
+
+/// Retention.
+#[async_trait]
+pub trait MaintenanceStore: Send + Sync {
+    /// Removes one small batch (at most `batch` rows per table) of delivered
+    /// deliveries and attempt-log rows older than `retention`, and of expired
+    /// idempotency records; each table in its own short transaction.
+    ///
+    /// # Behavior
+    /// - Only old delivered history goes; live deliveries stay
+    ///   (`maintenance_purges_old_history_in_batches`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a batch outside 1..=10000.
+    ///
+    /// # Cancellation safety
+    /// Safe: each batch commits on its own.
+    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport>;
+}
+
 /// The whole port. Object-safe; used as [`DynControlPlaneStore`].
 #[async_trait]
 pub trait ControlPlaneStore:
-    EndpointStore + DeliveryStore + AttemptLogStore + CircuitStore
+    EndpointStore
+    + DeliveryStore
+    + AttemptLogStore
+    + CircuitStore
+    + WorkflowStore
+    + IdempotencyStore
+    + TickStore
+    + UsageStore
+    + AlertStore
+    + MaintenanceStore
 {
     /// The adapter's name (`embedded`, `postgres`).
     fn backend_name(&self) -> &'static str;

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use control_plane_core::policy::{plan_lease_expiry, plan_outcome, AttemptState, Transition};
+use control_plane_core::policy::{
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -17,6 +19,7 @@ use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
+use control_plane_core::AlertKind;
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -298,8 +301,13 @@ fn apply(
         row.attempts,
         &tr.attempt,
     )?;
+    let mut disabled = false;
     if let Some(reason) = &tr.disable_reason {
-        endpoint::disable(t, row.endpoint_id, reason)?;
+        disabled = endpoint::disable(t, row.endpoint_id, reason)?;
+    }
+    for (kind, message) in alerts_for(tr, disabled) {
+        let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
+        crate::ops::alert_insert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
     }
     Ok(())
 }

@@ -179,13 +179,14 @@ pub(crate) fn set_enabled(
 }
 
 /// Disables an endpoint for a reason found by the store (410, failing window).
-pub(crate) fn disable(t: &Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<()> {
-    t.execute(
-        "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
-        params![reason, t.now.as_millis(), id.to_string()],
-    )
-    .db()?;
-    Ok(())
+pub(crate) fn disable(t: &Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<bool> {
+    let n = t
+        .execute(
+            "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
+            params![reason, t.now.as_millis(), id.to_string()],
+        )
+        .db()?;
+    Ok(n == 1)
 }
 
 pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<u64> {

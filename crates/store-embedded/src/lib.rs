@@ -7,8 +7,10 @@ mod config;
 mod delivery;
 mod endpoint;
 mod error;
+mod ops;
 mod store;
 mod util;
+mod workflow;
 
 use std::time::Duration;
 
@@ -197,6 +199,165 @@ impl CircuitStore for EmbeddedStore {
         let account = account.clone();
         self.tx(move |t| endpoint::circuit_of(t, &account, id))
             .await
+    }
+}
+
+#[async_trait]
+impl WorkflowStore for EmbeddedStore {
+    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+        self.tx(move |t| workflow::enqueue(t, req)).await
+    }
+
+    async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
+        self.tx(move |t| workflow::claim(t, req)).await
+    }
+
+    async fn workflow_heartbeat(
+        &self,
+        lease: &TaskLease,
+        lease_for: Duration,
+    ) -> StoreResult<TaskLease> {
+        let lease = lease.clone();
+        self.tx(move |t| workflow::heartbeat(t, &lease, lease_for))
+            .await
+    }
+
+    async fn workflow_stage_result(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| workflow::stage(t, &lease, result)).await
+    }
+
+    async fn workflow_complete(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<Task> {
+        let lease = lease.clone();
+        self.tx(move |t| workflow::complete(t, &lease, result))
+            .await
+    }
+
+    async fn workflow_fail(
+        &self,
+        lease: &TaskLease,
+        error: String,
+        retryable: bool,
+    ) -> StoreResult<Task> {
+        let lease = lease.clone();
+        self.tx(move |t| workflow::fail(t, &lease, error, retryable))
+            .await
+    }
+
+    async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| workflow::release(t, &lease)).await
+    }
+
+    async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        let (account, id) = (account.clone(), id.clone());
+        self.tx(move |t| workflow::get(t, &account, &id)).await
+    }
+
+    async fn workflow_list_dead(
+        &self,
+        account: &AccountId,
+        page: PageRequest,
+    ) -> StoreResult<Page<Task>> {
+        let account = account.clone();
+        self.tx(move |t| workflow::list_dead(t, &account, page))
+            .await
+    }
+
+    async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        let (account, id) = (account.clone(), id.clone());
+        self.tx(move |t| workflow::retry_dead(t, &account, &id))
+            .await
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for EmbeddedStore {
+    async fn idempotency_begin(
+        &self,
+        scope: &str,
+        key: &str,
+        request_hash: &str,
+        ttl: Duration,
+    ) -> StoreResult<IdempotencyBegin> {
+        let (scope, key, hash) = (scope.to_string(), key.to_string(), request_hash.to_string());
+        self.tx(move |t| ops::idempotency_begin(t, &scope, &key, &hash, ttl))
+            .await
+    }
+
+    async fn idempotency_complete(
+        &self,
+        token: &IdempotencyToken,
+        response: StoredResponse,
+    ) -> StoreResult<()> {
+        let token = token.clone();
+        self.tx(move |t| ops::idempotency_complete(t, &token, response))
+            .await
+    }
+
+    async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()> {
+        let token = token.clone();
+        self.tx(move |t| ops::idempotency_abandon(t, &token)).await
+    }
+}
+
+#[async_trait]
+impl TickStore for EmbeddedStore {
+    async fn tick_claim(
+        &self,
+        name: &str,
+        lease_for: Duration,
+        every: Duration,
+    ) -> StoreResult<Option<TickLease>> {
+        let name = name.to_string();
+        self.tx(move |t| ops::tick_claim(t, &name, lease_for, every))
+            .await
+    }
+
+    async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| ops::tick_complete(t, &lease, state)).await
+    }
+}
+
+#[async_trait]
+impl UsageStore for EmbeddedStore {
+    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
+        self.tx(move |t| ops::usage_record(t, batch)).await
+    }
+
+    async fn usage_query(
+        &self,
+        account: &AccountId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> StoreResult<Vec<UsageRow>> {
+        let account = account.clone();
+        self.tx(move |t| ops::usage_query(t, &account, from, to))
+            .await
+    }
+}
+
+#[async_trait]
+impl AlertStore for EmbeddedStore {
+    async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>> {
+        let account = account.clone();
+        self.tx(move |t| ops::alert_list(t, &account, page)).await
+    }
+}
+
+#[async_trait]
+impl MaintenanceStore for EmbeddedStore {
+    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
+        self.tx(move |t| ops::purge(t, retention, batch)).await
     }
 }
 

@@ -19,7 +19,17 @@ use tokio::sync::oneshot;
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/0001_initial.sql")),
+    (
+        2,
+        include_str!("migrations/0002_workflow_and_operations.sql"),
+    ),
+];
+
+/// Durable counters (sequence numbers, log positions), kept in memory by the
+/// writer and saved in the transaction that advances them.
+type Counters = std::collections::BTreeMap<String, i64>;
 
 type Job = Box<dyn FnOnce(&mut Writer) + Send>;
 
@@ -28,8 +38,7 @@ pub(crate) struct Writer {
     conn: Connection,
     clock: Arc<dyn Clock>,
     options: StoreOptions,
-    last_seq: i64,
-    last_attempt_id: i64,
+    counters: Counters,
 }
 
 /// One transaction on the writer, with the time it runs at.
@@ -39,9 +48,8 @@ pub(crate) struct Tx<'a> {
     pub now: Timestamp,
     /// Store-side policy.
     pub options: StoreOptions,
-    last_seq: &'a mut i64,
-    last_attempt_id: &'a mut i64,
-    counters_dirty: bool,
+    counters: &'a mut Counters,
+    dirty: Vec<&'static str>,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -52,27 +60,34 @@ impl<'a> Deref for Tx<'a> {
 }
 
 impl Tx<'_> {
-    /// The next delivery sequence number: strictly increasing, durable with
+    /// The next value of counter `name`: strictly increasing, durable with
     /// the transaction that uses it.
+    pub fn next(&mut self, name: &'static str) -> i64 {
+        let v = self.counters.entry(name.to_string()).or_insert(0);
+        *v += 1;
+        if !self.dirty.contains(&name) {
+            self.dirty.push(name);
+        }
+        *v
+    }
+
+    /// The next delivery sequence number.
     pub fn next_seq(&mut self) -> i64 {
-        *self.last_seq += 1;
-        self.counters_dirty = true;
-        *self.last_seq
+        self.next("delivery_seq")
     }
 
     /// The next attempt-log position.
     pub fn next_attempt_id(&mut self) -> i64 {
-        *self.last_attempt_id += 1;
-        self.counters_dirty = true;
-        *self.last_attempt_id
+        self.next("attempt_id")
     }
 
     fn commit(self) -> StoreResult<()> {
-        if self.counters_dirty {
+        for name in &self.dirty {
+            let value = self.counters.get(*name).copied().unwrap_or(0);
             self.tx
                 .execute(
-                    "UPDATE counters SET value = CASE name WHEN 'delivery_seq' THEN $1 ELSE $2 END",
-                    duckdb::params![*self.last_seq, *self.last_attempt_id],
+                    "UPDATE counters SET value = $1 WHERE name = $2",
+                    duckdb::params![value, name],
                 )
                 .db()?;
         }
@@ -83,7 +98,7 @@ impl Tx<'_> {
 impl Writer {
     /// Runs `f` in one transaction: commits on `Ok`, rolls back on `Err`.
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
-        let (seq0, att0) = (self.last_seq, self.last_attempt_id);
+        let saved = self.counters.clone();
         let now = self.clock.now();
         let result = (|| {
             let tx = self.conn.transaction().db()?;
@@ -91,17 +106,15 @@ impl Writer {
                 tx,
                 now,
                 options: self.options,
-                last_seq: &mut self.last_seq,
-                last_attempt_id: &mut self.last_attempt_id,
-                counters_dirty: false,
+                counters: &mut self.counters,
+                dirty: Vec::new(),
             };
             let v = f(&mut t)?;
             t.commit()?;
             Ok(v)
         })();
         if result.is_err() {
-            self.last_seq = seq0;
-            self.last_attempt_id = att0;
+            self.counters = saved;
         }
         result
     }
@@ -182,19 +195,22 @@ impl EmbeddedStore {
                 let writer = (|| {
                     let mut conn = open_connection(&config.path)?;
                     migrate(&mut conn)?;
-                    let (last_seq, last_attempt_id) = conn
-                        .query_row(
-                            "SELECT max(value) FILTER (WHERE name = 'delivery_seq'), max(value) FILTER (WHERE name = 'attempt_id') FROM counters",
-                            [],
-                            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-                        )
-                        .db()?;
+                    let mut counters = Counters::new();
+                    {
+                        let mut st = conn.prepare("SELECT name, value FROM counters").db()?;
+                        let rows = st
+                            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                            .db()?;
+                        for row in rows {
+                            let (name, value) = row.db()?;
+                            counters.insert(name, value);
+                        }
+                    }
                     Ok(Writer {
                         conn,
                         clock,
                         options: config.options,
-                        last_seq,
-                        last_attempt_id,
+                        counters,
                     })
                 })();
                 let mut writer = match writer {

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use control_plane_core::policy::{plan_lease_expiry, plan_outcome, AttemptState, Transition};
+use control_plane_core::policy::{
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+};
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -17,7 +19,9 @@ use uuid::Uuid;
 use crate::attempt;
 use crate::endpoint;
 use crate::error::PgResultExt;
+use crate::ops;
 use crate::util::{ts_opt, u32_of};
+use control_plane_core::AlertKind;
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -320,8 +324,22 @@ async fn apply(
         &tr.attempt,
     )
     .await?;
+    let mut disabled = false;
     if let Some(reason) = &tr.disable_reason {
-        endpoint::disable(tx, now, row.endpoint_id, reason).await?;
+        disabled = endpoint::disable(tx, now, row.endpoint_id, reason).await?;
+    }
+    for (kind, message) in alerts_for(tr, disabled) {
+        let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
+        ops::alert_insert(
+            tx,
+            now,
+            &row.account,
+            kind,
+            row.endpoint_id,
+            delivery,
+            &message,
+        )
+        .await?;
     }
     Ok(())
 }

@@ -195,14 +195,15 @@ pub(crate) async fn disable(
     now: Timestamp,
     id: EndpointId,
     reason: &str,
-) -> StoreResult<()> {
-    tx.execute(
-        "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
-        &[&reason, &now.as_millis(), &id.0],
-    )
-    .await
-    .db()?;
-    Ok(())
+) -> StoreResult<bool> {
+    let n = tx
+        .execute(
+            "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
+            &[&reason, &now.as_millis(), &id.0],
+        )
+        .await
+        .db()?;
+    Ok(n == 1)
 }
 
 pub(crate) async fn delete(

@@ -8,8 +8,10 @@ mod delivery;
 mod endpoint;
 mod error;
 mod notify;
+mod ops;
 mod store;
 mod util;
+mod workflow;
 
 use std::time::Duration;
 
@@ -247,6 +249,183 @@ impl AttemptLogStore for PostgresStore {
 impl CircuitStore for PostgresStore {
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
         in_tx!(self, |tx| endpoint::circuit_of(&tx, account, id))
+    }
+}
+
+#[async_trait]
+impl WorkflowStore for PostgresStore {
+    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+        in_tx!(self, |tx| workflow::enqueue(
+            &tx,
+            self.now(),
+            &self.options,
+            req
+        ))
+    }
+
+    async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
+        in_tx!(self, |tx| workflow::claim(&tx, self.now(), req))
+    }
+
+    async fn workflow_heartbeat(
+        &self,
+        lease: &TaskLease,
+        lease_for: Duration,
+    ) -> StoreResult<TaskLease> {
+        in_tx!(self, |tx| workflow::heartbeat(
+            &tx,
+            self.now(),
+            lease,
+            lease_for
+        ))
+    }
+
+    async fn workflow_stage_result(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<()> {
+        in_tx!(self, |tx| workflow::stage(&tx, self.now(), lease, result))
+    }
+
+    async fn workflow_complete(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<Task> {
+        in_tx!(self, |tx| workflow::complete(
+            &tx,
+            self.now(),
+            lease,
+            result
+        ))
+    }
+
+    async fn workflow_fail(
+        &self,
+        lease: &TaskLease,
+        error: String,
+        retryable: bool,
+    ) -> StoreResult<Task> {
+        in_tx!(self, |tx| workflow::fail(
+            &tx,
+            self.now(),
+            &self.options,
+            lease,
+            error,
+            retryable
+        ))
+    }
+
+    async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
+        in_tx!(self, |tx| workflow::release(&tx, self.now(), lease))
+    }
+
+    async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        in_tx!(self, |tx| workflow::get(&tx, account, id))
+    }
+
+    async fn workflow_list_dead(
+        &self,
+        account: &AccountId,
+        page: PageRequest,
+    ) -> StoreResult<Page<Task>> {
+        in_tx!(self, |tx| workflow::list_dead(&tx, account, page))
+    }
+
+    async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        in_tx!(self, |tx| workflow::retry_dead(
+            &tx,
+            self.now(),
+            &self.options,
+            account,
+            id
+        ))
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for PostgresStore {
+    async fn idempotency_begin(
+        &self,
+        scope: &str,
+        key: &str,
+        request_hash: &str,
+        ttl: Duration,
+    ) -> StoreResult<IdempotencyBegin> {
+        in_tx!(self, |tx| ops::idempotency_begin(
+            &tx,
+            self.now(),
+            scope,
+            key,
+            request_hash,
+            ttl
+        ))
+    }
+
+    async fn idempotency_complete(
+        &self,
+        token: &IdempotencyToken,
+        response: StoredResponse,
+    ) -> StoreResult<()> {
+        in_tx!(self, |tx| ops::idempotency_complete(&tx, token, response))
+    }
+
+    async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()> {
+        in_tx!(self, |tx| ops::idempotency_abandon(&tx, token))
+    }
+}
+
+#[async_trait]
+impl TickStore for PostgresStore {
+    async fn tick_claim(
+        &self,
+        name: &str,
+        lease_for: Duration,
+        every: Duration,
+    ) -> StoreResult<Option<TickLease>> {
+        in_tx!(self, |tx| ops::tick_claim(
+            &tx,
+            self.now(),
+            name,
+            lease_for,
+            every
+        ))
+    }
+
+    async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()> {
+        in_tx!(self, |tx| ops::tick_complete(&tx, self.now(), lease, state))
+    }
+}
+
+#[async_trait]
+impl UsageStore for PostgresStore {
+    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
+        in_tx!(self, |tx| ops::usage_record(&tx, self.now(), batch))
+    }
+
+    async fn usage_query(
+        &self,
+        account: &AccountId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> StoreResult<Vec<UsageRow>> {
+        in_tx!(self, |tx| ops::usage_query(&tx, account, from, to))
+    }
+}
+
+#[async_trait]
+impl AlertStore for PostgresStore {
+    async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>> {
+        in_tx!(self, |tx| ops::alert_list(&tx, account, page))
+    }
+}
+
+#[async_trait]
+impl MaintenanceStore for PostgresStore {
+    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
+        let client = self.pool.get().await.map_err(error::map_pool)?;
+        ops::purge(&client, self.now(), retention, batch).await
     }
 }
 

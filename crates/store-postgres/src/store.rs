@@ -11,7 +11,13 @@ use crate::error::{map_pool, PgResultExt};
 use crate::notify::{channel_for, spawn, Listener};
 
 /// Embedded, versioned migrations, applied in order.
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/0001_initial.sql"))];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/0001_initial.sql")),
+    (
+        2,
+        include_str!("migrations/0002_workflow_and_operations.sql"),
+    ),
+];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
 #[derive(Clone)]

@@ -1,0 +1,48 @@
+//! Maintenance driven by a single-flight tick.
+
+use std::time::Duration;
+
+use crate::error::StoreResult;
+use crate::ops::PurgeReport;
+use crate::store::ControlPlaneStore;
+
+/// The tick maintenance runs under.
+pub const MAINTENANCE_TICK: &str = "maintenance";
+
+/// Runs one maintenance pass if no replica ran one in the last `every`:
+/// claims the tick, purges in batches of `batch` until a batch finds nothing
+/// (at most 1,000 batches), stores the report as the tick's state and frees
+/// the tick. `None` when another replica holds it or it is not due.
+///
+/// # Errors
+/// What the store returns; the tick then expires after its lease.
+pub async fn run_maintenance(
+    store: &dyn ControlPlaneStore,
+    retention: Duration,
+    batch: u32,
+    every: Duration,
+) -> StoreResult<Option<PurgeReport>> {
+    let Some(lease) = store
+        .tick_claim(MAINTENANCE_TICK, Duration::from_secs(300), every)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut total = PurgeReport::default();
+    for _ in 0..1000 {
+        let r = store.maintenance_purge(retention, batch).await?;
+        total.deliveries += r.deliveries;
+        total.attempts += r.attempts;
+        total.idempotency_records += r.idempotency_records;
+        if r.total() == 0 {
+            break;
+        }
+    }
+    let state = serde_json::json!({
+        "deliveries": total.deliveries,
+        "attempts": total.attempts,
+        "idempotency_records": total.idempotency_records,
+    });
+    store.tick_complete(&lease, state).await?;
+    Ok(Some(total))
+}

@@ -1,0 +1,270 @@
+//! Types of the workflow handoff queue and its retry policy.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::error::StoreError;
+use crate::types::{AccountId, LeaseToken};
+
+/// A caller-chosen task id: 1 to 255 characters, no control characters.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TaskId(String);
+
+impl TaskId {
+    /// Validates `s` as a task id.
+    pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {
+        let s = s.into();
+        if s.is_empty() || s.len() > 255 || s.chars().any(char::is_control) {
+            return Err(StoreError::InvalidInput(format!(
+                "task id must be 1 to 255 characters without control characters, got {s:?}"
+            )));
+        }
+        Ok(TaskId(s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for TaskId {
+    type Error = StoreError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        TaskId::new(s)
+    }
+}
+
+impl From<TaskId> for String {
+    fn from(t: TaskId) -> String {
+        t.0
+    }
+}
+
+/// The lifecycle of a task.
+///
+/// `pending` → `leased` (claim) → `completed` | `pending` (retryable failure,
+/// release, lease expiry) | `dead_lettered` (attempts used up, non-retryable
+/// failure). `dead_lettered` → `pending` by retry. A lease that expires after
+/// its handler staged a result is finalized as `completed` by the next claim,
+/// without running the handler again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting until `run_at`.
+    Pending,
+    /// Held by a live lease.
+    Leased,
+    /// Done; `result` holds the outcome. Final.
+    Completed,
+    /// Given up; `last_error` says why. Listable and retryable.
+    DeadLettered,
+}
+
+impl TaskState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Leased => "leased",
+            TaskState::Completed => "completed",
+            TaskState::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(TaskState::Pending),
+            "leased" => Ok(TaskState::Leased),
+            "completed" => Ok(TaskState::Completed),
+            "dead_lettered" => Ok(TaskState::DeadLettered),
+            _ => Err(StoreError::Backend(format!("unknown task state {s:?}"))),
+        }
+    }
+}
+
+/// A task of the workflow queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Task {
+    /// Caller-chosen id.
+    pub id: TaskId,
+    /// Owning account.
+    pub account: AccountId,
+    /// Handler kind.
+    pub kind: String,
+    /// Input.
+    pub payload: serde_json::Value,
+    /// State.
+    pub state: TaskState,
+    /// Attempts started (incremented at claim).
+    pub attempts: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When it is next due.
+    pub run_at: Timestamp,
+    /// While leased: the lease's expiry.
+    pub lease_expires_at: Option<Timestamp>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// The result, once completed.
+    pub result: Option<serde_json::Value>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+/// Enqueues a task.
+#[derive(Clone, Debug)]
+pub struct TaskEnqueueRequest {
+    /// Caller-chosen id; enqueueing it again is idempotent.
+    pub id: TaskId,
+    /// Owning account.
+    pub account: AccountId,
+    /// Handler kind, 1 to 255 characters.
+    pub kind: String,
+    /// Input.
+    pub payload: serde_json::Value,
+    /// Not before this time (now when `None`).
+    pub run_at: Option<Timestamp>,
+}
+
+/// What an enqueue did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskEnqueued {
+    /// The task (the existing one for a repeat).
+    pub task: Task,
+    /// False when the same task was already enqueued.
+    pub created: bool,
+}
+
+/// Asks for due tasks of some kinds.
+#[derive(Clone, Debug)]
+pub struct TaskClaimRequest {
+    /// Who claims.
+    pub worker: String,
+    /// Kinds this worker handles (at least one).
+    pub kinds: Vec<String>,
+    /// At most this many (1 to 1000).
+    pub limit: u32,
+    /// Lease length.
+    pub lease_for: Duration,
+}
+
+/// Proof of a task claim; it carries the account, so every write is scoped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskLease {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its account.
+    pub account: AccountId,
+    /// Fencing token.
+    pub token: LeaseToken,
+    /// Attempt number.
+    pub attempt: u32,
+    /// Expiry.
+    pub expires_at: Timestamp,
+}
+
+/// A claimed task.
+#[derive(Clone, Debug)]
+pub struct ClaimedTask {
+    /// The lease.
+    pub lease: TaskLease,
+    /// The task (state `leased`).
+    pub task: Task,
+}
+
+/// Retry policy of the workflow queue: capped exponential backoff with jitter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkflowPolicy {
+    /// Attempts before a task is dead-lettered.
+    pub max_attempts: u32,
+    /// Backoff before the second attempt.
+    pub backoff_base: Duration,
+    /// Cap on the backoff.
+    pub backoff_max: Duration,
+}
+
+impl Default for WorkflowPolicy {
+    fn default() -> Self {
+        WorkflowPolicy {
+            max_attempts: 5,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(600),
+        }
+    }
+}
+
+impl WorkflowPolicy {
+    /// The delay after failed attempt `attempt` (from 1) of `task`: the capped
+    /// exponential `base * 2^(attempt-1)`, scaled by a jitter factor in
+    /// [0.5, 1.0) derived from the task id and attempt. The jitter is
+    /// deterministic, so every replica and the model agree, yet tasks that
+    /// failed together spread out.
+    pub fn backoff(&self, task: &TaskId, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(30);
+        let full = self
+            .backoff_base
+            .checked_mul(1u32 << exp)
+            .unwrap_or(self.backoff_max)
+            .min(self.backoff_max);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in task.as_str().bytes().chain(attempt.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        let jitter_permille = 500 + (h % 500) as u32;
+        full * jitter_permille / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_within_bounds() {
+        let p = WorkflowPolicy {
+            max_attempts: 9,
+            backoff_base: Duration::from_secs(2),
+            backoff_max: Duration::from_secs(60),
+        };
+        let t = TaskId::new("t-1").unwrap();
+        for attempt in 1..=10u32 {
+            let full =
+                Duration::from_secs(2 * (1u64 << (attempt - 1))).min(Duration::from_secs(60));
+            let d = p.backoff(&t, attempt);
+            assert!(
+                d >= full / 2 && d < full,
+                "attempt {attempt}: {d:?} vs {full:?}"
+            );
+        }
+        assert_eq!(p.backoff(&t, 3), p.backoff(&t, 3), "deterministic");
+        let spread: std::collections::HashSet<_> = (0..20)
+            .map(|i| p.backoff(&TaskId::new(format!("t{i}")).unwrap(), 4))
+            .collect();
+        assert!(spread.len() > 10, "tasks failing together spread out");
+    }
+
+    #[test]
+    fn task_ids_are_validated() {
+        assert!(TaskId::new("order-1/step-2").is_ok());
+        assert!(TaskId::new("").is_err());
+        assert!(TaskId::new("a\nb").is_err());
+    }
+}

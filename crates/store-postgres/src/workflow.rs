@@ -1,0 +1,403 @@
+//! The workflow handoff queue.
+
+use std::time::Duration;
+
+use control_plane_core::types::validate_limit;
+use control_plane_core::{
+    AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreOptions, StoreResult,
+    Task, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskId, TaskLease, TaskState,
+    Timestamp,
+};
+use tokio_postgres::{Row, Transaction};
+use uuid::Uuid;
+
+use crate::error::PgResultExt;
+use crate::util::{ts_opt, u32_of};
+
+const TASK_COLS: &str =
+    "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
+     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result";
+
+fn row_to_task(r: &Row) -> StoreResult<Task> {
+    Ok(Task {
+        id: TaskId::new(r.get::<_, String>(0))?,
+        account: AccountId::new(r.get::<_, String>(1))?,
+        kind: r.get(2),
+        payload: r.get(3),
+        state: r.get::<_, String>(4).parse()?,
+        attempts: u32_of(r.get(5)),
+        max_attempts: u32_of(r.get(6)),
+        run_at: Timestamp::from_millis(r.get(7)),
+        lease_expires_at: ts_opt(r.get(8)),
+        last_error: r.get(9),
+        result: r.get(10),
+        created_at: Timestamp::from_millis(r.get(11)),
+        updated_at: Timestamp::from_millis(r.get(12)),
+    })
+}
+
+pub(crate) async fn get(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: &TaskId,
+) -> StoreResult<Task> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1 AND account = $2"),
+            &[&id.as_str(), &account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("task", id))?;
+    row_to_task(&row)
+}
+
+fn validate_kind(kind: &str) -> StoreResult<()> {
+    if kind.is_empty() || kind.len() > 255 {
+        return Err(StoreError::InvalidInput(format!(
+            "task kind must be 1 to 255 characters, got {kind:?}"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) async fn enqueue(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    req: TaskEnqueueRequest,
+) -> StoreResult<TaskEnqueued> {
+    validate_kind(&req.kind)?;
+    let run_at = req.run_at.unwrap_or(now).as_millis();
+    let inserted = tx
+        .query_opt(
+            &format!(
+                "INSERT INTO tasks (id, account, kind, payload, state, attempts, max_attempts, run_at, seq, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, nextval('task_seq'), $7, $7) \
+                 ON CONFLICT (id) DO NOTHING RETURNING {TASK_COLS}"
+            ),
+            &[
+                &req.id.as_str(),
+                &req.account.as_str(),
+                &req.kind,
+                &req.payload,
+                &i64::from(options.workflow.max_attempts),
+                &run_at,
+                &now.as_millis(),
+            ],
+        )
+        .await
+        .db()?;
+    if let Some(row) = inserted {
+        return Ok(TaskEnqueued {
+            task: row_to_task(&row)?,
+            created: true,
+        });
+    }
+    let row = tx
+        .query_one(
+            &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1"),
+            &[&req.id.as_str()],
+        )
+        .await
+        .db()?;
+    let existing = row_to_task(&row)?;
+    if existing.account != req.account
+        || existing.kind != req.kind
+        || existing.payload != req.payload
+    {
+        return Err(StoreError::Conflict(format!(
+            "task {} already exists with a different account, kind or payload",
+            req.id
+        )));
+    }
+    Ok(TaskEnqueued {
+        task: existing,
+        created: false,
+    })
+}
+
+/// The expired-lease sweep: staged results complete, exhausted tasks
+/// dead-letter, the rest are due again.
+async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp) -> StoreResult<()> {
+    tx.execute(
+        "WITH c AS (SELECT id FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
+                    ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED) \
+         UPDATE tasks t SET \
+           state = CASE WHEN t.staged_result IS NOT NULL THEN 'completed' \
+                        WHEN t.attempts >= t.max_attempts THEN 'dead_lettered' ELSE 'pending' END, \
+           result = CASE WHEN t.staged_result IS NOT NULL THEN t.staged_result ELSE t.result END, \
+           last_error = CASE WHEN t.staged_result IS NOT NULL THEN t.last_error \
+                             ELSE 'lease expired before the worker reported' END, \
+           run_at = CASE WHEN t.staged_result IS NULL AND t.attempts < t.max_attempts THEN $1 ELSE t.run_at END, \
+           staged_result = NULL, lease_token = NULL, lease_expires_at = NULL, leased_by = NULL, updated_at = $1 \
+         FROM c WHERE t.id = c.id",
+        &[&now.as_millis()],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn claim(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    req: TaskClaimRequest,
+) -> StoreResult<Vec<ClaimedTask>> {
+    validate_limit(req.limit)?;
+    if req.kinds.is_empty() {
+        return Err(StoreError::InvalidInput(
+            "claim at least one task kind".into(),
+        ));
+    }
+    if req.lease_for.is_zero() {
+        return Err(StoreError::InvalidInput(
+            "lease_for must be longer than zero".into(),
+        ));
+    }
+    sweep_expired(tx, now).await?;
+    let expires = now.plus(req.lease_for);
+    let rows = tx
+        .query(
+            &format!(
+                "WITH c AS (SELECT id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind = ANY($2) \
+                            ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
+                 UPDATE tasks t SET state = 'leased', attempts = t.attempts + 1, lease_token = gen_random_uuid(), \
+                   lease_expires_at = $4, leased_by = $5, last_outcome = NULL, updated_at = $1 \
+                 FROM c WHERE t.id = c.id RETURNING {}",
+                TASK_COLS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ")
+            ),
+            &[&now.as_millis(), &req.kinds, &i64::from(req.limit), &expires.as_millis(), &req.worker],
+        )
+        .await
+        .db()?;
+    // RETURNING does not keep the claim order: sort by (run_at, seq) again.
+    let mut claimed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let task = row_to_task(r)?;
+        let seq: i64 = r.get(13);
+        let token: Uuid = r.get(14);
+        let lease = TaskLease {
+            task_id: task.id.clone(),
+            account: task.account.clone(),
+            token: LeaseToken(token),
+            attempt: task.attempts,
+            expires_at: expires,
+        };
+        claimed.push(((task.run_at, seq), ClaimedTask { lease, task }));
+    }
+    claimed.sort_by_key(|(k, _)| *k);
+    let out = claimed.into_iter().map(|(_, c)| c).collect();
+    Ok(out)
+}
+
+/// The locked row of a lease's task, scoped to the lease's account.
+struct Locked {
+    task: Task,
+    token: Option<Uuid>,
+    last_outcome: Option<String>,
+}
+
+async fn lock(tx: &Transaction<'_>, lease: &TaskLease) -> StoreResult<Locked> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1 AND account = $2 FOR UPDATE"),
+            &[&lease.task_id.as_str(), &lease.account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("task", &lease.task_id))?;
+    Ok(Locked {
+        task: row_to_task(&row)?,
+        token: row.get(14),
+        last_outcome: row.get(15),
+    })
+}
+
+fn is_live(l: &Locked, lease: &TaskLease) -> bool {
+    l.task.state == TaskState::Leased && l.token == Some(lease.token.0)
+}
+
+/// For a lease that no longer holds its task: the repeat of `kind` is a
+/// no-op, another outcome a conflict, anything else a lost lease.
+fn repeat(l: Locked, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
+    match l.last_outcome.as_deref() {
+        Some(k) if l.token == Some(lease.token.0) && k == kind => Ok(l.task),
+        Some(k) if l.token == Some(lease.token.0) => Err(StoreError::Conflict(format!(
+            "this lease already recorded {k} for task {}",
+            l.task.id
+        ))),
+        _ => Err(StoreError::LeaseLost),
+    }
+}
+
+pub(crate) async fn heartbeat(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &TaskLease,
+    lease_for: Duration,
+) -> StoreResult<TaskLease> {
+    let l = lock(tx, lease).await?;
+    if !is_live(&l, lease) || l.task.lease_expires_at.is_some_and(|e| e <= now) {
+        return Err(StoreError::LeaseLost);
+    }
+    let expires_at = now.plus(lease_for);
+    tx.execute(
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
+        &[
+            &expires_at.as_millis(),
+            &now.as_millis(),
+            &lease.task_id.as_str(),
+        ],
+    )
+    .await
+    .db()?;
+    Ok(TaskLease {
+        expires_at,
+        ..lease.clone()
+    })
+}
+
+pub(crate) async fn stage(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &TaskLease,
+    result: serde_json::Value,
+) -> StoreResult<()> {
+    let l = lock(tx, lease).await?;
+    if !is_live(&l, lease) {
+        return Err(StoreError::LeaseLost);
+    }
+    tx.execute(
+        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE id = $3",
+        &[&result, &now.as_millis(), &lease.task_id.as_str()],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn complete(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &TaskLease,
+    result: serde_json::Value,
+) -> StoreResult<Task> {
+    let l = lock(tx, lease).await?;
+    if !is_live(&l, lease) {
+        return repeat(l, lease, "complete");
+    }
+    tx.execute(
+        "UPDATE tasks SET state = 'completed', result = $1, staged_result = NULL, lease_expires_at = NULL, \
+         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE id = $3",
+        &[&result, &now.as_millis(), &lease.task_id.as_str()],
+    )
+    .await
+    .db()?;
+    get(tx, &lease.account, &lease.task_id).await
+}
+
+pub(crate) async fn fail(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    lease: &TaskLease,
+    error: String,
+    retryable: bool,
+) -> StoreResult<Task> {
+    let l = lock(tx, lease).await?;
+    if !is_live(&l, lease) {
+        return repeat(l, lease, "fail");
+    }
+    let dead = !retryable || l.task.attempts >= l.task.max_attempts;
+    let (state, run_at) = if dead {
+        (TaskState::DeadLettered, l.task.run_at)
+    } else {
+        (
+            TaskState::Pending,
+            now.plus(options.workflow.backoff(&l.task.id, l.task.attempts)),
+        )
+    };
+    tx.execute(
+        "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
+         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE id = $5",
+        &[&state.as_str(), &run_at.as_millis(), &error, &now.as_millis(), &lease.task_id.as_str()],
+    )
+    .await
+    .db()?;
+    get(tx, &lease.account, &lease.task_id).await
+}
+
+pub(crate) async fn release(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    lease: &TaskLease,
+) -> StoreResult<()> {
+    let l = lock(tx, lease).await?;
+    if !is_live(&l, lease) {
+        return Err(StoreError::LeaseLost);
+    }
+    tx.execute(
+        "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE id = $2",
+        &[&now.as_millis(), &lease.task_id.as_str()],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+pub(crate) async fn list_dead(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    page: PageRequest,
+) -> StoreResult<Page<Task>> {
+    page.validate()?;
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
+                 AND ($2::bigint IS NULL OR seq < $2) ORDER BY seq DESC LIMIT $3"
+            ),
+            &[&account.as_str(), &page.after, &(i64::from(page.limit) + 1)],
+        )
+        .await
+        .db()?;
+    let mut items = Vec::new();
+    let mut seqs = Vec::new();
+    for r in &rows {
+        items.push(row_to_task(r)?);
+        seqs.push(r.get::<_, i64>(13));
+    }
+    let next = if items.len() > page.limit as usize {
+        items.truncate(page.limit as usize);
+        seqs.get(page.limit as usize - 1).copied()
+    } else {
+        None
+    };
+    Ok(Page { items, next })
+}
+
+pub(crate) async fn retry_dead(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    account: &AccountId,
+    id: &TaskId,
+) -> StoreResult<Task> {
+    let t = get(tx, account, id).await?;
+    if t.state != TaskState::DeadLettered {
+        return Err(StoreError::Conflict(format!(
+            "task {id} is {}; only dead-lettered tasks can be retried",
+            t.state.as_str()
+        )));
+    }
+    tx.execute(
+        "UPDATE tasks SET state = 'pending', run_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+         last_outcome = NULL, updated_at = $1 WHERE id = $3 AND state = 'dead_lettered'",
+        &[&now.as_millis(), &i64::from(options.workflow.max_attempts), &id.as_str()],
+    )
+    .await
+    .db()?;
+    get(tx, account, id).await
+}
