@@ -405,3 +405,80 @@ async fn the_pool_recovers_after_its_connections_are_killed() {
     }
     assert!(ok, "the pool never recovered: {errors:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let stores = replicas(&schema, 4, StoreOptions::default(), clock).await;
+    for i in 0..4000 {
+        let req = TaskEnqueueRequest {
+            id: TaskId::new(format!("task-{i}")).unwrap(),
+            account: acct(),
+            kind: if i % 2 == 0 { "a".into() } else { "b".into() },
+            payload: serde_json::json!(i),
+            run_at: None,
+        };
+        stores[i % 4].workflow_enqueue(req).await.unwrap();
+    }
+    let seen: Arc<Mutex<HashMap<TaskId, u32>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for (r, store) in stores.iter().enumerate() {
+        for w in 0..4 {
+            let store = store.clone();
+            let seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let req = TaskClaimRequest {
+                        worker: format!("r{r}w{w}"),
+                        kinds: vec!["a".into(), "b".into()],
+                        limit: 25,
+                        lease_for: Duration::from_secs(300),
+                    };
+                    let claimed = store.workflow_claim(req).await.unwrap();
+                    if claimed.is_empty() {
+                        return;
+                    }
+                    for c in claimed {
+                        *seen.lock().unwrap().entry(c.task.id.clone()).or_default() += 1;
+                        store.workflow_complete(&c.lease, serde_json::json!("done")).await.unwrap();
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let doubles = seen.values().filter(|n| **n > 1).count();
+    println!("workflow replicas: {} tasks claimed by 4 stores x 4 workers, double claims: {doubles}", seen.len());
+    assert_eq!(doubles, 0);
+    assert_eq!(seen.len(), 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_has_one_holder_across_replicas() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let stores = replicas(&schema, 4, StoreOptions::default(), clock.clone()).await;
+    for round in 0..10 {
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let s = stores[i % 4].clone();
+            tasks.push(tokio::spawn(async move {
+                s.tick_claim("maintenance", Duration::from_secs(60), Duration::ZERO).await.unwrap()
+            }));
+        }
+        let mut holders = Vec::new();
+        for t in tasks {
+            holders.extend(t.await.unwrap());
+        }
+        assert_eq!(holders.len(), 1, "round {round}");
+        let state = holders[0].state.clone();
+        assert_eq!(state, (round > 0).then(|| serde_json::json!({ "round": round - 1 })));
+        stores[round % 4].tick_complete(&holders[0], serde_json::json!({ "round": round })).await.unwrap();
+    }
+}
