@@ -4,6 +4,15 @@ use control_plane_core::StoreError;
 use deadpool_postgres::{PoolError, TimeoutType};
 use tokio_postgres::error::SqlState;
 
+/// Classifies a driver error by SQLSTATE, as every store call does; callers of
+/// [`crate::PostgresStore::publish_in`] may use it for their own statements.
+/// Serialization failure, deadlock, lock timeout and cancellation are `Busy`
+/// (retryable), unique violation is `Conflict`, connection failures and server
+/// shutdowns (`08xxx`, `57P0x`) are `Unavailable`, the rest `Backend`.
+pub fn classify(e: tokio_postgres::Error) -> StoreError {
+    map(e)
+}
+
 /// Classifies a driver error by SQLSTATE.
 pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
     if let Some(db) = e.as_db_error() {

@@ -442,7 +442,10 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
                     }
                     for c in claimed {
                         *seen.lock().unwrap().entry(c.task.id.clone()).or_default() += 1;
-                        store.workflow_complete(&c.lease, serde_json::json!("done")).await.unwrap();
+                        store
+                            .workflow_complete(&c.lease, serde_json::json!("done"))
+                            .await
+                            .unwrap();
                     }
                 }
             }));
@@ -453,7 +456,10 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
     }
     let seen = seen.lock().unwrap();
     let doubles = seen.values().filter(|n| **n > 1).count();
-    println!("workflow replicas: {} tasks claimed by 4 stores x 4 workers, double claims: {doubles}", seen.len());
+    println!(
+        "workflow replicas: {} tasks claimed by 4 stores x 4 workers, double claims: {doubles}",
+        seen.len()
+    );
     assert_eq!(doubles, 0);
     assert_eq!(seen.len(), 4000);
 }
@@ -469,7 +475,9 @@ async fn a_tick_has_one_holder_across_replicas() {
         for i in 0..16 {
             let s = stores[i % 4].clone();
             tasks.push(tokio::spawn(async move {
-                s.tick_claim("maintenance", Duration::from_secs(60), Duration::ZERO).await.unwrap()
+                s.tick_claim("maintenance", Duration::from_secs(60), Duration::ZERO)
+                    .await
+                    .unwrap()
             }));
         }
         let mut holders = Vec::new();
@@ -478,7 +486,40 @@ async fn a_tick_has_one_holder_across_replicas() {
         }
         assert_eq!(holders.len(), 1, "round {round}");
         let state = holders[0].state.clone();
-        assert_eq!(state, (round > 0).then(|| serde_json::json!({ "round": round - 1 })));
-        stores[round % 4].tick_complete(&holders[0], serde_json::json!({ "round": round })).await.unwrap();
+        assert_eq!(
+            state,
+            (round > 0).then(|| serde_json::json!({ "round": round - 1 }))
+        );
+        stores[round % 4]
+            .tick_complete(&holders[0], serde_json::json!({ "round": round }))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_classified_by_sqlstate() {
+    let client = raw_client("public").await;
+    let cases = [
+        ("40001", "busy"),
+        ("40P01", "busy"),
+        ("55P03", "busy"),
+        ("23505", "conflict"),
+        ("57P01", "unavailable"),
+        ("08006", "unavailable"),
+        ("22P02", "backend"),
+    ];
+    for (code, want) in cases {
+        let sql = format!("DO $$ BEGIN RAISE EXCEPTION 'probe' USING ERRCODE = '{code}'; END $$");
+        let e = store_postgres::classify(client.batch_execute(&sql).await.unwrap_err());
+        let got = match e {
+            StoreError::Busy(_) => "busy",
+            StoreError::Conflict(_) => "conflict",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Backend(_) => "backend",
+            _ => "other",
+        };
+        assert_eq!(got, want, "SQLSTATE {code}: {e:?}");
+        assert_eq!(e.is_retryable(), want == "busy" || want == "unavailable");
     }
 }
