@@ -393,38 +393,6 @@ impl DeliveryModel {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::AttemptReport;
-
-    #[test]
-    fn model_claims_each_delivery_once_and_orders_an_ordered_endpoint() {
-        let mut m = DeliveryModel::new(Timestamp::from_millis(0), StoreOptions::default());
-        let e = m.add_endpoint(true);
-        m.publish();
-        m.publish();
-        let c = m.claim(10, Duration::from_secs(30));
-        assert_eq!(c.len(), 1);
-        assert_eq!(c[0].delivery, 0);
-        assert!(m.claim(10, Duration::from_secs(30)).is_empty());
-        let ok = DeliveryOutcome::Delivered(AttemptReport::default());
-        assert_eq!(
-            m.record(0, c[0].token, &ok),
-            Ok((DeliveryState::Delivered, false))
-        );
-        assert_eq!(
-            m.record(0, c[0].token, &ok),
-            Ok((DeliveryState::Delivered, true))
-        );
-        let c2 = m.claim(10, Duration::from_secs(30));
-        assert_eq!(c2.len(), 1);
-        assert_eq!(c2[0].delivery, 1);
-        m.delete_endpoint(e);
-        assert_eq!(m.deliveries[1].state, DeliveryState::Dead);
-    }
-}
-
 /// A model task of the workflow queue (one account).
 #[derive(Clone, Debug)]
 pub struct ModelTask {
@@ -686,5 +654,37 @@ impl WorkflowModel {
         t.token = None;
         t.last_outcome = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::AttemptReport;
+
+    #[test]
+    fn model_claims_each_delivery_once_and_orders_an_ordered_endpoint() {
+        let mut m = DeliveryModel::new(Timestamp::from_millis(0), StoreOptions::default());
+        let e = m.add_endpoint(true);
+        m.publish();
+        m.publish();
+        let c = m.claim(10, Duration::from_secs(30));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].delivery, 0);
+        assert!(m.claim(10, Duration::from_secs(30)).is_empty());
+        let ok = DeliveryOutcome::Delivered(AttemptReport::default());
+        assert_eq!(
+            m.record(0, c[0].token, &ok),
+            Ok((DeliveryState::Delivered, false))
+        );
+        assert_eq!(
+            m.record(0, c[0].token, &ok),
+            Ok((DeliveryState::Delivered, true))
+        );
+        let c2 = m.claim(10, Duration::from_secs(30));
+        assert_eq!(c2.len(), 1);
+        assert_eq!(c2[0].delivery, 1);
+        m.delete_endpoint(e);
+        assert_eq!(m.deliveries[1].state, DeliveryState::Dead);
     }
 }

@@ -382,6 +382,54 @@ pub fn plan_lease_expiry(
     }
 }
 
+/// The answer of a lease-fenced write that found its row no longer leased
+/// under the presented token: the same outcome again under the same token is
+/// a duplicate (`Ok`), a different one a `Conflict`, anything else `LeaseLost`.
+///
+/// # Errors
+/// `Conflict` or `LeaseLost`, as above.
+pub fn repeat_verdict(
+    same_token: bool,
+    last_outcome: Option<&str>,
+    kind: &str,
+) -> Result<(), crate::error::StoreError> {
+    use crate::error::StoreError;
+    match last_outcome {
+        Some(k) if same_token && k == kind => Ok(()),
+        Some(k) if same_token => Err(StoreError::Conflict(format!(
+            "a different outcome ({k}) was already recorded with this lease"
+        ))),
+        _ => Err(StoreError::LeaseLost),
+    }
+}
+
+/// The alerts a transition raises, with their messages. `disabled` says
+/// whether the endpoint was enabled until this transition disabled it.
+pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::ops::AlertKind, String)> {
+    use crate::ops::AlertKind;
+    let mut out = Vec::new();
+    match tr.circuit_change {
+        Some(CircuitChange::Opened) => {
+            out.push((AlertKind::CircuitOpened, "the circuit opened".to_string()))
+        }
+        Some(CircuitChange::Closed) => {
+            out.push((AlertKind::CircuitClosed, "the circuit closed".to_string()))
+        }
+        None => {}
+    }
+    if let (true, Some(reason)) = (disabled, &tr.disable_reason) {
+        out.push((AlertKind::EndpointDisabled, reason.clone()));
+    }
+    if tr.state == DeliveryState::Dead {
+        let why = tr
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "given up".to_string());
+        out.push((AlertKind::DeliveryDead, why));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,31 +506,4 @@ mod tests {
         assert_eq!(tr.state, DeliveryState::Pending);
         assert_eq!(tr.due_at, t(50));
     }
-}
-
-/// The alerts a transition raises, with their messages. `disabled` says
-/// whether the endpoint was enabled until this transition disabled it.
-pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::ops::AlertKind, String)> {
-    use crate::ops::AlertKind;
-    let mut out = Vec::new();
-    match tr.circuit_change {
-        Some(CircuitChange::Opened) => {
-            out.push((AlertKind::CircuitOpened, "the circuit opened".to_string()))
-        }
-        Some(CircuitChange::Closed) => {
-            out.push((AlertKind::CircuitClosed, "the circuit closed".to_string()))
-        }
-        None => {}
-    }
-    if let (true, Some(reason)) = (disabled, &tr.disable_reason) {
-        out.push((AlertKind::EndpointDisabled, reason.clone()));
-    }
-    if tr.state == DeliveryState::Dead {
-        let why = tr
-            .last_error
-            .clone()
-            .unwrap_or_else(|| "given up".to_string());
-        out.push((AlertKind::DeliveryDead, why));
-    }
-    out
 }

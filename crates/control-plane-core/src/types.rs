@@ -626,6 +626,29 @@ pub struct Page<T> {
     pub next: Option<i64>,
 }
 
+impl<T> Page<T> {
+    /// A page from up to `limit + 1` rows read in listing order: an extra
+    /// row only says that another page follows, and `next` is then the key of
+    /// the last row kept.
+    pub fn from_overfetch(mut items: Vec<T>, limit: u32, key: impl Fn(&T) -> i64) -> Self {
+        let next = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(key)
+        } else {
+            None
+        };
+        Page { items, next }
+    }
+
+    /// The same page with every item mapped.
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            next: self.next,
+        }
+    }
+}
+
 /// Filters a delivery listing (newest first, by sequence).
 #[derive(Clone, Debug)]
 pub struct DeliveryListRequest {

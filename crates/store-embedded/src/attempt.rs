@@ -110,12 +110,6 @@ pub(crate) fn list_for_endpoint(
             row_to_attempt,
         )
         .db()?;
-    let mut items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    let next = if items.len() > page.limit as usize {
-        items.truncate(page.limit as usize);
-        items.last().map(|a| a.id)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    let items = rows.collect::<Result<Vec<_>, _>>().db()?;
+    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
 }

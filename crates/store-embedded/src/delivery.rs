@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use control_plane_core::policy::{
-    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+    alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
@@ -491,16 +491,11 @@ pub(crate) fn record_outcome(
     let row = lease_row(t, lease.delivery_id)?.ok_or(StoreError::LeaseLost)?;
     let same_token = row.lease_token.as_deref() == Some(token.as_str());
     if !(same_token && row.state == DeliveryState::Leased) {
-        return match row.last_outcome.as_deref() {
-            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded {
-                state: row.state,
-                duplicate: true,
-            }),
-            Some(k) if same_token => Err(StoreError::Conflict(format!(
-                "a different outcome ({k}) was already recorded with this lease"
-            ))),
-            _ => Err(StoreError::LeaseLost),
-        };
+        repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind())?;
+        return Ok(OutcomeRecorded {
+            state: row.state,
+            duplicate: true,
+        });
     }
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
     let probe = circuit.is_probe(row.id);
@@ -585,14 +580,8 @@ pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Del
             row_to_delivery,
         )
         .db()?;
-    let mut items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    let next = if items.len() > req.page.limit as usize {
-        items.truncate(req.page.limit as usize);
-        items.last().map(|d| d.seq)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    let items = rows.collect::<Result<Vec<_>, _>>().db()?;
+    Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
 }
 
 pub(crate) fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {

@@ -335,13 +335,7 @@ pub(crate) fn alert_list(
             created_at,
         });
     }
-    let next = if items.len() > page.limit as usize {
-        items.truncate(page.limit as usize);
-        items.last().map(|a| a.id)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
 }
 
 /// One small batch per table. The embedded store has one writer, so the

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use control_plane_core::policy::repeat_verdict;
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreResult, Task,
@@ -215,14 +216,8 @@ fn is_live(r: &Row2, lease: &TaskLease) -> bool {
 
 fn repeat(r: Row2, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
     let same = r.token.as_deref() == Some(lease.token.to_string().as_str());
-    match r.last_outcome.as_deref() {
-        Some(k) if same && k == kind => Ok(r.task),
-        Some(k) if same => Err(StoreError::Conflict(format!(
-            "this lease already recorded {k} for task {}",
-            r.task.id
-        ))),
-        _ => Err(StoreError::LeaseLost),
-    }
+    repeat_verdict(same, r.last_outcome.as_deref(), kind)?;
+    Ok(r.task)
 }
 
 pub(crate) fn heartbeat(
@@ -349,17 +344,7 @@ pub(crate) fn list_dead(
             .db()?;
         rows.collect::<Result<_, _>>().db()?
     };
-    let more = rows.len() > page.limit as usize;
-    let rows: Vec<Row2> = rows.into_iter().take(page.limit as usize).collect();
-    let next = if more {
-        rows.last().map(|r| r.seq)
-    } else {
-        None
-    };
-    Ok(Page {
-        items: rows.into_iter().map(|r| r.task).collect(),
-        next,
-    })
+    Ok(Page::from_overfetch(rows, page.limit, |r| r.seq).map(|r| r.task))
 }
 
 pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

@@ -107,15 +107,9 @@ pub(crate) async fn list_for_endpoint(
         )
         .await
         .db()?;
-    let mut items = rows
+    let items = rows
         .iter()
         .map(row_to_attempt)
         .collect::<StoreResult<Vec<_>>>()?;
-    let next = if items.len() > page.limit as usize {
-        items.truncate(page.limit as usize);
-        items.last().map(|a| a.id)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use control_plane_core::policy::{
-    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+    alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
@@ -554,16 +554,11 @@ pub(crate) async fn record_outcome(
         .ok_or(StoreError::LeaseLost)?;
     let same_token = row.lease_token == Some(lease.token.0);
     if !(same_token && row.state == DeliveryState::Leased) {
-        return match row.last_outcome.as_deref() {
-            Some(k) if same_token && k == outcome.kind() => Ok(OutcomeRecorded {
-                state: row.state,
-                duplicate: true,
-            }),
-            Some(k) if same_token => Err(StoreError::Conflict(format!(
-                "a different outcome ({k}) was already recorded with this lease"
-            ))),
-            _ => Err(StoreError::LeaseLost),
-        };
+        repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind())?;
+        return Ok(OutcomeRecorded {
+            state: row.state,
+            duplicate: true,
+        });
     }
     // A success on a healthy circuit changes nothing there: skip its row lock,
     // which every delivery to a busy endpoint would otherwise queue on.
@@ -680,17 +675,11 @@ pub(crate) async fn list(
         )
         .await
         .db()?;
-    let mut items = rows
+    let items = rows
         .iter()
         .map(row_to_delivery)
         .collect::<StoreResult<Vec<_>>>()?;
-    let next = if items.len() > req.page.limit as usize {
-        items.truncate(req.page.limit as usize);
-        items.last().map(|d| d.seq)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
 }
 
 pub(crate) async fn count_by_state(tx: &Transaction<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {

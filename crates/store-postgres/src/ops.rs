@@ -260,7 +260,7 @@ pub(crate) async fn alert_list(
         )
         .await
         .db()?;
-    let mut items = rows
+    let items = rows
         .iter()
         .map(|r| {
             Ok(Alert {
@@ -274,13 +274,7 @@ pub(crate) async fn alert_list(
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    let next = if items.len() > page.limit as usize {
-        items.truncate(page.limit as usize);
-        items.last().map(|a| a.id)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
 }
 
 /// One batch per table, each its own short autocommit statement.

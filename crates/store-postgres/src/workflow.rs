@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use control_plane_core::policy::repeat_verdict;
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreOptions, StoreResult,
@@ -221,14 +222,12 @@ fn is_live(l: &Locked, lease: &TaskLease) -> bool {
 /// For a lease that no longer holds its task: the repeat of `kind` is a
 /// no-op, another outcome a conflict, anything else a lost lease.
 fn repeat(l: Locked, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
-    match l.last_outcome.as_deref() {
-        Some(k) if l.token == Some(lease.token.0) && k == kind => Ok(l.task),
-        Some(k) if l.token == Some(lease.token.0) => Err(StoreError::Conflict(format!(
-            "this lease already recorded {k} for task {}",
-            l.task.id
-        ))),
-        _ => Err(StoreError::LeaseLost),
-    }
+    repeat_verdict(
+        l.token == Some(lease.token.0),
+        l.last_outcome.as_deref(),
+        kind,
+    )?;
+    Ok(l.task)
 }
 
 pub(crate) async fn heartbeat(
@@ -363,19 +362,11 @@ pub(crate) async fn list_dead(
         )
         .await
         .db()?;
-    let mut items = Vec::new();
-    let mut seqs = Vec::new();
-    for r in &rows {
-        items.push(row_to_task(r)?);
-        seqs.push(r.get::<_, i64>(13));
-    }
-    let next = if items.len() > page.limit as usize {
-        items.truncate(page.limit as usize);
-        seqs.get(page.limit as usize - 1).copied()
-    } else {
-        None
-    };
-    Ok(Page { items, next })
+    let items = rows
+        .iter()
+        .map(|r| Ok((r.get::<_, i64>(13), row_to_task(r)?)))
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Page::from_overfetch(items, page.limit, |(seq, _)| *seq).map(|(_, t)| t))
 }
 
 pub(crate) async fn retry_dead(
