@@ -34,6 +34,19 @@ fn only_the_binary_depends_on_adapters() {
 }
 
 #[test]
+fn the_dispatcher_depends_on_the_core_only() {
+    let (_, manifest) = manifests()
+        .into_iter()
+        .find(|(n, _)| n == "dispatcher")
+        .expect("crates/dispatcher");
+    let ours: Vec<String> = normal_dependencies(&manifest)
+        .into_iter()
+        .filter(|d| d.starts_with("control-plane") || d.starts_with("store-") || d == "dispatcher")
+        .collect();
+    assert_eq!(ours, vec!["control-plane-core".to_string()]);
+}
+
+#[test]
 fn core_knows_no_database_driver() {
     for (name, manifest) in manifests() {
         if name == "control-plane-core" || name == "control-plane-conformance" {

@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod classify;
+pub mod signing;
+pub mod worker;
+
+pub use classify::{classify, RetryPolicy, SendResult};
+pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};

@@ -1,0 +1,276 @@
+//! The delivery worker: claims batches sized to free capacity, sends
+//! concurrently with one shared client, records outcomes, and drains on
+//! shutdown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane_core::{
+    ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DynControlPlaneStore, Lease,
+    StoreError, SystemClock,
+};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
+use crate::signing::signature_header;
+
+/// How a dispatcher runs.
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Worker name, recorded on leases.
+    pub worker: String,
+    /// Sends in flight at most.
+    pub concurrency: usize,
+    /// Largest claim.
+    pub max_batch: u32,
+    /// Lease per claimed delivery; longer than `request_timeout`.
+    pub lease: Duration,
+    /// Poll when no wake-up arrives.
+    pub poll_interval: Duration,
+    /// Whole-request timeout.
+    pub request_timeout: Duration,
+    /// On shutdown, how long in-flight sends may finish before their leases are released.
+    pub grace: Duration,
+    /// Retry schedule.
+    pub retry: RetryPolicy,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            worker: "dispatcher".into(),
+            concurrency: 64,
+            max_batch: 100,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(15),
+            grace: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchReport {
+    /// Deliveries accepted by receivers.
+    pub delivered: u64,
+    /// Attempts that failed (retry, gone, give up).
+    pub failed: u64,
+    /// Leases released at shutdown.
+    pub released: u64,
+}
+
+/// Sends webhooks for one process. Depends on the port only.
+pub struct Dispatcher {
+    store: DynControlPlaneStore,
+    client: reqwest::Client,
+    config: DispatcherConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl Dispatcher {
+    /// A dispatcher over `store`, with one shared HTTP client that follows no
+    /// redirects and enforces `request_timeout`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(store: DynControlPlaneStore, config: DispatcherConfig) -> Result<Self, String> {
+        // One process-wide TLS provider; a second install is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
+            .user_agent("control-plane-dispatcher")
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Dispatcher {
+            store,
+            client,
+            config,
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// Runs until `stop` turns true, then stops claiming, lets in-flight sends
+    /// finish within the grace period and releases the rest.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> DispatchReport {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        let leases: Arc<Mutex<HashMap<DeliveryId, Lease>>> = Arc::default();
+        let mut inflight: JoinSet<Option<bool>> = JoinSet::new();
+        let mut wake = self.store.delivery_wakeups();
+        let mut report = DispatchReport::default();
+        let tally = |report: &mut DispatchReport, r: Option<bool>| match r {
+            Some(true) => report.delivered += 1,
+            Some(false) => report.failed += 1,
+            None => {}
+        };
+        while !*stop.borrow() {
+            while let Some(done) = inflight.try_join_next() {
+                tally(&mut report, done.ok().flatten());
+            }
+            let free = permits.available_permits() as u32;
+            if free == 0 {
+                tokio::select! {
+                    done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            wake.borrow_and_update();
+            let req = ClaimRequest {
+                worker: self.config.worker.clone(),
+                limit: free.min(self.config.max_batch).max(1),
+                lease_for: self.config.lease,
+            };
+            let claimed = match self.store.delivery_claim(req).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("dispatcher: claim failed: {e}");
+                    Vec::new()
+                }
+            };
+            if claimed.is_empty() {
+                tokio::select! {
+                    _ = wake.changed() => {}
+                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            for c in claimed {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                if let Ok(mut l) = leases.lock() {
+                    l.insert(c.delivery.id, c.lease.clone());
+                }
+                let (store, client, clock) =
+                    (self.store.clone(), self.client.clone(), self.clock.clone());
+                let (policy, leases) = (self.config.retry.clone(), leases.clone());
+                inflight.spawn(async move {
+                    let id = c.delivery.id;
+                    let r = deliver(&store, &client, clock.as_ref(), &policy, c).await;
+                    if let Ok(mut l) = leases.lock() {
+                        l.remove(&id);
+                    }
+                    drop(permit);
+                    r
+                });
+            }
+        }
+        // Shutdown: no more claims; in-flight sends get the grace period.
+        let deadline = tokio::time::sleep(self.config.grace);
+        tokio::pin!(deadline);
+        while !inflight.is_empty() {
+            tokio::select! {
+                done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
+                _ = &mut deadline => break,
+            }
+        }
+        inflight.abort_all();
+        while inflight.join_next().await.is_some() {}
+        let left: Vec<Lease> = leases
+            .lock()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
+        for lease in left {
+            if self.store.delivery_release(&lease).await.is_ok() {
+                report.released += 1;
+            }
+        }
+        report
+    }
+}
+
+/// A stable seed for a delivery's jitter.
+fn seed(id: DeliveryId) -> u64 {
+    let b = id.0.as_bytes();
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+/// Sends one claimed delivery and records its outcome; `Some(true)` when delivered.
+async fn deliver(
+    store: &DynControlPlaneStore,
+    client: &reqwest::Client,
+    clock: &dyn Clock,
+    policy: &RetryPolicy,
+    c: ClaimedDelivery,
+) -> Option<bool> {
+    let now = clock.now();
+    let id = c.delivery.id.to_string();
+    let timestamp = now.as_millis().div_euclid(1000);
+    let outcome = match signature_header(
+        &c.secrets.signing_at(now),
+        &id,
+        timestamp,
+        c.body.as_bytes(),
+    ) {
+        Err(e) => DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
+            status_code: None,
+            error: Some(e.to_string()),
+            latency_ms: 0,
+        }),
+        Ok(signature) => {
+            let started = Instant::now();
+            let sent = client
+                .post(&c.url)
+                .header("content-type", "application/json")
+                .header("webhook-id", &id)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", signature)
+                .body(c.body.clone())
+                .send()
+                .await;
+            let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let result = match sent {
+                Ok(r) => SendResult {
+                    status: Some(r.status().as_u16()),
+                    retry_after: r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after),
+                    error: None,
+                    latency_ms,
+                },
+                Err(e) => SendResult {
+                    status: None,
+                    retry_after: None,
+                    error: Some(describe(&e)),
+                    latency_ms,
+                },
+            };
+            classify(
+                &result,
+                c.lease.attempt,
+                seed(c.delivery.id),
+                policy,
+                clock.now(),
+            )
+        }
+    };
+    let delivered = outcome.is_success();
+    match store.delivery_record_outcome(&c.lease, outcome).await {
+        Ok(_) => Some(delivered),
+        Err(StoreError::LeaseLost) => None,
+        Err(e) => {
+            eprintln!("dispatcher: cannot record the outcome of delivery {id}: {e}");
+            None
+        }
+    }
+}
+
+/// A transport error in words, without the URL (it may carry credentials).
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        "connection failed".into()
+    } else {
+        "request failed".into()
+    }
+}

@@ -1,0 +1,316 @@
+//! The dispatcher against a real local HTTP receiver and the embedded store.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane_core::*;
+use dispatcher::signing::{generate_secret, verify};
+use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
+use store_embedded::{EmbeddedConfig, EmbeddedStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// One request as the receiver saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    headers: HashMap<String, String>,
+    body: String,
+}
+
+/// A minimal HTTP/1.1 receiver answering from a script (status, extra header, delay).
+struct Receiver {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn receiver(script: Vec<(u16, Option<&'static str>, Duration)>) -> Receiver {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let script = Arc::new(Mutex::new(VecDeque::from(script)));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (log, script) = (log.clone(), script.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let header_end = loop {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..header_end]).to_string();
+                let headers: HashMap<String, String> = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                    .collect();
+                let len: usize = headers
+                    .get("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < header_end + len {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let body = String::from_utf8_lossy(&buf[header_end..]).to_string();
+                log.lock().unwrap().push(Seen { headers, body });
+                let (status, extra, delay) =
+                    script
+                        .lock()
+                        .unwrap()
+                        .pop_front()
+                        .unwrap_or((200, None, Duration::ZERO));
+                tokio::time::sleep(delay).await;
+                let extra = extra.map(|h| format!("{h}\r\n")).unwrap_or_default();
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n{extra}\r\n"
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    Receiver { url, seen }
+}
+
+struct Setup {
+    store: DynControlPlaneStore,
+    endpoint: Endpoint,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(url: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store: DynControlPlaneStore = Arc::new(
+        EmbeddedStore::open(
+            EmbeddedConfig::new(dir.path().join("s.duckdb")),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap(),
+    );
+    let endpoint = store
+        .endpoint_create(EndpointCreateRequest::new(
+            AccountId::new("acme").unwrap(),
+            url,
+            generate_secret(),
+        ))
+        .await
+        .unwrap();
+    Setup {
+        store,
+        endpoint,
+        _dir: dir,
+    }
+}
+
+fn config(schedule_s: u64) -> DispatcherConfig {
+    DispatcherConfig {
+        poll_interval: Duration::from_millis(50),
+        request_timeout: Duration::from_secs(2),
+        grace: Duration::from_millis(300),
+        retry: RetryPolicy {
+            schedule: vec![Duration::from_secs(schedule_s)],
+            jitter: 0.0,
+            max_retry_after: Duration::from_secs(600),
+        },
+        ..DispatcherConfig::default()
+    }
+}
+
+async fn publish(s: &Setup) -> DeliveryId {
+    let p = s
+        .store
+        .event_publish(PublishRequest {
+            account: AccountId::new("acme").unwrap(),
+            event_type: "invoice.paid".into(),
+            payload: serde_json::json!({"amount": 42}),
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    p.deliveries[0]
+}
+
+/// Runs a dispatcher until `done` holds (or 20 s pass), then stops it.
+async fn run_until<F, Fut>(s: &Setup, cfg: DispatcherConfig, done: F) -> dispatcher::DispatchReport
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let d = Dispatcher::new(s.store.clone(), cfg).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move { d.run(rx).await });
+    let start = Instant::now();
+    while !done().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for the dispatcher"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tx.send(true).unwrap();
+    run.await.unwrap()
+}
+
+async fn state(s: &Setup, id: DeliveryId) -> Delivery {
+    s.store
+        .delivery_get(&AccountId::new("acme").unwrap(), id)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_signed_sent_and_recorded() {
+    let r = receiver(vec![(200, None, Duration::ZERO)]).await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    let report = run_until(&s, config(5), || async {
+        state(&s, id).await.state == DeliveryState::Delivered
+    })
+    .await;
+    assert_eq!(report.delivered, 1);
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let h = &seen[0].headers;
+    assert_eq!(h["webhook-id"], id.to_string());
+    assert_eq!(h["content-type"], "application/json");
+    let ts: i64 = h["webhook-timestamp"].parse().unwrap();
+    assert!(verify(
+        &s.endpoint.secrets.current,
+        &h["webhook-signature"],
+        &h["webhook-id"],
+        ts,
+        seen[0].body.as_bytes()
+    ));
+    let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
+    assert_eq!(
+        (body["type"].as_str(), body["data"]["amount"].as_i64()),
+        (Some("invoice.paid"), Some(42))
+    );
+    println!("headers of one real delivery: {h:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_is_retried_with_the_same_webhook_id_then_delivered() {
+    let r = receiver(vec![
+        (500, None, Duration::ZERO),
+        (200, None, Duration::ZERO),
+    ])
+    .await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    run_until(&s, config(0), || async {
+        state(&s, id).await.state == DeliveryState::Delivered
+    })
+    .await;
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers["webhook-id"], seen[1].headers["webhook-id"]);
+    assert_eq!(
+        seen[0].body, seen[1].body,
+        "the stored body is sent unchanged"
+    );
+    let log = s
+        .store
+        .attempt_list_for_delivery(&AccountId::new("acme").unwrap(), id)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.iter().map(|a| a.status_code).collect::<Vec<_>>(),
+        vec![Some(500), Some(200)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_disables_the_endpoint() {
+    let r = receiver(vec![(410, None, Duration::ZERO)]).await;
+    let s = setup(&r.url).await;
+    publish(&s).await;
+    let acct = AccountId::new("acme").unwrap();
+    run_until(&s, config(0), || async {
+        !s.store
+            .endpoint_get(&acct, s.endpoint.id)
+            .await
+            .unwrap()
+            .enabled
+    })
+    .await;
+    assert_eq!(
+        r.seen.lock().unwrap().len(),
+        1,
+        "nothing more is sent to a disabled endpoint"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_retry_after_is_honoured() {
+    let r = receiver(vec![(429, Some("retry-after: 120"), Duration::ZERO)]).await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    let before = SystemClock.now();
+    run_until(&s, config(1), || async {
+        state(&s, id).await.attempts == 1 && state(&s, id).await.state == DeliveryState::Pending
+    })
+    .await;
+    let d = state(&s, id).await;
+    assert!(
+        d.due_at >= before.plus(Duration::from_secs(119)),
+        "due {:?}, sent at {before:?}",
+        d.due_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_retried_later() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = setup(&format!("http://127.0.0.1:{port}/closed")).await;
+    let id = publish(&s).await;
+    run_until(&s, config(60), || async {
+        state(&s, id).await.last_error.is_some()
+    })
+    .await;
+    let d = state(&s, id).await;
+    assert_eq!(d.state, DeliveryState::Pending);
+    assert!(d.due_at > SystemClock.now().plus(Duration::from_secs(50)));
+    assert_eq!(d.last_error.as_deref(), Some("connection failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_a_slow_send_releases_the_lease() {
+    let r = receiver(vec![(200, None, Duration::from_secs(5))]).await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    let report = run_until(&s, config(5), || async {
+        !r.seen.lock().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(report.released, 1);
+    let d = state(&s, id).await;
+    assert_eq!(
+        (d.state, d.attempts),
+        (DeliveryState::Pending, 0),
+        "released, attempt returned, nothing lost"
+    );
+}
