@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use control_plane_core::maintenance::run_maintenance;
 use control_plane_core::{Config, DynControlPlaneStore, StoreOptions, StoreProfile, SystemClock};
+use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
 
@@ -62,4 +66,41 @@ pub async fn shutdown_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The delivery worker the config describes.
+pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispatcher, String> {
+    let cfg = DispatcherConfig {
+        worker: format!("control-plane-{}", std::process::id()),
+        concurrency: config.concurrency as usize,
+        lease: config.lease,
+        request_timeout: config.lease.mul_f64(0.5).min(Duration::from_secs(15)),
+        retry: RetryPolicy {
+            schedule: config.retry_schedule.clone(),
+            ..RetryPolicy::default()
+        },
+        ..DispatcherConfig::default()
+    };
+    Dispatcher::new(store, cfg)
+}
+
+/// Runs maintenance on its tick every minute (a single replica does the
+/// work): delivered deliveries and attempts older than 30 days, expired
+/// idempotency records.
+pub async fn maintenance_loop(
+    store: DynControlPlaneStore,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let every = Duration::from_secs(60);
+    while !*stop.borrow() {
+        if let Err(e) =
+            run_maintenance(store.as_ref(), Duration::from_secs(30 * 86_400), 500, every).await
+        {
+            eprintln!("control-plane: maintenance failed: {e}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => {}
+        }
+    }
 }

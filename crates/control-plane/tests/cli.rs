@@ -198,3 +198,118 @@ fn unreachable_postgres_is_a_clear_error_without_the_password() {
     assert!(e.contains("cannot open the postgres store"), "{e}");
     assert!(!e.contains("sekrit-pw"), "the password leaked: {e}");
 }
+
+/// One HTTP request read off a socket: (headers, body).
+async fn read_request(
+    sock: &mut tokio::net::TcpStream,
+) -> (std::collections::HashMap<String, String>, String) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = sock.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let headers: std::collections::HashMap<String, String> = head
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                .collect();
+            let len: usize = headers["content-length"].parse().unwrap();
+            while buf.len() < end + len {
+                let n = sock.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return (
+                headers,
+                String::from_utf8_lossy(&buf[end..end + len]).to_string(),
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_delivers_a_signed_webhook_end_to_end() {
+    use control_plane_core::*;
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let delivery = {
+        // Until the HTTP API lands, the test writes the endpoint and the event through the store.
+        let store = store_embedded::EmbeddedStore::open(
+            store_embedded::EmbeddedConfig::new(&path),
+            std::sync::Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        let acct = AccountId::new("acme").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                acct.clone(),
+                url,
+                secret.clone(),
+            ))
+            .await
+            .unwrap();
+        let p = store
+            .event_publish(PublishRequest {
+                account: acct,
+                event_type: "order.created".into(),
+                payload: serde_json::json!({"id": 7}),
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+        p.deliveries[0]
+    };
+    let mut serve = tokio::process::Command::from(bin());
+    let mut child = serve
+        .arg("serve")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut sock, _) = tokio::time::timeout(Duration::from_secs(30), listener.accept())
+        .await
+        .expect("a webhook arrives")
+        .unwrap();
+    let (headers, body) = read_request(&mut sock).await;
+    sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    drop(sock);
+    assert_eq!(headers["webhook-id"], delivery.to_string());
+    let ts: i64 = headers["webhook-timestamp"].parse().unwrap();
+    assert!(dispatcher::signing::verify(
+        &secret,
+        &headers["webhook-signature"],
+        &headers["webhook-id"],
+        ts,
+        body.as_bytes()
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kill = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().unwrap().to_string())
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(status.success());
+    let out = bin()
+        .arg("status")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["deliveries"]["delivered"], 1, "{v}");
+}
