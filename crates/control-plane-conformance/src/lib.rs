@@ -36,7 +36,7 @@ pub trait StoreFactory: Send + Sync {
 /// Stamps every contract onto an adapter as a test. This macro is the only
 /// list of contracts: a contract not named here does not run anywhere.
 ///
-/// ```ignore
+/// ```text
 /// control_plane_conformance::conformance_suite!(MyFactory::new());
 /// ```
 #[macro_export]

@@ -180,6 +180,25 @@ fn postgres_profile_migrates_and_reports_status() {
     assert!(s.status.success(), "{}", stderr(&s));
     let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
     assert_eq!(v["store"], "postgres");
+    drop_schema(&schema);
+}
+
+/// Removes a schema a test created in the test database.
+fn drop_schema(schema: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&test_database_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await
+            .unwrap();
+    });
 }
 
 #[test]
