@@ -320,9 +320,14 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
     Ok(())
 }
 
-/// Runs the model-based test against `factory`: 16 random sequences of up to 40
-/// operations (`PROPTEST_CASES` overrides the count).
-pub fn run(factory: &dyn StoreFactory) {
+/// Runs `case` on `PROPTEST_CASES` (default 16) random sequences of up to 40
+/// operations drawn from `op`, each on its own runtime-driven store.
+fn run_cases<O, F, Fut>(what: &str, op: impl Strategy<Value = O>, case: F)
+where
+    O: Clone + std::fmt::Debug,
+    F: Fn(Vec<O>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -336,13 +341,17 @@ pub fn run(factory: &dyn StoreFactory) {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
-        rt.block_on(run_case(factory, ops))
-            .map_err(TestCaseError::fail)
+    let result = runner.run(&proptest::collection::vec(op, 1..40), |ops| {
+        rt.block_on(case(ops)).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
-        panic!("the adapter disagrees with the reference model: {e}");
+        panic!("the adapter disagrees with the {what} model: {e}");
     }
+}
+
+/// Runs the delivery model-based test against `factory`.
+pub fn run(factory: &dyn StoreFactory) {
+    run_cases("delivery", op(), |ops| run_case(factory, ops));
 }
 
 /// One random operation on the workflow queue.
@@ -564,27 +573,7 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
     Ok(())
 }
 
-/// Runs the workflow model-based test against `factory`: 16 random sequences
-/// of up to 40 operations (`PROPTEST_CASES` overrides the count).
+/// Runs the workflow model-based test against `factory`.
 pub fn run_workflow(factory: &dyn StoreFactory) {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        ..Config::default()
-    });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let result = runner.run(&proptest::collection::vec(task_op(), 1..40), |ops| {
-        rt.block_on(run_workflow_case(factory, ops))
-            .map_err(TestCaseError::fail)
-    });
-    if let Err(e) = result {
-        panic!("the adapter disagrees with the workflow model: {e}");
-    }
+    run_cases("workflow", task_op(), |ops| run_workflow_case(factory, ops));
 }

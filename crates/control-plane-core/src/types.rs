@@ -246,6 +246,34 @@ pub struct EndpointUpdateRequest {
     pub description: Option<Option<String>>,
 }
 
+impl EndpointUpdateRequest {
+    /// Applies the given fields to `e`, validating a new URL.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a URL that is not absolute `http(s)`; `e` is then unchanged.
+    pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
+        if let Some(url) = &self.url {
+            validate_endpoint_url(url)?;
+        }
+        if let Some(url) = self.url {
+            e.url = url;
+        }
+        if let Some(types) = self.event_types {
+            e.event_types = types;
+        }
+        if let Some(o) = self.ordered {
+            e.ordered = o;
+        }
+        if let Some(r) = self.rate_limit_per_s {
+            e.rate_limit_per_s = r;
+        }
+        if let Some(d) = self.description {
+            e.description = d;
+        }
+        Ok(())
+    }
+}
+
 /// Checks a URL the way every adapter must before storing it.
 pub fn validate_endpoint_url(url: &str) -> Result<(), StoreError> {
     let rest = url

@@ -102,22 +102,7 @@ pub(crate) fn update(
     req: EndpointUpdateRequest,
 ) -> StoreResult<Endpoint> {
     let mut e = get(t, account, id)?;
-    if let Some(url) = req.url {
-        validate_endpoint_url(&url)?;
-        e.url = url;
-    }
-    if let Some(types) = req.event_types {
-        e.event_types = types;
-    }
-    if let Some(o) = req.ordered {
-        e.ordered = o;
-    }
-    if let Some(r) = req.rate_limit_per_s {
-        e.rate_limit_per_s = r;
-    }
-    if let Some(d) = req.description {
-        e.description = d;
-    }
+    req.apply_to(&mut e)?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6 WHERE id = $7",

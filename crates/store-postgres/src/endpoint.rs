@@ -112,22 +112,7 @@ pub(crate) async fn update(
     req: EndpointUpdateRequest,
 ) -> StoreResult<Endpoint> {
     let mut e = get(tx, account, id).await?;
-    if let Some(url) = req.url {
-        validate_endpoint_url(&url)?;
-        e.url = url;
-    }
-    if let Some(types) = req.event_types {
-        e.event_types = types;
-    }
-    if let Some(o) = req.ordered {
-        e.ordered = o;
-    }
-    if let Some(r) = req.rate_limit_per_s {
-        e.rate_limit_per_s = r;
-    }
-    if let Some(d) = req.description {
-        e.description = d;
-    }
+    req.apply_to(&mut e)?;
     let types = serde_json::to_value(&e.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     tx.execute(
