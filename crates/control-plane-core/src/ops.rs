@@ -123,6 +123,25 @@ pub struct UsageBatch {
     pub entries: Vec<UsageEntry>,
 }
 
+impl UsageBatch {
+    /// The batch summed per (account, metric, window start), so that
+    /// recording it writes each counter row once.
+    pub fn totals(&self) -> Vec<(AccountId, UsageMetric, Timestamp, i64)> {
+        let mut sums: std::collections::BTreeMap<(AccountId, UsageMetric, Timestamp), i64> =
+            std::collections::BTreeMap::new();
+        for e in &self.entries {
+            let amount = i64::try_from(e.amount).unwrap_or(i64::MAX);
+            let sum = sums
+                .entry((e.account.clone(), e.metric, usage_window(e.at)))
+                .or_default();
+            *sum = sum.saturating_add(amount);
+        }
+        sums.into_iter()
+            .map(|((a, m, w), n)| (a, m, w, n))
+            .collect()
+    }
+}
+
 /// One window's total of one metric.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageRow {

@@ -1,13 +1,12 @@
 //! Request idempotency, ticks, usage, alerts and maintenance.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
-    usage_window, AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin,
-    IdempotencyToken, LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult,
-    StoredResponse, TickLease, UsageBatch, UsageRow,
+    AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin, IdempotencyToken,
+    LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult, StoredResponse, TickLease,
+    UsageBatch, UsageRow,
 };
 use duckdb::{params, OptionalExt};
 
@@ -208,16 +207,8 @@ pub(crate) fn usage_record(t: &mut Tx<'_>, batch: UsageBatch) -> StoreResult<boo
         params![batch.batch_id, t.now.as_millis()],
     )
     .db()?;
-    let mut sums: BTreeMap<(String, &'static str, i64), i64> = BTreeMap::new();
-    for e in &batch.entries {
-        let k = (
-            e.account.as_str().to_string(),
-            e.metric.as_str(),
-            usage_window(e.at).as_millis(),
-        );
-        *sums.entry(k).or_default() += i64::try_from(e.amount).unwrap_or(i64::MAX);
-    }
-    for ((account, metric, window), amount) in sums {
+    for (account, metric, window, amount) in batch.totals() {
+        let (account, metric, window) = (account.as_str(), metric.as_str(), window.as_millis());
         let updated = t
             .execute(
                 "UPDATE usage_counters SET amount = amount + $1 WHERE account = $2 AND metric = $3 AND window_start = $4",

@@ -1,13 +1,12 @@
 //! Request idempotency, ticks, usage, alerts and maintenance.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
-    usage_window, AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin,
-    IdempotencyToken, LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult,
-    StoredResponse, TickLease, Timestamp, UsageBatch, UsageRow,
+    AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin, IdempotencyToken,
+    LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult, StoredResponse, TickLease,
+    Timestamp, UsageBatch, UsageRow,
 };
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
@@ -179,16 +178,8 @@ pub(crate) async fn usage_record(
         return Ok(false);
     }
     // One write per counter row, however many entries the batch holds.
-    let mut sums: BTreeMap<(String, &'static str, i64), i64> = BTreeMap::new();
-    for e in &batch.entries {
-        let k = (
-            e.account.as_str().to_string(),
-            e.metric.as_str(),
-            usage_window(e.at).as_millis(),
-        );
-        *sums.entry(k).or_default() += i64::try_from(e.amount).unwrap_or(i64::MAX);
-    }
-    for ((account, metric, window), amount) in sums {
+    for (account, metric, window, amount) in batch.totals() {
+        let (account, metric, window) = (account.as_str(), metric.as_str(), window.as_millis());
         tx.execute(
             "INSERT INTO usage_counters (account, metric, window_start, amount) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (account, metric, window_start) DO UPDATE SET amount = usage_counters.amount + EXCLUDED.amount",
