@@ -79,6 +79,7 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
             schedule: config.retry_schedule.clone(),
             ..RetryPolicy::default()
         },
+        allowed_targets: config.allowed_targets.clone(),
         ..DispatcherConfig::default()
     };
     Dispatcher::new(store, cfg)

@@ -291,7 +291,9 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
     let mut child = serve
         .arg("serve")
         .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
         .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let (mut sock, _) = tokio::time::timeout(Duration::from_secs(30), listener.accept())

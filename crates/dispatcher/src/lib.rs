@@ -4,6 +4,7 @@
 
 pub mod classify;
 pub mod signing;
+pub mod ssrf;
 pub mod worker;
 
 pub use classify::{classify, RetryPolicy, SendResult};

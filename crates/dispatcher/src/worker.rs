@@ -35,6 +35,8 @@ pub struct DispatcherConfig {
     pub grace: Duration,
     /// Retry schedule.
     pub retry: RetryPolicy,
+    /// Private networks destinations may resolve to (all others are refused).
+    pub allowed_targets: Vec<control_plane_core::config::Cidr>,
 }
 
 impl Default for DispatcherConfig {
@@ -48,6 +50,7 @@ impl Default for DispatcherConfig {
             request_timeout: Duration::from_secs(15),
             grace: Duration::from_secs(10),
             retry: RetryPolicy::default(),
+            allowed_targets: Vec::new(),
         }
     }
 }
@@ -151,9 +154,10 @@ impl Dispatcher {
                 let (store, client, clock) =
                     (self.store.clone(), self.client.clone(), self.clock.clone());
                 let (policy, leases) = (self.config.retry.clone(), leases.clone());
+                let allowed = self.config.allowed_targets.clone();
                 inflight.spawn(async move {
                     let id = c.delivery.id;
-                    let r = deliver(&store, &client, clock.as_ref(), &policy, c).await;
+                    let r = deliver(&store, &client, clock.as_ref(), &policy, &allowed, c).await;
                     if let Ok(mut l) = leases.lock() {
                         l.remove(&id);
                     }
@@ -198,23 +202,30 @@ async fn deliver(
     client: &reqwest::Client,
     clock: &dyn Clock,
     policy: &RetryPolicy,
+    allowed: &[control_plane_core::config::Cidr],
     c: ClaimedDelivery,
 ) -> Option<bool> {
     let now = clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
-    let outcome = match signature_header(
+    let refuse = |error: String| {
+        DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
+            status_code: None,
+            error: Some(error),
+            latency_ms: 0,
+        })
+    };
+    let checked = crate::ssrf::check_destination(&c.url, allowed).await;
+    let signed = signature_header(
         &c.secrets.signing_at(now),
         &id,
         timestamp,
         c.body.as_bytes(),
-    ) {
-        Err(e) => DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
-            status_code: None,
-            error: Some(e.to_string()),
-            latency_ms: 0,
-        }),
-        Ok(signature) => {
+    );
+    let outcome = match (checked, signed) {
+        (Err(e), _) => refuse(e),
+        (_, Err(e)) => refuse(e.to_string()),
+        (Ok(()), Ok(signature)) => {
             let started = Instant::now();
             let sent = client
                 .post(&c.url)

@@ -130,6 +130,7 @@ fn config(schedule_s: u64) -> DispatcherConfig {
             jitter: 0.0,
             max_retry_after: Duration::from_secs(600),
         },
+        allowed_targets: vec![control_plane_core::config::Cidr::parse("127.0.0.0/8").unwrap()],
         ..DispatcherConfig::default()
     }
 }
@@ -313,4 +314,25 @@ async fn shutdown_during_a_slow_send_releases_the_lease() {
         (DeliveryState::Pending, 0),
         "released, attempt returned, nothing lost"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_destination_is_refused_without_an_allowlist() {
+    let r = receiver(vec![(200, None, Duration::ZERO)]).await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    let cfg = DispatcherConfig {
+        allowed_targets: Vec::new(),
+        ..config(5)
+    };
+    run_until(&s, cfg, || async {
+        state(&s, id).await.state == DeliveryState::Dead
+    })
+    .await;
+    assert!(r.seen.lock().unwrap().is_empty(), "nothing was sent");
+    assert!(state(&s, id)
+        .await
+        .last_error
+        .unwrap_or_default()
+        .contains("CONTROLPLANE_ALLOWED_TARGETS"));
 }
