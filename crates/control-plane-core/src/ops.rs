@@ -9,6 +9,33 @@ use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::types::{AccountId, DeliveryId, EndpointId, LeaseToken};
 
+/// Checks a scope, key, tick name or batch id: 1 to 255 bytes.
+///
+/// # Errors
+/// `InvalidInput` naming `what`.
+pub fn validate_short_text(what: &str, v: &str) -> Result<(), StoreError> {
+    if v.is_empty() || v.len() > 255 {
+        return Err(StoreError::InvalidInput(format!(
+            "{what} must be 1 to 255 characters, got {} characters",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The answer of a write fenced by a token: one row changed, or the token
+/// no longer owns it.
+///
+/// # Errors
+/// `LeaseLost` when `rows` is not 1.
+pub fn fenced(rows: u64) -> Result<(), StoreError> {
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost)
+    }
+}
+
 /// A response stored for replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {

@@ -4,25 +4,15 @@ use std::time::Duration;
 
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
-    AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin, IdempotencyToken,
-    LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult, StoredResponse, TickLease,
-    UsageBatch, UsageRow,
+    fenced, validate_short_text, AccountId, Alert, AlertKind, DeliveryId, EndpointId,
+    IdempotencyBegin, IdempotencyToken, LeaseToken, Page, PageRequest, PurgeReport, StoreError,
+    StoreResult, StoredResponse, TickLease, UsageBatch, UsageRow,
 };
 use duckdb::{params, OptionalExt};
 
 use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts};
-
-fn check_text(what: &str, v: &str) -> StoreResult<()> {
-    if v.is_empty() || v.len() > 255 {
-        return Err(StoreError::InvalidInput(format!(
-            "{what} must be 1 to 255 characters, got {} characters",
-            v.len()
-        )));
-    }
-    Ok(())
-}
 
 pub(crate) fn idempotency_begin(
     t: &mut Tx<'_>,
@@ -31,8 +21,8 @@ pub(crate) fn idempotency_begin(
     request_hash: &str,
     ttl: Duration,
 ) -> StoreResult<IdempotencyBegin> {
-    check_text("idempotency scope", scope)?;
-    check_text("idempotency key", key)?;
+    validate_short_text("idempotency scope", scope)?;
+    validate_short_text("idempotency key", key)?;
     let now = t.now.as_millis();
     let existing = t
         .query_row(
@@ -90,11 +80,7 @@ pub(crate) fn idempotency_complete(
             ],
         )
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n as u64)
 }
 
 pub(crate) fn idempotency_abandon(t: &mut Tx<'_>, tok: &IdempotencyToken) -> StoreResult<()> {
@@ -104,11 +90,7 @@ pub(crate) fn idempotency_abandon(t: &mut Tx<'_>, tok: &IdempotencyToken) -> Sto
             params![tok.scope, tok.key, tok.token.to_string()],
         )
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n as u64)
 }
 
 pub(crate) fn tick_claim(
@@ -117,7 +99,7 @@ pub(crate) fn tick_claim(
     lease_for: Duration,
     every: Duration,
 ) -> StoreResult<Option<TickLease>> {
-    check_text("tick name", name)?;
+    validate_short_text("tick name", name)?;
     let now = t.now.as_millis();
     let row = t
         .query_row(
@@ -183,15 +165,11 @@ pub(crate) fn tick_complete(
             params![state.to_string(), t.now.as_millis(), lease.name, lease.token.to_string()],
         )
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n as u64)
 }
 
 pub(crate) fn usage_record(t: &mut Tx<'_>, batch: UsageBatch) -> StoreResult<bool> {
-    check_text("usage batch id", &batch.batch_id)?;
+    validate_short_text("usage batch id", &batch.batch_id)?;
     let seen: i64 = t
         .query_row(
             "SELECT count(*) FROM usage_batches WHERE batch_id = $1",

@@ -4,24 +4,14 @@ use std::time::Duration;
 
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
-    AccountId, Alert, AlertKind, DeliveryId, EndpointId, IdempotencyBegin, IdempotencyToken,
-    LeaseToken, Page, PageRequest, PurgeReport, StoreError, StoreResult, StoredResponse, TickLease,
-    Timestamp, UsageBatch, UsageRow,
+    fenced, validate_short_text, AccountId, Alert, AlertKind, DeliveryId, EndpointId,
+    IdempotencyBegin, IdempotencyToken, LeaseToken, Page, PageRequest, PurgeReport, StoreError,
+    StoreResult, StoredResponse, TickLease, Timestamp, UsageBatch, UsageRow,
 };
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use crate::error::PgResultExt;
-
-fn check_text(what: &str, v: &str) -> StoreResult<()> {
-    if v.is_empty() || v.len() > 255 {
-        return Err(StoreError::InvalidInput(format!(
-            "{what} must be 1 to 255 characters, got {} characters",
-            v.len()
-        )));
-    }
-    Ok(())
-}
 
 pub(crate) async fn idempotency_begin(
     tx: &Transaction<'_>,
@@ -31,8 +21,8 @@ pub(crate) async fn idempotency_begin(
     request_hash: &str,
     ttl: Duration,
 ) -> StoreResult<IdempotencyBegin> {
-    check_text("idempotency scope", scope)?;
-    check_text("idempotency key", key)?;
+    validate_short_text("idempotency scope", scope)?;
+    validate_short_text("idempotency key", key)?;
     let token = Uuid::new_v4();
     let started = tx
         .query_opt(
@@ -86,11 +76,7 @@ pub(crate) async fn idempotency_complete(
         )
         .await
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n)
 }
 
 pub(crate) async fn idempotency_abandon(
@@ -104,11 +90,7 @@ pub(crate) async fn idempotency_abandon(
         )
         .await
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n)
 }
 
 pub(crate) async fn tick_claim(
@@ -118,7 +100,7 @@ pub(crate) async fn tick_claim(
     lease_for: Duration,
     every: Duration,
 ) -> StoreResult<Option<TickLease>> {
-    check_text("tick name", name)?;
+    validate_short_text("tick name", name)?;
     let token = Uuid::new_v4();
     let expires = now.plus(lease_for);
     let row = tx
@@ -154,11 +136,7 @@ pub(crate) async fn tick_complete(
         )
         .await
         .db()?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost)
-    }
+    fenced(n)
 }
 
 pub(crate) async fn usage_record(
@@ -166,7 +144,7 @@ pub(crate) async fn usage_record(
     now: Timestamp,
     batch: UsageBatch,
 ) -> StoreResult<bool> {
-    check_text("usage batch id", &batch.batch_id)?;
+    validate_short_text("usage batch id", &batch.batch_id)?;
     let fresh = tx
         .query_opt(
             "INSERT INTO usage_batches (batch_id, recorded_at) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING batch_id",
