@@ -1084,9 +1084,11 @@ pub async fn circuit_opens_at_threshold(f: &dyn StoreFactory) {
     open_circuit(&h, &e, 2).await;
     let c = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
     assert_eq!((c.mode, c.consecutive_failures), (CircuitMode::Closed, 2));
+    assert_eq!(h.store.circuit_count_open().await.unwrap(), 0);
     open_circuit(&h, &e, 1).await;
     let c = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(c.mode, CircuitMode::Open);
+    assert_eq!(h.store.circuit_count_open().await.unwrap(), 1);
     assert_eq!(
         c.open_until,
         Some(h.clock.now().plus(Duration::from_secs(30)))

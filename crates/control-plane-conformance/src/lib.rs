@@ -99,6 +99,8 @@ macro_rules! conformance_suite {
             tick_state_is_kept_and_interval_respected,
             usage_batches_are_idempotent_and_queryable_by_window,
             alerts_are_recorded_with_their_transitions,
+            alerts_are_published_to_endpoints_that_subscribe_by_name,
+            account_keys_are_found_by_hash_and_revoked,
             maintenance_purges_old_history_in_batches,
             maintenance_runs_on_a_single_flight_tick,
         );

@@ -861,6 +861,157 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
         .is_empty());
 }
 
+/// Alerts are published as events, in the transaction that raised them, to
+/// the account's endpoints that name the alert type; never to the endpoint
+/// concerned, never to catch-all endpoints, never to another account.
+pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn StoreFactory) {
+    let opts = StoreOptions {
+        max_attempts: 1,
+        ..StoreOptions::default()
+    };
+    let h = f.open(opts).await;
+    let create = |account: &str, types: Vec<&str>| {
+        let mut req = EndpointCreateRequest::new(
+            acct(account),
+            "https://example.com/x",
+            Secret::new("whsec_eA=="),
+        );
+        req.event_types = types.into_iter().map(String::from).collect();
+        h.store.endpoint_create(req)
+    };
+    let failing = create("a", vec!["order.paid", "delivery.dead"])
+        .await
+        .unwrap();
+    let watcher = create("a", vec!["delivery.dead"]).await.unwrap();
+    let catch_all = create("a", vec![]).await.unwrap();
+    let other_account = create("b", vec!["delivery.dead"]).await.unwrap();
+    let p = h
+        .store
+        .event_publish(PublishRequest {
+            account: acct("a"),
+            event_type: "order.paid".into(),
+            payload: json!(1),
+            idempotency_key: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(p.deliveries.len(), 2, "failing + catch-all");
+    let mut claimed = h
+        .store
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit: 10,
+            lease_for: LEASE,
+        })
+        .await
+        .unwrap();
+    let c = claimed
+        .iter()
+        .position(|c| c.delivery.endpoint_id == failing.id)
+        .map(|i| claimed.remove(i))
+        .unwrap();
+    h.store
+        .delivery_record_outcome(
+            &c.lease,
+            DeliveryOutcome::GiveUp(AttemptReport {
+                status_code: Some(400),
+                error: None,
+                latency_ms: 1,
+            }),
+        )
+        .await
+        .unwrap();
+    let to = |e: &Endpoint| {
+        let id = e.id;
+        let account = e.account.clone();
+        let store = h.store.clone();
+        async move {
+            store
+                .delivery_list(DeliveryListRequest {
+                    account,
+                    state: None,
+                    endpoint_id: Some(id),
+                    event_id: None,
+                    page: PageRequest::first(10),
+                })
+                .await
+                .unwrap()
+                .items
+        }
+    };
+    let got = to(&watcher).await;
+    assert_eq!(got.len(), 1, "the watcher gets delivery.dead");
+    let event = h
+        .store
+        .event_get(&acct("a"), got[0].event_id)
+        .await
+        .unwrap();
+    assert_eq!(event.event_type, "delivery.dead");
+    let body: serde_json::Value = serde_json::from_str(&event.body).unwrap();
+    assert_eq!(body["data"]["endpoint_id"], json!(failing.id.to_string()));
+    assert_eq!(
+        body["data"]["delivery_id"],
+        json!(c.delivery.id.to_string())
+    );
+    assert_eq!(to(&failing).await.len(), 1, "not told about itself");
+    assert_eq!(
+        to(&catch_all).await.len(),
+        1,
+        "catch-all gets only order.paid"
+    );
+    assert!(to(&other_account).await.is_empty());
+}
+
+/// `AccountKeyStore`: keys are found by hash, scoped to their account, revoked.
+pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let k1 = h
+        .store
+        .account_key_create(&acct("a"), "hash-1")
+        .await
+        .unwrap();
+    let k2 = h
+        .store
+        .account_key_create(&acct("a"), "hash-2")
+        .await
+        .unwrap();
+    let k3 = h
+        .store
+        .account_key_create(&acct("b"), "hash-3")
+        .await
+        .unwrap();
+    assert_ne!(k1.id, k2.id);
+    assert_eq!(k1.account, acct("a"));
+    assert_eq!(k1.created_at, h.clock.now());
+    let found = h.store.account_key_find("hash-2").await.unwrap().unwrap();
+    assert_eq!(found, k2);
+    assert_eq!(
+        h.store.account_key_find("hash-3").await.unwrap(),
+        Some(k3.clone())
+    );
+    assert_eq!(h.store.account_key_find("hash-x").await.unwrap(), None);
+    assert!(matches!(
+        h.store.account_key_create(&acct("b"), "hash-1").await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        h.store.account_key_create(&acct("b"), "").await,
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        h.store.account_key_revoke(&acct("b"), k1.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(h.store.account_key_find("hash-1").await.unwrap().is_some());
+    h.store.account_key_revoke(&acct("a"), k1.id).await.unwrap();
+    assert_eq!(h.store.account_key_find("hash-1").await.unwrap(), None);
+    assert!(h.store.account_key_find("hash-2").await.unwrap().is_some());
+    assert!(matches!(
+        h.store.account_key_revoke(&acct("a"), k1.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
 /// `MaintenanceStore::maintenance_purge`: old delivered history goes in batches; live work stays.
 pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;

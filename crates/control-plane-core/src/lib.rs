@@ -10,6 +10,7 @@ pub mod model;
 pub mod ops;
 pub mod policy;
 pub mod store;
+pub mod telemetry;
 pub mod types;
 pub mod wakeup;
 pub mod workflow;
@@ -20,10 +21,11 @@ pub use error::{StoreError, StoreResult};
 pub use ops::*;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
 pub use store::{
-    AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
+    AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
     DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, TickStore, UsageStore,
     WorkflowStore,
 };
+pub use telemetry::{Telemetry, UsageMeter};
 pub use types::*;
 pub use wakeup::Wakeup;
 pub use workflow::*;

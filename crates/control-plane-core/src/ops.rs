@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::types::{AccountId, DeliveryId, EndpointId, LeaseToken};
+use crate::types::{AccountId, DeliveryId, EndpointId, KeyId, LeaseToken, PublishRequest};
 
 /// Checks a scope, key, tick name or batch id: 1 to 255 bytes.
 ///
@@ -207,6 +207,56 @@ impl AlertKind {
             AlertKind::CircuitClosed => "circuit.closed",
         }
     }
+}
+
+impl AlertKind {
+    /// Every kind.
+    pub const ALL: [AlertKind; 4] = [
+        AlertKind::EndpointDisabled,
+        AlertKind::DeliveryDead,
+        AlertKind::CircuitOpened,
+        AlertKind::CircuitClosed,
+    ];
+
+    /// The kind whose event type is `event_type`, if it is one.
+    pub fn from_event_type(event_type: &str) -> Option<AlertKind> {
+        AlertKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == event_type)
+    }
+}
+
+/// The event that publishes an alert to the account's endpoints (see
+/// [`crate::fan_out`] for who receives it). Its payload names the endpoint,
+/// the delivery when there is one, and the message.
+pub fn alert_event(
+    account: &AccountId,
+    kind: AlertKind,
+    endpoint: EndpointId,
+    delivery: Option<DeliveryId>,
+    message: &str,
+) -> PublishRequest {
+    PublishRequest {
+        account: account.clone(),
+        event_type: kind.as_str().to_string(),
+        payload: serde_json::json!({
+            "endpoint_id": endpoint.to_string(),
+            "delivery_id": delivery.map(|d| d.to_string()),
+            "message": message,
+        }),
+        idempotency_key: None,
+    }
+}
+
+/// An account API key as stored: only the hash of the key is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountKey {
+    /// Identifies the key (for revocation).
+    pub id: KeyId,
+    /// The account it reaches.
+    pub account: AccountId,
+    /// When it was created.
+    pub created_at: Timestamp,
 }
 
 impl FromStr for AlertKind {

@@ -341,6 +341,15 @@ pub trait CircuitStore: Send + Sync {
     /// # Cancellation safety
     /// Safe.
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit>;
+
+    /// Circuits not closed (open or half-open) on live endpoints, across accounts (metrics).
+    ///
+    /// # Behavior
+    /// - Counts a circuit from the failure that opens it (`circuit_opens_at_threshold`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn circuit_count_open(&self) -> StoreResult<u64>;
 }
 
 /// The workflow handoff queue: leased jobs handed between processes.
@@ -608,6 +617,44 @@ pub trait AlertStore: Send + Sync {
     async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>>;
 }
 
+/// Account API keys, stored by hash.
+#[async_trait]
+pub trait AccountKeyStore: Send + Sync {
+    /// Stores a new key of `account` by the hash of its secret (the caller
+    /// hashes; the secret itself is never stored).
+    ///
+    /// # Behavior
+    /// - A stored hash finds its account; an unknown or revoked one finds
+    ///   nothing (`account_keys_are_found_by_hash_and_revoked`).
+    ///
+    /// # Errors
+    /// `Conflict` when the hash is already stored; `InvalidInput` for an empty
+    /// or oversized hash.
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may or may not have stored the key.
+    async fn account_key_create(
+        &self,
+        account: &AccountId,
+        key_hash: &str,
+    ) -> StoreResult<AccountKey>;
+
+    /// The key whose hash is `key_hash`, if stored and not revoked.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn account_key_find(&self, key_hash: &str) -> StoreResult<Option<AccountKey>>;
+
+    /// Revokes a key of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`, also for another account's key.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn account_key_revoke(&self, account: &AccountId, id: KeyId) -> StoreResult<()>;
+}
+
 /// Retention.
 #[async_trait]
 pub trait MaintenanceStore: Send + Sync {
@@ -639,6 +686,7 @@ pub trait ControlPlaneStore:
     + TickStore
     + UsageStore
     + AlertStore
+    + AccountKeyStore
     + MaintenanceStore
 {
     /// The adapter's name (`embedded`, `postgres`).

@@ -65,6 +65,10 @@ uuid_id!(
     /// A lease token, fresh at every claim. Every write after a claim is fenced by it.
     LeaseToken
 );
+uuid_id!(
+    /// Identifies an account API key.
+    KeyId
+);
 
 /// An account (tenant) name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -195,6 +199,33 @@ impl Endpoint {
     pub fn accepts(&self, event_type: &str) -> bool {
         self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type || t == "*")
     }
+}
+
+/// Where an event of `event_type` fans out: the ids, in order, of the live
+/// endpoints that accept it. An operational event (an [`crate::AlertKind`]
+/// name) goes only to endpoints that name its type explicitly, and never to
+/// the endpoint it is `about`, so a failing endpoint is not told about itself
+/// and catch-all endpoints receive only the events their owners publish.
+pub fn fan_out(
+    endpoints: &[Endpoint],
+    event_type: &str,
+    about: Option<EndpointId>,
+) -> Vec<EndpointId> {
+    let operational = crate::ops::AlertKind::from_event_type(event_type).is_some();
+    let mut ids: Vec<EndpointId> = endpoints
+        .iter()
+        .filter(|e| Some(e.id) != about)
+        .filter(|e| {
+            if operational {
+                e.event_types.iter().any(|t| t == event_type)
+            } else {
+                e.accepts(event_type)
+            }
+        })
+        .map(|e| e.id)
+        .collect();
+    ids.sort();
+    ids
 }
 
 /// Creates an endpoint.

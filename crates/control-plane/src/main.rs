@@ -10,10 +10,11 @@ mod wiring;
 const USAGE: &str = "usage: control-plane <command>
 
 commands:
-  serve    open the store and deliver webhooks until SIGINT or SIGTERM (the
-           HTTP API joins this role when it lands)
-  api      the API role alone (needs CONTROLPLANE_STORE=postgres)
-  worker   the worker role alone (needs CONTROLPLANE_STORE=postgres)
+  serve    run the HTTP API and the workers (webhook delivery, workflow
+           tasks, maintenance) until SIGINT or SIGTERM
+  api      the HTTP API alone (needs CONTROLPLANE_STORE=postgres and
+           CONTROLPLANE_ADMIN_TOKEN)
+  worker   the workers alone (needs CONTROLPLANE_STORE=postgres)
   migrate  create or upgrade the store's schema, then exit
   status   print delivery counts by state as JSON, then exit
   help     print this text
@@ -89,45 +90,7 @@ async fn run(command: &str, config: Config) -> Result<(), String> {
         }
         _ => {
             store.ping().await.map_err(|e| e.to_string())?;
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            let workers = if command == "api" {
-                None
-            } else {
-                let dispatcher = wiring::dispatcher(store.clone(), &config)?;
-                let maintenance =
-                    tokio::spawn(wiring::maintenance_loop(store.clone(), stopped.clone()));
-                Some((
-                    tokio::spawn(async move { dispatcher.run(stopped).await }),
-                    maintenance,
-                ))
-            };
-            eprintln!(
-                "control-plane: {command} ready on the {} store ({:?})",
-                store.backend_name(),
-                config.store
-            );
-            wiring::shutdown_signal().await;
-            eprintln!("control-plane: shutting down (a second signal exits at once)");
-            let _ = stop.send(true);
-            if let Some((dispatch, maintenance)) = workers {
-                tokio::select! {
-                    report = dispatch => {
-                        if let Ok(r) = report {
-                            eprintln!(
-                                "control-plane: dispatcher stopped: {} delivered, {} failed attempts, {} leases released",
-                                r.delivered, r.failed, r.released
-                            );
-                        }
-                    }
-                    _ = wiring::shutdown_signal() => {
-                        eprintln!("control-plane: second signal, exiting now");
-                        std::process::exit(130);
-                    }
-                }
-                let _ = maintenance.await;
-            }
-            drop(store);
-            Ok(())
+            wiring::run_service(command, &config, store).await
         }
     }
 }

@@ -5,8 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;
-use control_plane_core::{Config, DynControlPlaneStore, StoreOptions, StoreProfile, SystemClock};
-use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
+use control_plane_core::{
+    Clock, Config, DynControlPlaneStore, PublishRequest, StoreOptions, StoreProfile, SystemClock,
+    Telemetry, UsageMeter,
+};
+use dispatcher::{
+    Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner, TaskRunnerConfig,
+};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
 
@@ -21,13 +26,23 @@ pub fn check_role(command: &str, config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// The store's policy: one attempt, then one per delay of the retry schedule.
+fn store_options(config: &Config) -> StoreOptions {
+    StoreOptions {
+        max_attempts: u32::try_from(config.retry_schedule.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1),
+        ..StoreOptions::default()
+    }
+}
+
 /// Opens the store the profile names.
 pub async fn open_store(config: &Config) -> Result<DynControlPlaneStore, String> {
     match &config.store {
         StoreProfile::Embedded { path } => {
             let cfg = EmbeddedConfig {
                 path: path.clone(),
-                options: StoreOptions::default(),
+                options: store_options(config),
             };
             let store = EmbeddedStore::open(cfg, Arc::new(SystemClock))
                 .await
@@ -42,6 +57,7 @@ pub async fn open_store(config: &Config) -> Result<DynControlPlaneStore, String>
             let mut cfg = PostgresConfig::new(url.clone());
             cfg.pool_size = *pool_size;
             cfg.schema = Some(schema.clone());
+            cfg.options = store_options(config);
             let store = PostgresStore::open(cfg, Arc::new(SystemClock))
                 .await
                 .map_err(|e| {
@@ -104,4 +120,174 @@ pub async fn maintenance_loop(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// The task kind the service runs itself: publish an event later. The
+/// payload is `{"type", "payload"}`; the task id is the idempotency key, so a
+/// rerun after a crash never publishes twice.
+pub const PUBLISH_TASK: &str = "control-plane.publish";
+
+/// The workflow runner with the service's own handlers.
+pub fn task_runner(store: DynControlPlaneStore) -> TaskRunner {
+    let mut runner = TaskRunner::new(
+        store.clone(),
+        TaskRunnerConfig {
+            worker: format!("control-plane-{}", std::process::id()),
+            ..TaskRunnerConfig::default()
+        },
+    );
+    runner.register(PUBLISH_TASK, move |task| {
+        let store = store.clone();
+        async move {
+            let event_type = task.payload["type"]
+                .as_str()
+                .ok_or_else(|| TaskError::fatal("the payload needs a string \"type\""))?
+                .to_string();
+            let req = PublishRequest {
+                account: task.account.clone(),
+                event_type,
+                payload: task.payload["payload"].clone(),
+                idempotency_key: Some(format!("task:{}", task.id.as_str())),
+            };
+            match store.event_publish(req).await {
+                Ok(p) => Ok(serde_json::json!({
+                    "event_id": p.event.id,
+                    "deliveries": p.deliveries.len(),
+                })),
+                Err(e) if e.is_retryable() => Err(TaskError::retry(e.to_string())),
+                Err(e) => Err(TaskError::fatal(e.to_string())),
+            }
+        }
+    });
+    runner
+}
+
+/// Writes metered usage every second until `stop`, then once more.
+pub async fn usage_loop(
+    store: DynControlPlaneStore,
+    usage: Arc<UsageMeter>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let stopping = *stop.borrow();
+        if let Err(e) = usage.flush(store.as_ref(), SystemClock.now()).await {
+            eprintln!("control-plane: usage not recorded yet (kept for the next try): {e}");
+        }
+        if stopping {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// The admin token: the configured one, or for `serve` a fresh one printed
+/// once. `api` alone refuses to start without one, since replicas must agree.
+fn admin_token(command: &str, config: &Config) -> Result<String, String> {
+    if let Some(t) = &config.admin_token {
+        return Ok(t.expose().to_string());
+    }
+    if command == "api" {
+        return Err("the api role needs CONTROLPLANE_ADMIN_TOKEN (every replica must accept the same token)".into());
+    }
+    let token = api::generate_token("cpa_");
+    println!("admin token (shown once; set CONTROLPLANE_ADMIN_TOKEN to keep a token across restarts): {token}");
+    Ok(token)
+}
+
+/// Runs `serve`, `api` or `worker` until a signal; a second signal exits at once.
+pub async fn run_service(
+    command: &str,
+    config: &Config,
+    store: DynControlPlaneStore,
+) -> Result<(), String> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let telemetry = Arc::new(Telemetry::default());
+    let usage = Arc::new(UsageMeter::default());
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut api_addr = None;
+    if command != "worker" {
+        let token = admin_token(command, config)?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen on {} (CONTROLPLANE_LISTEN): {e}",
+                    config.listen
+                )
+            })?;
+        api_addr = listener.local_addr().ok();
+        let router = api::router(
+            store.clone(),
+            &api::ApiConfig::new(token),
+            telemetry.clone(),
+            usage.clone(),
+        );
+        let stopped = stopped.clone();
+        tasks.spawn(async move {
+            if let Err(e) = api::serve(listener, router, stopped).await {
+                eprintln!("control-plane: the API server failed: {e}");
+            }
+            "api".to_string()
+        });
+    }
+    if command != "api" {
+        let dispatcher =
+            dispatcher(store.clone(), config)?.with_meters(telemetry.clone(), usage.clone());
+        let s = stopped.clone();
+        tasks.spawn(async move {
+            let r = dispatcher.run(s).await;
+            format!(
+                "dispatcher: {} delivered, {} failed attempts, {} leases released",
+                r.delivered, r.failed, r.released
+            )
+        });
+        let runner = task_runner(store.clone());
+        let s = stopped.clone();
+        tasks.spawn(async move {
+            let r = runner.run(s).await;
+            format!(
+                "tasks: {} completed, {} failed, {} released",
+                r.completed, r.failed, r.released
+            )
+        });
+        let s = stopped.clone();
+        let st = store.clone();
+        tasks.spawn(async move {
+            maintenance_loop(st, s).await;
+            "maintenance".to_string()
+        });
+    }
+    let (s, st) = (stopped.clone(), store.clone());
+    tasks.spawn(async move {
+        usage_loop(st, usage, s).await;
+        "usage".to_string()
+    });
+    eprintln!(
+        "control-plane: {command} ready on the {} store ({:?}){}",
+        store.backend_name(),
+        config.store,
+        api_addr
+            .map(|a| format!(", API on http://{a}"))
+            .unwrap_or_default()
+    );
+    shutdown_signal().await;
+    eprintln!("control-plane: shutting down (a second signal exits at once)");
+    let _ = stop.send(true);
+    loop {
+        tokio::select! {
+            done = tasks.join_next() => match done {
+                Some(Ok(what)) => eprintln!("control-plane: stopped {what}"),
+                Some(Err(e)) => eprintln!("control-plane: a component failed: {e}"),
+                None => break,
+            },
+            _ = shutdown_signal() => {
+                eprintln!("control-plane: second signal, exiting now");
+                std::process::exit(130);
+            }
+        }
+    }
+    Ok(())
 }

@@ -10,6 +10,8 @@ fn bin() -> Command {
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
         c.env_remove(k);
     }
+    // Tests run in parallel: each API listens on a free port.
+    c.env("CONTROLPLANE_LISTEN", "127.0.0.1:0");
     c
 }
 

@@ -5,7 +5,9 @@
 pub mod classify;
 pub mod signing;
 pub mod ssrf;
+pub mod tasks;
 pub mod worker;
 
 pub use classify::{classify, RetryPolicy, SendResult};
+pub use tasks::{TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};

@@ -56,11 +56,7 @@ pub async fn check_destination(url: &str, allowed: &[Cidr]) -> Result<(), String
             .collect(),
     };
     for ip in addrs {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        if is_private(ip) && !allowed.iter().any(|c| c.contains(ip)) {
+        if !permitted(ip, allowed) {
             return Err(format!(
                 "destination {host} resolves to {ip}, a private, loopback or link-local address; \
                  allow it with CONTROLPLANE_ALLOWED_TARGETS if it is meant to receive webhooks"
@@ -68,6 +64,54 @@ pub async fn check_destination(url: &str, allowed: &[Cidr]) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// The HTTP client's resolver: it drops every resolved address that
+/// [`is_private`] and the allowlist refuse, so the address connected to is
+/// the address checked, even when a name's answer changes between
+/// [`check_destination`] and the connect (DNS rebinding).
+pub struct GuardedResolver {
+    allowed: std::sync::Arc<Vec<Cidr>>,
+}
+
+impl GuardedResolver {
+    /// A resolver that lets through private addresses only inside `allowed`.
+    pub fn new(allowed: Vec<Cidr>) -> Self {
+        GuardedResolver {
+            allowed: std::sync::Arc::new(allowed),
+        }
+    }
+}
+
+/// Whether a connection to `ip` is allowed.
+fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    !is_private(ip) || allowed.iter().any(|c| c.contains(ip))
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allowed = self.allowed.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| permitted(a.ip(), &allowed))
+                .collect();
+            if found.is_empty() {
+                return Err(format!(
+                    "destination {host} resolves only to private, loopback or link-local addresses; \
+                     allow them with CONTROLPLANE_ALLOWED_TARGETS if they are meant to receive webhooks"
+                )
+                .into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(found.into_iter());
+            Ok(addrs)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -139,5 +183,23 @@ mod tests {
             check_destination("http://8.8.8.8/x", &[]).await.is_ok(),
             "public addresses are not checked further"
         );
+    }
+
+    #[tokio::test]
+    async fn the_connecting_resolver_drops_private_answers() {
+        use reqwest::dns::Resolve;
+        let name = |s: &str| s.parse::<reqwest::dns::Name>().unwrap();
+        let refused = GuardedResolver::new(vec![])
+            .resolve(name("localhost"))
+            .await;
+        let e = refused.err().unwrap().to_string();
+        assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}");
+        let allowed = GuardedResolver::new(vec![
+            Cidr::parse("127.0.0.0/8").unwrap(),
+            Cidr::parse("::1/128").unwrap(),
+        ]);
+        let addrs: Vec<_> = allowed.resolve(name("localhost")).await.unwrap().collect();
+        assert!(!addrs.is_empty());
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()));
     }
 }

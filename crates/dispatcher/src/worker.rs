@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DynControlPlaneStore, Lease,
-    StoreError, SystemClock,
+    StoreError, SystemClock, Telemetry, UsageMeter, UsageMetric,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -69,9 +69,19 @@ pub struct DispatchReport {
 /// Sends webhooks for one process. Depends on the port only.
 pub struct Dispatcher {
     store: DynControlPlaneStore,
-    client: reqwest::Client,
     config: DispatcherConfig,
+    ctx: Arc<SendContext>,
+}
+
+/// What every send needs, shared by the in-flight tasks.
+struct SendContext {
+    store: DynControlPlaneStore,
+    client: reqwest::Client,
     clock: Arc<dyn Clock>,
+    policy: RetryPolicy,
+    allowed: Vec<control_plane_core::config::Cidr>,
+    telemetry: Arc<Telemetry>,
+    usage: Arc<UsageMeter>,
 }
 
 impl Dispatcher {
@@ -88,14 +98,31 @@ impl Dispatcher {
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
             .user_agent("control-plane-dispatcher")
+            .dns_resolver(Arc::new(crate::ssrf::GuardedResolver::new(
+                config.allowed_targets.clone(),
+            )))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Dispatcher {
-            store,
+        let ctx = Arc::new(SendContext {
+            store: store.clone(),
             client,
-            config,
             clock: Arc::new(SystemClock),
-        })
+            policy: config.retry.clone(),
+            allowed: config.allowed_targets.clone(),
+            telemetry: Arc::default(),
+            usage: Arc::default(),
+        });
+        Ok(Dispatcher { store, config, ctx })
+    }
+
+    /// Records attempts into `telemetry` (for `/metrics`) and per-account
+    /// usage (attempts, bytes sent) into `usage`.
+    pub fn with_meters(mut self, telemetry: Arc<Telemetry>, usage: Arc<UsageMeter>) -> Self {
+        if let Some(ctx) = Arc::get_mut(&mut self.ctx) {
+            ctx.telemetry = telemetry;
+            ctx.usage = usage;
+        }
+        self
     }
 
     /// Runs until `stop` turns true, then stops claiming, lets in-flight sends
@@ -151,13 +178,10 @@ impl Dispatcher {
                 if let Ok(mut l) = leases.lock() {
                     l.insert(c.delivery.id, c.lease.clone());
                 }
-                let (store, client, clock) =
-                    (self.store.clone(), self.client.clone(), self.clock.clone());
-                let (policy, leases) = (self.config.retry.clone(), leases.clone());
-                let allowed = self.config.allowed_targets.clone();
+                let (ctx, leases) = (self.ctx.clone(), leases.clone());
                 inflight.spawn(async move {
                     let id = c.delivery.id;
-                    let r = deliver(&store, &client, clock.as_ref(), &policy, &allowed, c).await;
+                    let r = deliver(&ctx, c).await;
                     if let Ok(mut l) = leases.lock() {
                         l.remove(&id);
                     }
@@ -197,14 +221,8 @@ fn seed(id: DeliveryId) -> u64 {
 }
 
 /// Sends one claimed delivery and records its outcome; `Some(true)` when delivered.
-async fn deliver(
-    store: &DynControlPlaneStore,
-    client: &reqwest::Client,
-    clock: &dyn Clock,
-    policy: &RetryPolicy,
-    allowed: &[control_plane_core::config::Cidr],
-    c: ClaimedDelivery,
-) -> Option<bool> {
+async fn deliver(ctx: &SendContext, c: ClaimedDelivery) -> Option<bool> {
+    let (store, client, clock) = (&ctx.store, &ctx.client, ctx.clock.as_ref());
     let now = clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
@@ -215,7 +233,7 @@ async fn deliver(
             latency_ms: 0,
         })
     };
-    let checked = crate::ssrf::check_destination(&c.url, allowed).await;
+    let checked = crate::ssrf::check_destination(&c.url, &ctx.allowed).await;
     let signed = signature_header(
         &c.secrets.signing_at(now),
         &id,
@@ -236,7 +254,15 @@ async fn deliver(
                 .body(c.body.clone())
                 .send()
                 .await;
-            let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let took = started.elapsed();
+            let latency_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+            let account = &c.delivery.account;
+            ctx.usage.add(account, UsageMetric::Attempts, 1);
+            ctx.usage.add(
+                account,
+                UsageMetric::BytesSent,
+                u64::try_from(c.body.len()).unwrap_or(u64::MAX),
+            );
             let result = match sent {
                 Ok(r) => SendResult {
                     status: Some(r.status().as_u16()),
@@ -255,13 +281,15 @@ async fn deliver(
                     latency_ms,
                 },
             };
-            classify(
+            let outcome = classify(
                 &result,
                 c.lease.attempt,
                 seed(c.delivery.id),
-                policy,
+                &ctx.policy,
                 clock.now(),
-            )
+            );
+            ctx.telemetry.record_attempt(outcome.kind(), took);
+            outcome
         }
     };
     let delivered = outcome.is_success();
@@ -277,6 +305,14 @@ async fn deliver(
 
 /// A transport error in words, without the URL (it may carry credentials).
 fn describe(e: &reqwest::Error) -> String {
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if text.contains("CONTROLPLANE_ALLOWED_TARGETS") {
+            return text;
+        }
+        source = inner.source();
+    }
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {

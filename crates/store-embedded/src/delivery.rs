@@ -19,7 +19,7 @@ use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
-use control_plane_core::AlertKind;
+use control_plane_core::{alert_event, fan_out, AlertKind};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -138,43 +138,71 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
                 continue;
             }
         }
-        let event = Event {
-            id: EventId::new(),
-            account: req.account.clone(),
-            event_type: req.event_type.clone(),
-            body: req.body(t.now),
-            idempotency_key: req.idempotency_key.clone(),
-            created_at: t.now,
-        };
-        t.execute(
-            "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-            params![
-                event.id.to_string(),
-                event.account.as_str(),
-                event.event_type,
-                event.body,
-                event.idempotency_key,
-                event.created_at.as_millis()
-            ],
-        )
-        .db()?;
-        let mut targets: Vec<EndpointId> = endpoint::list(t, &req.account)?
-            .into_iter()
-            .filter(|e| e.accepts(&req.event_type))
-            .map(|e| e.id)
-            .collect();
-        targets.sort();
-        let mut deliveries = Vec::with_capacity(targets.len());
-        for e in targets {
-            deliveries.push(insert_delivery(t, &req.account, e, event.id)?);
-        }
-        out.push(Published {
-            event,
-            deliveries,
-            created: true,
-        });
+        out.push(publish_new(t, &req, None)?);
     }
     Ok(out)
+}
+
+/// Stores a new event and fans it out (see [`fan_out`]); `about` is the
+/// endpoint an operational event concerns.
+fn publish_new(
+    t: &mut Tx<'_>,
+    req: &PublishRequest,
+    about: Option<EndpointId>,
+) -> StoreResult<Published> {
+    let event = Event {
+        id: EventId::new(),
+        account: req.account.clone(),
+        event_type: req.event_type.clone(),
+        body: req.body(t.now),
+        idempotency_key: req.idempotency_key.clone(),
+        created_at: t.now,
+    };
+    t.execute(
+        "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        params![
+            event.id.to_string(),
+            event.account.as_str(),
+            event.event_type,
+            event.body,
+            event.idempotency_key,
+            event.created_at.as_millis()
+        ],
+    )
+    .db()?;
+    let targets = fan_out(&endpoint::list(t, &req.account)?, &req.event_type, about);
+    let mut deliveries = Vec::with_capacity(targets.len());
+    for e in targets {
+        deliveries.push(insert_delivery(t, &req.account, e, event.id)?);
+    }
+    Ok(Published {
+        event,
+        deliveries,
+        created: true,
+    })
+}
+
+/// Records an alert and publishes it as an event, in the caller's transaction.
+pub(crate) fn raise_alert(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    kind: AlertKind,
+    endpoint: EndpointId,
+    delivery: Option<DeliveryId>,
+    message: &str,
+) -> StoreResult<()> {
+    crate::ops::alert_insert(t, account, kind, endpoint, delivery, message)?;
+    let req = alert_event(account, kind, endpoint, delivery, message);
+    if !fan_out(
+        &endpoint::list(t, account)?,
+        &req.event_type,
+        Some(endpoint),
+    )
+    .is_empty()
+    {
+        publish_new(t, &req, Some(endpoint))?;
+    }
+    Ok(())
 }
 
 pub(crate) fn enqueue(
@@ -307,7 +335,7 @@ fn apply(
     }
     for (kind, message) in alerts_for(tr, disabled) {
         let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-        crate::ops::alert_insert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
+        raise_alert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
     }
     Ok(())
 }

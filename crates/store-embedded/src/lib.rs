@@ -15,6 +15,8 @@ mod workflow;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use crate::error::DuckResultExt;
 use control_plane_core::*;
 
 pub use config::EmbeddedConfig;
@@ -200,6 +202,20 @@ impl CircuitStore for EmbeddedStore {
         self.tx(move |t| endpoint::circuit_of(t, &account, id))
             .await
     }
+
+    async fn circuit_count_open(&self) -> StoreResult<u64> {
+        self.tx(|t| {
+            let n: i64 = t
+                .query_row(
+                    "SELECT count(*) FROM endpoints WHERE circuit_mode <> 'closed' AND deleted_at IS NULL",
+                    [],
+                    |r| r.get(0),
+                )
+                .db()?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -351,6 +367,31 @@ impl AlertStore for EmbeddedStore {
     async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>> {
         let account = account.clone();
         self.tx(move |t| ops::alert_list(t, &account, page)).await
+    }
+}
+
+#[async_trait]
+impl AccountKeyStore for EmbeddedStore {
+    async fn account_key_create(
+        &self,
+        account: &AccountId,
+        key_hash: &str,
+    ) -> StoreResult<AccountKey> {
+        let account = account.clone();
+        let key_hash = key_hash.to_string();
+        self.tx(move |t| ops::account_key_create(t, &account, &key_hash))
+            .await
+    }
+
+    async fn account_key_find(&self, key_hash: &str) -> StoreResult<Option<AccountKey>> {
+        let key_hash = key_hash.to_string();
+        self.tx(move |t| ops::account_key_find(t, &key_hash)).await
+    }
+
+    async fn account_key_revoke(&self, account: &AccountId, id: KeyId) -> StoreResult<()> {
+        let account = account.clone();
+        self.tx(move |t| ops::account_key_revoke(t, &account, id))
+            .await
     }
 }
 

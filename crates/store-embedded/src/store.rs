@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("migrations/0002_workflow_and_operations.sql"),
     ),
+    (3, include_str!("migrations/0003_account_keys.sql")),
 ];
 
 /// Durable counters (sequence numbers, log positions), kept in memory by the

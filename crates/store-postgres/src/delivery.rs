@@ -21,7 +21,7 @@ use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::ops;
 use crate::util::{ts_opt, u32_of};
-use control_plane_core::AlertKind;
+use control_plane_core::{alert_event, fan_out, AlertKind};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -133,68 +133,113 @@ pub(crate) async fn publish(
     }
     let mut out = Vec::with_capacity(reqs.len());
     for req in reqs {
-        let event = Event {
-            id: EventId::new(),
-            account: req.account.clone(),
-            event_type: req.event_type.clone(),
-            body: req.body(now),
-            idempotency_key: req.idempotency_key.clone(),
-            created_at: now,
-        };
-        let inserted = tx
-            .query_opt(
-                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
-                &[
-                    &event.id.0,
-                    &event.account.as_str(),
-                    &event.event_type,
-                    &event.body,
-                    &event.idempotency_key,
-                    &now.as_millis(),
-                ],
+        if let Some(published) = publish_new(tx, now, options, &req, None).await? {
+            out.push(published);
+            continue;
+        }
+        let row = tx
+            .query_one(
+                &format!(
+                    "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"
+                ),
+                &[&req.account.as_str(), &req.idempotency_key],
             )
             .await
             .db()?;
-        if inserted.is_none() {
-            let row = tx
-                .query_one(
-                    &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
-                    &[&req.account.as_str(), &req.idempotency_key],
-                )
-                .await
-                .db()?;
-            let first = row_to_event(&row)?;
-            let deliveries = deliveries_of_event(tx, first.id).await?;
-            out.push(Published {
-                event: first,
-                deliveries,
-                created: false,
-            });
-            continue;
-        }
-        let mut targets: Vec<EndpointId> = endpoint::list(tx, &req.account)
-            .await?
-            .into_iter()
-            .filter(|e| e.accepts(&req.event_type))
-            .map(|e| e.id)
-            .collect();
-        targets.sort();
-        lock_ordered(tx, &targets).await?;
-        let mut deliveries = Vec::with_capacity(targets.len());
-        for e in targets {
-            let id = insert_delivery(tx, now, options, &req.account, e, event.id)
-                .await?
-                .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
-            deliveries.push(id);
-        }
+        let first = row_to_event(&row)?;
+        let deliveries = deliveries_of_event(tx, first.id).await?;
         out.push(Published {
-            event,
+            event: first,
             deliveries,
-            created: true,
+            created: false,
         });
     }
     Ok(out)
+}
+
+/// Stores a new event and fans it out (see [`fan_out`]); `None` when its
+/// idempotency key is taken. `about` is the endpoint an operational event
+/// concerns.
+async fn publish_new(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    req: &PublishRequest,
+    about: Option<EndpointId>,
+) -> StoreResult<Option<Published>> {
+    let event = Event {
+        id: EventId::new(),
+        account: req.account.clone(),
+        event_type: req.event_type.clone(),
+        body: req.body(now),
+        idempotency_key: req.idempotency_key.clone(),
+        created_at: now,
+    };
+    let inserted = tx
+        .query_opt(
+            "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
+            &[
+                &event.id.0,
+                &event.account.as_str(),
+                &event.event_type,
+                &event.body,
+                &event.idempotency_key,
+                &now.as_millis(),
+            ],
+        )
+        .await
+        .db()?;
+    if inserted.is_none() {
+        return Ok(None);
+    }
+    let targets = fan_out(
+        &endpoint::list(tx, &req.account).await?,
+        &req.event_type,
+        about,
+    );
+    lock_ordered(tx, &targets).await?;
+    let mut deliveries = Vec::with_capacity(targets.len());
+    for e in targets {
+        let id = insert_delivery(tx, now, options, &req.account, e, event.id)
+            .await?
+            .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
+        deliveries.push(id);
+    }
+    Ok(Some(Published {
+        event,
+        deliveries,
+        created: true,
+    }))
+}
+
+/// Records an alert and publishes it as an event to the endpoints that name
+/// its type (see [`fan_out`]), in the caller's transaction.
+async fn raise_alert(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    row: &LeaseRow,
+    kind: AlertKind,
+    message: &str,
+) -> StoreResult<()> {
+    let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
+    ops::alert_insert(
+        tx,
+        now,
+        &row.account,
+        kind,
+        row.endpoint_id,
+        delivery,
+        message,
+    )
+    .await?;
+    let req = alert_event(&row.account, kind, row.endpoint_id, delivery, message);
+    let endpoints = endpoint::list(tx, &row.account).await?;
+    if !fan_out(&endpoints, &req.event_type, Some(row.endpoint_id)).is_empty() {
+        publish_new(tx, now, options, &req, Some(row.endpoint_id)).await?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn enqueue(
@@ -294,6 +339,7 @@ async fn lock_leased(tx: &Transaction<'_>, lease: &Lease) -> StoreResult<Option<
 async fn apply(
     tx: &Transaction<'_>,
     now: Timestamp,
+    options: &StoreOptions,
     row: &LeaseRow,
     tr: &Transition,
     keep_token: Option<Uuid>,
@@ -329,17 +375,7 @@ async fn apply(
         disabled = endpoint::disable(tx, now, row.endpoint_id, reason).await?;
     }
     for (kind, message) in alerts_for(tr, disabled) {
-        let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-        ops::alert_insert(
-            tx,
-            now,
-            &row.account,
-            kind,
-            row.endpoint_id,
-            delivery,
-            &message,
-        )
-        .await?;
+        raise_alert(tx, now, options, row, kind, &message).await?;
     }
     Ok(())
 }
@@ -369,7 +405,7 @@ async fn sweep_expired(
         if probe {
             endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
         }
-        apply(tx, now, &row, &tr, None, None).await?;
+        apply(tx, now, options, &row, &tr, None, None).await?;
     }
     Ok(())
 }
@@ -583,6 +619,7 @@ pub(crate) async fn record_outcome(
     apply(
         tx,
         now,
+        options,
         &row,
         &tr,
         Some(lease.token.0),

@@ -251,6 +251,19 @@ impl CircuitStore for PostgresStore {
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
         in_tx!(self, |tx| endpoint::circuit_of(&tx, account, id))
     }
+
+    async fn circuit_count_open(&self) -> StoreResult<u64> {
+        let client = self.pool.get().await.map_err(error::map_pool)?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM circuits c JOIN endpoints e ON e.id = c.endpoint_id \
+                 WHERE c.mode <> 'closed' AND e.deleted_at IS NULL",
+                &[],
+            )
+            .await
+            .map_err(error::map)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
 }
 
 #[async_trait]
@@ -419,6 +432,30 @@ impl UsageStore for PostgresStore {
 impl AlertStore for PostgresStore {
     async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>> {
         in_tx!(self, |tx| ops::alert_list(&tx, account, page))
+    }
+}
+
+#[async_trait]
+impl AccountKeyStore for PostgresStore {
+    async fn account_key_create(
+        &self,
+        account: &AccountId,
+        key_hash: &str,
+    ) -> StoreResult<AccountKey> {
+        in_tx!(self, |tx| ops::account_key_create(
+            &tx,
+            self.now(),
+            account,
+            key_hash
+        ))
+    }
+
+    async fn account_key_find(&self, key_hash: &str) -> StoreResult<Option<AccountKey>> {
+        in_tx!(self, |tx| ops::account_key_find(&tx, key_hash))
+    }
+
+    async fn account_key_revoke(&self, account: &AccountId, id: KeyId) -> StoreResult<()> {
+        in_tx!(self, |tx| ops::account_key_revoke(&tx, account, id))
     }
 }
 

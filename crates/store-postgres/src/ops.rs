@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
-    fenced, validate_short_text, AccountId, Alert, AlertKind, DeliveryId, EndpointId,
-    IdempotencyBegin, IdempotencyToken, LeaseToken, Page, PageRequest, PurgeReport, StoreError,
-    StoreResult, StoredResponse, TickLease, Timestamp, UsageBatch, UsageRow,
+    fenced, validate_short_text, AccountId, AccountKey, Alert, AlertKind, DeliveryId, EndpointId,
+    IdempotencyBegin, IdempotencyToken, KeyId, LeaseToken, Page, PageRequest, PurgeReport,
+    StoreError, StoreResult, StoredResponse, TickLease, Timestamp, UsageBatch, UsageRow,
 };
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
@@ -290,4 +290,65 @@ pub(crate) async fn purge(
         attempts,
         idempotency_records,
     })
+}
+
+fn row_to_key(r: &tokio_postgres::Row) -> StoreResult<AccountKey> {
+    Ok(AccountKey {
+        id: KeyId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        created_at: Timestamp::from_millis(r.get(2)),
+    })
+}
+
+pub(crate) async fn account_key_create(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    account: &AccountId,
+    key_hash: &str,
+) -> StoreResult<AccountKey> {
+    validate_short_text("key hash", key_hash)?;
+    let id = KeyId::new();
+    let row = tx
+        .query_opt(
+            "INSERT INTO account_keys (id, account, key_hash, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (key_hash) DO NOTHING RETURNING id, account, created_at",
+            &[&id.0, &account.as_str(), &key_hash, &now.as_millis()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::Conflict("this key hash is already stored".into()))?;
+    row_to_key(&row)
+}
+
+pub(crate) async fn account_key_find(
+    tx: &Transaction<'_>,
+    key_hash: &str,
+) -> StoreResult<Option<AccountKey>> {
+    tx.query_opt(
+        "SELECT id, account, created_at FROM account_keys WHERE key_hash = $1",
+        &[&key_hash],
+    )
+    .await
+    .db()?
+    .as_ref()
+    .map(row_to_key)
+    .transpose()
+}
+
+pub(crate) async fn account_key_revoke(
+    tx: &Transaction<'_>,
+    account: &AccountId,
+    id: KeyId,
+) -> StoreResult<()> {
+    let n = tx
+        .execute(
+            "DELETE FROM account_keys WHERE id = $1 AND account = $2",
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?;
+    if n == 0 {
+        return Err(StoreError::not_found("account key", id));
+    }
+    Ok(())
 }

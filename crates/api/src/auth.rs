@@ -1,0 +1,168 @@
+//! Bearer tokens: the admin token reaches every account; an account key,
+//! stored as its SHA-256 hash, reaches only its own account.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use base64::Engine;
+use control_plane_core::AccountId;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::ApiState;
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The admin token.
+    Admin,
+    /// A key of this account.
+    Account(AccountId),
+}
+
+impl Caller {
+    /// The account named in the path, when the caller may reach it; `404`
+    /// otherwise (an account learns nothing about others).
+    ///
+    /// # Errors
+    /// `404` for another account's path, `422` for a malformed account name.
+    pub fn reach(&self, account: &str) -> Result<AccountId, ApiError> {
+        let wanted = AccountId::new(account).map_err(|_| ApiError::not_found("account"))?;
+        match self {
+            Caller::Admin => Ok(wanted),
+            Caller::Account(own) if *own == wanted => Ok(wanted),
+            Caller::Account(_) => Err(ApiError::not_found("account")),
+        }
+    }
+
+    /// `Ok` for the admin only; `404` for an account key.
+    ///
+    /// # Errors
+    /// `404` for anyone but the admin.
+    pub fn admin_only(&self) -> Result<(), ApiError> {
+        match self {
+            Caller::Admin => Ok(()),
+            Caller::Account(_) => Err(ApiError::not_found("route")),
+        }
+    }
+}
+
+/// The stored form of a token: hex SHA-256. Tokens carry 244 random bits, so
+/// an unsalted fast hash is enough to make a stolen table useless.
+pub fn hash_token(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new random token with `prefix` (`cpa_` admin, `cpk_` account key).
+pub fn generate_token(prefix: &str) -> String {
+    let a = uuid::Uuid::new_v4().simple().to_string();
+    let b = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{a}{b}")
+}
+
+/// A new endpoint signing secret: `whsec_` and 24 random bytes in base64.
+pub fn generate_secret() -> String {
+    let a = uuid::Uuid::new_v4();
+    let b = uuid::Uuid::new_v4();
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend_from_slice(&a.as_bytes()[..12]);
+    bytes.extend_from_slice(&b.as_bytes()[..12]);
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// Checks a caller-given signing secret: `whsec_` then base64 of 24 to 64 bytes.
+///
+/// # Errors
+/// `422` saying what is accepted.
+pub fn validate_secret(secret: &str) -> Result<(), ApiError> {
+    let decoded = secret
+        .strip_prefix("whsec_")
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+    match decoded {
+        Some(bytes) if (24..=64).contains(&bytes.len()) => Ok(()),
+        _ => Err(ApiError::invalid(
+            "secret must be \"whsec_\" followed by the base64 of 24 to 64 random bytes",
+        )),
+    }
+}
+
+impl FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Self::Rejection> {
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("an Authorization: Bearer <token> header is required"))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && t.len() <= 256)
+            .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
+        let hash = hash_token(token);
+        if hash == state.admin_hash {
+            return Ok(Caller::Admin);
+        }
+        match state.store.account_key_find(&hash).await? {
+            Some(key) => Ok(Caller::Account(key.account)),
+            None => Err(unauthorized("the token is not valid")),
+        }
+    }
+}
+
+/// The account a request may act on: the `{account}` of the path, checked
+/// against the caller before anything else of the request (its body
+/// included) is looked at, so another account's routes all answer `404`.
+#[derive(Clone, Debug)]
+pub struct Scope(pub AccountId);
+
+impl FromRequestParts<Arc<ApiState>> for Scope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let params =
+            axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
+                parts, state,
+            )
+            .await
+            .map_err(|_| ApiError::not_found("account"))?;
+        let account = params
+            .get("account")
+            .ok_or_else(|| ApiError::not_found("account"))?;
+        caller.reach(account).map(Scope)
+    }
+}
+
+/// An admin-only route's account: `404` for anyone but the admin.
+#[derive(Clone, Debug)]
+pub struct AdminScope(pub AccountId);
+
+impl FromRequestParts<Arc<ApiState>> for AdminScope {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.admin_only()?;
+        let Scope(account) = Scope::from_request_parts(parts, state).await?;
+        Ok(AdminScope(account))
+    }
+}

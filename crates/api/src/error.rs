@@ -1,0 +1,103 @@
+//! The one error shape of the API: `{"error": {"code", "message"}}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use control_plane_core::StoreError;
+use serde_json::json;
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with the code that fits `status`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code_for(status),
+            message: message.into(),
+        }
+    }
+
+    /// `404 not_found`: also what an account gets for anything outside its reach.
+    pub fn not_found(what: &str) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, format!("{what} not found"))
+    }
+
+    /// `422 invalid_input`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+
+    /// `400 bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+/// The code of each status the API answers with.
+pub fn code_for(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        422 => "invalid_input",
+        503 => "unavailable",
+        s if s >= 500 => "internal",
+        _ => "error",
+    }
+}
+
+/// The error body.
+pub fn body(code: &str, message: &str) -> String {
+    json!({"error": {"code": code, "message": message}}).to_string()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, body(self.code, &self.message)).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidInput(m) => ApiError::invalid(m),
+            StoreError::NotFound { what, .. } => ApiError::not_found(what),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
+            StoreError::LeaseLost => {
+                ApiError::new(StatusCode::CONFLICT, "the lease was lost to another worker")
+            }
+            StoreError::Unavailable(m) | StoreError::Busy(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m)
+            }
+            other => {
+                eprintln!("api: store error: {other}");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the store failed; the details are in the service log",
+                )
+            }
+        }
+    }
+}

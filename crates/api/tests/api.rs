@@ -1,0 +1,494 @@
+//! The API in process over the embedded store: authentication, isolation,
+//! error shapes, limits, and the routes' answers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+
+use api::{router, ApiConfig};
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use control_plane_core::{DynControlPlaneStore, SystemClock, Telemetry, UsageMeter};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const ADMIN: &str = "cpa_test_admin";
+
+struct Api {
+    app: axum::Router,
+    store: DynControlPlaneStore,
+    _dir: tempfile::TempDir,
+}
+
+async fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let store: DynControlPlaneStore = Arc::new(
+        store_embedded::EmbeddedStore::open(
+            store_embedded::EmbeddedConfig::new(dir.path().join("api.duckdb")),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap(),
+    );
+    let mut config = ApiConfig::new(ADMIN);
+    config.body_limit = 64 * 1024;
+    let app = router(
+        store.clone(),
+        &config,
+        Arc::new(Telemetry::default()),
+        Arc::new(UsageMeter::default()),
+    );
+    Api {
+        app,
+        store,
+        _dir: dir,
+    }
+}
+
+struct Call<'a> {
+    method: &'a str,
+    path: String,
+    token: Option<&'a str>,
+    body: Option<String>,
+    content_type: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
+}
+
+fn call<'a>(method: &'a str, path: impl Into<String>) -> Call<'a> {
+    Call {
+        method,
+        path: path.into(),
+        token: Some(ADMIN),
+        body: None,
+        content_type: "application/json",
+        headers: vec![],
+    }
+}
+
+impl<'a> Call<'a> {
+    fn token(mut self, t: Option<&'a str>) -> Self {
+        self.token = t;
+        self
+    }
+    fn json(mut self, v: Value) -> Self {
+        self.body = Some(v.to_string());
+        self
+    }
+    fn raw(mut self, body: impl Into<String>, content_type: &'a str) -> Self {
+        self.body = Some(body.into());
+        self.content_type = content_type;
+        self
+    }
+    fn header(mut self, k: &'a str, v: &'a str) -> Self {
+        self.headers.push((k, v));
+        self
+    }
+    async fn send(self, api: &Api) -> (StatusCode, Value) {
+        let mut b = Request::builder().method(self.method).uri(&self.path);
+        if let Some(t) = self.token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in &self.headers {
+            b = b.header(*k, *v);
+        }
+        let req = match self.body {
+            Some(body) => b
+                .header("content-type", self.content_type)
+                .body(Body::from(body))
+                .unwrap(),
+            None => b.body(Body::empty()).unwrap(),
+        };
+        let resp = api.app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        if status.is_client_error() || status.is_server_error() {
+            assert_eq!(
+                ct.as_deref(),
+                Some("application/json"),
+                "error content type"
+            );
+        }
+        let v = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, v)
+    }
+}
+
+fn assert_error(v: &Value, code: &str) {
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
+}
+
+async fn create_endpoint(api: &Api, account: &str) -> Value {
+    let (s, v) = call("POST", format!("/v1/accounts/{account}/endpoints"))
+        .json(json!({"url": "https://example.com/hook", "event_types": ["order.paid"]}))
+        .send(api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    v
+}
+
+#[tokio::test]
+async fn health_is_open_and_everything_else_needs_a_token() {
+    let api = api().await;
+    let (s, v) = call("GET", "/healthz").token(None).send(&api).await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("ok")));
+    let (s, v) = call("GET", "/readyz").token(None).send(&api).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["store"], "embedded");
+    for (m, p) in [
+        ("GET", "/metrics"),
+        ("GET", "/v1/accounts/acme/endpoints"),
+        ("POST", "/v1/accounts/acme/events"),
+        ("POST", "/v1/accounts/acme/keys"),
+        ("GET", "/v1/accounts/acme/usage"),
+    ] {
+        let (s, v) = call(m, p).token(None).send(&api).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{m} {p}");
+        assert_error(&v, "unauthorized");
+        let (s, _) = call(m, p).token(Some("cpk_wrong")).send(&api).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{m} {p}");
+    }
+    let (s, _) = call("GET", "/metrics").send(&api).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_account_key_reaches_its_own_account_only() {
+    let api = api().await;
+    let (s, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    assert_eq!(s, StatusCode::CREATED, "{key}");
+    let token = key["key"].as_str().unwrap().to_string();
+    assert!(token.starts_with("cpk_"));
+    let theirs = create_endpoint(&api, "other").await;
+    let their_id = theirs["id"].as_str().unwrap();
+    let mine = call("POST", "/v1/accounts/acme/endpoints")
+        .token(Some(&token))
+        .json(json!({"url": "https://example.com/mine"}))
+        .send(&api)
+        .await;
+    assert_eq!(mine.0, StatusCode::CREATED, "{}", mine.1);
+    let routes = [
+        ("GET", "/v1/accounts/other/endpoints".to_string()),
+        ("POST", "/v1/accounts/other/endpoints".to_string()),
+        ("GET", format!("/v1/accounts/other/endpoints/{their_id}")),
+        ("PATCH", format!("/v1/accounts/other/endpoints/{their_id}")),
+        ("DELETE", format!("/v1/accounts/other/endpoints/{their_id}")),
+        (
+            "POST",
+            format!("/v1/accounts/other/endpoints/{their_id}/rotate-secret"),
+        ),
+        (
+            "POST",
+            format!("/v1/accounts/other/endpoints/{their_id}/enable"),
+        ),
+        ("POST", "/v1/accounts/other/events".to_string()),
+        ("GET", "/v1/accounts/other/deliveries".to_string()),
+        ("GET", format!("/v1/accounts/other/deliveries/{their_id}")),
+        (
+            "POST",
+            format!("/v1/accounts/other/deliveries/{their_id}/replay"),
+        ),
+        ("POST", "/v1/accounts/other/tasks".to_string()),
+        ("GET", "/v1/accounts/other/tasks/t1".to_string()),
+        ("GET", "/v1/accounts/other/usage".to_string()),
+        ("GET", "/v1/accounts/other/alerts".to_string()),
+        ("POST", "/v1/accounts/other/keys".to_string()),
+        ("POST", "/v1/accounts/acme/keys".to_string()),
+        ("GET", "/metrics".to_string()),
+    ];
+    for (m, p) in &routes {
+        let body = json!({"url": "https://example.com/x", "type": "t", "payload": 1, "kind": "k"});
+        let (s, v) = call(m, p.clone())
+            .token(Some(&token))
+            .json(body)
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{m} {p}: {v}");
+        assert_error(&v, "not_found");
+    }
+    let (s, v) = call("GET", format!("/v1/accounts/other/endpoints/{their_id}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "nothing changed: {v}");
+    let (s, list) = call("GET", "/v1/accounts/acme/endpoints")
+        .token(Some(&token))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let key_id = key["id"].as_str().unwrap();
+    let (s, _) = call("DELETE", format!("/v1/accounts/acme/keys/{key_id}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = call("GET", "/v1/accounts/acme/endpoints")
+        .token(Some(&token))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "a revoked key stops working");
+}
+
+#[tokio::test]
+async fn keys_are_stored_hashed() {
+    let api = api().await;
+    let (_, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    let token = key["key"].as_str().unwrap();
+    assert!(api.store.account_key_find(token).await.unwrap().is_none());
+    assert!(api
+        .store
+        .account_key_find(&api::hash_token(token))
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_shaped_error_and_changes_nothing() {
+    let api = api().await;
+    let p = "/v1/accounts/acme/endpoints";
+    let cases: Vec<(Call<'_>, StatusCode, &str)> = vec![
+        (
+            call("POST", p).raw("{", "application/json"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            call("POST", p).raw("{\"url\": 5}", "application/json"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", p).json(json!({"url": "https://x.io", "colour": "red"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", p).json(json!({"url": "ftp://x.io"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", p).json(json!({"url": "https://x.io", "secret": "plain"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", p).raw("url=x", "application/x-www-form-urlencoded"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            call("POST", p).raw(
+                format!("{{\"url\": \"https://x.io/{}\"}}", "a".repeat(70_000)),
+                "application/json",
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            call("PUT", p).json(json!({})),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+        (
+            call("GET", "/v2/nothing"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/endpoints/not-a-uuid"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            call("GET", "/v1/accounts/bad%20name/endpoints"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/deliveries?limit=abc"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/deliveries?limit=0"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/deliveries?state=sleeping"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/deliveries?cursor=x"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            call("POST", "/v1/accounts/acme/events")
+                .json(json!({"type": "circuit.opened", "payload": {}})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", "/v1/accounts/acme/events").json(json!({"type": "", "payload": {}})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("POST", "/v1/accounts/acme/tasks").json(json!({"kind": ""})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            call("GET", "/v1/accounts/acme/usage?from=yesterday"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+    ];
+    for (c, status, code) in cases {
+        let what = format!("{} {}", c.method, c.path);
+        let (s, v) = c.send(&api).await;
+        assert_eq!(s, status, "{what}: {v}");
+        assert_error(&v, code);
+    }
+    let (_, list) = call("GET", p).send(&api).await;
+    assert!(
+        list["items"].as_array().unwrap().is_empty(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn endpoints_show_their_secret_only_when_created_or_rotated() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let secret = e["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_"));
+    let id = e["id"].as_str().unwrap();
+    let (_, got) = call("GET", format!("/v1/accounts/acme/endpoints/{id}"))
+        .send(&api)
+        .await;
+    assert!(got.get("secret").is_none());
+    assert_eq!(got["circuit"]["mode"], "closed");
+    let (_, list) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
+    assert!(!list.to_string().contains(secret));
+    let (s, rotated) = call(
+        "POST",
+        format!("/v1/accounts/acme/endpoints/{id}/rotate-secret"),
+    )
+    .send(&api)
+    .await;
+    assert_eq!(s, StatusCode::OK, "{rotated}");
+    assert_ne!(rotated["secret"], e["secret"]);
+    assert!(rotated["previous_secret_expires_at"].is_string());
+    let (s, patched) = call("PATCH", format!("/v1/accounts/acme/endpoints/{id}"))
+        .json(json!({"description": "billing", "rate_limit_per_s": 5}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{patched}");
+    assert_eq!(
+        (
+            patched["description"].as_str(),
+            patched["rate_limit_per_s"].as_u64()
+        ),
+        (Some("billing"), Some(5))
+    );
+    let (_, cleared) = call("PATCH", format!("/v1/accounts/acme/endpoints/{id}"))
+        .json(json!({"description": null}))
+        .send(&api)
+        .await;
+    assert!(cleared["description"].is_null());
+    assert_eq!(cleared["rate_limit_per_s"], 5, "absent fields stay");
+}
+
+#[tokio::test]
+async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let publish = || {
+        call("POST", "/v1/accounts/acme/events")
+            .header("idempotency-key", "order-7")
+            .json(json!({"type": "order.paid", "payload": {"id": 7}}))
+    };
+    let (s, first) = publish().send(&api).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    assert_eq!(first["duplicate"], false);
+    let (_, again) = publish().send(&api).await;
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["deliveries"], first["deliveries"]);
+    let delivery = first["deliveries"][0].as_str().unwrap();
+    let (s, list) = call(
+        "GET",
+        format!(
+            "/v1/accounts/acme/deliveries?state=pending&endpoint={}",
+            e["id"].as_str().unwrap()
+        ),
+    )
+    .send(&api)
+    .await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert_eq!(list["items"][0]["id"], delivery);
+    assert!(list["next_cursor"].is_null());
+    let (s, d) = call("GET", format!("/v1/accounts/acme/deliveries/{delivery}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(d["state"], "pending");
+    assert_eq!(d["attempt_log"], json!([]));
+    let (s, v) = call(
+        "POST",
+        format!("/v1/accounts/acme/deliveries/{delivery}/replay"),
+    )
+    .send(&api)
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "only dead deliveries replay: {v}");
+    assert_error(&v, "conflict");
+}
+
+#[tokio::test]
+async fn tasks_are_enqueued_idempotently_and_read_back() {
+    let api = api().await;
+    let body = json!({"id": "job-1", "kind": "report", "payload": {"month": 11}});
+    let (s, t) = call("POST", "/v1/accounts/acme/tasks")
+        .json(body.clone())
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{t}");
+    assert_eq!(t["state"], "pending");
+    let (s, _) = call("POST", "/v1/accounts/acme/tasks")
+        .json(body)
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "the same task again");
+    let (s, v) = call("POST", "/v1/accounts/acme/tasks")
+        .json(json!({"id": "job-1", "kind": "report", "payload": {"month": 12}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let (s, t) = call("GET", "/v1/accounts/acme/tasks/job-1")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(t["payload"], json!({"month": 11}));
+    let (s, _) = call("GET", "/v1/accounts/other/tasks/job-1")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
