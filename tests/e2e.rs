@@ -221,6 +221,8 @@ impl Service {
     /// Starts `serve` on `profile`: short retries (1 s), a 4 s lease (so a
     /// 2 s request timeout), loopback allowed as a destination.
     fn start(profile: &Profile) -> Service {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
         let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
             c.env_remove(k);
@@ -236,7 +238,12 @@ impl Service {
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let ready = lines.next().unwrap().unwrap();
+        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+        if !ready.contains("API on ") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the service did not start: {ready:?}");
+        }
         let base = ready
             .split("API on ")
             .nth(1)
@@ -250,11 +257,10 @@ impl Service {
                 sink.lock().unwrap().push(line);
             }
         });
-        let _ = rustls::crypto::ring::default_provider().install_default();
         Service {
             child,
             base,
-            http: reqwest::Client::new(),
+            http,
             log,
         }
     }
