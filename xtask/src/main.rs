@@ -6,12 +6,16 @@ use std::process::{Command, ExitCode};
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  ci           fmt check, clippy (warnings denied), every test, docs (warnings denied)
+  ci           fmt check, clippy (warnings denied), every test, docs (warnings
+               denied), then `bench --quick` as a smoke test
   test         every test of the workspace; the postgres tests use
                CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
                from the installed PostgreSQL server binaries
   conformance  the conformance suite on every adapter
   tidy         fmt check and clippy only
+  bench        release build, then every benchmark (medians of 3 runs) into
+               BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
+               benchmark at small sizes (prints, writes nothing, asserts no timing)
   pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
@@ -234,6 +238,70 @@ impl Drop for Cluster {
     }
 }
 
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Builds the harness and the binary (release unless quick), runs every
+/// benchmark against the test database, and writes BENCHMARKS.md (full runs).
+fn bench(quick: bool) -> Result<(), String> {
+    let (url, _cluster) = test_database()?;
+    let profile = if quick { "debug" } else { "release" };
+    let mut build = vec!["build", "-p", "bench", "-p", "control-plane"];
+    if !quick {
+        build.push("--release");
+    }
+    cargo(&build, &[])?;
+    let dir = target_dir().join(profile);
+    let serve = dir.join("control-plane");
+    let serve = serve.to_string_lossy();
+    let mut args = vec![
+        "--database-url",
+        url.as_str(),
+        "--serve-bin",
+        serve.as_ref(),
+    ];
+    if quick {
+        args.push("--quick");
+    }
+    eprintln!("xtask: bench {}", args.join(" "));
+    let out = Command::new(dir.join("bench"))
+        .args(&args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run the benchmark harness: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the benchmarks failed ({})", out.status));
+    }
+    let report = String::from_utf8_lossy(&out.stdout);
+    if quick {
+        println!("{report}");
+        return Ok(());
+    }
+    let date = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let text = format!(
+        "# Benchmarks\n\nWritten by `cargo xtask bench` on {date} (release build; PostgreSQL with fsync on, \
+         the database of `CONTROLPLANE_TEST_DATABASE_URL` or a throwaway local cluster). Throughputs are \
+         deliveries per second; compare figures as ratios within this one run.\n\n{report}"
+    );
+    std::fs::write(workspace_root().join("BENCHMARKS.md"), text)
+        .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))
+}
+
 fn docs() -> Result<(), String> {
     cargo(
         &["doc", "--workspace", "--no-deps"],
@@ -244,7 +312,10 @@ fn docs() -> Result<(), String> {
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
-        "ci" => tidy().and_then(|_| test()).and_then(|_| docs()),
+        "ci" => tidy()
+            .and_then(|_| test())
+            .and_then(|_| docs())
+            .and_then(|_| bench(true)),
         "pg" => Cluster::start().map(|c| {
             eprintln!(
                 "xtask: a throwaway cluster runs at {} until you press Enter",
@@ -254,6 +325,7 @@ fn main() -> ExitCode {
             let _ = std::io::stdin().read_line(&mut String::new());
         }),
         "test" => test(),
+        "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
         "tidy" => tidy(),
         "conformance" => cargo(
             &["test", "-p", "store-embedded", "--test", "conformance"],

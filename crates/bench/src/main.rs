@@ -1,2 +1,904 @@
-//! Benchmark harness (placeholder while the build warms up).
-fn main() {}
+//! The benchmark harness behind `cargo xtask bench`: the postgres adapter
+//! beside the same SQL issued raw, burn-down and steady state on both
+//! adapters, end-to-end delivery through the dispatcher to a local receiver,
+//! wake-up latency with and without LISTEN/NOTIFY, growth, and the memory of
+//! `control-plane serve`. It prints markdown tables; `--quick` shrinks every
+//! size for a smoke run that asserts nothing about speed.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane_core::config::{Cidr, DatabaseUrl};
+use control_plane_core::*;
+use dispatcher::{Dispatcher, DispatcherConfig};
+use store_embedded::{EmbeddedConfig, EmbeddedStore};
+use store_postgres::{PostgresConfig, PostgresStore};
+use tokio::sync::watch;
+
+type BenchResult<T> = Result<T, String>;
+
+fn fail<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+struct Args {
+    quick: bool,
+    url: String,
+    runs: usize,
+    serve_bin: Option<String>,
+}
+
+fn args() -> BenchResult<Args> {
+    let mut a = Args {
+        quick: false,
+        url: std::env::var("CONTROLPLANE_TEST_DATABASE_URL").unwrap_or_default(),
+        runs: 3,
+        serve_bin: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--database-url" => a.url = it.next().ok_or("--database-url needs a value")?,
+            "--serve-bin" => a.serve_bin = it.next(),
+            "--runs" => {
+                a.runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--runs needs a number")?
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.url.is_empty() {
+        return Err(
+            "no database: pass --database-url or set CONTROLPLANE_TEST_DATABASE_URL".into(),
+        );
+    }
+    if a.quick {
+        a.runs = 1;
+    }
+    Ok(a)
+}
+
+fn main() -> std::process::ExitCode {
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(&args)) {
+        Ok(report) => {
+            println!("{report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+async fn repeat<F, Fut>(runs: usize, mut f: F) -> BenchResult<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = BenchResult<f64>>,
+{
+    let mut v = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        v.push(f().await?);
+    }
+    Ok(median(v))
+}
+
+fn acct() -> AccountId {
+    AccountId::new("bench").unwrap_or_else(|_| unreachable!())
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh postgres store in its own schema.
+async fn pg_store(url: &str, schema: &str, pool: u32, listen: bool) -> BenchResult<PostgresStore> {
+    let mut cfg = PostgresConfig::new(DatabaseUrl::new(url));
+    cfg.schema = Some(schema.to_string());
+    cfg.pool_size = pool;
+    cfg.listen = listen;
+    PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .map_err(fail)
+}
+
+async fn raw_client(url: &str, schema: &str) -> BenchResult<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(fail)?;
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .map_err(fail)?;
+    Ok(client)
+}
+
+async fn drop_schema(url: &str, schema: &str) -> BenchResult<()> {
+    let c = raw_client(url, "public").await?;
+    c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .map_err(fail)
+}
+
+async fn embedded_store(dir: &std::path::Path) -> BenchResult<EmbeddedStore> {
+    EmbeddedStore::open(
+        EmbeddedConfig::new(dir.join(format!("{}.duckdb", unique("b")))),
+        Arc::new(SystemClock),
+    )
+    .await
+    .map_err(fail)
+}
+
+async fn endpoint(store: &dyn ControlPlaneStore, url: &str) -> BenchResult<Endpoint> {
+    store
+        .endpoint_create(EndpointCreateRequest::new(
+            acct(),
+            url,
+            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ))
+        .await
+        .map_err(fail)
+}
+
+/// Publishes `n` events (one delivery each) in batches of 500.
+async fn prefill(store: &dyn ControlPlaneStore, n: usize) -> BenchResult<()> {
+    let mut left = n;
+    while left > 0 {
+        let b = left.min(500);
+        let reqs = (0..b)
+            .map(|i| PublishRequest {
+                account: acct(),
+                event_type: "bench.event".into(),
+                payload: serde_json::json!({"i": i}),
+                idempotency_key: None,
+            })
+            .collect();
+        store.event_publish_batch(reqs).await.map_err(fail)?;
+        left -= b;
+    }
+    Ok(())
+}
+
+fn delivered() -> DeliveryOutcome {
+    DeliveryOutcome::Delivered(AttemptReport {
+        status_code: Some(200),
+        error: None,
+        latency_ms: 1,
+    })
+}
+
+/// Drains through the port with `workers` tasks claiming `batch` at a time;
+/// returns deliveries per second.
+async fn drain_port(
+    store: DynControlPlaneStore,
+    workers: usize,
+    batch: u32,
+    total: usize,
+) -> BenchResult<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        let (store, done) = (store.clone(), done.clone());
+        tasks.spawn(async move {
+            let mut idle = 0;
+            loop {
+                let claimed = store
+                    .delivery_claim(ClaimRequest {
+                        worker: format!("w{w}"),
+                        limit: batch,
+                        lease_for: Duration::from_secs(60),
+                    })
+                    .await
+                    .map_err(fail)?;
+                if claimed.is_empty() {
+                    idle += 1;
+                    if idle > 3 {
+                        return Ok::<(), String>(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                idle = 0;
+                for c in claimed {
+                    store
+                        .delivery_record_outcome(&c.lease, delivered())
+                        .await
+                        .map_err(fail)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let n = done.load(Ordering::Relaxed) as usize;
+    if n != total {
+        return Err(format!("drained {n} of {total}"));
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+const RAW_CLAIM: &str = "WITH c AS (SELECT d.id FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+     JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
+     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL AND NOT e.ordered \
+     AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
+     UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, lease_token = gen_random_uuid(), \
+     lease_expires_at = $3, leased_by = $4, updated_at = $1 FROM c, events ev, endpoints e \
+     WHERE d.id = c.id AND ev.id = d.event_id AND e.id = d.endpoint_id \
+     RETURNING d.id, d.lease_token, d.endpoint_id, d.account, d.attempts, ev.body, e.url";
+
+const RAW_COMPLETE: &str = "UPDATE deliveries SET state = 'delivered', lease_expires_at = NULL, leased_by = NULL, \
+     last_outcome = 'delivered', updated_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'leased'";
+
+const RAW_ATTEMPT: &str =
+    "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, \
+     error, latency_ms, will_retry, next_attempt_at, recorded_at) \
+     VALUES ($1, $2, $3, $4, 'delivered', 200, NULL, 1, false, NULL, $5)";
+
+fn now_ms() -> i64 {
+    SystemClock.now().as_millis()
+}
+
+/// Drains with the adapter's claim and complete statements issued raw on
+/// `conns` connections, one transaction per claim and per completion.
+async fn drain_raw(
+    url: &str,
+    schema: &str,
+    conns: usize,
+    batch: i64,
+    total: usize,
+) -> BenchResult<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..conns {
+        clients.push(raw_client(url, schema).await?);
+    }
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (w, mut client) in clients.into_iter().enumerate() {
+        let done = done.clone();
+        tasks.spawn(async move {
+            let claim = client.prepare(RAW_CLAIM).await.map_err(fail)?;
+            let complete = client.prepare(RAW_COMPLETE).await.map_err(fail)?;
+            let attempt = client.prepare(RAW_ATTEMPT).await.map_err(fail)?;
+            let worker = format!("raw{w}");
+            let mut idle = 0;
+            loop {
+                let now = now_ms();
+                let tx = client.transaction().await.map_err(fail)?;
+                let rows = tx
+                    .query(&claim, &[&now, &batch, &(now + 60_000), &worker])
+                    .await
+                    .map_err(fail)?;
+                tx.commit().await.map_err(fail)?;
+                if rows.is_empty() {
+                    idle += 1;
+                    if idle > 3 {
+                        return Ok::<(), String>(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                idle = 0;
+                for r in rows {
+                    let id: uuid::Uuid = r.get(0);
+                    let token: uuid::Uuid = r.get(1);
+                    let endpoint: uuid::Uuid = r.get(2);
+                    let account: String = r.get(3);
+                    let attempts: i64 = r.get(4);
+                    let now = now_ms();
+                    let tx = client.transaction().await.map_err(fail)?;
+                    tx.execute(&complete, &[&id, &token, &now])
+                        .await
+                        .map_err(fail)?;
+                    tx.execute(&attempt, &[&id, &endpoint, &account, &attempts, &now])
+                        .await
+                        .map_err(fail)?;
+                    tx.commit().await.map_err(fail)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let n = done.load(Ordering::Relaxed) as usize;
+    if n != total {
+        return Err(format!("raw drained {n} of {total}"));
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+// ----------------------------------------------------------------- sections
+
+async fn machine(a: &Args) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let version = match raw_client(&a.url, "public").await {
+        Ok(c) => c
+            .query_one("SHOW server_version", &[])
+            .await
+            .map(|r| r.get::<_, String>(0))
+            .unwrap_or_default(),
+        Err(e) => e,
+    };
+    let fsync = pg_test_fsync().unwrap_or_else(|| "not measured (pg_test_fsync not found)".into());
+    format!(
+        "| cores | PostgreSQL | pg_test_fsync fdatasync (one 8 kB write) |\n| --- | --- | --- |\n| {cores} | {version} | {fsync} |\n"
+    )
+}
+
+fn pg_test_fsync() -> Option<String> {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|d| d.path().join("bin/pg_test_fsync"))
+        .find(|p| p.exists())?;
+    let file = std::env::temp_dir().join(unique("fsync"));
+    let out = std::process::Command::new(bin)
+        .arg("-s")
+        .arg("1")
+        .arg("-f")
+        .arg(&file)
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&file);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("fdatasync"))?;
+    let usecs = line.split_whitespace().rev().nth(1)?;
+    Some(format!("{usecs} µs/op"))
+}
+
+async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
+    let total = if a.quick { 300 } else { 10_000 };
+    let mut out = String::from(
+        "| connections | batch | raw SQL (deliveries/s) | adapter (deliveries/s) | adapter / raw |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for conns in [1usize, 16] {
+        for batch in [1u32, 10, 100] {
+            let raw = repeat(a.runs, || async {
+                let schema = unique("bench_raw");
+                let store = pg_store(&a.url, &schema, 4, false).await?;
+                endpoint(&store, "https://example.com/hook").await?;
+                prefill(&store, total).await?;
+                drop(store);
+                let r = drain_raw(&a.url, &schema, conns, i64::from(batch), total).await;
+                drop_schema(&a.url, &schema).await?;
+                r
+            })
+            .await?;
+            let port = repeat(a.runs, || async {
+                let schema = unique("bench_port");
+                let store = pg_store(&a.url, &schema, conns as u32, false).await?;
+                endpoint(&store, "https://example.com/hook").await?;
+                prefill(&store, total).await?;
+                let r = drain_port(Arc::new(store), conns, batch, total).await;
+                drop_schema(&a.url, &schema).await?;
+                r
+            })
+            .await?;
+            let _ = writeln!(
+                out,
+                "| {conns} | {batch} | {raw:.0} | {port:.0} | {:.2} |",
+                port / raw
+            );
+            eprintln!("bench: raw vs adapter {conns} x {batch}: {raw:.0} vs {port:.0}");
+        }
+    }
+    Ok(out)
+}
+
+async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let prefilled = if a.quick { 1_000 } else { 200_000 };
+    let mut out = String::from(
+        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s) | steady state: completed while publishing (deliveries/s) | backlog start → end |\n| --- | --- | --- | --- |\n",
+    );
+    for profile in ["postgres", "embedded"] {
+        let burn = repeat(a.runs, || async {
+            let (store, schema) = open_profile(a, profile, dir).await?;
+            endpoint(store.as_ref(), "https://example.com/hook").await?;
+            prefill(store.as_ref(), prefilled).await?;
+            let workers = if profile == "postgres" { 16 } else { 2 };
+            let r = drain_port(store, workers, 100, prefilled).await;
+            if let Some(s) = schema {
+                drop_schema(&a.url, &s).await?;
+            }
+            r
+        })
+        .await?;
+        let (steady, backlog) = steady_state(a, profile, dir).await?;
+        let _ = writeln!(out, "| {profile} | {burn:.0} | {steady:.0} | {backlog} |");
+        eprintln!("bench: burn-down {profile}: {burn:.0}/s, steady {steady:.0}/s");
+    }
+    Ok(out)
+}
+
+async fn open_profile(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+) -> BenchResult<(DynControlPlaneStore, Option<String>)> {
+    if profile == "postgres" {
+        let schema = unique("bench_pg");
+        let store = pg_store(&a.url, &schema, 20, true).await?;
+        Ok((Arc::new(store), Some(schema)))
+    } else {
+        Ok((Arc::new(embedded_store(dir).await?), None))
+    }
+}
+
+/// Publishers and drainers at once for a fixed time: completions per second
+/// and the backlog at the start and the end.
+async fn steady_state(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+) -> BenchResult<(f64, String)> {
+    let (store, schema) = open_profile(a, profile, dir).await?;
+    endpoint(store.as_ref(), "https://example.com/hook").await?;
+    let backlog = if a.quick { 200 } else { 5_000 };
+    prefill(store.as_ref(), backlog).await?;
+    let seconds = if a.quick { 2 } else { 10 };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    let workers = if profile == "postgres" { 12 } else { 2 };
+    for w in 0..workers {
+        let (store, stop, done) = (store.clone(), stop.clone(), done.clone());
+        tasks.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let claimed = store
+                    .delivery_claim(ClaimRequest {
+                        worker: format!("w{w}"),
+                        limit: 100,
+                        lease_for: Duration::from_secs(60),
+                    })
+                    .await
+                    .map_err(fail)?;
+                if claimed.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                for c in claimed {
+                    store
+                        .delivery_record_outcome(&c.lease, delivered())
+                        .await
+                        .map_err(fail)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<(), String>(())
+        });
+    }
+    // Publishers: batches of 50, paced to keep the backlog near its start.
+    for _ in 0..2 {
+        let (store, stop, done) = (store.clone(), stop.clone(), done.clone());
+        let published = Arc::new(AtomicU64::new(0));
+        tasks.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let ahead = published.load(Ordering::Relaxed) as i64
+                    - done.load(Ordering::Relaxed) as i64 / 2;
+                if ahead > 500 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                prefill(store.as_ref(), 50).await?;
+                published.fetch_add(50, Ordering::Relaxed);
+            }
+            Ok::<(), String>(())
+        });
+    }
+    let before = done.load(Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let completed = done.load(Ordering::Relaxed) - before;
+    let rate = completed as f64 / start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let pending = store
+        .delivery_count_by_state()
+        .await
+        .map_err(fail)?
+        .into_iter()
+        .filter(|(s, _)| !s.is_final())
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    if let Some(s) = schema {
+        drop_schema(&a.url, &s).await?;
+    }
+    Ok((rate, format!("{backlog} → {pending}")))
+}
+
+// --------------------------------------------------------------- end to end
+
+/// A receiver answering 200 (after `delay`), recording arrival times by webhook-id.
+async fn receiver(delay: Duration) -> BenchResult<(String, Arc<Mutex<Vec<(String, Instant)>>>)> {
+    use axum::http::HeaderMap;
+    let seen: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap| {
+            let log = log.clone();
+            async move {
+                let at = Instant::now();
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                if let Ok(mut l) = log.lock() {
+                    l.push((id, at));
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(fail)?;
+    let url = format!("http://{}/hook", listener.local_addr().map_err(fail)?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, seen))
+}
+
+fn dispatcher_for(store: DynControlPlaneStore, poll: Duration) -> BenchResult<Dispatcher> {
+    let loopback = Cidr::parse("127.0.0.0/8").ok_or("cidr")?;
+    Dispatcher::new(
+        store,
+        DispatcherConfig {
+            worker: "bench".into(),
+            concurrency: 256,
+            max_batch: 100,
+            poll_interval: poll,
+            allowed_targets: vec![loopback],
+            ..DispatcherConfig::default()
+        },
+    )
+}
+
+async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let total = if a.quick { 300 } else { 20_000 };
+    let mut out = String::from(
+        "| adapter | deliveries through the dispatcher to a local receiver (deliveries/s) |\n| --- | --- |\n",
+    );
+    for profile in ["postgres", "embedded"] {
+        let rate = repeat(a.runs, || async {
+            let (store, schema) = open_profile(a, profile, dir).await?;
+            let (url, seen) = receiver(Duration::ZERO).await?;
+            endpoint(store.as_ref(), &url).await?;
+            prefill(store.as_ref(), total).await?;
+            let d = dispatcher_for(store.clone(), Duration::from_millis(50))?;
+            let (stop, stopped) = watch::channel(false);
+            let start = Instant::now();
+            let run = tokio::spawn(async move { d.run(stopped).await });
+            loop {
+                let counts = store.delivery_count_by_state().await.map_err(fail)?;
+                let delivered = counts
+                    .iter()
+                    .find(|(s, _)| *s == DeliveryState::Delivered)
+                    .map_or(0, |(_, n)| *n);
+                if delivered as usize >= total {
+                    break;
+                }
+                if start.elapsed() > Duration::from_secs(600) {
+                    return Err(format!(
+                        "end to end on {profile}: {delivered} of {total} after 10 min"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let rate = total as f64 / start.elapsed().as_secs_f64();
+            let _ = stop.send(true);
+            let _ = run.await;
+            let received = seen.lock().map(|s| s.len()).unwrap_or(0);
+            if received < total {
+                return Err(format!("the receiver got {received} of {total}"));
+            }
+            if let Some(s) = schema {
+                drop_schema(&a.url, &s).await?;
+            }
+            Ok(rate)
+        })
+        .await?;
+        let _ = writeln!(out, "| {profile} | {rate:.0} |");
+        eprintln!("bench: end to end {profile}: {rate:.0}/s");
+    }
+    Ok(out)
+}
+
+/// Enqueue-to-first-attempt latency across two replicas (publish on one
+/// store, dispatch from another): with LISTEN/NOTIFY, and polling only.
+async fn wakeup_latency(a: &Args) -> BenchResult<String> {
+    let n = if a.quick { 10 } else { 200 };
+    let mut out = String::from("| wake-up | p50 (ms) | p99 (ms) |\n| --- | --- | --- |\n");
+    for (label, listen) in [("LISTEN/NOTIFY", true), ("polling every 1 s", false)] {
+        let schema = unique("bench_lat");
+        let publisher = pg_store(&a.url, &schema, 4, true).await?;
+        let worker: DynControlPlaneStore = Arc::new(pg_store(&a.url, &schema, 8, listen).await?);
+        let (url, seen) = receiver(Duration::ZERO).await?;
+        endpoint(&publisher, &url).await?;
+        let d = dispatcher_for(worker.clone(), Duration::from_secs(1))?;
+        let (stop, stopped) = watch::channel(false);
+        let run = tokio::spawn(async move { d.run(stopped).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut lat = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let p = publisher
+                .event_publish(PublishRequest {
+                    account: acct(),
+                    event_type: "bench.latency".into(),
+                    payload: serde_json::json!({}),
+                    idempotency_key: None,
+                })
+                .await
+                .map_err(fail)?;
+            let id = p.deliveries.first().ok_or("no delivery")?.to_string();
+            let arrived = loop {
+                let found = seen
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.iter().find(|(d, _)| *d == id).map(|(_, at)| *at));
+                if let Some(at) = found {
+                    break at;
+                }
+                if t0.elapsed() > Duration::from_secs(10) {
+                    return Err("a delivery did not arrive within 10 s".into());
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            };
+            lat.push((arrived - t0).as_secs_f64() * 1000.0);
+            // Spread publishes so that each one meets an idle worker.
+            tokio::time::sleep(Duration::from_millis(if listen { 20 } else { 137 })).await;
+        }
+        let _ = stop.send(true);
+        let _ = run.await;
+        let p50 = percentile(&mut lat, 0.5);
+        let p99 = percentile(&mut lat, 0.99);
+        let _ = writeln!(out, "| {label} | {p50:.1} | {p99:.1} |");
+        eprintln!("bench: latency {label}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+        drop(publisher);
+        drop(worker);
+        drop_schema(&a.url, &schema).await?;
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------- growth
+
+/// Claim latency and attempt-log listing latency with small and large
+/// delivered history (postgres; history inserted with `generate_series`).
+async fn growth(a: &Args) -> BenchResult<String> {
+    let sizes: [i64; 2] = if a.quick {
+        [1_000, 10_000]
+    } else {
+        [10_000, 1_000_000]
+    };
+    let mut out = String::from(
+        "| history rows | claim of 1 due delivery, median (ms) | attempt-log page of 50, median (ms) |\n| --- | --- | --- |\n",
+    );
+    let mut claims = Vec::new();
+    let mut lists = Vec::new();
+    for size in sizes {
+        let schema = unique("bench_growth");
+        let store = pg_store(&a.url, &schema, 4, false).await?;
+        let e = endpoint(&store, "https://example.com/hook").await?;
+        let c = raw_client(&a.url, &schema).await?;
+        let now = now_ms();
+        c.execute(
+            "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+             SELECT gen_random_uuid(), 'bench', 'old', '{}', NULL, $2 FROM generate_series(1, $3::bigint) \
+             RETURNING id) \
+             INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+             due_at, created_at, updated_at) SELECT gen_random_uuid(), 'bench', $1, ev.id, \
+             -row_number() OVER (), 'delivered', 1, 8, $2, $2, $2 FROM ev",
+            &[&e.id.0, &now, &size],
+        )
+        .await
+        .map_err(fail)?;
+        c.execute(
+            "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
+             will_retry, next_attempt_at, recorded_at) SELECT gen_random_uuid(), $1, 'bench', 1, 'delivered', 200, \
+             NULL, 1, false, NULL, $2 FROM generate_series(1, $3::bigint) g",
+            &[&e.id.0, &now, &size],
+        )
+        .await
+        .map_err(fail)?;
+        c.batch_execute("ANALYZE").await.map_err(fail)?;
+        let rounds = if a.quick { 20 } else { 200 };
+        let mut claim_ms = Vec::new();
+        let mut list_ms = Vec::new();
+        for _ in 0..rounds {
+            prefill(&store, 1).await?;
+            let t = Instant::now();
+            let got = store
+                .delivery_claim(ClaimRequest {
+                    worker: "g".into(),
+                    limit: 1,
+                    lease_for: Duration::from_secs(60),
+                })
+                .await
+                .map_err(fail)?;
+            claim_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            for g in got {
+                store
+                    .delivery_record_outcome(&g.lease, delivered())
+                    .await
+                    .map_err(fail)?;
+            }
+            let t = Instant::now();
+            store
+                .attempt_list_for_endpoint(&acct(), e.id, PageRequest::first(50))
+                .await
+                .map_err(fail)?;
+            list_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let (cm, lm) = (median(claim_ms), median(list_ms));
+        claims.push(cm);
+        lists.push(lm);
+        let _ = writeln!(out, "| {size} | {cm:.2} | {lm:.2} |");
+        eprintln!("bench: growth {size}: claim {cm:.2} ms, list {lm:.2} ms");
+        drop(store);
+        drop_schema(&a.url, &schema).await?;
+    }
+    let _ = writeln!(
+        out,
+        "| ratio large / small | {:.2} | {:.2} |",
+        claims[1] / claims[0],
+        lists[1] / lists[0]
+    );
+    Ok(out)
+}
+
+// ------------------------------------------------------------------- memory
+
+/// Peak RSS of `control-plane serve` (embedded) with `n` deliveries in
+/// flight to a receiver that holds every request for a while.
+async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let Some(bin) = &a.serve_bin else {
+        return Ok("not measured: no --serve-bin given\n".into());
+    };
+    let n: usize = if a.quick { 200 } else { 10_000 };
+    let (url, seen) = receiver(Duration::from_secs(if a.quick { 2 } else { 20 })).await?;
+    let path = dir.join(format!("{}.duckdb", unique("serve")));
+    {
+        let store = EmbeddedStore::open(EmbeddedConfig::new(&path), Arc::new(SystemClock))
+            .await
+            .map_err(fail)?;
+        endpoint(&store, &url).await?;
+        prefill(&store, n).await?;
+    }
+    let mut child = tokio::process::Command::new(bin)
+        .arg("serve")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_ADMIN_TOKEN", "bench-admin-token-0123456789")
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .env("CONTROLPLANE_CONCURRENCY", n.to_string())
+        .env("CONTROLPLANE_LEASE", "60s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(fail)?;
+    let pid = child.id().ok_or("no pid")?;
+    let start = Instant::now();
+    let mut in_flight_max = 0;
+    while start.elapsed() < Duration::from_secs(120) {
+        let got = seen.lock().map(|s| s.len()).unwrap_or(0);
+        in_flight_max = in_flight_max.max(got);
+        if got >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let peak = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0);
+    let _ = child.kill().await;
+    eprintln!("bench: memory: {in_flight_max} requests open at once, peak RSS {peak:.1} MiB");
+    Ok(format!(
+        "| deliveries in flight (requests open at the receiver at once) | peak RSS of `control-plane serve` (MiB) |\n| --- | --- |\n| {in_flight_max} | {peak:.1} |\n"
+    ))
+}
+
+// ---------------------------------------------------------------------- run
+
+async fn run(a: &Args) -> BenchResult<String> {
+    let dir = std::env::temp_dir().join(unique("cp-bench"));
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}\n\n## Machine\n\n{}",
+        if a.quick {
+            "Quick run (`--quick`): sizes shrunk, one run each; no figure here means anything."
+        } else {
+            "Medians of 3 runs unless a table says otherwise."
+        },
+        machine(a).await
+    );
+    let _ = writeln!(
+        out,
+        "## Claim and complete: raw SQL beside the postgres adapter\n\n{}",
+        raw_vs_adapter(a).await?
+    );
+    let _ = writeln!(
+        out,
+        "## Burn-down and steady state\n\n{}",
+        burn_down_and_steady(a, &dir).await?
+    );
+    let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
+    let _ = writeln!(
+        out,
+        "## Enqueue to first attempt (postgres, across two replicas)\n\n{}",
+        wakeup_latency(a).await?
+    );
+    let _ = writeln!(out, "## Growth (postgres)\n\n{}", growth(a).await?);
+    let _ = writeln!(out, "## Memory\n\n{}", memory(a, &dir).await?);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}

@@ -21,6 +21,9 @@ pub struct PostgresConfig {
     pub statement_timeout: Duration,
     /// Store-side policy.
     pub options: StoreOptions,
+    /// Whether to LISTEN for other replicas' wake-ups (on by default; off,
+    /// workers on this store find others' work by polling only).
+    pub listen: bool,
 }
 
 impl PostgresConfig {
@@ -33,6 +36,7 @@ impl PostgresConfig {
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
             options: StoreOptions::default(),
+            listen: true,
         }
     }
 }

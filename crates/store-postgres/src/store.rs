@@ -29,7 +29,7 @@ pub struct PostgresStore {
     pub(crate) schema: String,
     pub(crate) wakeup: Arc<Wakeup>,
     pub(crate) channel: String,
-    _listener: Arc<Listener>,
+    _listener: Option<Arc<Listener>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -104,7 +104,9 @@ impl PostgresStore {
             .map_err(|e| StoreError::InvalidInput(format!("connection pool: {e}")))?;
         let wakeup = Arc::new(Wakeup::default());
         let channel = channel_for(&schema);
-        let listener = Arc::new(spawn(pg, channel.clone(), wakeup.clone()));
+        let listener = config
+            .listen
+            .then(|| Arc::new(spawn(pg, channel.clone(), wakeup.clone())));
         let store = PostgresStore {
             pool,
             clock,
