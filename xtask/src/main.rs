@@ -16,6 +16,8 @@ tasks:
   bench        release build, then every benchmark (medians of 3 runs) into
                BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
                benchmark at small sizes (prints, writes nothing, asserts no timing)
+  chaos        the fault tests at full size: 20,000 events (2,000 on embedded)
+               with 20 SIGKILLs of worker processes, and the database outage
   pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
@@ -302,6 +304,28 @@ fn bench(quick: bool) -> Result<(), String> {
         .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))
 }
 
+/// The fault tests of `tests/chaos.rs` at full size (CI runs them small).
+fn chaos() -> Result<(), String> {
+    let (url, _cluster) = test_database()?;
+    cargo(
+        &[
+            "test",
+            "-p",
+            "control-plane",
+            "--test",
+            "chaos",
+            "--",
+            "--nocapture",
+            "--test-threads=1",
+        ],
+        &[
+            ("CONTROLPLANE_TEST_DATABASE_URL", url.as_str()),
+            ("CHAOS_EVENTS", "20000"),
+            ("CHAOS_KILLS", "20"),
+        ],
+    )
+}
+
 fn docs() -> Result<(), String> {
     cargo(
         &["doc", "--workspace", "--no-deps"],
@@ -325,6 +349,7 @@ fn main() -> ExitCode {
             let _ = std::io::stdin().read_line(&mut String::new());
         }),
         "test" => test(),
+        "chaos" => chaos(),
         "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
         "tidy" => tidy(),
         "conformance" => cargo(

@@ -35,7 +35,14 @@ pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
             StoreError::Backend(format!("postgres: {msg}"))
         };
     }
-    if e.is_closed() || e.to_string().contains("connection") || e.to_string().contains("io error") {
+    let text = e.to_string().to_ascii_lowercase();
+    let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+    if e.is_closed()
+        || io
+        || text.contains("connection")
+        || text.contains("communicating with the server")
+        || text.contains("io error")
+    {
         return StoreError::Unavailable(format!("postgres connection lost: {e}"));
     }
     StoreError::Backend(format!("postgres: {e}"))

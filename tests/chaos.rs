@@ -1,0 +1,641 @@
+//! Faults, end to end: worker processes SIGKILLed and restarted while they
+//! deliver, and the database cut off mid-run. Sizes come from the
+//! environment so `cargo xtask chaos` runs the long version and CI a short one:
+//! `CHAOS_EVENTS` (default 2,000 on postgres, a tenth on embedded),
+//! `CHAOS_KILLS` (default 5), `CHAOS_SEED`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use control_plane_core::*;
+
+const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A small deterministic generator: kills are reproducible from the seed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Counts every POST by webhook-id; answers 200 after 0 to 30 ms, so kills
+/// often land while a send is in flight.
+#[derive(Default)]
+struct Receiver {
+    hits: Mutex<HashMap<String, u32>>,
+}
+
+async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap) -> &'static str {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let wait = id
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 30;
+    *r.hits.lock().unwrap().entry(id).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    "ok"
+}
+
+async fn start_receiver() -> (Arc<Receiver>, String) {
+    let state = Arc::new(Receiver::default());
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(hook))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (state, url)
+}
+
+fn test_database_url() -> String {
+    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
+        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
+    )
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    )
+}
+
+async fn pg_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// A `control-plane` process with the chaos settings (3 s leases, 1 s
+/// retries), and its API address when it serves one.
+fn spawn(role: &str, env: &[(&str, String)]) -> (Child, Option<String>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        c.env_remove(k);
+    }
+    c.arg(role)
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_ADMIN_TOKEN", ADMIN)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .env("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s,1s,1s,1s,1s")
+        .env("CONTROLPLANE_LEASE", "3s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(ready.contains("ready"), "{role} did not start: {ready:?}");
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let api = ready.split("API on ").nth(1).map(|a| a.trim().to_string());
+    (child, api)
+}
+
+fn kill9(c: &mut Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// What the attempt log says of each delivery: (attempts, lease_expired).
+type Log = HashMap<String, (u32, u32)>;
+
+/// Checks the end state: every delivery final, every one logged, every
+/// delivered one received, and every duplicate POST explained by a lease that
+/// expired (a worker killed between sending and recording).
+fn verify(
+    total: usize,
+    states: &HashMap<String, String>,
+    log: &Log,
+    hits: &HashMap<String, u32>,
+    kills: usize,
+) {
+    assert_eq!(states.len(), total, "every event has its delivery");
+    let not_final: Vec<_> = states
+        .iter()
+        .filter(|(_, s)| *s != "delivered" && *s != "dead")
+        .collect();
+    assert!(
+        not_final.is_empty(),
+        "not final: {:?}",
+        &not_final[..not_final.len().min(5)]
+    );
+    let lost: Vec<_> = states
+        .iter()
+        .filter(|(id, s)| *s == "delivered" && !hits.contains_key(*id))
+        .collect();
+    let unlogged = states.keys().filter(|id| !log.contains_key(*id)).count();
+    let mut duplicates = 0;
+    let mut unexplained = Vec::new();
+    for (id, n) in hits {
+        if *n > 1 {
+            duplicates += n - 1;
+            let expired = log.get(id).map_or(0, |l| l.1);
+            if n - 1 > expired {
+                unexplained.push((id.clone(), *n, expired));
+            }
+        }
+    }
+    let dead = states.values().filter(|s| *s == "dead").count();
+    eprintln!(
+        "chaos: kills {kills}, deliveries {total}, delivered {}, dead {dead}, lost {}, duplicate POSTs {duplicates} (each explained by an expired lease: {})",
+        total - dead,
+        lost.len(),
+        unexplained.is_empty()
+    );
+    assert!(lost.is_empty(), "delivered but never received: {lost:?}");
+    assert_eq!(unlogged, 0, "deliveries without an attempt logged");
+    assert!(
+        unexplained.is_empty(),
+        "duplicates without an expired lease: {unexplained:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_workers_killed_and_restarted_lose_nothing() {
+    let total = env_usize("CHAOS_EVENTS", 2_000);
+    let kills = env_usize("CHAOS_KILLS", 5);
+    let mut rng = Lcg(env_usize("CHAOS_SEED", 7) as u64);
+    let url = test_database_url();
+    let schema = unique("cp_chaos");
+    let env = vec![
+        ("CONTROLPLANE_STORE", "postgres".to_string()),
+        ("CONTROLPLANE_DATABASE_URL", url.clone()),
+        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
+        ("CONTROLPLANE_POOL_SIZE", "8".to_string()),
+    ];
+    let (rx, hook_url) = start_receiver().await;
+    let mut cfg =
+        store_postgres::PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(&url));
+    cfg.schema = Some(schema.clone());
+    cfg.pool_size = 4;
+    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let account = AccountId::new("chaos").unwrap();
+    store
+        .endpoint_create(EndpointCreateRequest::new(
+            account.clone(),
+            hook_url,
+            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ))
+        .await
+        .unwrap();
+    let mut workers: Vec<Child> = (0..3).map(|_| spawn("worker", &env).0).collect();
+    // Publish while the workers run, in batches.
+    let publisher = {
+        let (store, account) = (store.clone(), account.clone());
+        tokio::spawn(async move {
+            let mut left = total;
+            while left > 0 {
+                let n = left.min(200);
+                let reqs = (0..n)
+                    .map(|i| PublishRequest {
+                        account: account.clone(),
+                        event_type: "chaos".into(),
+                        payload: serde_json::json!({"i": i}),
+                        idempotency_key: None,
+                    })
+                    .collect();
+                store.event_publish_batch(reqs).await.unwrap();
+                left -= n;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let i = rng.next(3) as usize;
+        kill9(&mut workers[i]);
+        workers[i] = spawn("worker", &env).0;
+    }
+    publisher.await.unwrap();
+    let client = pg_client(&url).await;
+    client
+        .batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let open: i64 = client
+            .query_one(
+                "SELECT count(*) FROM deliveries WHERE state NOT IN ('delivered', 'dead')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if open == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "{open} deliveries still open after 5 min"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for w in &mut workers {
+        kill9(w);
+    }
+    let states: HashMap<String, String> = client
+        .query("SELECT id::text, state FROM deliveries", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let log: Log = client
+        .query(
+            "SELECT delivery_id::text, count(*), count(*) FILTER (WHERE result = 'lease_expired') FROM attempts GROUP BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
+        .collect();
+    let hits = rx.hits.lock().unwrap().clone();
+    verify(total, &states, &log, &hits, kills);
+    drop(store);
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_process_killed_and_restarted_loses_nothing() {
+    let total = env_usize("CHAOS_EVENTS", 2_000) / 10;
+    let kills = env_usize("CHAOS_KILLS", 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chaos.duckdb");
+    let (rx, hook_url) = start_receiver().await;
+    let account = AccountId::new("chaos").unwrap();
+    let open = || async {
+        store_embedded::EmbeddedStore::open(
+            store_embedded::EmbeddedConfig::new(&path),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap()
+    };
+    {
+        let store = open().await;
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                hook_url,
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ))
+            .await
+            .unwrap();
+        let reqs = (0..total)
+            .map(|i| PublishRequest {
+                account: account.clone(),
+                event_type: "chaos".into(),
+                payload: serde_json::json!({"i": i}),
+                idempotency_key: None,
+            })
+            .collect();
+        store.event_publish_batch(reqs).await.unwrap();
+    }
+    let env = vec![(
+        "CONTROLPLANE_EMBEDDED_PATH",
+        path.to_string_lossy().into_owned(),
+    )];
+    let (mut serve, _) = spawn("serve", &env);
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        kill9(&mut serve);
+        serve = spawn("serve", &env).0;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let base = {
+        // The last process serves the API: wait until nothing is open.
+        kill9(&mut serve);
+        let (child, api) = spawn("serve", &env);
+        serve = child;
+        api.unwrap()
+    };
+    let start = Instant::now();
+    loop {
+        let mut open = 0;
+        for state in ["pending", "leased"] {
+            let body = http
+                .get(format!(
+                    "{base}/v1/accounts/chaos/deliveries?state={state}&limit=1"
+                ))
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            open += v["items"].as_array().unwrap().len();
+        }
+        if open == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "deliveries still open after 5 min"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(serve.id().to_string())
+        .status();
+    let _ = serve.wait();
+    let store = open().await;
+    let mut states = HashMap::new();
+    let mut log: Log = HashMap::new();
+    let mut page = PageRequest::first(1000);
+    loop {
+        let p = store
+            .delivery_list(DeliveryListRequest {
+                account: account.clone(),
+                state: None,
+                endpoint_id: None,
+                event_id: None,
+                page,
+            })
+            .await
+            .unwrap();
+        for d in &p.items {
+            states.insert(d.id.to_string(), d.state.as_str().to_string());
+            let attempts = store
+                .attempt_list_for_delivery(&account, d.id)
+                .await
+                .unwrap();
+            let expired = attempts
+                .iter()
+                .filter(|a| a.result == AttemptResult::LeaseExpired)
+                .count() as u32;
+            log.insert(d.id.to_string(), (attempts.len() as u32, expired));
+        }
+        match p.next {
+            Some(n) => page.after = Some(n),
+            None => break,
+        }
+    }
+    let hits = rx.hits.lock().unwrap().clone();
+    verify(total, &states, &log, &hits, kills);
+}
+
+/// A TCP proxy in front of PostgreSQL that the test can cut: every
+/// connection through it is dropped and new ones are refused while it is down.
+struct Proxy {
+    addr: String,
+    down: Arc<AtomicBool>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+async fn proxy(upstream: String) -> Proxy {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let down = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let generation = Arc::new(tx);
+    let d = down.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            if d.load(Ordering::SeqCst) {
+                drop(inbound);
+                continue;
+            }
+            let upstream = upstream.clone();
+            let mut cut = rx.clone();
+            cut.borrow_and_update();
+            tokio::spawn(async move {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    _ = cut.changed() => {}
+                }
+            });
+        }
+    });
+    Proxy {
+        addr,
+        down,
+        generation,
+    }
+}
+
+impl Proxy {
+    fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+    fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn readyz(http: &reqwest::Client, base: &str) -> u16 {
+    match http.get(format!("{base}/readyz")).send().await {
+        Ok(r) => r.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// The database goes away for a few seconds mid-run (all connections cut,
+/// new ones refused) and comes back: the service keeps running, `/readyz`
+/// turns 503 and back to 200, and every delivery ends up delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_survives_a_database_outage() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = test_database_url();
+    let parsed = reqwest::Url::parse(&url).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    );
+    let px = proxy(upstream).await;
+    let mut via_proxy = parsed.clone();
+    let (host, port) = px.addr.split_once(':').unwrap();
+    via_proxy.set_host(Some(host)).unwrap();
+    via_proxy.set_port(Some(port.parse().unwrap())).unwrap();
+    let schema = unique("cp_outage");
+    let (rx, hook_url) = start_receiver().await;
+    let env = vec![
+        ("CONTROLPLANE_STORE", "postgres".to_string()),
+        ("CONTROLPLANE_DATABASE_URL", via_proxy.to_string()),
+        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
+        ("CONTROLPLANE_POOL_SIZE", "4".to_string()),
+    ];
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_control-plane"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        serve.env_remove(k);
+    }
+    serve
+        .arg("serve")
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_ADMIN_TOKEN", ADMIN)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .env("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s,1s,1s,1s,1s")
+        .env("CONTROLPLANE_LEASE", "3s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in &env {
+        serve.env(k, v);
+    }
+    let mut child = serve.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+    let base = ready
+        .split("API on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{ready}"))
+        .trim()
+        .to_string();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    let http = reqwest::Client::new();
+    let api = |method: &str, path: &str, body: serde_json::Value| {
+        http.request(method.parse().unwrap(), format!("{base}{path}"))
+            .bearer_auth(ADMIN)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let r = api(
+        "POST",
+        "/v1/accounts/acme/endpoints",
+        serde_json::json!({"url": hook_url}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let mut published = Vec::new();
+    let publish = |n: usize| {
+        let api = &api;
+        async move {
+            let mut ids = Vec::new();
+            for i in 0..n {
+                let r = api(
+                    "POST",
+                    "/v1/accounts/acme/events",
+                    serde_json::json!({"type": "t", "payload": i}),
+                )
+                .await
+                .unwrap();
+                assert_eq!(r.status().as_u16(), 202);
+                let v: serde_json::Value =
+                    serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+                ids.push(v["deliveries"][0].as_str().unwrap().to_string());
+            }
+            ids
+        }
+    };
+    published.extend(publish(20).await);
+    assert_eq!(readyz(&http, &base).await, 200);
+    px.cut();
+    let start = Instant::now();
+    while readyz(&http, &base).await != 503 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "/readyz stayed ready with the database gone"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = api(
+        "POST",
+        "/v1/accounts/acme/events",
+        serde_json::json!({"type": "t", "payload": 0}),
+    )
+    .await
+    .unwrap();
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(
+        status,
+        503,
+        "a publish during the outage is refused, not lost silently: {body}\n{}",
+        log.lock().unwrap().join("\n")
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    px.restore();
+    let start = Instant::now();
+    while readyz(&http, &base).await != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "/readyz did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    published.extend(publish(20).await);
+    let start = Instant::now();
+    loop {
+        let heard = rx.hits.lock().unwrap().clone();
+        if published.iter().all(|id| heard.contains_key(id)) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not every delivery arrived after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the service kept running"
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}", log.lock().unwrap().join("\n"));
+    let client = pg_client(&url).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
