@@ -74,3 +74,87 @@ fn the_manifest_parser_sees_dependencies() {
     let m = "[package]\nname = \"x\"\n[dependencies]\nstore-embedded.workspace = true\ntokio = \"1\"\n[dev-dependencies]\nstore-postgres = \"1\"\n";
     assert_eq!(normal_dependencies(m), vec!["store-embedded", "tokio"]);
 }
+
+/// SQL is parameterized: where the adapters build statement text with
+/// `format!`, they splice in only constant fragments (`ALL_CAPS` items of the
+/// crate), the validated schema name, the derived LISTEN channel, or generated
+/// `$n` placeholder lists; values always travel as parameters.
+#[test]
+fn adapters_splice_only_constants_into_sql() {
+    let allowed_names = ["schema", "channel", "placeholders", "lock"];
+    let mut violations = Vec::new();
+    for krate in ["store-embedded", "store-postgres"] {
+        let dir = workspace_tests::workspace_root()
+            .join("crates")
+            .join(krate)
+            .join("src");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for literal in format_literals(&text) {
+                let sql = [
+                    "SELECT", "INSERT", "UPDATE", "DELETE", "LISTEN", "CREATE", "SET ",
+                ]
+                .iter()
+                .any(|k| literal.contains(k));
+                if !sql {
+                    continue;
+                }
+                let mut s = literal.as_str();
+                while let Some(b) = s.find('{') {
+                    s = &s[b + 1..];
+                    if let Some(t) = s.strip_prefix('{') {
+                        s = t;
+                        continue;
+                    }
+                    let end = s.find('}').unwrap_or(s.len());
+                    let name = s[..end].split(':').next().unwrap_or("");
+                    let constant = !name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit());
+                    if !constant && !allowed_names.contains(&name) {
+                        violations.push(format!("{}: {{{name}}} in {literal:?}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "values spliced into SQL: {violations:#?}"
+    );
+}
+
+/// The first string literal of every `format!(` call in `text`.
+fn format_literals(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("format!(") {
+        rest = &rest[i + 8..];
+        let trimmed = rest.trim_start();
+        let Some(body) = trimmed.strip_prefix('"') else {
+            continue;
+        };
+        let mut literal = String::new();
+        let mut chars = body.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        if n != '\n' {
+                            literal.push(n);
+                        }
+                    }
+                }
+                '"' => break,
+                c => literal.push(c),
+            }
+        }
+        out.push(literal);
+    }
+    out
+}

@@ -639,3 +639,186 @@ async fn the_service_survives_a_database_outage() {
         .await
         .unwrap();
 }
+
+/// Receiver faults: an endpoint that answers slowly with 5xx opens its
+/// circuit, healthy endpoints keep being served (their enqueue-to-arrival
+/// latency is printed with and without the failing neighbour), and once the
+/// endpoint recovers the probe after the 30 s cooldown closes the circuit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_neighbour_opens_its_circuit_and_healthy_endpoints_keep_flowing() {
+    use axum::http::StatusCode;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    #[derive(Default)]
+    struct Faulty {
+        arrivals: Mutex<HashMap<String, Instant>>,
+        failing: AtomicBool,
+    }
+    let state = Arc::new(Faulty::default());
+    state.failing.store(true, Ordering::SeqCst);
+    let app = axum::Router::new()
+        .route(
+            "/healthy",
+            axum::routing::post(|State(s): State<Arc<Faulty>>, h: HeaderMap| async move {
+                let id = h
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                s.arrivals.lock().unwrap().insert(id, Instant::now());
+                StatusCode::OK
+            }),
+        )
+        .route(
+            "/failing",
+            axum::routing::post(|State(s): State<Arc<Faulty>>| async move {
+                if s.failing.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                }
+            }),
+        )
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hooks = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let url = test_database_url();
+    let schema = unique("cp_faults");
+    let env = vec![
+        ("CONTROLPLANE_STORE", "postgres".to_string()),
+        ("CONTROLPLANE_DATABASE_URL", url.clone()),
+        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
+        ("CONTROLPLANE_POOL_SIZE", "8".to_string()),
+        ("CONTROLPLANE_CONCURRENCY", "16".to_string()),
+    ];
+    let (mut child, base) = spawn("serve", &env);
+    let base = base.unwrap();
+    let http = reqwest::Client::new();
+    let call = |method: &str, path: String, body: Option<serde_json::Value>| {
+        let mut r = http
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .bearer_auth(ADMIN);
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        async move {
+            let resp = r.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap_or_default();
+            (status, v)
+        }
+    };
+    let create = |path: &str, types: &str| {
+        call(
+            "POST",
+            "/v1/accounts/acme/endpoints".into(),
+            Some(serde_json::json!({"url": format!("{hooks}/{path}"), "event_types": [types]})),
+        )
+    };
+    let (s, _) = create("healthy", "healthy.event").await;
+    assert_eq!(s, 201);
+    // Healthy latency: publish one event at a time, time until it arrives.
+    let measure = |n: usize| {
+        let (call, state) = (&call, state.clone());
+        async move {
+            let mut ms = Vec::new();
+            for _ in 0..n {
+                let t0 = Instant::now();
+                let (s, v) = call(
+                    "POST",
+                    "/v1/accounts/acme/events".into(),
+                    Some(serde_json::json!({"type": "healthy.event", "payload": {}})),
+                )
+                .await;
+                assert_eq!(s, 202);
+                let id = v["deliveries"][0].as_str().unwrap().to_string();
+                loop {
+                    if let Some(at) = state.arrivals.lock().unwrap().get(&id) {
+                        ms.push((*at - t0).as_secs_f64() * 1000.0);
+                        break;
+                    }
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(30),
+                        "a healthy delivery is stuck"
+                    );
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            ms.sort_by(|a, b| a.total_cmp(b));
+            (ms[ms.len() / 2], ms[ms.len() * 99 / 100])
+        }
+    };
+    let alone = measure(40).await;
+    let (s, failing) = create("failing", "failing.event").await;
+    assert_eq!(s, 201);
+    let failing_id = failing["id"].as_str().unwrap().to_string();
+    for _ in 0..60 {
+        let (s, _) = call(
+            "POST",
+            "/v1/accounts/acme/events".into(),
+            Some(serde_json::json!({"type": "failing.event", "payload": {}})),
+        )
+        .await;
+        assert_eq!(s, 202);
+    }
+    let beside = measure(40).await;
+    eprintln!(
+        "chaos: healthy endpoint enqueue-to-arrival p50/p99: alone {:.1}/{:.1} ms, beside a failing neighbour {:.1}/{:.1} ms",
+        alone.0, alone.1, beside.0, beside.1
+    );
+    let circuit = |_: &()| call_circuit(&http, &base, &failing_id);
+    let start = Instant::now();
+    loop {
+        let (mode, _) = circuit(&()).await;
+        if mode == "open" || mode == "half_open" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the circuit did not open"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    state.failing.store(false, Ordering::SeqCst);
+    let start = Instant::now();
+    loop {
+        let (mode, failures) = circuit(&()).await;
+        if mode == "closed" && failures == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the circuit did not close after recovery: {mode}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    kill9(&mut child);
+    let client = pg_client(&url).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+async fn call_circuit(http: &reqwest::Client, base: &str, endpoint: &str) -> (String, u64) {
+    let body = http
+        .get(format!("{base}/v1/accounts/acme/endpoints/{endpoint}"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    (
+        v["circuit"]["mode"].as_str().unwrap_or("").to_string(),
+        v["circuit"]["consecutive_failures"].as_u64().unwrap_or(0),
+    )
+}

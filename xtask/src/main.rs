@@ -18,6 +18,8 @@ tasks:
                benchmark at small sizes (prints, writes nothing, asserts no timing)
   chaos        the fault tests at full size: 20,000 events (2,000 on embedded)
                with 20 SIGKILLs of worker processes, and the database outage
+  fuzz         run each cargo-fuzz target of crates/fuzz for 60 s (needs the
+               nightly toolchain and `cargo install cargo-fuzz`)
   pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
@@ -304,6 +306,33 @@ fn bench(quick: bool) -> Result<(), String> {
         .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))
 }
 
+/// Every fuzz target for a minute each.
+fn fuzz() -> Result<(), String> {
+    let dir = workspace_root().join("crates/fuzz");
+    for target in ["config", "inputs"] {
+        eprintln!("xtask: cargo +nightly fuzz run {target} for 60 s");
+        let status = Command::new("cargo")
+            .args([
+                "+nightly",
+                "fuzz",
+                "run",
+                "--fuzz-dir",
+                ".",
+                target,
+                "--",
+                "-max_total_time=60",
+            ])
+            .current_dir(&dir)
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .map_err(|e| format!("cannot run cargo fuzz: {e}"))?;
+        if !status.success() {
+            return Err(format!("fuzz target {target} failed ({status})"));
+        }
+    }
+    Ok(())
+}
+
 /// The fault tests of `tests/chaos.rs` at full size (CI runs them small).
 fn chaos() -> Result<(), String> {
     let (url, _cluster) = test_database()?;
@@ -350,6 +379,7 @@ fn main() -> ExitCode {
         }),
         "test" => test(),
         "chaos" => chaos(),
+        "fuzz" => fuzz(),
         "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
         "tidy" => tidy(),
         "conformance" => cargo(

@@ -161,9 +161,10 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
     }
     sweep_expired(t)?;
     let now = t.now.as_millis();
-    let placeholders: Vec<String> = (0..req.kinds.len())
+    let placeholders: String = (0..req.kinds.len())
         .map(|i| format!("${}", i + 3))
-        .collect();
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut values: Vec<duckdb::types::Value> = vec![now.into(), i64::from(req.limit).into()];
     values.extend(
         req.kinds
@@ -173,9 +174,8 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
     let ids: Vec<String> = {
         let mut st = t
             .prepare(&format!(
-                "SELECT id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind IN ({}) \
-                 ORDER BY run_at, seq LIMIT $2",
-                placeholders.join(", ")
+                "SELECT id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind IN ({placeholders}) \
+                 ORDER BY run_at, seq LIMIT $2"
             ))
             .db()?;
         let rows = st

@@ -234,10 +234,8 @@ pub(crate) async fn load_circuit(
     id: EndpointId,
     lock: bool,
 ) -> StoreResult<Circuit> {
-    let sql = format!(
-        "SELECT {CIRCUIT_COLS} FROM circuits WHERE endpoint_id = $1{}",
-        if lock { " FOR UPDATE" } else { "" }
-    );
+    let lock = if lock { " FOR UPDATE" } else { "" };
+    let sql = format!("SELECT {CIRCUIT_COLS} FROM circuits WHERE endpoint_id = $1{lock}");
     let row = tx
         .query_opt(&sql, &[&id.0])
         .await

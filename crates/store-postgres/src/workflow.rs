@@ -19,6 +19,11 @@ const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
      last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result";
 
+/// [`TASK_COLS`] qualified by the alias `t` (for `UPDATE tasks t ... FROM c`).
+const TASK_COLS_OF_T: &str =
+    "t.id, t.account, t.kind, t.payload, t.state, t.attempts, t.max_attempts, t.run_at, t.lease_expires_at, \
+     t.last_error, t.result, t.created_at, t.updated_at, t.seq, t.lease_token, t.last_outcome, t.staged_result";
+
 fn row_to_task(r: &Row) -> StoreResult<Task> {
     Ok(Task {
         id: TaskId::new(r.get::<_, String>(0))?,
@@ -165,8 +170,7 @@ pub(crate) async fn claim(
                             ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
                  UPDATE tasks t SET state = 'leased', attempts = t.attempts + 1, lease_token = gen_random_uuid(), \
                    lease_expires_at = $4, leased_by = $5, last_outcome = NULL, updated_at = $1 \
-                 FROM c WHERE t.id = c.id RETURNING {}",
-                TASK_COLS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ")
+                 FROM c WHERE t.id = c.id RETURNING {TASK_COLS_OF_T}"
             ),
             &[&now.as_millis(), &req.kinds, &i64::from(req.limit), &expires.as_millis(), &req.worker],
         )
