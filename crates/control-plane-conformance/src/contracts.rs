@@ -1390,3 +1390,93 @@ pub async fn publish_wakes_idle_workers(f: &dyn StoreFactory) {
     h.store.delivery_replay(&acct("a"), id).await.unwrap();
     assert!(woken(&mut rx), "a replay wakes");
 }
+
+/// `DeliveryStore::delivery_record_outcomes`: a batch answers per item what
+/// single calls would, in one transaction.
+pub async fn outcome_batches_agree_with_single_outcomes(f: &dyn StoreFactory) {
+    let h = f.open(with_breaker(2, 30, 600)).await;
+    let ok = endpoint(&h, "a", false).await;
+    for _ in 0..3 {
+        publish(&h, "a").await;
+    }
+    let claimed = claim(&h, 10).await;
+    assert_eq!(claimed.len(), 3);
+    let report = |code: u16| AttemptReport {
+        status_code: Some(code),
+        error: None,
+        latency_ms: 3,
+    };
+    let mut stale = claimed[2].lease.clone();
+    stale.token = LeaseToken::new();
+    let batch = vec![
+        (
+            claimed[0].lease.clone(),
+            DeliveryOutcome::Delivered(report(200)),
+        ),
+        (
+            claimed[1].lease.clone(),
+            DeliveryOutcome::Retry {
+                at: h.clock.now().plus(Duration::from_secs(60)),
+                report: report(500),
+            },
+        ),
+        (stale, DeliveryOutcome::Delivered(report(200))),
+        (
+            claimed[0].lease.clone(),
+            DeliveryOutcome::Delivered(report(200)),
+        ),
+        (
+            claimed[0].lease.clone(),
+            DeliveryOutcome::GiveUp(report(400)),
+        ),
+    ];
+    let got = h.store.delivery_record_outcomes(batch).await.unwrap();
+    assert_eq!(got.len(), 5);
+    assert_eq!(
+        got[0].as_ref().unwrap(),
+        &OutcomeRecorded {
+            state: DeliveryState::Delivered,
+            duplicate: false
+        }
+    );
+    assert_eq!(got[1].as_ref().unwrap().state, DeliveryState::Pending);
+    assert!(matches!(got[2], Err(StoreError::LeaseLost)));
+    assert!(
+        got[3].as_ref().unwrap().duplicate,
+        "a repeat in the same batch"
+    );
+    assert!(matches!(got[4], Err(StoreError::Conflict(_))));
+    let d1 = h
+        .store
+        .delivery_get(&acct("a"), claimed[1].delivery.id)
+        .await
+        .unwrap();
+    assert_eq!(d1.due_at, h.clock.now().plus(Duration::from_secs(60)));
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), claimed[0].delivery.id)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1, "one attempt, however often it is repeated");
+    let c = h.store.circuit_get(&acct("a"), ok.id).await.unwrap();
+    assert_eq!(
+        c.consecutive_failures, 1,
+        "the failure counted on the circuit"
+    );
+    let still = h
+        .store
+        .delivery_get(&acct("a"), claimed[2].delivery.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        still.state,
+        DeliveryState::Leased,
+        "the stale lease changed nothing"
+    );
+    assert!(h
+        .store
+        .delivery_record_outcomes(vec![])
+        .await
+        .unwrap()
+        .is_empty());
+}

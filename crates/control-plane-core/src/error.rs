@@ -48,6 +48,19 @@ impl StoreError {
         matches!(self, StoreError::Unavailable(_) | StoreError::Busy(_))
     }
 
+    /// True for the answers a contract gives about one item (`LeaseLost`,
+    /// `NotFound`, `Conflict`, `InvalidInput`), as opposed to failures of the
+    /// backend; batch operations report the former per item.
+    pub fn is_contract_answer(&self) -> bool {
+        matches!(
+            self,
+            StoreError::LeaseLost
+                | StoreError::NotFound { .. }
+                | StoreError::Conflict(_)
+                | StoreError::InvalidInput(_)
+        )
+    }
+
     /// Shorthand for [`StoreError::NotFound`].
     pub fn not_found(what: &'static str, id: impl fmt::Display) -> Self {
         StoreError::NotFound {

@@ -251,6 +251,31 @@ pub trait DeliveryStore: Send + Sync {
         outcome: DeliveryOutcome,
     ) -> StoreResult<OutcomeRecorded>;
 
+    /// Records a batch of outcomes (a worker's completion batch) in one
+    /// transaction: each item answers what
+    /// [`DeliveryStore::delivery_record_outcome`] would answer for it, in order.
+    ///
+    /// # Behavior
+    /// - Per-item results agree with single calls, repeats and stale leases
+    ///   included (`outcome_batches_agree_with_single_outcomes`).
+    ///
+    /// # Errors
+    /// A backend failure fails the whole batch and changes nothing; the items
+    /// may then be recorded one by one.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry: repeats are duplicates.
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        let mut out = Vec::with_capacity(batch.len());
+        for (lease, outcome) in batch {
+            out.push(self.delivery_record_outcome(&lease, outcome).await);
+        }
+        Ok(out)
+    }
+
     /// Moves a `dead` delivery back to `pending`, due now, with a fresh attempt budget.
     ///
     /// # Behavior

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DynControlPlaneStore, Lease,
-    StoreError, SystemClock, Telemetry, UsageMeter, UsageMetric,
+    OutcomeRecorded, StoreError, SystemClock, Telemetry, UsageMeter, UsageMetric,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -75,7 +75,6 @@ pub struct Dispatcher {
 
 /// What every send needs, shared by the in-flight tasks.
 struct SendContext {
-    store: DynControlPlaneStore,
     client: reqwest::Client,
     clock: Arc<dyn Clock>,
     policy: RetryPolicy,
@@ -104,7 +103,6 @@ impl Dispatcher {
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let ctx = Arc::new(SendContext {
-            store: store.clone(),
             client,
             clock: Arc::new(SystemClock),
             policy: config.retry.clone(),
@@ -133,6 +131,7 @@ impl Dispatcher {
         let mut inflight: JoinSet<Option<bool>> = JoinSet::new();
         let mut wake = self.store.delivery_wakeups();
         let mut report = DispatchReport::default();
+        let (recorder, batcher) = Recorder::start(self.store.clone());
         let tally = |report: &mut DispatchReport, r: Option<bool>| match r {
             Some(true) => report.delivered += 1,
             Some(false) => report.failed += 1,
@@ -179,9 +178,10 @@ impl Dispatcher {
                     l.insert(c.delivery.id, c.lease.clone());
                 }
                 let (ctx, leases) = (self.ctx.clone(), leases.clone());
+                let recorder = recorder.clone();
                 inflight.spawn(async move {
                     let id = c.delivery.id;
-                    let r = deliver(&ctx, c).await;
+                    let r = deliver(&ctx, &recorder, c).await;
                     if let Ok(mut l) = leases.lock() {
                         l.remove(&id);
                     }
@@ -201,6 +201,8 @@ impl Dispatcher {
         }
         inflight.abort_all();
         while inflight.join_next().await.is_some() {}
+        drop(recorder);
+        let _ = batcher.await;
         let left: Vec<Lease> = leases
             .lock()
             .map(|l| l.values().cloned().collect())
@@ -221,8 +223,8 @@ fn seed(id: DeliveryId) -> u64 {
 }
 
 /// Sends one claimed delivery and records its outcome; `Some(true)` when delivered.
-async fn deliver(ctx: &SendContext, c: ClaimedDelivery) -> Option<bool> {
-    let (store, client, clock) = (&ctx.store, &ctx.client, ctx.clock.as_ref());
+async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Option<bool> {
+    let (client, clock) = (&ctx.client, ctx.clock.as_ref());
     let now = clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
@@ -293,13 +295,77 @@ async fn deliver(ctx: &SendContext, c: ClaimedDelivery) -> Option<bool> {
         }
     };
     let delivered = outcome.is_success();
-    match store.delivery_record_outcome(&c.lease, outcome).await {
+    match recorder.record(c.lease.clone(), outcome).await {
         Ok(_) => Some(delivered),
         Err(StoreError::LeaseLost) => None,
         Err(e) => {
             eprintln!("dispatcher: cannot record the outcome of delivery {id}: {e}");
             None
         }
+    }
+}
+
+type Completion = (
+    Lease,
+    DeliveryOutcome,
+    tokio::sync::oneshot::Sender<control_plane_core::StoreResult<OutcomeRecorded>>,
+);
+
+/// The completion batcher: sends report their outcomes here, and one task
+/// records whatever has accumulated as one batch
+/// (`delivery_record_outcomes`), so under load many outcomes share a
+/// transaction, and when idle each is recorded at once.
+#[derive(Clone)]
+struct Recorder {
+    tx: tokio::sync::mpsc::Sender<Completion>,
+}
+
+impl Recorder {
+    fn start(store: DynControlPlaneStore) -> (Recorder, tokio::task::JoinHandle<()>) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Completion>(1024);
+        let task = tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut items = vec![first];
+                while items.len() < 200 {
+                    match rx.try_recv() {
+                        Ok(item) => items.push(item),
+                        Err(_) => break,
+                    }
+                }
+                let (batch, replies): (Vec<_>, Vec<_>) =
+                    items.into_iter().map(|(l, o, r)| ((l, o), r)).unzip();
+                match store.delivery_record_outcomes(batch.clone()).await {
+                    Ok(results) => {
+                        for (reply, result) in replies.into_iter().zip(results) {
+                            let _ = reply.send(result);
+                        }
+                    }
+                    // The batch changed nothing: record the items one by one.
+                    Err(_) => {
+                        for ((lease, outcome), reply) in batch.into_iter().zip(replies) {
+                            let _ =
+                                reply.send(store.delivery_record_outcome(&lease, outcome).await);
+                        }
+                    }
+                }
+            }
+        });
+        (Recorder { tx }, task)
+    }
+
+    async fn record(
+        &self,
+        lease: Lease,
+        outcome: DeliveryOutcome,
+    ) -> control_plane_core::StoreResult<OutcomeRecorded> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.tx
+            .send((lease, outcome, reply))
+            .await
+            .map_err(|_| StoreError::Unavailable("the completion batcher stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the completion batcher stopped".into()))?
     }
 }
 

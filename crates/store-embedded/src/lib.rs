@@ -146,6 +146,24 @@ impl DeliveryStore for EmbeddedStore {
             .await
     }
 
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        self.tx(move |t| {
+            let mut out = Vec::with_capacity(batch.len());
+            for (lease, outcome) in batch {
+                // Contract answers are found before anything is written.
+                match delivery::record_outcome(t, &lease, outcome) {
+                    Err(e) if !e.is_contract_answer() => return Err(e),
+                    r => out.push(r),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
         let account = account.clone();
         let d = self.tx(move |t| delivery::replay(t, &account, id)).await?;

@@ -8,10 +8,10 @@ use control_plane_core::policy::{
 };
 use control_plane_core::types::validate_limit;
 use control_plane_core::{
-    AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
-    DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId, Lease, LeaseToken,
-    OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets, StoreError,
-    StoreOptions, StoreResult, Timestamp,
+    AccountId, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId,
+    DeliveryListRequest, DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId,
+    Lease, LeaseToken, OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets,
+    StoreError, StoreOptions, StoreResult, Timestamp,
 };
 use tokio_postgres::{Row, Transaction};
 use uuid::Uuid;
@@ -616,6 +616,51 @@ pub(crate) async fn record_delivered_fast(
         .await
         .db()?;
     Ok(row.is_some())
+}
+
+/// [`record_delivered_fast`] for many leases in one statement (arrays
+/// through `unnest`): returns the deliveries it recorded; the others need the
+/// general path.
+pub(crate) async fn record_delivered_fast_batch(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    items: &[(&Lease, &AttemptReport)],
+) -> StoreResult<Vec<DeliveryId>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = items.iter().map(|(l, _)| l.delivery_id.0).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|(l, _)| l.token.0).collect();
+    let errors: Vec<Option<String>> = items.iter().map(|(_, r)| r.error.clone()).collect();
+    let codes: Vec<Option<i64>> = items
+        .iter()
+        .map(|(_, r)| r.status_code.map(i64::from))
+        .collect();
+    let latencies: Vec<i64> = items
+        .iter()
+        .map(|(_, r)| i64::try_from(r.latency_ms).unwrap_or(i64::MAX))
+        .collect();
+    let rows = tx
+        .query(
+            "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[]) \
+             AS i(id, token, error, code, latency)), \
+             d AS (UPDATE deliveries SET state = 'delivered', last_error = i.error, lease_expires_at = NULL, \
+             leased_by = NULL, last_outcome = 'delivered', updated_at = $6 FROM i \
+             WHERE deliveries.id = i.id AND deliveries.lease_token = i.token AND deliveries.state = 'leased' \
+             AND EXISTS (SELECT 1 FROM circuits c WHERE c.endpoint_id = deliveries.endpoint_id \
+             AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
+             AND c.failing_since IS NULL AND c.probe IS NULL) \
+             RETURNING deliveries.id, deliveries.endpoint_id, deliveries.account, deliveries.attempts, \
+             i.error, i.code, i.latency) \
+             INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+             latency_ms, will_retry, next_attempt_at, recorded_at) \
+             SELECT d.id, d.endpoint_id, d.account, d.attempts, 'delivered', d.code, d.error, d.latency, \
+             false, NULL, $6 FROM d RETURNING delivery_id",
+            &[&ids, &tokens, &errors, &codes, &latencies, &now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
 }
 
 pub(crate) async fn record_outcome(

@@ -206,6 +206,51 @@ impl DeliveryStore for PostgresStore {
         ))
     }
 
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        let now = self.now();
+        let mut seen = std::collections::HashMap::new();
+        for (lease, _) in &batch {
+            *seen.entry(lease.delivery_id).or_insert(0u32) += 1;
+        }
+        // Successes of deliveries named once in the batch go in one statement.
+        let fast: Vec<(&Lease, &AttemptReport)> = batch
+            .iter()
+            .filter(|(l, _)| seen.get(&l.delivery_id) == Some(&1))
+            .filter_map(|(l, o)| match o {
+                DeliveryOutcome::Delivered(r) => Some((l, r)),
+                _ => None,
+            })
+            .collect();
+        let mut client = self.pool.get().await.map_err(error::map_pool)?;
+        let tx = client.transaction().await.map_err(error::map)?;
+        let done: std::collections::HashSet<DeliveryId> =
+            delivery::record_delivered_fast_batch(&tx, now, &fast)
+                .await?
+                .into_iter()
+                .collect();
+        let mut out = Vec::with_capacity(batch.len());
+        for (lease, outcome) in batch {
+            if done.contains(&lease.delivery_id) {
+                out.push(Ok(OutcomeRecorded {
+                    state: DeliveryState::Delivered,
+                    duplicate: false,
+                }));
+                continue;
+            }
+            // Contract answers come from checks, not from failed statements,
+            // so the transaction stays usable after them.
+            match delivery::record_outcome(&tx, now, &self.options, &lease, outcome).await {
+                Err(e) if !e.is_contract_answer() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        tx.commit().await.map_err(error::map)?;
+        Ok(out)
+    }
+
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
         in_tx!(self, notify, |tx| delivery::replay(
             &tx,
