@@ -97,8 +97,11 @@ async fn pg_client(url: &str) -> tokio_postgres::Client {
 }
 
 /// A `control-plane` process with the chaos settings (3 s leases, 1 s
-/// retries), and its API address when it serves one.
-fn spawn(role: &str, env: &[(&str, String)]) -> (Child, Option<String>) {
+/// retries), its API address when it serves one, and its log.
+fn spawn_logged(
+    role: &str,
+    env: &[(&str, String)],
+) -> (Child, Option<String>, Arc<Mutex<Vec<String>>>) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
         c.env_remove(k);
@@ -117,9 +120,24 @@ fn spawn(role: &str, env: &[(&str, String)]) -> (Child, Option<String>) {
     let mut child = c.spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(ready.contains("ready"), "{role} did not start: {ready:?}");
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    if !ready.contains("ready") {
+        let _ = child.kill();
+        panic!("{role} did not start: {ready:?}");
+    }
     let api = ready.split("API on ").nth(1).map(|a| a.trim().to_string());
+    let log = Arc::new(Mutex::new(vec![ready]));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    (child, api, log)
+}
+
+/// [`spawn_logged`] without the log.
+fn spawn(role: &str, env: &[(&str, String)]) -> (Child, Option<String>) {
+    let (child, api, _) = spawn_logged(role, env);
     (child, api)
 }
 
@@ -505,38 +523,8 @@ async fn the_service_survives_a_database_outage() {
         ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
         ("CONTROLPLANE_POOL_SIZE", "4".to_string()),
     ];
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_control-plane"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-        serve.env_remove(k);
-    }
-    serve
-        .arg("serve")
-        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
-        .env("CONTROLPLANE_ADMIN_TOKEN", ADMIN)
-        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
-        .env("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s,1s,1s,1s,1s")
-        .env("CONTROLPLANE_LEASE", "3s")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in &env {
-        serve.env(k, v);
-    }
-    let mut child = serve.spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-    let base = ready
-        .split("API on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{ready}"))
-        .trim()
-        .to_string();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
+    let (mut child, base, log) = spawn_logged("serve", &env);
+    let base = base.unwrap();
     let http = reqwest::Client::new();
     let api = |method: &str, path: &str, body: serde_json::Value| {
         http.request(method.parse().unwrap(), format!("{base}{path}"))

@@ -128,6 +128,25 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
 #[derive(Clone, Debug)]
 pub struct Scope(pub AccountId);
 
+/// The caller and the `{account}` of the path.
+async fn caller_and_account(
+    parts: &mut Parts,
+    state: &Arc<ApiState>,
+) -> Result<(Caller, String), ApiError> {
+    let caller = Caller::from_request_parts(parts, state).await?;
+    let params =
+        axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
+            parts, state,
+        )
+        .await
+        .map_err(|_| ApiError::not_found("account"))?;
+    let account = params
+        .get("account")
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("account"))?;
+    Ok((caller, account))
+}
+
 impl FromRequestParts<Arc<ApiState>> for Scope {
     type Rejection = ApiError;
 
@@ -135,17 +154,8 @@ impl FromRequestParts<Arc<ApiState>> for Scope {
         parts: &mut Parts,
         state: &Arc<ApiState>,
     ) -> Result<Self, Self::Rejection> {
-        let caller = Caller::from_request_parts(parts, state).await?;
-        let params =
-            axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
-                parts, state,
-            )
-            .await
-            .map_err(|_| ApiError::not_found("account"))?;
-        let account = params
-            .get("account")
-            .ok_or_else(|| ApiError::not_found("account"))?;
-        caller.reach(account).map(Scope)
+        let (caller, account) = caller_and_account(parts, state).await?;
+        caller.reach(&account).map(Scope)
     }
 }
 
@@ -160,9 +170,8 @@ impl FromRequestParts<Arc<ApiState>> for AdminScope {
         parts: &mut Parts,
         state: &Arc<ApiState>,
     ) -> Result<Self, Self::Rejection> {
-        let caller = Caller::from_request_parts(parts, state).await?;
+        let (caller, account) = caller_and_account(parts, state).await?;
         caller.admin_only()?;
-        let Scope(account) = Scope::from_request_parts(parts, state).await?;
-        Ok(AdminScope(account))
+        caller.reach(&account).map(AdminScope)
     }
 }

@@ -36,6 +36,14 @@ fn id<T: FromStr>(what: &str, s: &str) -> Result<T, ApiError> {
     s.parse().map_err(|_| ApiError::not_found(what))
 }
 
+/// A caller's signing secret after checking it, or a fresh one.
+fn given_or_new_secret(given: Option<String>) -> Result<String, ApiError> {
+    match given {
+        Some(given) => validate_secret(&given).map(|()| given),
+        None => Ok(generate_secret()),
+    }
+}
+
 /// `Some(Some(v))`, `Some(None)` for an explicit `null`, `None` when absent.
 fn double<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
     d: D,
@@ -88,13 +96,7 @@ pub(crate) async fn endpoint_create(
     Scope(account): Scope,
     Json(body): Json<EndpointCreateBody>,
 ) -> Answer {
-    let secret = match body.secret {
-        Some(given) => {
-            validate_secret(&given)?;
-            given
-        }
-        None => generate_secret(),
-    };
+    let secret = given_or_new_secret(body.secret)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.ordered = body.ordered;
@@ -196,13 +198,7 @@ pub(crate) async fn endpoint_rotate(
     body: Option<Json<RotateBody>>,
 ) -> Answer {
     let endpoint: EndpointId = id("endpoint", &endpoint)?;
-    let secret = match body.and_then(|Json(b)| b.secret) {
-        Some(given) => {
-            validate_secret(&given)?;
-            given
-        }
-        None => generate_secret(),
-    };
+    let secret = given_or_new_secret(body.and_then(|Json(b)| b.secret))?;
     let e = s
         .store
         .endpoint_rotate_secret(
