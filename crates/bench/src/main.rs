@@ -248,13 +248,16 @@ async fn drain_port(
                     continue;
                 }
                 idle = 0;
-                for c in claimed {
-                    store
-                        .delivery_record_outcome(&c.lease, delivered())
-                        .await
-                        .map_err(fail)?;
-                    done.fetch_add(1, Ordering::Relaxed);
+                // What a worker's completion batcher does: one batch per claim.
+                let batch: Vec<_> = claimed
+                    .iter()
+                    .map(|c| (c.lease.clone(), delivered()))
+                    .collect();
+                let n = batch.len() as u64;
+                for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
+                    r.map_err(fail)?;
                 }
+                done.fetch_add(n, Ordering::Relaxed);
             }
         });
     }
@@ -275,22 +278,26 @@ const RAW_CLAIM: &str = "WITH c AS (SELECT d.id FROM deliveries d JOIN endpoints
      UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, lease_token = gen_random_uuid(), \
      lease_expires_at = $3, leased_by = $4, updated_at = $1 FROM c, events ev, endpoints e \
      WHERE d.id = c.id AND ev.id = d.event_id AND e.id = d.endpoint_id \
-     RETURNING d.id, d.lease_token, d.endpoint_id, d.account, d.attempts, ev.body, e.url";
+     RETURNING d.id, d.lease_token, ev.body, e.url";
 
-const RAW_COMPLETE: &str = "UPDATE deliveries SET state = 'delivered', lease_expires_at = NULL, leased_by = NULL, \
-     last_outcome = 'delivered', updated_at = $3 WHERE id = $1 AND lease_token = $2 AND state = 'leased'";
-
-const RAW_ATTEMPT: &str =
-    "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, \
-     error, latency_ms, will_retry, next_attempt_at, recorded_at) \
-     VALUES ($1, $2, $3, $4, 'delivered', 200, NULL, 1, false, NULL, $5)";
+/// The batch completion: the fenced update and the attempt rows in one
+/// statement over arrays, as the adapter's fast path issues it.
+const RAW_COMPLETE: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS i(id, token)), \
+     d AS (UPDATE deliveries SET state = 'delivered', lease_expires_at = NULL, leased_by = NULL, \
+     last_outcome = 'delivered', updated_at = $3 FROM i \
+     WHERE deliveries.id = i.id AND deliveries.lease_token = i.token AND deliveries.state = 'leased' \
+     RETURNING deliveries.id, deliveries.endpoint_id, deliveries.account, deliveries.attempts) \
+     INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
+     will_retry, next_attempt_at, recorded_at) \
+     SELECT d.id, d.endpoint_id, d.account, d.attempts, 'delivered', 200, NULL, 1, false, NULL, $3 FROM d";
 
 fn now_ms() -> i64 {
     SystemClock.now().as_millis()
 }
 
-/// Drains with the adapter's claim and complete statements issued raw on
-/// `conns` connections, one transaction per claim and per completion.
+/// Drains with the adapter's claim and batch-complete statements issued raw
+/// on `conns` connections: one transaction per claim, one statement per
+/// completion batch.
 async fn drain_raw(
     url: &str,
     schema: &str,
@@ -310,7 +317,6 @@ async fn drain_raw(
         tasks.spawn(async move {
             let claim = client.prepare(RAW_CLAIM).await.map_err(fail)?;
             let complete = client.prepare(RAW_COMPLETE).await.map_err(fail)?;
-            let attempt = client.prepare(RAW_ATTEMPT).await.map_err(fail)?;
             let worker = format!("raw{w}");
             let mut idle = 0;
             loop {
@@ -330,23 +336,13 @@ async fn drain_raw(
                     continue;
                 }
                 idle = 0;
-                for r in rows {
-                    let id: uuid::Uuid = r.get(0);
-                    let token: uuid::Uuid = r.get(1);
-                    let endpoint: uuid::Uuid = r.get(2);
-                    let account: String = r.get(3);
-                    let attempts: i64 = r.get(4);
-                    let now = now_ms();
-                    let tx = client.transaction().await.map_err(fail)?;
-                    tx.execute(&complete, &[&id, &token, &now])
-                        .await
-                        .map_err(fail)?;
-                    tx.execute(&attempt, &[&id, &endpoint, &account, &attempts, &now])
-                        .await
-                        .map_err(fail)?;
-                    tx.commit().await.map_err(fail)?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
+                let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
+                let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+                let n = client
+                    .execute(&complete, &[&ids, &tokens, &now_ms()])
+                    .await
+                    .map_err(fail)?;
+                done.fetch_add(n, Ordering::Relaxed);
             }
         });
     }
@@ -518,14 +514,17 @@ async fn steady_state(
                     .map_err(fail)?;
                 if claimed.is_empty() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
                 }
-                for c in claimed {
-                    store
-                        .delivery_record_outcome(&c.lease, delivered())
-                        .await
-                        .map_err(fail)?;
-                    done.fetch_add(1, Ordering::Relaxed);
+                let batch: Vec<_> = claimed
+                    .iter()
+                    .map(|c| (c.lease.clone(), delivered()))
+                    .collect();
+                let n = batch.len() as u64;
+                for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
+                    r.map_err(fail)?;
                 }
+                done.fetch_add(n, Ordering::Relaxed);
             }
             Ok::<(), String>(())
         });
