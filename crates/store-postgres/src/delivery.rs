@@ -451,6 +451,7 @@ pub(crate) async fn claim(
     now: Timestamp,
     options: &StoreOptions,
     req: ClaimRequest,
+    housekeeping: bool,
 ) -> StoreResult<Vec<ClaimedDelivery>> {
     validate_limit(req.limit)?;
     if req.lease_for.is_zero() {
@@ -458,20 +459,25 @@ pub(crate) async fn claim(
             "lease_for must be longer than zero".into(),
         ));
     }
-    sweep_expired(tx, now, options).await?;
+    if housekeeping {
+        sweep_expired(tx, now, options).await?;
+    }
     let now_ms = now.as_millis();
     let expires = now.plus(req.lease_for).as_millis();
     let mut out = Vec::new();
 
     // Probes first. Locking the circuit row (skipping locked ones) makes
     // exactly one replica the prober of each endpoint.
-    let open = tx
-        .query(
+    let open = if housekeeping {
+        tx.query(
             "SELECT endpoint_id FROM circuits WHERE mode = 'open' AND open_until <= $1 FOR UPDATE SKIP LOCKED",
             &[&now_ms],
         )
         .await
-        .db()?;
+        .db()?
+    } else {
+        Vec::new()
+    };
     if !open.is_empty() {
         let mut candidates: Vec<(i64, i64, Uuid, Uuid)> = Vec::new();
         for r in &open {

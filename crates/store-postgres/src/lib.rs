@@ -162,11 +162,14 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        let now = self.now();
+        let housekeeping = self.housekeeping_due(now);
         in_tx!(self, |tx| delivery::claim(
             &tx,
-            self.now(),
+            now,
             &self.options,
-            req
+            req,
+            housekeeping
         ))
     }
 
