@@ -398,12 +398,17 @@ fn pg_test_fsync() -> Option<String> {
 }
 
 async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
-    let total = if a.quick { 300 } else { 10_000 };
     let mut out = String::from(
-        "| connections | batch | raw SQL (deliveries/s) | adapter (deliveries/s) | adapter / raw |\n| --- | --- | --- | --- | --- |\n",
+        "| connections | batch | deliveries drained | raw SQL (deliveries/s) | adapter (deliveries/s) | adapter / raw |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for conns in [1usize, 16] {
         for batch in [1u32, 10, 100] {
+            let total = match (a.quick, batch) {
+                (true, _) => 300,
+                (false, 1) => 3_000,
+                (false, 10) => 10_000,
+                (false, _) => 20_000,
+            };
             let raw = repeat(a.runs, || async {
                 let schema = unique("bench_raw");
                 let store = pg_store(&a.url, &schema, 4, false).await?;
@@ -427,7 +432,7 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
             .await?;
             let _ = writeln!(
                 out,
-                "| {conns} | {batch} | {raw:.0} | {port:.0} | {:.2} |",
+                "| {conns} | {batch} | {total} | {raw:.0} | {port:.0} | {:.2} |",
                 port / raw
             );
             eprintln!("bench: raw vs adapter {conns} x {batch}: {raw:.0} vs {port:.0}");
