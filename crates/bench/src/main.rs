@@ -25,6 +25,7 @@ fn fail<E: std::fmt::Display>(e: E) -> String {
 
 struct Args {
     quick: bool,
+    only: Option<String>,
     url: String,
     runs: usize,
     serve_bin: Option<String>,
@@ -33,6 +34,7 @@ struct Args {
 fn args() -> BenchResult<Args> {
     let mut a = Args {
         quick: false,
+        only: None,
         url: std::env::var("CONTROLPLANE_TEST_DATABASE_URL").unwrap_or_default(),
         runs: 3,
         serve_bin: None,
@@ -43,6 +45,7 @@ fn args() -> BenchResult<Args> {
             "--quick" => a.quick = true,
             "--database-url" => a.url = it.next().ok_or("--database-url needs a value")?,
             "--serve-bin" => a.serve_bin = it.next(),
+            "--only" => a.only = it.next(),
             "--runs" => {
                 a.runs = it
                     .next()
@@ -205,6 +208,27 @@ async fn prefill(store: &dyn ControlPlaneStore, n: usize) -> BenchResult<()> {
         left -= b;
     }
     Ok(())
+}
+
+/// A postgres backlog of `n` pending deliveries written with
+/// `generate_series` (what the port would write, much faster), then analyzed
+/// as autovacuum would after such an insert. Burn-down measures the drain.
+async fn pg_prefill(url: &str, schema: &str, e: &Endpoint, n: usize) -> BenchResult<()> {
+    let c = raw_client(url, schema).await?;
+    let now = now_ms();
+    let n = i64::try_from(n).map_err(fail)?;
+    c.execute(
+        "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+         SELECT gen_random_uuid(), 'bench', 'bench.event', '{\"type\":\"bench.event\",\"data\":{}}', NULL, $2 \
+         FROM generate_series(1, $3::bigint) RETURNING id) \
+         INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, due_at, \
+         created_at, updated_at) SELECT gen_random_uuid(), 'bench', $1, ev.id, nextval('delivery_seq'), \
+         'pending', 0, 8, $2, $2, $2 FROM ev",
+        &[&e.id.0, &now, &n],
+    )
+    .await
+    .map_err(fail)?;
+    c.batch_execute("ANALYZE").await.map_err(fail)
 }
 
 fn delivered() -> DeliveryOutcome {
@@ -412,8 +436,8 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
             let raw = repeat(a.runs, || async {
                 let schema = unique("bench_raw");
                 let store = pg_store(&a.url, &schema, 4, false).await?;
-                endpoint(&store, "https://example.com/hook").await?;
-                prefill(&store, total).await?;
+                let e = endpoint(&store, "https://example.com/hook").await?;
+                pg_prefill(&a.url, &schema, &e, total).await?;
                 drop(store);
                 let r = drain_raw(&a.url, &schema, conns, i64::from(batch), total).await;
                 drop_schema(&a.url, &schema).await?;
@@ -423,8 +447,8 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
             let port = repeat(a.runs, || async {
                 let schema = unique("bench_port");
                 let store = pg_store(&a.url, &schema, conns as u32, false).await?;
-                endpoint(&store, "https://example.com/hook").await?;
-                prefill(&store, total).await?;
+                let e = endpoint(&store, "https://example.com/hook").await?;
+                pg_prefill(&a.url, &schema, &e, total).await?;
                 let r = drain_port(Arc::new(store), conns, batch, total).await;
                 drop_schema(&a.url, &schema).await?;
                 r
@@ -447,15 +471,21 @@ async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<St
     );
     for profile in ["postgres", "embedded"] {
         // Debug builds run DuckDB unoptimised: quick runs keep embedded tiny.
+        // Publishing 200,000 events through the embedded store one batch at a
+        // time takes minutes here; its burn-down drains 20,000.
         let prefilled = match (a.quick, profile) {
-            (false, _) => 200_000,
+            (false, "postgres") => 200_000,
+            (false, _) => 20_000,
             (true, "postgres") => 1_000,
             (true, _) => 100,
         };
         let burn = repeat(a.runs, || async {
             let (store, schema) = open_profile(a, profile, dir).await?;
-            endpoint(store.as_ref(), "https://example.com/hook").await?;
-            prefill(store.as_ref(), prefilled).await?;
+            let e = endpoint(store.as_ref(), "https://example.com/hook").await?;
+            match &schema {
+                Some(s) => pg_prefill(&a.url, s, &e, prefilled).await?,
+                None => prefill(store.as_ref(), prefilled).await?,
+            }
             let workers = if profile == "postgres" { 16 } else { 2 };
             let r = drain_port(store, workers, 100, prefilled).await;
             if let Some(s) = schema {
@@ -640,8 +670,11 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         let rate = repeat(a.runs, || async {
             let (store, schema) = open_profile(a, profile, dir).await?;
             let (url, seen) = receiver(Duration::ZERO).await?;
-            endpoint(store.as_ref(), &url).await?;
-            prefill(store.as_ref(), total).await?;
+            let e = endpoint(store.as_ref(), &url).await?;
+            match &schema {
+                Some(s) => pg_prefill(&a.url, s, &e, total).await?,
+                None => prefill(store.as_ref(), total).await?,
+            }
             let d = dispatcher_for(store.clone(), Duration::from_millis(50))?;
             let (stop, stopped) = watch::channel(false);
             let start = Instant::now();
@@ -899,24 +932,37 @@ async fn run(a: &Args) -> BenchResult<String> {
         },
         machine(a).await
     );
-    let _ = writeln!(
-        out,
-        "## Claim and complete: raw SQL beside the postgres adapter\n\n{}",
-        raw_vs_adapter(a).await?
-    );
-    let _ = writeln!(
-        out,
-        "## Burn-down and steady state\n\n{}",
-        burn_down_and_steady(a, &dir).await?
-    );
-    let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
-    let _ = writeln!(
-        out,
-        "## Enqueue to first attempt (postgres, across two replicas)\n\n{}",
-        wakeup_latency(a).await?
-    );
-    let _ = writeln!(out, "## Growth (postgres)\n\n{}", growth(a).await?);
-    let _ = writeln!(out, "## Memory\n\n{}", memory(a, &dir).await?);
+    let want = |name: &str| a.only.as_deref().is_none_or(|o| o == name);
+    if want("raw") {
+        let _ = writeln!(
+            out,
+            "## Claim and complete: raw SQL beside the postgres adapter\n\n{}",
+            raw_vs_adapter(a).await?
+        );
+    }
+    if want("burn") {
+        let _ = writeln!(
+            out,
+            "## Burn-down and steady state\n\n{}",
+            burn_down_and_steady(a, &dir).await?
+        );
+    }
+    if want("e2e") {
+        let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
+    }
+    if want("latency") {
+        let _ = writeln!(
+            out,
+            "## Enqueue to first attempt (postgres, across two replicas)\n\n{}",
+            wakeup_latency(a).await?
+        );
+    }
+    if want("growth") {
+        let _ = writeln!(out, "## Growth (postgres)\n\n{}", growth(a).await?);
+    }
+    if want("memory") {
+        let _ = writeln!(out, "## Memory\n\n{}", memory(a, &dir).await?);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
 }

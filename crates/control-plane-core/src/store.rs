@@ -260,8 +260,9 @@ pub trait DeliveryStore: Send + Sync {
     ///   included (`outcome_batches_agree_with_single_outcomes`).
     ///
     /// # Errors
-    /// A backend failure fails the whole batch and changes nothing; the items
-    /// may then be recorded one by one.
+    /// A backend failure fails the call; items may or may not have been
+    /// recorded (an adapter may commit the common successes first), so the
+    /// caller records them again one by one, where repeats are duplicates.
     ///
     /// # Cancellation safety
     /// Safe to retry: repeats are duplicates.

@@ -584,51 +584,14 @@ pub(crate) async fn release(
     Ok(())
 }
 
-/// The common outcome in one autocommitted statement: a success, under its
-/// live lease, on an endpoint whose circuit is closed with nothing to reset.
-/// `plan_outcome` gives exactly this transition there (delivered, attempt
-/// logged, circuit unchanged, no alert). `false` when the case does not
-/// apply; the caller then takes the general path, which handles everything.
-pub(crate) async fn record_delivered_fast(
-    client: &tokio_postgres::Client,
-    now: Timestamp,
-    lease: &Lease,
-    outcome: &DeliveryOutcome,
-) -> StoreResult<bool> {
-    let DeliveryOutcome::Delivered(report) = outcome else {
-        return Ok(false);
-    };
-    let row = client
-        .query_opt(
-            "WITH d AS (UPDATE deliveries SET state = 'delivered', last_error = $3, lease_expires_at = NULL, \
-             leased_by = NULL, last_outcome = 'delivered', updated_at = $4 \
-             WHERE id = $1 AND lease_token = $2 AND state = 'leased' AND EXISTS (SELECT 1 FROM circuits c \
-             WHERE c.endpoint_id = deliveries.endpoint_id AND c.mode = 'closed' AND c.failures = 0 \
-             AND c.open_until IS NULL AND c.reopen_count = 0 AND c.failing_since IS NULL AND c.probe IS NULL) \
-             RETURNING id, endpoint_id, account, attempts) \
-             INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-             latency_ms, will_retry, next_attempt_at, recorded_at) \
-             SELECT d.id, d.endpoint_id, d.account, d.attempts, 'delivered', $5, $3, $6, false, NULL, $4 FROM d \
-             RETURNING 1",
-            &[
-                &lease.delivery_id.0,
-                &lease.token.0,
-                &report.error,
-                &now.as_millis(),
-                &report.status_code.map(i64::from),
-                &i64::try_from(report.latency_ms).unwrap_or(i64::MAX),
-            ],
-        )
-        .await
-        .db()?;
-    Ok(row.is_some())
-}
-
-/// [`record_delivered_fast`] for many leases in one statement (arrays
-/// through `unnest`): returns the deliveries it recorded; the others need the
-/// general path.
+/// The common outcome, for many leases in one statement (arrays through
+/// `unnest`): a success, under its live lease, on an endpoint whose circuit is
+/// closed with nothing to reset. `plan_outcome` gives exactly this transition
+/// there (delivered, attempt logged, circuit unchanged, no alert). Returns the
+/// deliveries it recorded; the others need the general path, which handles
+/// everything. On a plain client the statement commits on its own.
 pub(crate) async fn record_delivered_fast_batch(
-    tx: &Transaction<'_>,
+    tx: &impl tokio_postgres::GenericClient,
     now: Timestamp,
     items: &[(&Lease, &AttemptReport)],
 ) -> StoreResult<Vec<DeliveryId>> {

@@ -191,9 +191,12 @@ impl DeliveryStore for PostgresStore {
         lease: &Lease,
         outcome: DeliveryOutcome,
     ) -> StoreResult<OutcomeRecorded> {
-        {
+        if let DeliveryOutcome::Delivered(report) = &outcome {
             let client = self.pool.get().await.map_err(error::map_pool)?;
-            if delivery::record_delivered_fast(&client, self.now(), lease, &outcome).await? {
+            let done =
+                delivery::record_delivered_fast_batch(&**client, self.now(), &[(lease, report)])
+                    .await?;
+            if !done.is_empty() {
                 return Ok(OutcomeRecorded {
                     state: DeliveryState::Delivered,
                     duplicate: false,
@@ -228,12 +231,24 @@ impl DeliveryStore for PostgresStore {
             })
             .collect();
         let mut client = self.pool.get().await.map_err(error::map_pool)?;
-        let tx = client.transaction().await.map_err(error::map)?;
+        // One autocommitted statement; the common batch is done with it.
         let done: std::collections::HashSet<DeliveryId> =
-            delivery::record_delivered_fast_batch(&tx, now, &fast)
+            delivery::record_delivered_fast_batch(&**client, now, &fast)
                 .await?
                 .into_iter()
                 .collect();
+        if done.len() == batch.len() {
+            return Ok(batch
+                .iter()
+                .map(|_| {
+                    Ok(OutcomeRecorded {
+                        state: DeliveryState::Delivered,
+                        duplicate: false,
+                    })
+                })
+                .collect());
+        }
+        let tx = client.transaction().await.map_err(error::map)?;
         let mut out = Vec::with_capacity(batch.len());
         for (lease, outcome) in batch {
             if done.contains(&lease.delivery_id) {
