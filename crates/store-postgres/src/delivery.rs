@@ -519,14 +519,27 @@ pub(crate) async fn claim(
     if rest > 0 {
         // One statement: lock due rows in claim order, skipping rows other
         // replicas hold, and lease them. A locking CTE is never inlined, so
-        // LIMIT bounds the rows updated.
+        // LIMIT bounds the rows locked. Unordered endpoints (`u`) are served
+        // straight from the due index; ordered ones (`o`) only by their head,
+        // the lowest live sequence, found per endpoint. Keeping the two apart
+        // keeps the common plan a plain ordered index scan.
         let rows = tx
             .query(
                 &format!(
-                    "WITH c AS (SELECT d.id FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                     JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
-                     WHERE {CLAIMABLE} AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
-                     FOR UPDATE OF d SKIP LOCKED) {LEASE_AND_RETURN}"
+                    "WITH u AS (SELECT d.id, d.due_at, d.seq FROM deliveries d \
+                     JOIN endpoints e ON e.id = d.endpoint_id JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
+                     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+                     AND NOT e.ordered AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
+                     FOR UPDATE OF d SKIP LOCKED), \
+                     o AS (SELECT d.id, d.due_at, d.seq FROM deliveries d WHERE d.id IN ( \
+                       SELECT h.id FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id \
+                       CROSS JOIN LATERAL (SELECT x.id, x.state, x.due_at FROM deliveries x \
+                         WHERE x.endpoint_id = e.id AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
+                       WHERE e.ordered AND e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' \
+                       AND h.state = 'pending' AND h.due_at <= $1) \
+                     AND d.state = 'pending' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                     c AS (SELECT id FROM (SELECT * FROM u UNION ALL SELECT * FROM o) b ORDER BY due_at, seq LIMIT $2) \
+                     {LEASE_AND_RETURN}"
                 ),
                 &[&now_ms, &rest, &expires, &req.worker],
             )
