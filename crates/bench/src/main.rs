@@ -885,7 +885,6 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     };
     let n: usize = if a.quick { 200 } else { 10_000 };
     let (url, seen) = receiver(Duration::from_secs(if a.quick { 2 } else { 20 })).await?;
-    let _ = dir;
     let schema = unique("bench_mem");
     {
         let store = pg_store(&a.url, &schema, 2, false).await?;
@@ -903,7 +902,7 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         .env("CONTROLPLANE_CONCURRENCY", n.to_string())
         .env("CONTROLPLANE_LEASE", "60s")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).map_err(fail)?)
         .kill_on_drop(true)
         .spawn()
         .map_err(fail)?;
@@ -915,6 +914,14 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         in_flight_max = in_flight_max.max(got);
         if got >= n {
             break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+            drop_schema(&a.url, &schema).await?;
+            return Ok(format!(
+                "not measured: `control-plane serve` exited early ({status}): {}\n",
+                log.lines().last().unwrap_or("")
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
