@@ -891,7 +891,13 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         let e = endpoint(&store, &url).await?;
         pg_prefill(&a.url, &schema, &e, n).await?;
     }
-    let mut child = tokio::process::Command::new(bin)
+    let mut serve = tokio::process::Command::new(bin);
+    // The binary refuses unknown CONTROLPLANE_* variables (such as the test
+    // database URL this harness may run with): hand it only its own.
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        serve.env_remove(k);
+    }
+    let mut child = serve
         .arg("serve")
         .env("CONTROLPLANE_STORE", "postgres")
         .env("CONTROLPLANE_DATABASE_URL", &a.url)
