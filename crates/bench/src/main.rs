@@ -295,28 +295,6 @@ async fn drain_port(
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-/// The adapter's claim statement, verbatim (`store_postgres` delivery.rs:
-/// unordered endpoints from the due index, ordered ones by their head).
-const RAW_CLAIM: &str = "WITH u AS (SELECT d.id, d.due_at, d.seq FROM deliveries d \
-     JOIN endpoints e ON e.id = d.endpoint_id JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
-     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-     AND NOT e.ordered AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
-     FOR UPDATE OF d SKIP LOCKED), \
-     o AS (SELECT d.id, d.due_at, d.seq FROM deliveries d WHERE d.id IN ( \
-       SELECT h.id FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id \
-       CROSS JOIN LATERAL (SELECT x.id, x.state, x.due_at FROM deliveries x \
-         WHERE x.endpoint_id = e.id AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
-       WHERE e.ordered AND e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' \
-       AND h.state = 'pending' AND h.due_at <= $1) \
-     AND d.state = 'pending' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     c AS (SELECT id FROM (SELECT * FROM u UNION ALL SELECT * FROM o) b ORDER BY due_at, seq LIMIT $2) \
-     UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, \
-     lease_token = gen_random_uuid(), lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $1 \
-     FROM c, events ev, endpoints e WHERE d.id = c.id AND ev.id = d.event_id AND e.id = d.endpoint_id \
-     RETURNING d.id, d.lease_token, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
-     d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at, ev.event_type, \
-     ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at";
-
 /// The batch completion: the fenced update and the attempt rows in one
 /// statement over arrays, as the adapter's fast path issues it.
 const RAW_COMPLETE: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS i(id, token)), \
@@ -352,7 +330,10 @@ async fn drain_raw(
     for (w, mut client) in clients.into_iter().enumerate() {
         let done = done.clone();
         tasks.spawn(async move {
-            let claim = client.prepare(RAW_CLAIM).await.map_err(fail)?;
+            let claim = client
+                .prepare(&store_postgres::claim_statement())
+                .await
+                .map_err(fail)?;
             let complete = client.prepare(RAW_COMPLETE).await.map_err(fail)?;
             let worker = format!("raw{w}");
             let mut idle = 0;
@@ -374,7 +355,8 @@ async fn drain_raw(
                 }
                 idle = 0;
                 let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
-                let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+                // Column 19 of the claim is the lease token.
+                let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(19)).collect();
                 let n = client
                     .execute(&complete, &[&ids, &tokens, &now_ms()])
                     .await

@@ -424,6 +424,29 @@ const LEASE_AND_RETURN: &str = "UPDATE deliveries d SET state = 'leased', attemp
      d.lease_expires_at, d.last_error, d.created_at, d.updated_at, ev.event_type, ev.body, e.url, e.secret, \
      e.previous_secret, e.previous_expires_at, d.lease_token";
 
+/// The claim of ordinary deliveries: `$1` now (ms), `$2` the limit, `$3`
+/// the lease expiry (ms), `$4` the worker. Unordered endpoints (`u`) are
+/// served straight from the due index; ordered ones (`o`) only by their head,
+/// the lowest live sequence. The benchmark issues this same text raw.
+pub fn claim_statement() -> String {
+    format!(
+        "WITH u AS (SELECT d.id, d.due_at, d.seq FROM deliveries d \
+                     JOIN endpoints e ON e.id = d.endpoint_id JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
+                     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+                     AND NOT e.ordered AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
+                     FOR UPDATE OF d SKIP LOCKED), \
+                     o AS (SELECT d.id, d.due_at, d.seq FROM deliveries d WHERE d.id IN ( \
+                       SELECT h.id FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id \
+                       CROSS JOIN LATERAL (SELECT x.id, x.state, x.due_at FROM deliveries x \
+                         WHERE x.endpoint_id = e.id AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
+                       WHERE e.ordered AND e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' \
+                       AND h.state = 'pending' AND h.due_at <= $1) \
+                     AND d.state = 'pending' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                     c AS (SELECT id FROM (SELECT * FROM u UNION ALL SELECT * FROM o) b ORDER BY due_at, seq LIMIT $2) \
+                     {LEASE_AND_RETURN}"
+    )
+}
+
 fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     let delivery = row_to_delivery(r)?;
     Ok(ClaimedDelivery {
@@ -524,25 +547,7 @@ pub(crate) async fn claim(
         // the lowest live sequence, found per endpoint. Keeping the two apart
         // keeps the common plan a plain ordered index scan.
         let rows = tx
-            .query(
-                &format!(
-                    "WITH u AS (SELECT d.id, d.due_at, d.seq FROM deliveries d \
-                     JOIN endpoints e ON e.id = d.endpoint_id JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
-                     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-                     AND NOT e.ordered AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
-                     FOR UPDATE OF d SKIP LOCKED), \
-                     o AS (SELECT d.id, d.due_at, d.seq FROM deliveries d WHERE d.id IN ( \
-                       SELECT h.id FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id \
-                       CROSS JOIN LATERAL (SELECT x.id, x.state, x.due_at FROM deliveries x \
-                         WHERE x.endpoint_id = e.id AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
-                       WHERE e.ordered AND e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' \
-                       AND h.state = 'pending' AND h.due_at <= $1) \
-                     AND d.state = 'pending' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                     c AS (SELECT id FROM (SELECT * FROM u UNION ALL SELECT * FROM o) b ORDER BY due_at, seq LIMIT $2) \
-                     {LEASE_AND_RETURN}"
-                ),
-                &[&now_ms, &rest, &expires, &req.worker],
-            )
+            .query(&claim_statement(), &[&now_ms, &rest, &expires, &req.worker])
             .await
             .db()?;
         for r in &rows {

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use control_plane_core::*;
 
 pub use config::PostgresConfig;
+pub use delivery::claim_statement;
 pub use error::classify;
 use store::in_tx;
 pub use store::PostgresStore;
