@@ -260,11 +260,15 @@ fn workspace_root() -> PathBuf {
 fn bench(quick: bool) -> Result<(), String> {
     let (url, _cluster) = test_database()?;
     let profile = if quick { "debug" } else { "release" };
-    let mut build = vec!["build", "-p", "bench", "-p", "control-plane"];
-    if !quick {
-        build.push("--release");
-    }
-    cargo(&build, &[])?;
+    // Each selection keeps the bundled DuckDB it was built with: the quick
+    // run builds what the tests build (same features, so no second DuckDB
+    // build), the full run the two binaries in release.
+    let build: &[&str] = if quick {
+        &["build", "--workspace", "--all-targets"]
+    } else {
+        &["build", "--release", "-p", "bench", "-p", "control-plane"]
+    };
+    cargo(build, &[])?;
     let dir = target_dir().join(profile);
     let serve = dir.join("control-plane");
     let serve = serve.to_string_lossy();

@@ -26,6 +26,8 @@ fn fail<E: std::fmt::Display>(e: E) -> String {
 struct Args {
     quick: bool,
     only: Option<String>,
+    /// The adapters of the burn-down and end-to-end sections.
+    profiles: Vec<&'static str>,
     url: String,
     runs: usize,
     serve_bin: Option<String>,
@@ -35,6 +37,7 @@ fn args() -> BenchResult<Args> {
     let mut a = Args {
         quick: false,
         only: None,
+        profiles: vec!["postgres", "embedded"],
         url: std::env::var("CONTROLPLANE_TEST_DATABASE_URL").unwrap_or_default(),
         runs: 3,
         serve_bin: None,
@@ -46,6 +49,17 @@ fn args() -> BenchResult<Args> {
             "--database-url" => a.url = it.next().ok_or("--database-url needs a value")?,
             "--serve-bin" => a.serve_bin = it.next(),
             "--only" => a.only = it.next(),
+            "--profile" => {
+                a.profiles = match it.next().as_deref() {
+                    Some("postgres") => vec!["postgres"],
+                    Some("embedded") => vec!["embedded"],
+                    other => {
+                        return Err(format!(
+                            "--profile takes postgres or embedded, not {other:?}"
+                        ))
+                    }
+                }
+            }
             "--runs" => {
                 a.runs = it
                     .next()
@@ -464,13 +478,10 @@ async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<St
     let mut out = String::from(
         "| adapter | burn-down: drain of a prefilled backlog (deliveries/s) | steady state: completed while publishing (deliveries/s) | backlog start → end |\n| --- | --- | --- | --- |\n",
     );
-    for profile in ["postgres", "embedded"] {
+    for &profile in &a.profiles {
         // Debug builds run DuckDB unoptimised: quick runs keep embedded tiny.
-        // Publishing 200,000 events through the embedded store one batch at a
-        // time takes minutes here; its burn-down drains 20,000.
         let prefilled = match (a.quick, profile) {
-            (false, "postgres") => 200_000,
-            (false, _) => 20_000,
+            (false, _) => 200_000,
             (true, "postgres") => 1_000,
             (true, _) => 100,
         };
@@ -479,7 +490,14 @@ async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<St
             let e = endpoint(store.as_ref(), "https://example.com/hook").await?;
             match &schema {
                 Some(s) => pg_prefill(&a.url, s, &e, prefilled).await?,
-                None => prefill(store.as_ref(), prefilled).await?,
+                None => {
+                    let t = Instant::now();
+                    prefill(store.as_ref(), prefilled).await?;
+                    eprintln!(
+                        "bench: {profile}: published {prefilled} through the port at {:.0}/s",
+                        prefilled as f64 / t.elapsed().as_secs_f64()
+                    );
+                }
             }
             let workers = if profile == "postgres" { 16 } else { 2 };
             let r = drain_port(store, workers, 100, prefilled).await;
@@ -656,12 +674,9 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
         "| adapter | deliveries through the dispatcher to a local receiver (deliveries/s) |\n| --- | --- |\n",
     );
-    for profile in ["postgres", "embedded"] {
-        // The embedded adapter drains about a hundred per second here (see
-        // BENCHMARKS.md): 20,000 would take minutes per run.
+    for &profile in &a.profiles {
         let total = match (a.quick, profile) {
-            (false, "postgres") => 20_000,
-            (false, _) => 2_000,
+            (false, _) => 20_000,
             (true, "postgres") => 300,
             (true, _) => 100,
         };

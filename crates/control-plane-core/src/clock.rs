@@ -157,3 +157,33 @@ mod tests {
         assert_eq!(t0.since(c.now()), Duration::ZERO);
     }
 }
+
+/// The gate of a store's periodic claim-time work (sweeping expired leases,
+/// looking for due probes): open at most once per [`Housekeeping::EVERY_MS`] of
+/// store time, and always when the clock went backwards. Either duty is
+/// delayed by less than that interval; the per-claim cost is gone.
+#[derive(Debug)]
+pub struct Housekeeping(AtomicI64);
+
+impl Default for Housekeeping {
+    fn default() -> Self {
+        Housekeeping(AtomicI64::new(i64::MIN))
+    }
+}
+
+impl Housekeeping {
+    /// The interval, in milliseconds of store time.
+    pub const EVERY_MS: i64 = 200;
+
+    /// Whether the work is due at `now`; when it is, `now` is remembered.
+    pub fn due(&self, now: Timestamp) -> bool {
+        let last = self.0.load(Ordering::Relaxed);
+        let now = now.as_millis();
+        if now < last || now.saturating_sub(last) >= Self::EVERY_MS {
+            self.0.store(now, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+}

@@ -15,7 +15,7 @@ pub mod types;
 pub mod wakeup;
 pub mod workflow;
 
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, Housekeeping, ManualClock, SystemClock, Timestamp};
 pub use config::{Config, ConfigError, StoreProfile};
 pub use error::{StoreError, StoreResult};
 pub use ops::*;

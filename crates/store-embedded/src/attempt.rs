@@ -3,12 +3,13 @@
 use control_plane_core::policy::AttemptDraft;
 use control_plane_core::{
     AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult,
+    Timestamp,
 };
 use duckdb::{params, Row};
 
 use crate::error::DuckResultExt;
 use crate::store::Tx;
-use crate::util::{col_uuid, ts, ts_opt};
+use crate::util::{col_uuid, list, ts, ts_opt};
 
 const ATTEMPT_COLS: &str =
     "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
@@ -36,34 +37,80 @@ fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
     })
 }
 
-pub(crate) fn insert(
-    t: &mut Tx<'_>,
-    delivery: DeliveryId,
-    endpoint: EndpointId,
-    account: &AccountId,
-    attempt: u32,
-    a: &AttemptDraft,
-) -> StoreResult<()> {
-    let id = t.next_attempt_id();
-    t.execute(
-        &format!("INSERT INTO attempts ({ATTEMPT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"),
-        params![
-            id,
-            delivery.to_string(),
-            endpoint.to_string(),
-            account.as_str(),
-            attempt,
-            a.result.as_str(),
-            a.status_code,
-            a.error,
-            i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
-            a.will_retry,
-            a.next_attempt_at.map(|t| t.as_millis()),
-            t.now.as_millis()
-        ],
-    )
-    .db()?;
-    Ok(())
+/// Attempt-log rows gathered during one transaction and written by one
+/// statement.
+#[derive(Default)]
+pub(crate) struct AttemptRows {
+    id: Vec<Option<i64>>,
+    delivery: Vec<String>,
+    endpoint: Vec<String>,
+    account: Vec<String>,
+    attempt: Vec<Option<i64>>,
+    result: Vec<&'static str>,
+    status_code: Vec<Option<i64>>,
+    error: Vec<Option<String>>,
+    latency_ms: Vec<Option<i64>>,
+    will_retry: Vec<bool>,
+    next_attempt_at: Vec<Option<i64>>,
+}
+
+impl AttemptRows {
+    /// Adds a row; its log position is taken now, so positions follow the
+    /// order of the calls.
+    pub(crate) fn push(
+        &mut self,
+        t: &mut Tx<'_>,
+        delivery: DeliveryId,
+        endpoint: EndpointId,
+        account: &AccountId,
+        attempt: u32,
+        a: &AttemptDraft,
+    ) {
+        self.id.push(Some(t.next_attempt_id()));
+        self.delivery.push(delivery.to_string());
+        self.endpoint.push(endpoint.to_string());
+        self.account.push(account.as_str().to_string());
+        self.attempt.push(Some(i64::from(attempt)));
+        self.result.push(a.result.as_str());
+        self.status_code.push(a.status_code.map(i64::from));
+        self.error.push(a.error.clone());
+        self.latency_ms
+            .push(Some(i64::try_from(a.latency_ms).unwrap_or(i64::MAX)));
+        self.will_retry.push(a.will_retry);
+        self.next_attempt_at
+            .push(a.next_attempt_at.map(Timestamp::as_millis));
+    }
+
+    /// Writes the gathered rows.
+    pub(crate) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+        if self.id.is_empty() {
+            return Ok(());
+        }
+        t.execute(
+            &format!(
+                "INSERT INTO attempts ({ATTEMPT_COLS}) SELECT unnest($1::BIGINT[]), unnest($2::VARCHAR[]), \
+                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), unnest($6::VARCHAR[]), \
+                 unnest($7::BIGINT[]), unnest($8::VARCHAR[]), unnest($9::BIGINT[]), unnest($10::BOOLEAN[]), \
+                 unnest($11::BIGINT[]), $12"
+            ),
+            params![
+                list::int(self.id),
+                list::text(self.delivery),
+                list::text(self.endpoint),
+                list::text(self.account),
+                list::int(self.attempt),
+                list::text(self.result),
+                list::int(self.status_code),
+                list::opt_text(self.error),
+                list::int(self.latency_ms),
+                list::bool(self.will_retry),
+                list::int(self.next_attempt_at),
+                t.now.as_millis()
+            ],
+        )
+        .db()?;
+        Ok(())
+    }
 }
 
 pub(crate) fn list_for_delivery(

@@ -12,13 +12,17 @@ use control_plane_core::{
     OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets, StoreError,
     StoreResult, Timestamp,
 };
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use control_plane_core::{Circuit, Endpoint};
 use duckdb::{params, OptionalExt, Row};
 
 use crate::attempt;
 use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::Tx;
-use crate::util::{col_uuid, ts, ts_opt};
+use crate::util::{col_uuid, list, ts, ts_opt};
 use control_plane_core::{alert_event, fan_out, AlertKind};
 
 const DELIVERY_COLS: &str =
@@ -87,39 +91,132 @@ fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec<DeliveryId
     rows.collect::<Result<Vec<_>, _>>().db()
 }
 
-fn insert_delivery(
-    t: &mut Tx<'_>,
-    account: &AccountId,
-    endpoint: EndpointId,
-    event: EventId,
-) -> StoreResult<DeliveryId> {
-    let id = DeliveryId::new();
-    let seq = t.next_seq();
-    t.execute(
-        "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
-         due_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $7, $7, $7)",
-        params![
-            id.to_string(),
-            account.as_str(),
-            endpoint.to_string(),
-            event.to_string(),
-            seq,
-            t.options.max_attempts,
-            t.now.as_millis()
-        ],
-    )
-    .db()?;
-    Ok(id)
+/// New events and deliveries gathered during one transaction and written by
+/// one statement each.
+#[derive(Default)]
+struct NewRows {
+    ev_id: Vec<String>,
+    ev_account: Vec<String>,
+    ev_type: Vec<String>,
+    ev_body: Vec<String>,
+    ev_key: Vec<Option<String>>,
+    d_id: Vec<String>,
+    d_account: Vec<String>,
+    d_endpoint: Vec<String>,
+    d_event: Vec<String>,
+    d_seq: Vec<Option<i64>>,
 }
 
-/// Publishes every request in the one transaction `t` belongs to.
+impl NewRows {
+    fn delivery(
+        &mut self,
+        t: &mut Tx<'_>,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> DeliveryId {
+        let id = DeliveryId::new();
+        self.d_id.push(id.to_string());
+        self.d_account.push(account.as_str().to_string());
+        self.d_endpoint.push(endpoint.to_string());
+        self.d_event.push(event.to_string());
+        self.d_seq.push(Some(t.next_seq()));
+        id
+    }
+
+    /// A new event fanned out (see [`fan_out`]) to `endpoints`, the live
+    /// endpoints of its account; `about` is the endpoint an operational
+    /// event concerns.
+    fn event(
+        &mut self,
+        t: &mut Tx<'_>,
+        req: &PublishRequest,
+        endpoints: &[Endpoint],
+        about: Option<EndpointId>,
+    ) -> Published {
+        let event = Event {
+            id: EventId::new(),
+            account: req.account.clone(),
+            event_type: req.event_type.clone(),
+            body: req.body(t.now),
+            idempotency_key: req.idempotency_key.clone(),
+            created_at: t.now,
+        };
+        self.ev_id.push(event.id.to_string());
+        self.ev_account.push(event.account.as_str().to_string());
+        self.ev_type.push(event.event_type.clone());
+        self.ev_body.push(event.body.clone());
+        self.ev_key.push(event.idempotency_key.clone());
+        let deliveries = fan_out(endpoints, &req.event_type, about)
+            .into_iter()
+            .map(|e| self.delivery(t, &req.account, e, event.id))
+            .collect();
+        Published {
+            event,
+            deliveries,
+            created: true,
+        }
+    }
+
+    fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+        if !self.ev_id.is_empty() {
+            t.execute(
+                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+                 SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), \
+                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6",
+                params![
+                    list::text(self.ev_id),
+                    list::text(self.ev_account),
+                    list::text(self.ev_type),
+                    list::text(self.ev_body),
+                    list::opt_text(self.ev_key),
+                    t.now.as_millis()
+                ],
+            )
+            .db()?;
+        }
+        if !self.d_id.is_empty() {
+            t.execute(
+                "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+                 due_at, created_at, updated_at) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), \
+                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6, $7, $7, $7",
+                params![
+                    list::text(self.d_id),
+                    list::text(self.d_account),
+                    list::text(self.d_endpoint),
+                    list::text(self.d_event),
+                    list::int(self.d_seq),
+                    t.options.max_attempts,
+                    t.now.as_millis()
+                ],
+            )
+            .db()?;
+        }
+        Ok(())
+    }
+}
+
+/// Publishes every request in the one transaction `t` belongs to. A key
+/// repeated within the batch answers with the event its first use created.
 pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
     for r in &reqs {
         r.validate()?;
     }
-    let mut out = Vec::with_capacity(reqs.len());
+    let mut rows = NewRows::default();
+    let mut endpoints: HashMap<AccountId, Vec<Endpoint>> = HashMap::new();
+    let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
+    let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
     for req in reqs {
         if let Some(key) = &req.idempotency_key {
+            let slot = (req.account.clone(), key.clone());
+            if let Some(first) = keyed.get(&slot).and_then(|i| out.get(*i)) {
+                let again = Published {
+                    created: false,
+                    ..first.clone()
+                };
+                out.push(again);
+                continue;
+            }
             let existing = t
                 .query_row(
                     &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
@@ -137,49 +234,16 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
                 });
                 continue;
             }
+            keyed.insert(slot, out.len());
         }
-        out.push(publish_new(t, &req, None)?);
+        if !endpoints.contains_key(&req.account) {
+            endpoints.insert(req.account.clone(), endpoint::list(t, &req.account)?);
+        }
+        let live = endpoints.get(&req.account).map_or(&[][..], Vec::as_slice);
+        out.push(rows.event(t, &req, live, None));
     }
+    rows.write(t)?;
     Ok(out)
-}
-
-/// Stores a new event and fans it out (see [`fan_out`]); `about` is the
-/// endpoint an operational event concerns.
-fn publish_new(
-    t: &mut Tx<'_>,
-    req: &PublishRequest,
-    about: Option<EndpointId>,
-) -> StoreResult<Published> {
-    let event = Event {
-        id: EventId::new(),
-        account: req.account.clone(),
-        event_type: req.event_type.clone(),
-        body: req.body(t.now),
-        idempotency_key: req.idempotency_key.clone(),
-        created_at: t.now,
-    };
-    t.execute(
-        "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        params![
-            event.id.to_string(),
-            event.account.as_str(),
-            event.event_type,
-            event.body,
-            event.idempotency_key,
-            event.created_at.as_millis()
-        ],
-    )
-    .db()?;
-    let targets = fan_out(&endpoint::list(t, &req.account)?, &req.event_type, about);
-    let mut deliveries = Vec::with_capacity(targets.len());
-    for e in targets {
-        deliveries.push(insert_delivery(t, &req.account, e, event.id)?);
-    }
-    Ok(Published {
-        event,
-        deliveries,
-        created: true,
-    })
 }
 
 /// Records an alert and publishes it as an event, in the caller's transaction.
@@ -193,14 +257,11 @@ pub(crate) fn raise_alert(
 ) -> StoreResult<()> {
     crate::ops::alert_insert(t, account, kind, endpoint, delivery, message)?;
     let req = alert_event(account, kind, endpoint, delivery, message);
-    if !fan_out(
-        &endpoint::list(t, account)?,
-        &req.event_type,
-        Some(endpoint),
-    )
-    .is_empty()
-    {
-        publish_new(t, &req, Some(endpoint))?;
+    let endpoints = endpoint::list(t, account)?;
+    if !fan_out(&endpoints, &req.event_type, Some(endpoint)).is_empty() {
+        let mut rows = NewRows::default();
+        rows.event(t, &req, &endpoints, Some(endpoint));
+        rows.write(t)?;
     }
     Ok(())
 }
@@ -226,16 +287,22 @@ pub(crate) fn enqueue(
             delivery_id: DeliveryId(id),
             won: false,
         }),
-        None => Ok(Enqueued {
-            delivery_id: insert_delivery(t, account, endpoint_id, event)?,
-            won: true,
-        }),
+        None => {
+            let mut rows = NewRows::default();
+            let delivery_id = rows.delivery(t, account, endpoint_id, event);
+            rows.write(t)?;
+            Ok(Enqueued {
+                delivery_id,
+                won: true,
+            })
+        }
     }
 }
 
 /// The fields of a delivery a transition needs.
 struct LeaseRow {
     id: DeliveryId,
+    seq: i64,
     account: AccountId,
     endpoint_id: EndpointId,
     attempts: u32,
@@ -259,7 +326,18 @@ impl LeaseRow {
 
 const LEASE_COLS: &str =
     "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
-     lease_expires_at, last_outcome";
+     lease_expires_at, last_outcome, seq";
+
+/// The lowest and highest of `seqs`, when there is one. Batches address
+/// deliveries by `seq`, not by id: it is an integer, unique, and rows are
+/// stored in its order, so with `seq BETWEEN lowest AND highest` DuckDB's
+/// zone maps skip every block outside the batch instead of comparing every
+/// id of the table (measured: 1.6 ms instead of 9.5 ms at 200,000 rows).
+fn seq_range(seqs: &[Option<i64>]) -> Option<(i64, i64)> {
+    let lo = seqs.iter().flatten().min()?;
+    let hi = seqs.iter().flatten().max()?;
+    Some((*lo, *hi))
+}
 
 fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
     let account: String = r.get(1)?;
@@ -278,6 +356,7 @@ fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
         lease_token: r.get(7)?,
         lease_expires_at: ts_opt(r, 8)?,
         last_outcome: r.get(9)?,
+        seq: r.get(10)?,
     })
 }
 
@@ -299,45 +378,114 @@ fn leased_row(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
     }))
 }
 
-/// Writes a transition: the delivery, its attempt-log row, a disable.
-fn apply(
-    t: &mut Tx<'_>,
-    row: &LeaseRow,
-    tr: &Transition,
-    keep_token: Option<String>,
-    outcome_kind: Option<&str>,
-) -> StoreResult<()> {
-    t.execute(
-        "UPDATE deliveries SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
-         leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 WHERE id = $7",
-        params![
-            tr.state.as_str(),
-            tr.due_at.as_millis(),
-            tr.last_error,
-            keep_token,
-            outcome_kind,
-            t.now.as_millis(),
-            row.id.to_string()
-        ],
-    )
-    .db()?;
-    attempt::insert(
-        t,
-        row.id,
-        row.endpoint_id,
-        &row.account,
-        row.attempts,
-        &tr.attempt,
-    )?;
-    let mut disabled = false;
-    if let Some(reason) = &tr.disable_reason {
-        disabled = endpoint::disable(t, row.endpoint_id, reason)?;
+/// Circuits read at most once per transaction and written back once, when
+/// they changed.
+#[derive(Default)]
+struct Circuits(HashMap<EndpointId, (Circuit, Circuit)>);
+
+impl Circuits {
+    fn get(&mut self, t: &Tx<'_>, id: EndpointId) -> StoreResult<&mut Circuit> {
+        let slot = match self.0.entry(id) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let c = endpoint::load_circuit(t, id)?;
+                v.insert((c.clone(), c))
+            }
+        };
+        Ok(&mut slot.1)
     }
-    for (kind, message) in alerts_for(tr, disabled) {
-        let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-        raise_alert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
+
+    fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+        for (id, (loaded, now)) in self.0 {
+            if loaded != now {
+                endpoint::save_circuit(t, id, &now)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
+}
+
+/// Delivery transitions gathered during one transaction: the rows are
+/// updated by one statement, their attempt-log rows written by another.
+#[derive(Default)]
+struct Transitions {
+    seq: Vec<Option<i64>>,
+    state: Vec<&'static str>,
+    due_at: Vec<Option<i64>>,
+    last_error: Vec<Option<String>>,
+    token: Vec<Option<String>>,
+    outcome: Vec<Option<String>>,
+    attempts: attempt::AttemptRows,
+}
+
+impl Transitions {
+    /// Gathers a transition of `row` and applies it to `row` in memory (so a
+    /// repeat later in the batch sees it); disables and alerts are written
+    /// at once.
+    fn push(
+        &mut self,
+        t: &mut Tx<'_>,
+        row: &mut LeaseRow,
+        tr: &Transition,
+        keep_token: Option<String>,
+        outcome_kind: Option<&str>,
+    ) -> StoreResult<()> {
+        self.seq.push(Some(row.seq));
+        self.state.push(tr.state.as_str());
+        self.due_at.push(Some(tr.due_at.as_millis()));
+        self.last_error.push(tr.last_error.clone());
+        self.token.push(keep_token.clone());
+        self.outcome.push(outcome_kind.map(str::to_string));
+        self.attempts.push(
+            t,
+            row.id,
+            row.endpoint_id,
+            &row.account,
+            row.attempts,
+            &tr.attempt,
+        );
+        row.state = tr.state;
+        row.due_at = tr.due_at;
+        row.lease_token = keep_token;
+        row.lease_expires_at = None;
+        row.last_outcome = outcome_kind.map(str::to_string);
+        let mut disabled = false;
+        if let Some(reason) = &tr.disable_reason {
+            disabled = endpoint::disable(t, row.endpoint_id, reason)?;
+        }
+        for (kind, message) in alerts_for(tr, disabled) {
+            let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
+            raise_alert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
+        }
+        Ok(())
+    }
+
+    fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+        let Some((lo, hi)) = seq_range(&self.seq) else {
+            return Ok(());
+        };
+        t.execute(
+            "UPDATE deliveries SET state = c.state, due_at = c.due_at, last_error = c.last_error, \
+             lease_expires_at = NULL, leased_by = NULL, lease_token = c.token, last_outcome = c.outcome, \
+             updated_at = $7 FROM (SELECT unnest($1::BIGINT[]) AS seq, unnest($2::VARCHAR[]) AS state, \
+             unnest($3::BIGINT[]) AS due_at, unnest($4::VARCHAR[]) AS last_error, \
+             unnest($5::VARCHAR[]) AS token, unnest($6::VARCHAR[]) AS outcome) c \
+             WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $8 AND $9",
+            params![
+                list::int(self.seq),
+                list::text(self.state),
+                list::int(self.due_at),
+                list::opt_text(self.last_error),
+                list::opt_text(self.token),
+                list::opt_text(self.outcome),
+                t.now.as_millis(),
+                lo,
+                hi
+            ],
+        )
+        .db()?;
+        self.attempts.write(t)
+    }
 }
 
 /// Logs and frees every lease that expired by `t.now`.
@@ -353,21 +501,59 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
             .db()?;
         rows.collect::<Result<Vec<_>, _>>().db()?
     };
-    for row in expired {
-        let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
+    let mut circuits = Circuits::default();
+    let mut writes = Transitions::default();
+    for mut row in expired {
+        let circuit = circuits.get(t, row.endpoint_id)?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(row.state_for_plan(), &mut circuit, probe, t.now, &t.options);
-        endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
-        apply(t, &row, &tr, None, None)?;
+        let tr = plan_lease_expiry(row.state_for_plan(), circuit, probe, t.now, &t.options);
+        writes.push(t, &mut row, &tr, None, None)?;
     }
-    Ok(())
+    circuits.write(t)?;
+    writes.write(t)
 }
 
-/// Pending, due, on a live enabled endpoint, and the head of an ordered one.
+/// Pending and due on a live enabled endpoint.
+const DUE: &str = "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
+
+/// [`DUE`], and the head of its endpoint when that one is ordered.
 const CLAIMABLE: &str =
     "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
      AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
           WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
+
+/// A claim candidate: id, endpoint, due time, sequence.
+type Candidate = (DeliveryId, EndpointId, i64, i64);
+
+fn candidates(t: &Tx<'_>, sql: &str, now: i64, limit: i64) -> StoreResult<Vec<Candidate>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st
+        .query_map(params![now, limit], |r| {
+            Ok((
+                DeliveryId(col_uuid(r, 0)?),
+                EndpointId(col_uuid(r, 1)?),
+                r.get(2)?,
+                r.get(3)?,
+            ))
+        })
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+/// Whether any live endpoint has a circuit due for a probe (`$1` now).
+const ANY_PROBE_DUE: &str = "SELECT count(*) FROM endpoints WHERE enabled AND deleted_at IS NULL \
+     AND circuit_mode = 'open' AND circuit_open_until <= $1";
+
+/// Whether any live endpoint is ordered and closed.
+const ANY_ORDERED: &str = "SELECT count(*) FROM endpoints WHERE enabled AND deleted_at IS NULL \
+     AND ordered AND circuit_mode = 'closed'";
+
+/// Whether one of the counts above finds an endpoint: the endpoints table is
+/// small, and this spares the deliveries scans that would find nothing.
+fn any_endpoint(t: &Tx<'_>, sql: &str, params: impl duckdb::Params) -> StoreResult<bool> {
+    let n: i64 = t.query_row(sql, params, |r| r.get(0)).db()?;
+    Ok(n > 0)
+}
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     validate_limit(req.limit)?;
@@ -376,101 +562,140 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
             "lease_for must be longer than zero".into(),
         ));
     }
-    sweep_expired(t)?;
     let now = t.now.as_millis();
-    let pick = |r: &Row<'_>| -> duckdb::Result<(DeliveryId, EndpointId, i64, i64)> {
-        Ok((
-            DeliveryId(col_uuid(r, 0)?),
-            EndpointId(col_uuid(r, 1)?),
-            r.get(2)?,
-            r.get(3)?,
-        ))
-    };
-    // Probes first (one per circuit whose cooldown is over), then ordinary
-    // candidates on closed circuits fill the rest of the limit.
-    let mut picks: Vec<((DeliveryId, EndpointId, i64, i64), bool)> = Vec::new();
-    {
-        let mut st = t
-            .prepare(&format!(
+    let limit = i64::from(req.limit);
+    // Every few hundred milliseconds: free expired leases, then probes first
+    // (one per circuit whose cooldown is over).
+    let mut picks: Vec<(Candidate, bool)> = Vec::new();
+    if t.housekeeping.due(t.now) {
+        sweep_expired(t)?;
+        if any_endpoint(t, ANY_PROBE_DUE, params![now])? {
+            let sql = format!(
                 "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
                  WHERE {CLAIMABLE} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
                  QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
                  ORDER BY d.due_at, d.seq LIMIT $2"
-            ))
-            .db()?;
-        let rows = st.query_map(params![now, req.limit], pick).db()?;
-        for r in rows {
-            picks.push((r.db()?, true));
+            );
+            picks.extend(
+                candidates(t, &sql, now, limit)?
+                    .into_iter()
+                    .map(|c| (c, true)),
+            );
         }
-        let rest = req.limit as usize - picks.len();
-        let mut st = t
-            .prepare(&format!(
+    }
+    // Then ordinary candidates on closed circuits fill the rest: unordered
+    // endpoints straight by due time, ordered ones only by their head.
+    let rest = limit - picks.len() as i64;
+    let mut ordinary = candidates(
+        t,
+        &format!(
+            "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+             WHERE {DUE} AND NOT e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
+        ),
+        now,
+        rest,
+    )?;
+    if any_endpoint(t, ANY_ORDERED, [])? {
+        ordinary.extend(candidates(
+            t,
+            &format!(
                 "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {CLAIMABLE} AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
-            ))
-            .db()?;
-        let rows = st.query_map(params![now, rest as i64], pick).db()?;
-        for r in rows {
-            picks.push((r.db()?, false));
-        }
+                 WHERE {CLAIMABLE} AND e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
+            ),
+            now,
+            rest,
+        )?);
+        ordinary.sort_by_key(|(_, _, due, seq)| (*due, *seq));
+        ordinary.truncate(usize::try_from(rest).unwrap_or(0));
+    }
+    picks.extend(ordinary.into_iter().map(|c| (c, false)));
+    if picks.is_empty() {
+        return Ok(Vec::new());
     }
     picks.sort_by_key(|((_, _, due, seq), _)| (*due, *seq));
 
-    let expires = t.now.plus(req.lease_for);
-    let mut out = Vec::with_capacity(picks.len());
-    for ((id, endpoint_id, _, _), probe) in picks {
-        if probe {
-            let mut c = endpoint::load_circuit(t, endpoint_id)?;
-            c.start_probe(id);
-            endpoint::save_circuit(t, endpoint_id, &c)?;
+    let mut circuits = Circuits::default();
+    let mut leases = HashMap::with_capacity(picks.len());
+    let mut tokens = Vec::with_capacity(picks.len());
+    for ((id, endpoint_id, _, _), probe) in &picks {
+        if *probe {
+            circuits.get(t, *endpoint_id)?.start_probe(*id);
         }
         let token = LeaseToken::new();
-        t.execute(
-            "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = $1, \
-             lease_expires_at = $2, leased_by = $3, last_outcome = NULL, updated_at = $4 WHERE id = $5",
-            params![token.to_string(), expires.as_millis(), req.worker, now, id.to_string()],
-        )
-        .db()?;
-        out.push(load_claimed(t, id, token, probe)?);
+        tokens.push(token);
+        leases.insert(*id, (token, *probe));
     }
-    Ok(out)
-}
-
-fn load_claimed(
-    t: &Tx<'_>,
-    id: DeliveryId,
-    token: LeaseToken,
-    probe: bool,
-) -> StoreResult<ClaimedDelivery> {
-    t.query_row(
-        &format!(
-            "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
-             FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id WHERE d.id = $1"
-        ),
-        params![id.to_string()],
-        |r| {
-            let delivery = row_to_delivery(r)?;
-            Ok(ClaimedDelivery {
-                lease: Lease {
-                    delivery_id: id,
-                    token,
-                    attempt: delivery.attempts,
-                    expires_at: delivery.lease_expires_at.unwrap_or(delivery.due_at),
-                },
-                delivery,
-                event_type: r.get(13)?,
-                body: r.get(14)?,
-                url: r.get(15)?,
-                secrets: SigningSecrets {
-                    current: Secret::new(r.get::<_, String>(16)?),
-                    previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
-                    previous_expires_at: ts_opt(r, 18)?,
-                },
-                probe,
-            })
-        },
+    circuits.write(t)?;
+    let expires = t.now.plus(req.lease_for);
+    let seqs: Vec<Option<i64>> = picks.iter().map(|((.., seq), _)| Some(*seq)).collect();
+    let (lo, hi) = seq_range(&seqs).unwrap_or_default();
+    let seqs = || list::int(seqs.iter().copied());
+    t.execute(
+        "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
+         lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
+         FROM (SELECT unnest($1::BIGINT[]) AS seq, unnest($2::VARCHAR[]) AS token) c \
+         WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $6 AND $7",
+        params![
+            seqs(),
+            list::text(tokens),
+            expires.as_millis(),
+            req.worker,
+            now,
+            lo,
+            hi
+        ],
     )
-    .db()
+    .db()?;
+    let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
+        let mut st = t
+            .prepare(&format!(
+                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
+                 FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
+                 WHERE d.seq BETWEEN $2 AND $3 AND d.seq IN (SELECT unnest($1::BIGINT[]))"
+            ))
+            .db()?;
+        let rows = st
+            .query_map(params![seqs(), lo, hi], |r| {
+                let delivery = row_to_delivery(r)?;
+                let (token, probe) = leases
+                    .get(&delivery.id)
+                    .copied()
+                    .ok_or(duckdb::Error::QueryReturnedNoRows)?;
+                Ok(ClaimedDelivery {
+                    lease: Lease {
+                        delivery_id: delivery.id,
+                        token,
+                        attempt: delivery.attempts,
+                        expires_at: delivery.lease_expires_at.unwrap_or(expires),
+                    },
+                    delivery,
+                    event_type: r.get(13)?,
+                    body: r.get(14)?,
+                    url: r.get(15)?,
+                    secrets: SigningSecrets {
+                        current: Secret::new(r.get::<_, String>(16)?),
+                        previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
+                        previous_expires_at: ts_opt(r, 18)?,
+                    },
+                    probe,
+                })
+            })
+            .db()?;
+        rows.map(|r| r.map(|c| (c.delivery.id, c)))
+            .collect::<Result<_, _>>()
+            .db()?
+    };
+    for c in claimed.values() {
+        t.seqs.insert(c.delivery.id, c.delivery.seq);
+    }
+    picks
+        .iter()
+        .map(|((id, ..), _)| {
+            claimed.remove(id).ok_or_else(|| {
+                StoreError::Backend(format!("claimed delivery {id} was not read back"))
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -510,37 +735,92 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn record_outcome(
+/// Records a batch of outcomes in the one transaction `t` belongs to. Each
+/// item gets its own answer; contract answers (a lost lease, a conflicting
+/// repeat) are found before anything of that item is written.
+pub(crate) fn record_outcomes(
     t: &mut Tx<'_>,
-    lease: &Lease,
-    outcome: DeliveryOutcome,
-) -> StoreResult<OutcomeRecorded> {
-    let token = lease.token.to_string();
-    let row = lease_row(t, lease.delivery_id)?.ok_or(StoreError::LeaseLost)?;
-    let same_token = row.lease_token.as_deref() == Some(token.as_str());
-    if !(same_token && row.state == DeliveryState::Leased) {
-        repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind())?;
-        return Ok(OutcomeRecorded {
-            state: row.state,
-            duplicate: true,
-        });
+    batch: Vec<(Lease, DeliveryOutcome)>,
+) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+    // By seq when this writer leased every one of them (the usual case), by
+    // id otherwise (after a restart, or a lease repeated in the batch).
+    let known: Option<Vec<Option<i64>>> = batch
+        .iter()
+        .map(|(l, _)| t.seqs.take(l.delivery_id).map(Some))
+        .collect();
+    let found = match known.as_deref().and_then(|k| seq_range(k).map(|r| (k, r))) {
+        Some((seqs, (lo, hi))) => {
+            let mut st = t
+                .prepare(&format!(
+                    "SELECT {LEASE_COLS} FROM deliveries \
+                     WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
+                ))
+                .db()?;
+            let rows = st
+                .query_map(
+                    params![list::int(seqs.iter().copied()), lo, hi],
+                    row_to_lease_row,
+                )
+                .db()?;
+            rows.collect::<Result<Vec<_>, _>>().db()?
+        }
+        None => {
+            let mut st = t
+                .prepare(&format!(
+                    "SELECT {LEASE_COLS} FROM deliveries WHERE id IN (SELECT unnest($1::VARCHAR[]))"
+                ))
+                .db()?;
+            let rows = st
+                .query_map(
+                    params![list::text(batch.iter().map(|(l, _)| l.delivery_id))],
+                    row_to_lease_row,
+                )
+                .db()?;
+            rows.collect::<Result<Vec<_>, _>>().db()?
+        }
+    };
+    let mut rows: HashMap<DeliveryId, LeaseRow> =
+        found.into_iter().map(|row| (row.id, row)).collect();
+    let mut circuits = Circuits::default();
+    let mut writes = Transitions::default();
+    let mut out = Vec::with_capacity(batch.len());
+    for (lease, outcome) in batch {
+        let token = lease.token.to_string();
+        let Some(row) = rows.get_mut(&lease.delivery_id) else {
+            out.push(Err(StoreError::LeaseLost));
+            continue;
+        };
+        let same_token = row.lease_token.as_deref() == Some(token.as_str());
+        if !(same_token && row.state == DeliveryState::Leased) {
+            out.push(
+                repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind()).map(|()| {
+                    OutcomeRecorded {
+                        state: row.state,
+                        duplicate: true,
+                    }
+                }),
+            );
+            continue;
+        }
+        let circuit = circuits.get(t, row.endpoint_id)?;
+        let probe = circuit.is_probe(row.id);
+        let tr = plan_outcome(
+            row.state_for_plan(),
+            &outcome,
+            circuit,
+            probe,
+            t.now,
+            &t.options,
+        );
+        writes.push(t, row, &tr, Some(token), Some(outcome.kind()))?;
+        out.push(Ok(OutcomeRecorded {
+            state: tr.state,
+            duplicate: false,
+        }));
     }
-    let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
-    let probe = circuit.is_probe(row.id);
-    let tr = plan_outcome(
-        row.state_for_plan(),
-        &outcome,
-        &mut circuit,
-        probe,
-        t.now,
-        &t.options,
-    );
-    endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
-    apply(t, &row, &tr, Some(token), Some(outcome.kind()))?;
-    Ok(OutcomeRecorded {
-        state: tr.state,
-        duplicate: false,
-    })
+    circuits.write(t)?;
+    writes.write(t)?;
+    Ok(out)
 }
 
 pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {

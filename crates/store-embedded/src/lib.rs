@@ -141,27 +141,18 @@ impl DeliveryStore for EmbeddedStore {
         lease: &Lease,
         outcome: DeliveryOutcome,
     ) -> StoreResult<OutcomeRecorded> {
-        let lease = lease.clone();
-        self.tx(move |t| delivery::record_outcome(t, &lease, outcome))
-            .await
+        let batch = vec![(lease.clone(), outcome)];
+        self.tx(move |t| delivery::record_outcomes(t, batch))
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
     }
 
     async fn delivery_record_outcomes(
         &self,
         batch: Vec<(Lease, DeliveryOutcome)>,
     ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-        self.tx(move |t| {
-            let mut out = Vec::with_capacity(batch.len());
-            for (lease, outcome) in batch {
-                // Contract answers are found before anything is written.
-                match delivery::record_outcome(t, &lease, outcome) {
-                    Err(e) if !e.is_contract_answer() => return Err(e),
-                    r => out.push(r),
-                }
-            }
-            Ok(out)
-        })
-        .await
+        self.tx(move |t| delivery::record_outcomes(t, batch)).await
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
@@ -28,6 +28,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("migrations/0003_account_keys.sql")),
 ];
 
+/// Statements kept prepared: more than the adapter has, so none is evicted.
+const STATEMENT_CACHE: usize = 256;
+
 /// Durable counters (sequence numbers, log positions), kept in memory by the
 /// writer and saved in the transaction that advances them.
 type Counters = std::collections::BTreeMap<String, i64>;
@@ -40,6 +43,31 @@ pub(crate) struct Writer {
     clock: Arc<dyn Clock>,
     options: StoreOptions,
     counters: Counters,
+    housekeeping: Housekeeping,
+    seqs: SeqCache,
+}
+
+/// The sequence numbers of deliveries this writer leased, by id. A
+/// delivery's `seq` never changes, so an entry is never wrong; it spares the
+/// outcome path a lookup by id. Bounded: emptied when full.
+#[derive(Default)]
+pub(crate) struct SeqCache(std::collections::HashMap<control_plane_core::DeliveryId, i64>);
+
+impl SeqCache {
+    const MAX: usize = 1_000_000;
+
+    /// Remembers the seq of `id`.
+    pub fn insert(&mut self, id: control_plane_core::DeliveryId, seq: i64) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        self.0.insert(id, seq);
+    }
+
+    /// The seq of `id`, forgotten.
+    pub fn take(&mut self, id: control_plane_core::DeliveryId) -> Option<i64> {
+        self.0.remove(&id)
+    }
 }
 
 /// One transaction on the writer, with the time it runs at.
@@ -51,6 +79,10 @@ pub(crate) struct Tx<'a> {
     pub options: StoreOptions,
     counters: &'a mut Counters,
     dirty: Vec<&'static str>,
+    /// The gate of claim-time sweeps and probe searches.
+    pub housekeeping: &'a Housekeeping,
+    /// Seqs of leased deliveries.
+    pub seqs: &'a mut SeqCache,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -61,6 +93,28 @@ impl<'a> Deref for Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// Runs one statement. Every statement of the adapter goes through the
+    /// connection's statement cache (these three methods shadow the
+    /// transaction's uncached ones): DuckDB parses, binds and plans a
+    /// statement once per process, not once per call.
+    pub fn execute<P: duckdb::Params>(&self, sql: &str, params: P) -> duckdb::Result<usize> {
+        self.tx.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The first row of a query, mapped by `f`; see [`Tx::execute`].
+    pub fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> duckdb::Result<T>
+    where
+        P: duckdb::Params,
+        F: FnOnce(&duckdb::Row<'_>) -> duckdb::Result<T>,
+    {
+        self.tx.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    /// A cached prepared statement; see [`Tx::execute`].
+    pub fn prepare(&self, sql: &str) -> duckdb::Result<duckdb::CachedStatement<'_>> {
+        self.tx.prepare_cached(sql)
+    }
+
     /// The next value of counter `name`: strictly increasing, durable with
     /// the transaction that uses it.
     pub fn next(&mut self, name: &'static str) -> i64 {
@@ -85,12 +139,11 @@ impl Tx<'_> {
     fn commit(self) -> StoreResult<()> {
         for name in &self.dirty {
             let value = self.counters.get(*name).copied().unwrap_or(0);
-            self.tx
-                .execute(
-                    "UPDATE counters SET value = $1 WHERE name = $2",
-                    duckdb::params![value, name],
-                )
-                .db()?;
+            self.execute(
+                "UPDATE counters SET value = $1 WHERE name = $2",
+                duckdb::params![value, name],
+            )
+            .db()?;
         }
         self.tx.commit().db()
     }
@@ -109,6 +162,8 @@ impl Writer {
                 options: self.options,
                 counters: &mut self.counters,
                 dirty: Vec::new(),
+                housekeeping: &self.housekeeping,
+                seqs: &mut self.seqs,
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -196,6 +251,7 @@ impl EmbeddedStore {
                 let writer = (|| {
                     let mut conn = open_connection(&config.path)?;
                     migrate(&mut conn)?;
+                    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
                     let mut counters = Counters::new();
                     {
                         let mut st = conn.prepare("SELECT name, value FROM counters").db()?;
@@ -212,6 +268,8 @@ impl EmbeddedStore {
                         clock,
                         options: config.options,
                         counters,
+                        housekeeping: Housekeeping::default(),
+                        seqs: SeqCache::default(),
                     })
                 })();
                 let mut writer = match writer {

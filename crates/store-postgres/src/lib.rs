@@ -164,7 +164,7 @@ impl DeliveryStore for PostgresStore {
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
         let now = self.now();
-        let housekeeping = self.housekeeping_due(now);
+        let housekeeping = self.housekeeping.due(now);
         in_tx!(self, |tx| delivery::claim(
             &tx,
             now,
@@ -195,7 +195,7 @@ impl DeliveryStore for PostgresStore {
         if let DeliveryOutcome::Delivered(report) = &outcome {
             let client = self.pool.get().await.map_err(error::map_pool)?;
             let done =
-                delivery::record_delivered_fast_batch(&**client, self.now(), &[(lease, report)])
+                delivery::record_delivered_fast_batch(&client, self.now(), &[(lease, report)])
                     .await?;
             if !done.is_empty() {
                 return Ok(OutcomeRecorded {
@@ -234,7 +234,7 @@ impl DeliveryStore for PostgresStore {
         let mut client = self.pool.get().await.map_err(error::map_pool)?;
         // One autocommitted statement; the common batch is done with it.
         let done: std::collections::HashSet<DeliveryId> =
-            delivery::record_delivered_fast_batch(&**client, now, &fast)
+            delivery::record_delivered_fast_batch(&client, now, &fast)
                 .await?
                 .into_iter()
                 .collect();

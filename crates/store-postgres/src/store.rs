@@ -29,29 +29,10 @@ pub struct PostgresStore {
     pub(crate) schema: String,
     pub(crate) wakeup: Arc<Wakeup>,
     pub(crate) channel: String,
-    /// When (store clock, ms) this store last swept expired leases and
-    /// looked for due probes; claims do both at most every
-    /// [`HOUSEKEEPING_EVERY_MS`], which delays either by less than that.
-    pub(crate) last_housekeeping: Arc<std::sync::atomic::AtomicI64>,
+    /// Claims sweep expired leases and look for due probes only when this
+    /// gate is open.
+    pub(crate) housekeeping: Arc<control_plane_core::Housekeeping>,
     _listener: Option<Arc<Listener>>,
-}
-
-/// See [`PostgresStore::last_housekeeping`].
-pub(crate) const HOUSEKEEPING_EVERY_MS: i64 = 200;
-
-impl PostgresStore {
-    /// Whether this claim should sweep expired leases and look for probes.
-    pub(crate) fn housekeeping_due(&self, now: Timestamp) -> bool {
-        use std::sync::atomic::Ordering;
-        let last = self.last_housekeeping.load(Ordering::Relaxed);
-        let now = now.as_millis();
-        if now < last || now.saturating_sub(last) >= HOUSEKEEPING_EVERY_MS {
-            self.last_housekeeping.store(now, Ordering::Relaxed);
-            true
-        } else {
-            false
-        }
-    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -136,7 +117,7 @@ impl PostgresStore {
             schema,
             wakeup,
             channel,
-            last_housekeeping: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+            housekeeping: Arc::default(),
             _listener: listener,
         };
         store.migrate().await?;
