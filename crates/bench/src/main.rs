@@ -172,7 +172,10 @@ async fn raw_client(url: &str, schema: &str) -> BenchResult<tokio_postgres::Clie
         .map_err(fail)?;
     tokio::spawn(conn);
     client
-        .batch_execute(&format!("SET search_path TO {schema}"))
+        // The session the adapter's connections get (store-postgres).
+        .batch_execute(&format!(
+            "SET search_path TO {schema}; SET plan_cache_mode = force_custom_plan"
+        ))
         .await
         .map_err(fail)?;
     Ok(client)
