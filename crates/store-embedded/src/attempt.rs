@@ -41,15 +41,15 @@ fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
 /// statement.
 #[derive(Default)]
 pub(crate) struct AttemptRows {
-    id: Vec<Option<i64>>,
+    id: Vec<i64>,
     delivery: Vec<String>,
     endpoint: Vec<String>,
     account: Vec<String>,
-    attempt: Vec<Option<i64>>,
+    attempt: Vec<i64>,
     result: Vec<&'static str>,
     status_code: Vec<Option<i64>>,
     error: Vec<Option<String>>,
-    latency_ms: Vec<Option<i64>>,
+    latency_ms: Vec<i64>,
     will_retry: Vec<bool>,
     next_attempt_at: Vec<Option<i64>>,
 }
@@ -66,16 +66,16 @@ impl AttemptRows {
         attempt: u32,
         a: &AttemptDraft,
     ) {
-        self.id.push(Some(t.next_attempt_id()));
+        self.id.push(t.next_attempt_id());
         self.delivery.push(delivery.to_string());
         self.endpoint.push(endpoint.to_string());
         self.account.push(account.as_str().to_string());
-        self.attempt.push(Some(i64::from(attempt)));
+        self.attempt.push(i64::from(attempt));
         self.result.push(a.result.as_str());
         self.status_code.push(a.status_code.map(i64::from));
         self.error.push(a.error.clone());
         self.latency_ms
-            .push(Some(i64::try_from(a.latency_ms).unwrap_or(i64::MAX)));
+            .push(i64::try_from(a.latency_ms).unwrap_or(i64::MAX));
         self.will_retry.push(a.will_retry);
         self.next_attempt_at
             .push(a.next_attempt_at.map(Timestamp::as_millis));
@@ -100,11 +100,11 @@ impl AttemptRows {
                 list::text(self.account),
                 list::int(self.attempt),
                 list::text(self.result),
-                list::int(self.status_code),
+                list::opt_int(self.status_code),
                 list::opt_text(self.error),
                 list::int(self.latency_ms),
                 list::bool(self.will_retry),
-                list::int(self.next_attempt_at),
+                list::opt_int(self.next_attempt_at),
                 t.now.as_millis()
             ],
         )

@@ -104,7 +104,7 @@ struct NewRows {
     d_account: Vec<String>,
     d_endpoint: Vec<String>,
     d_event: Vec<String>,
-    d_seq: Vec<Option<i64>>,
+    d_seq: Vec<i64>,
 }
 
 impl NewRows {
@@ -120,7 +120,7 @@ impl NewRows {
         self.d_account.push(account.as_str().to_string());
         self.d_endpoint.push(endpoint.to_string());
         self.d_event.push(event.to_string());
-        self.d_seq.push(Some(t.next_seq()));
+        self.d_seq.push(t.next_seq());
         id
     }
 
@@ -333,10 +333,8 @@ const LEASE_COLS: &str =
 /// stored in its order, so with `seq BETWEEN lowest AND highest` DuckDB's
 /// zone maps skip every block outside the batch instead of comparing every
 /// id of the table (measured: 1.6 ms instead of 9.5 ms at 200,000 rows).
-fn seq_range(seqs: &[Option<i64>]) -> Option<(i64, i64)> {
-    let lo = seqs.iter().flatten().min()?;
-    let hi = seqs.iter().flatten().max()?;
-    Some((*lo, *hi))
+fn seq_range(seqs: &[i64]) -> Option<(i64, i64)> {
+    Some((*seqs.iter().min()?, *seqs.iter().max()?))
 }
 
 fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
@@ -409,9 +407,9 @@ impl Circuits {
 /// updated by one statement, their attempt-log rows written by another.
 #[derive(Default)]
 struct Transitions {
-    seq: Vec<Option<i64>>,
+    seq: Vec<i64>,
     state: Vec<&'static str>,
-    due_at: Vec<Option<i64>>,
+    due_at: Vec<i64>,
     last_error: Vec<Option<String>>,
     token: Vec<Option<String>>,
     outcome: Vec<Option<String>>,
@@ -430,9 +428,9 @@ impl Transitions {
         keep_token: Option<String>,
         outcome_kind: Option<&str>,
     ) -> StoreResult<()> {
-        self.seq.push(Some(row.seq));
+        self.seq.push(row.seq);
         self.state.push(tr.state.as_str());
-        self.due_at.push(Some(tr.due_at.as_millis()));
+        self.due_at.push(tr.due_at.as_millis());
         self.last_error.push(tr.last_error.clone());
         self.token.push(keep_token.clone());
         self.outcome.push(outcome_kind.map(str::to_string));
@@ -516,11 +514,9 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
 /// Pending and due on a live enabled endpoint.
 const DUE: &str = "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
 
-/// [`DUE`], and the head of its endpoint when that one is ordered.
-const CLAIMABLE: &str =
-    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-     AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
-          WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
+/// The head of its endpoint when that one is ordered (with [`DUE`]: claimable).
+const HEAD: &str = "(NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
+     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
 
 /// A claim candidate: id, endpoint, due time, sequence.
 type Candidate = (DeliveryId, EndpointId, i64, i64);
@@ -572,7 +568,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
         if any_endpoint(t, ANY_PROBE_DUE, params![now])? {
             let sql = format!(
                 "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {CLAIMABLE} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
+                 WHERE {DUE} AND {HEAD} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
                  QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
                  ORDER BY d.due_at, d.seq LIMIT $2"
             );
@@ -600,7 +596,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
             t,
             &format!(
                 "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {CLAIMABLE} AND e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
+                 WHERE {DUE} AND {HEAD} AND e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
             ),
             now,
             rest,
@@ -627,7 +623,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     }
     circuits.write(t)?;
     let expires = t.now.plus(req.lease_for);
-    let seqs: Vec<Option<i64>> = picks.iter().map(|((.., seq), _)| Some(*seq)).collect();
+    let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
     let (lo, hi) = seq_range(&seqs).unwrap_or_default();
     let seqs = || list::int(seqs.iter().copied());
     t.execute(
@@ -744,9 +740,9 @@ pub(crate) fn record_outcomes(
 ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
     // By seq when this writer leased every one of them (the usual case), by
     // id otherwise (after a restart, or a lease repeated in the batch).
-    let known: Option<Vec<Option<i64>>> = batch
+    let known: Option<Vec<i64>> = batch
         .iter()
-        .map(|(l, _)| t.seqs.take(l.delivery_id).map(Some))
+        .map(|(l, _)| t.seqs.take(l.delivery_id))
         .collect();
     let found = match known.as_deref().and_then(|k| seq_range(k).map(|r| (k, r))) {
         Some((seqs, (lo, hi))) => {

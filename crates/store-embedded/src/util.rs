@@ -44,8 +44,13 @@ pub(crate) mod list {
         )
     }
 
+    /// A `BIGINT[]`.
+    pub(crate) fn int(items: impl IntoIterator<Item = i64>) -> Value {
+        Value::List(items.into_iter().map(Value::BigInt).collect())
+    }
+
     /// A `BIGINT[]` with NULLs.
-    pub(crate) fn int(items: impl IntoIterator<Item = Option<i64>>) -> Value {
+    pub(crate) fn opt_int(items: impl IntoIterator<Item = Option<i64>>) -> Value {
         Value::List(
             items
                 .into_iter()
