@@ -88,6 +88,7 @@ pub(crate) struct EndpointCreateBody {
     #[serde(default)]
     ordered: bool,
     rate_limit_per_s: Option<u32>,
+    max_in_flight: Option<u32>,
     description: Option<String>,
 }
 
@@ -101,6 +102,7 @@ pub(crate) async fn endpoint_create(
     req.event_types = body.event_types;
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
+    req.max_in_flight = body.max_in_flight;
     req.description = body.description;
     let e = s.store.endpoint_create(req).await?;
     let mut view = views::endpoint(&e);
@@ -147,6 +149,8 @@ pub(crate) struct EndpointUpdateBody {
     #[serde(default, deserialize_with = "double")]
     rate_limit_per_s: Option<Option<u32>>,
     #[serde(default, deserialize_with = "double")]
+    max_in_flight: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double")]
     description: Option<Option<String>>,
 }
 
@@ -161,6 +165,7 @@ pub(crate) async fn endpoint_update(
         event_types: body.event_types,
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
+        max_in_flight: body.max_in_flight,
         description: body.description,
     };
     let e = s

@@ -18,6 +18,7 @@ pub(crate) fn endpoint(e: &Endpoint) -> Value {
         "disabled_reason": e.disabled_reason,
         "ordered": e.ordered,
         "rate_limit_per_s": e.rate_limit_per_s,
+        "max_in_flight": e.max_in_flight,
         "description": e.description,
         "created_at": time(e.created_at),
         "updated_at": time(e.updated_at),

@@ -353,12 +353,25 @@ async fn drain_raw(
                 .map_err(fail)?;
             let complete = client.prepare(RAW_COMPLETE).await.map_err(fail)?;
             let worker = format!("raw{w}");
+            // The claim goes endpoint by endpoint: every endpoint, up to a batch each.
+            let endpoints: Vec<uuid::Uuid> = client
+                .query("SELECT id FROM endpoints", &[])
+                .await
+                .map_err(fail)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let counts: Vec<i64> = vec![batch; endpoints.len()];
+            let heads: Vec<Option<i64>> = vec![None; endpoints.len()];
             let mut idle = 0;
             loop {
                 let now = now_ms();
                 let tx = client.transaction().await.map_err(fail)?;
                 let rows = tx
-                    .query(&claim, &[&now, &batch, &(now + 60_000), &worker])
+                    .query(
+                        &claim,
+                        &[&now, &endpoints, &(now + 60_000), &worker, &counts, &heads],
+                    )
                     .await
                     .map_err(fail)?;
                 tx.commit().await.map_err(fail)?;

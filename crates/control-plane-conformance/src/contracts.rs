@@ -39,6 +39,13 @@ fn with_breaker(threshold: u32, cooldown_s: u64, max_s: u64) -> StoreOptions {
     }
 }
 
+fn with_endpoint_concurrency(n: u32) -> StoreOptions {
+    StoreOptions {
+        endpoint_concurrency: n,
+        ..StoreOptions::default()
+    }
+}
+
 async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpoint {
     let mut req = EndpointCreateRequest::new(
         acct(account),
@@ -505,7 +512,7 @@ pub async fn claim_returns_oldest_due_first_within_limit(f: &dyn StoreFactory) {
 
 /// `DeliveryStore::delivery_claim`: exclusive under concurrent claimers.
 pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) {
-    let h = open(f).await;
+    let h = f.open(with_endpoint_concurrency(100)).await;
     endpoint(&h, "a", false).await;
     endpoint(&h, "a", false).await;
     let reqs: Vec<_> = (0..30).map(|_| publish_req("a", "t")).collect();
@@ -1479,4 +1486,218 @@ pub async fn outcome_batches_agree_with_single_outcomes(f: &dyn StoreFactory) {
         .await
         .unwrap()
         .is_empty());
+}
+
+/// An endpoint receiving only `ty`, with the given flow limits.
+async fn limited_endpoint(
+    h: &Harness,
+    account: &str,
+    ty: &str,
+    max_in_flight: Option<u32>,
+    rate_limit_per_s: Option<u32>,
+) -> Endpoint {
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.event_types = vec![ty.to_string()];
+    req.max_in_flight = max_in_flight;
+    req.rate_limit_per_s = rate_limit_per_s;
+    h.store.endpoint_create(req).await.unwrap()
+}
+
+async fn publish_n(h: &Harness, account: &str, ty: &str, n: usize) {
+    let reqs: Vec<_> = (0..n).map(|_| publish_req(account, ty)).collect();
+    h.store.event_publish_batch(reqs).await.unwrap();
+}
+
+/// Claims with `workers` concurrent claimers, `limit` each, until every one
+/// gets nothing; returns everything claimed.
+async fn claim_until_empty(h: &Harness, workers: usize, limit: u32) -> Vec<ClaimedDelivery> {
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let s = h.store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let c = s
+                        .delivery_claim(ClaimRequest {
+                            worker: format!("w{w}"),
+                            limit,
+                            lease_for: LEASE,
+                        })
+                        .await
+                        .unwrap();
+                    if c.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(c);
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn count_for(c: &[ClaimedDelivery], e: &Endpoint) -> usize {
+    c.iter().filter(|c| c.delivery.endpoint_id == e.id).count()
+}
+
+/// `DeliveryStore::delivery_claim`: leased deliveries of an endpoint never
+/// exceed its cap (`max_in_flight`, or the service default) under
+/// concurrent claimers; outcomes and expired leases free slots.
+pub async fn claim_respects_the_in_flight_cap_under_concurrent_claimers(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(3)).await;
+    let capped = limited_endpoint(&h, "a", "x", Some(2), None).await;
+    let default = limited_endpoint(&h, "a", "y", None, None).await;
+    publish_n(&h, "a", "x", 20).await;
+    publish_n(&h, "a", "y", 20).await;
+    let first = claim_until_empty(&h, 6, 5).await;
+    assert_eq!(count_for(&first, &capped), 2, "max_in_flight = 2");
+    assert_eq!(count_for(&first, &default), 3, "the service default, 3");
+    // One outcome frees one slot.
+    let done = first
+        .iter()
+        .find(|c| c.delivery.endpoint_id == capped.id)
+        .unwrap();
+    record(&h, done, ok()).await;
+    let next = claim(&h, 10).await;
+    assert_eq!(ids(&next).len(), 1);
+    assert_eq!(next[0].delivery.endpoint_id, capped.id);
+    // Expired leases free theirs; no attempt was spent on waiting rows.
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let after = claim_until_empty(&h, 4, 5).await;
+    assert_eq!(count_for(&after, &capped), 2);
+    assert_eq!(count_for(&after, &default), 3);
+    let all = h
+        .store
+        .delivery_list(DeliveryListRequest {
+            account: acct("a"),
+            state: None,
+            endpoint_id: None,
+            event_id: None,
+            page: PageRequest::first(100),
+        })
+        .await
+        .unwrap();
+    let spent: u32 = all.items.iter().map(|d| d.attempts).sum();
+    let claims = first.len() + next.len() + after.len();
+    assert_eq!(
+        spent as usize, claims,
+        "only claims spend attempts; waiting does not"
+    );
+}
+
+/// `DeliveryStore::delivery_claim`: an endpoint's rate limit holds across
+/// concurrent claimers: at most one second of sends at once, then the rate;
+/// deliveries beyond it stay pending without spending attempts.
+pub async fn claim_respects_the_rate_limit_under_concurrent_claimers(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(1000)).await;
+    let limited = limited_endpoint(&h, "a", "x", None, Some(5)).await;
+    publish_n(&h, "a", "x", 40).await;
+    let burst = claim_until_empty(&h, 4, 3).await;
+    assert_eq!(burst.len(), 5, "a full bucket: one second of sends");
+    assert!(claim(&h, 10).await.is_empty(), "the bucket is empty");
+    h.clock.advance(Duration::from_millis(400));
+    assert_eq!(claim_until_empty(&h, 4, 3).await.len(), 2, "0.4 s at 5/s");
+    h.clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        claim_until_empty(&h, 4, 10).await.len(),
+        5,
+        "the bucket never holds more than one second"
+    );
+    let d = h
+        .store
+        .delivery_list(DeliveryListRequest {
+            account: acct("a"),
+            state: Some(DeliveryState::Pending),
+            endpoint_id: Some(limited.id),
+            event_id: None,
+            page: PageRequest::first(100),
+        })
+        .await
+        .unwrap();
+    assert_eq!(d.items.len(), 28);
+    assert!(
+        d.items.iter().all(|d| d.attempts == 0),
+        "waiting spends no attempts"
+    );
+}
+
+/// `DeliveryStore::delivery_claim`: a backlog on one endpoint never hides
+/// another endpoint's due delivery from the next claim.
+pub async fn quiet_endpoint_is_claimed_next_despite_a_backlog(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(10_000)).await;
+    let busy = limited_endpoint(&h, "a", "flood", None, None).await;
+    let quiet = limited_endpoint(&h, "a", "rare", None, None).await;
+    for _ in 0..5 {
+        publish_n(&h, "a", "flood", 200).await;
+    }
+    h.clock.advance(Duration::from_secs(1));
+    let rare = h
+        .store
+        .event_publish(publish_req("a", "rare"))
+        .await
+        .unwrap()
+        .deliveries[0];
+    let c = claim(&h, 10).await;
+    assert_eq!(c.len(), 10);
+    assert!(
+        ids(&c).contains(&rare),
+        "the quiet endpoint's delivery is in the next claim"
+    );
+    assert_eq!(count_for(&c, &busy), 9);
+    assert_eq!(count_for(&c, &quiet), 1);
+}
+
+/// `DeliveryStore::delivery_claim`: accounts take turns: an account with
+/// many busy endpoints gets no more of a claim than an account with one.
+pub async fn claims_are_shared_fairly_between_accounts(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(10_000)).await;
+    for ty in ["p", "q", "r"] {
+        limited_endpoint(&h, "big", ty, None, None).await;
+    }
+    let small = limited_endpoint(&h, "small", "s", None, None).await;
+    for ty in ["p", "q", "r"] {
+        publish_n(&h, "big", ty, 30).await;
+    }
+    h.clock.advance(Duration::from_secs(1));
+    publish_n(&h, "small", "s", 30).await;
+    let c = claim(&h, 8).await;
+    assert_eq!(c.len(), 8);
+    assert_eq!(
+        count_for(&c, &small),
+        4,
+        "half of the claim to each account"
+    );
+}
+
+/// `DeliveryStore::delivery_claim`: nothing starves: claims with outcomes
+/// reach every due delivery of every endpoint, capped and rate-limited ones
+/// included.
+pub async fn every_due_delivery_is_eventually_claimed(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(2)).await;
+    let ends = [
+        limited_endpoint(&h, "a", "x", None, None).await,
+        limited_endpoint(&h, "a", "y", Some(1), Some(3)).await,
+        limited_endpoint(&h, "b", "z", None, None).await,
+    ];
+    endpoint(&h, "b", true).await;
+    publish_n(&h, "a", "x", 12).await;
+    publish_n(&h, "a", "y", 7).await;
+    publish_n(&h, "b", "z", 9).await;
+    let mut seen = HashSet::new();
+    for _ in 0..200 {
+        for c in claim(&h, 4).await {
+            seen.insert(c.delivery.id);
+            record(&h, &c, ok()).await;
+        }
+        h.clock.advance(Duration::from_millis(250));
+    }
+    assert_eq!(seen.len(), 12 + 7 + 9 + 9, "every delivery of {ends:?}");
 }

@@ -22,6 +22,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "CONTROLPLANE_RETRY_SCHEDULE",
     "CONTROLPLANE_CONCURRENCY",
     "CONTROLPLANE_LEASE",
+    "CONTROLPLANE_ENDPOINT_CONCURRENCY",
 ];
 
 /// A configuration error: which variable, what was wrong, what is accepted.
@@ -182,6 +183,8 @@ pub struct Config {
     pub concurrency: u32,
     /// Lease length.
     pub lease: Duration,
+    /// Default in-flight cap per endpoint, across every replica.
+    pub endpoint_concurrency: u32,
 }
 
 /// Parses `500ms`, `30s`, `5m`, `2h` or `1d`.
@@ -400,6 +403,15 @@ impl Config {
                 })?,
             None => Duration::from_secs(30),
         };
+        let endpoint_concurrency = match get("CONTROLPLANE_ENDPOINT_CONCURRENCY") {
+            Some(v) => parse_u32_in(
+                "CONTROLPLANE_ENDPOINT_CONCURRENCY",
+                v,
+                1,
+                crate::flow::MAX_IN_FLIGHT_LIMIT,
+            )?,
+            None => crate::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+        };
         Ok(Config {
             store,
             listen,
@@ -408,6 +420,7 @@ impl Config {
             retry_schedule,
             concurrency,
             lease,
+            endpoint_concurrency,
         })
     }
 }

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod flow;
 pub mod maintenance;
 pub mod model;
 pub mod ops;
@@ -18,6 +19,7 @@ pub mod workflow;
 pub use clock::{Clock, Housekeeping, ManualClock, SystemClock, Timestamp};
 pub use config::{Config, ConfigError, StoreProfile};
 pub use error::{StoreError, StoreResult};
+pub use flow::{share_claim, FlowCandidate, RateBudget};
 pub use ops::*;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
 pub use store::{

@@ -8,10 +8,13 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
+use crate::flow::{share_claim, FlowCandidate};
 use crate::policy::{
     plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
 };
-use crate::types::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
+use crate::types::{
+    AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId,
+};
 
 /// Errors the model predicts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +95,16 @@ pub struct DeliveryModel {
 /// its probe by delivery id) works unchanged.
 fn model_id(i: usize) -> DeliveryId {
     DeliveryId(uuid::Uuid::from_u128(i as u128 + 1))
+}
+
+/// A stand-in id for a model endpoint, for the shared claim rule.
+fn model_endpoint_id(e: usize) -> EndpointId {
+    EndpointId(uuid::Uuid::from_u128(e as u128 + 1))
+}
+
+/// The model's one account.
+fn model_account() -> AccountId {
+    AccountId::known("model")
 }
 
 impl DeliveryModel {
@@ -250,16 +263,47 @@ impl DeliveryModel {
         }
         probes.sort_by_key(|&i| key(self, i));
         probes.truncate(limit as usize);
-        let mut normal: Vec<usize> = (0..self.deliveries.len())
-            .filter(|&i| {
-                self.claimable(i)
-                    && self.endpoints[self.deliveries[i].endpoint]
-                        .circuit
-                        .admits_claims()
-            })
-            .collect();
-        normal.sort_by_key(|&i| key(self, i));
-        normal.truncate(limit as usize - probes.len());
+        // Then ordinary deliveries on closed circuits, shared fairly among
+        // endpoints within each one's cap (see `flow::share_claim`).
+        let mut candidates = Vec::new();
+        for e in 0..self.endpoints.len() {
+            if !self.endpoints[e].circuit.admits_claims() {
+                continue;
+            }
+            let due: Vec<usize> = (0..self.deliveries.len())
+                .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
+                .collect();
+            let Some(oldest) = due.iter().map(|&i| key(self, i)).min() else {
+                continue;
+            };
+            let in_flight = self
+                .deliveries
+                .iter()
+                .filter(|d| d.endpoint == e && d.state == DeliveryState::Leased)
+                .count();
+            candidates.push(FlowCandidate {
+                endpoint: model_endpoint_id(e),
+                account: model_account(),
+                oldest: (oldest.0.as_millis(), oldest.1),
+                due: u32::try_from(due.len()).unwrap_or(u32::MAX),
+                in_flight: u32::try_from(in_flight).unwrap_or(u32::MAX),
+                cap: self.options.endpoint_concurrency,
+                rate_room: None,
+                ordered: self.endpoints[e].ordered,
+            });
+        }
+        let rest = limit.saturating_sub(u32::try_from(probes.len()).unwrap_or(u32::MAX));
+        let mut normal: Vec<usize> = Vec::new();
+        for (endpoint, n) in share_claim(&candidates, rest) {
+            let e = (0..self.endpoints.len())
+                .find(|&e| model_endpoint_id(e) == endpoint)
+                .unwrap_or_default();
+            let mut due: Vec<usize> = (0..self.deliveries.len())
+                .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
+                .collect();
+            due.sort_by_key(|&i| key(self, i));
+            normal.extend(due.into_iter().take(n as usize));
+        }
         let mut picks: Vec<(usize, bool)> = probes
             .into_iter()
             .map(|i| (i, true))

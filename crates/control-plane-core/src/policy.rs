@@ -55,7 +55,14 @@ pub struct StoreOptions {
     pub disable_after: Duration,
     /// The workflow queue's retry policy.
     pub workflow: crate::workflow::WorkflowPolicy,
+    /// In-flight cap of an endpoint that sets no `max_in_flight`, across
+    /// every replica (`CONTROLPLANE_ENDPOINT_CONCURRENCY`).
+    pub endpoint_concurrency: u32,
 }
+
+/// The default in-flight cap per endpoint: a quarter of a worker's default
+/// concurrency (64), so one slow endpoint leaves most send slots to others.
+pub const DEFAULT_ENDPOINT_CONCURRENCY: u32 = 16;
 
 impl Default for StoreOptions {
     /// Eight attempts (the default schedule: at once, then 5 s, 5 min, 30 min,
@@ -66,6 +73,7 @@ impl Default for StoreOptions {
             breaker: BreakerPolicy::default(),
             disable_after: Duration::from_secs(5 * 24 * 3600),
             workflow: crate::workflow::WorkflowPolicy::default(),
+            endpoint_concurrency: DEFAULT_ENDPOINT_CONCURRENCY,
         }
     }
 }

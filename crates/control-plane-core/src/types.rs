@@ -92,6 +92,11 @@ impl AccountId {
         }
     }
 
+    /// A name written in this crate's code, known to be valid.
+    pub(crate) fn known(s: &'static str) -> Self {
+        AccountId(s.to_string())
+    }
+
     /// The account name.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -182,8 +187,12 @@ pub struct Endpoint {
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
     pub disabled_reason: Option<String>,
-    /// Requests per second the dispatcher may send, if limited.
+    /// Requests per second the dispatcher may send, if limited; enforced by
+    /// the store at claim across every replica (bursts of up to one second).
     pub rate_limit_per_s: Option<u32>,
+    /// Deliveries in flight at once across every replica; `None` means the
+    /// service default (`StoreOptions::endpoint_concurrency`).
+    pub max_in_flight: Option<u32>,
     /// Ordered mode: one delivery in flight, lowest sequence first.
     pub ordered: bool,
     /// Free text for operators.
@@ -241,8 +250,10 @@ pub struct EndpointCreateRequest {
     pub event_types: Vec<String>,
     /// Ordered mode.
     pub ordered: bool,
-    /// Optional rate limit.
+    /// Optional rate limit, requests per second (1 to 100,000).
     pub rate_limit_per_s: Option<u32>,
+    /// Optional in-flight cap (1 to 10,000); unset means the service default.
+    pub max_in_flight: Option<u32>,
     /// Optional description.
     pub description: Option<String>,
 }
@@ -257,8 +268,18 @@ impl EndpointCreateRequest {
             event_types: Vec::new(),
             ordered: false,
             rate_limit_per_s: None,
+            max_in_flight: None,
             description: None,
         }
+    }
+
+    /// Checks what every adapter must check before storing the endpoint.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad URL or a limit out of range.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        validate_endpoint_url(&self.url)?;
+        validate_flow_limits(self.rate_limit_per_s, self.max_in_flight)
     }
 }
 
@@ -273,6 +294,8 @@ pub struct EndpointUpdateRequest {
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
     pub rate_limit_per_s: Option<Option<u32>>,
+    /// New in-flight cap (`Some(None)` returns to the service default).
+    pub max_in_flight: Option<Option<u32>>,
     /// New description (`Some(None)` removes it).
     pub description: Option<Option<String>>,
 }
@@ -286,6 +309,10 @@ impl EndpointUpdateRequest {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;
         }
+        validate_flow_limits(
+            self.rate_limit_per_s.flatten(),
+            self.max_in_flight.flatten(),
+        )?;
         if let Some(url) = self.url {
             e.url = url;
         }
@@ -298,11 +325,40 @@ impl EndpointUpdateRequest {
         if let Some(r) = self.rate_limit_per_s {
             e.rate_limit_per_s = r;
         }
+        if let Some(m) = self.max_in_flight {
+            e.max_in_flight = m;
+        }
         if let Some(d) = self.description {
             e.description = d;
         }
         Ok(())
     }
+}
+
+/// Checks an endpoint's rate limit and in-flight cap.
+///
+/// # Errors
+/// `InvalidInput` naming the field when one is zero or too large.
+pub fn validate_flow_limits(
+    rate_limit_per_s: Option<u32>,
+    max_in_flight: Option<u32>,
+) -> Result<(), StoreError> {
+    use crate::flow::{MAX_IN_FLIGHT_LIMIT, MAX_RATE_LIMIT_PER_S};
+    if let Some(r) = rate_limit_per_s {
+        if r == 0 || r > MAX_RATE_LIMIT_PER_S {
+            return Err(StoreError::InvalidInput(format!(
+                "rate_limit_per_s must be from 1 to {MAX_RATE_LIMIT_PER_S} requests per second (omit it for no limit; disable the endpoint to stop sending), got {r}"
+            )));
+        }
+    }
+    if let Some(m) = max_in_flight {
+        if m == 0 || m > MAX_IN_FLIGHT_LIMIT {
+            return Err(StoreError::InvalidInput(format!(
+                "max_in_flight must be from 1 to {MAX_IN_FLIGHT_LIMIT} (omit it for the service default), got {m}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a URL the way every adapter must before storing it.

@@ -32,6 +32,7 @@ fn store_options(config: &Config) -> StoreOptions {
         max_attempts: u32::try_from(config.retry_schedule.len())
             .unwrap_or(u32::MAX)
             .saturating_add(1),
+        endpoint_concurrency: config.endpoint_concurrency,
         ..StoreOptions::default()
     }
 }

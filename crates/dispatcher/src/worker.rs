@@ -163,7 +163,10 @@ impl Dispatcher {
                 }
             };
             if claimed.is_empty() {
+                // A finished send frees a slot of its endpoint's in-flight
+                // cap, so it is worth a new claim as much as a publish is.
                 tokio::select! {
+                    done = inflight.join_next(), if !inflight.is_empty() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
                     _ = wake.changed() => {}
                     _ = tokio::time::sleep(self.config.poll_interval) => {}
                     _ = stop.changed() => {}

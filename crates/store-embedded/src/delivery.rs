@@ -15,7 +15,7 @@ use control_plane_core::{
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use control_plane_core::{Circuit, Endpoint};
+use control_plane_core::{share_claim, Circuit, Endpoint, FlowCandidate, RateBudget};
 use duckdb::{params, OptionalExt, Row};
 
 use crate::attempt;
@@ -522,9 +522,17 @@ const HEAD: &str = "(NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries
 type Candidate = (DeliveryId, EndpointId, i64, i64);
 
 fn candidates(t: &Tx<'_>, sql: &str, now: i64, limit: i64) -> StoreResult<Vec<Candidate>> {
+    candidates_of(t, sql, params![now, limit])
+}
+
+fn candidates_of(
+    t: &Tx<'_>,
+    sql: &str,
+    params: impl duckdb::Params,
+) -> StoreResult<Vec<Candidate>> {
     let mut st = t.prepare(sql).db()?;
     let rows = st
-        .query_map(params![now, limit], |r| {
+        .query_map(params, |r| {
             Ok((
                 DeliveryId(col_uuid(r, 0)?),
                 EndpointId(col_uuid(r, 1)?),
@@ -534,6 +542,141 @@ fn candidates(t: &Tx<'_>, sql: &str, now: i64, limit: i64) -> StoreResult<Vec<Ca
         })
         .db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+/// One endpoint's share of a claim as the flow rule sees it, with the
+/// refilled bucket when it has a rate limit.
+struct Flow {
+    candidate: FlowCandidate,
+    budget: Option<(u32, RateBudget)>,
+}
+
+/// Per endpoint with due work on a closed circuit: its account, oldest due
+/// `(due_at, seq)`, due count (up to `$2`), live leases, cap, rate limit and
+/// bucket. `{due}` selects the due rows (unordered, or ordered heads).
+fn flow_sql(due: &str) -> String {
+    format!(
+        "WITH due AS ({due}), \
+         fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
+                WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
+         SELECT e.id, e.account, due.due_at, due.seq, least(due.n, $2), coalesce(fl.n, 0), e.max_in_flight, \
+         e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered \
+         FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id"
+    )
+}
+
+/// The due rows of unordered endpoints, grouped (`$1` now).
+const DUE_UNORDERED: &str = "SELECT d.endpoint_id, min([d.due_at, d.seq])[1] AS due_at, \
+     min([d.due_at, d.seq])[2] AS seq, count(*) AS n FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     AND NOT e.ordered AND e.circuit_mode = 'closed' GROUP BY d.endpoint_id";
+
+/// The due heads of ordered endpoints (`$1` now).
+const DUE_ORDERED: &str = "SELECT d.endpoint_id, d.due_at, d.seq, 1 AS n FROM deliveries d \
+     JOIN endpoints e ON e.id = d.endpoint_id \
+     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     AND e.ordered AND e.circuit_mode = 'closed' AND d.seq = (SELECT min(h.seq) FROM deliveries h \
+     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased'))";
+
+fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<Vec<Flow>> {
+    let now = t.now;
+    let default_cap = t.options.endpoint_concurrency;
+    let mut st = t.prepare(sql).db()?;
+    let rows = st
+        .query_map(params![now.as_millis(), limit], |r| {
+            let count = |i: usize| -> duckdb::Result<u32> {
+                Ok(u32::try_from(r.get::<_, i64>(i)?).unwrap_or(u32::MAX))
+            };
+            let rate: Option<u32> = r.get(7)?;
+            let stored = match (r.get::<_, Option<f64>>(8)?, r.get::<_, Option<i64>>(9)?) {
+                (Some(tokens), Some(at)) => Some(RateBudget {
+                    tokens,
+                    at: Timestamp::from_millis(at),
+                }),
+                _ => None,
+            };
+            let budget = rate.map(|rate| (rate, RateBudget::refilled(stored, rate, now)));
+            let account: String = r.get(1)?;
+            Ok(Flow {
+                candidate: FlowCandidate {
+                    endpoint: EndpointId(col_uuid(r, 0)?),
+                    account: AccountId::new(account).map_err(|e| {
+                        duckdb::Error::FromSqlConversionFailure(
+                            1,
+                            duckdb::types::Type::Text,
+                            Box::new(e),
+                        )
+                    })?,
+                    oldest: (r.get(2)?, r.get(3)?),
+                    due: count(4)?,
+                    in_flight: count(5)?,
+                    cap: r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap),
+                    rate_room: budget.map(|(_, b)| b.whole()),
+                    ordered: r.get(10)?,
+                },
+                budget,
+            })
+        })
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+/// The ordinary deliveries of a claim of `limit`: the endpoints' shares
+/// (`flow::share_claim`), each endpoint's oldest due first; spends the rate
+/// budgets of the endpoints that get any.
+fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
+    let mut all = flows(t, &flow_sql(DUE_UNORDERED), limit)?;
+    let any_ordered = any_endpoint(t, ANY_ORDERED, [])?;
+    if any_ordered {
+        all.extend(flows(t, &flow_sql(DUE_ORDERED), limit)?);
+    }
+    let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
+    let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
+    if shares.is_empty() {
+        return Ok(Vec::new());
+    }
+    let head = if any_ordered {
+        format!(" AND {HEAD}")
+    } else {
+        String::new()
+    };
+    let mut picked = candidates_of(
+        t,
+        &format!(
+            "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+             JOIN (SELECT unnest($2::VARCHAR[]) AS endpoint_id, unnest($3::BIGINT[]) AS n) q ON q.endpoint_id = d.endpoint_id \
+             WHERE {DUE}{head} QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) <= q.n"
+        ),
+        params![
+            t.now.as_millis(),
+            list::text(shares.iter().map(|(e, _)| e.to_string())),
+            list::int(shares.iter().map(|(_, n)| i64::from(*n)))
+        ],
+    )?;
+    picked.sort_by_key(|(_, _, due, seq)| (*due, *seq));
+    for f in &all {
+        let Some((_, budget)) = f.budget else {
+            continue;
+        };
+        let taken = picked
+            .iter()
+            .filter(|c| c.1 == f.candidate.endpoint)
+            .count();
+        if taken == 0 {
+            continue;
+        }
+        let left = budget.spend(u32::try_from(taken).unwrap_or(u32::MAX));
+        t.execute(
+            "UPDATE endpoints SET budget_tokens = $1, budget_at = $2 WHERE id = $3",
+            params![
+                left.tokens,
+                left.at.as_millis(),
+                f.candidate.endpoint.to_string()
+            ],
+        )
+        .db()?;
+    }
+    Ok(picked)
 }
 
 /// Whether any live endpoint has a circuit due for a probe (`$1` now).
@@ -579,31 +722,15 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
             );
         }
     }
-    // Then ordinary candidates on closed circuits fill the rest: unordered
-    // endpoints straight by due time, ordered ones only by their head.
+    // Then ordinary deliveries on closed circuits fill the rest, shared
+    // fairly among endpoints and accounts within each endpoint's cap and
+    // rate budget (ADR 0009).
     let rest = limit - picks.len() as i64;
-    let mut ordinary = candidates(
-        t,
-        &format!(
-            "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-             WHERE {DUE} AND NOT e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
-        ),
-        now,
-        rest,
-    )?;
-    if any_endpoint(t, ANY_ORDERED, [])? {
-        ordinary.extend(candidates(
-            t,
-            &format!(
-                "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {DUE} AND {HEAD} AND e.ordered AND e.circuit_mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2"
-            ),
-            now,
-            rest,
-        )?);
-        ordinary.sort_by_key(|(_, _, due, seq)| (*due, *seq));
-        ordinary.truncate(usize::try_from(rest).unwrap_or(0));
-    }
+    let ordinary = if rest > 0 {
+        fair_candidates(t, rest)?
+    } else {
+        Vec::new()
+    };
     picks.extend(ordinary.into_iter().map(|c| (c, false)));
     if picks.is_empty() {
         return Ok(Vec::new());

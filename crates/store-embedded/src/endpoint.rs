@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use control_plane_core::types::validate_endpoint_url;
 use control_plane_core::{
     AccountId, Circuit, CircuitMode, Endpoint, EndpointCreateRequest, EndpointId,
     EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
@@ -14,7 +13,7 @@ use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
 
 pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
     let types: String = r.get(6)?;
@@ -41,6 +40,7 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         description: r.get(11)?,
         created_at: ts(r, 12)?,
         updated_at: ts(r, 13)?,
+        max_in_flight: r.get(14)?,
     })
 }
 
@@ -49,12 +49,12 @@ fn types_json(types: &[String]) -> StoreResult<String> {
 }
 
 pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
-    validate_endpoint_url(&req.url)?;
+    req.validate()?;
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -65,6 +65,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
             req.ordered,
             req.description,
             t.now.as_millis(),
+            req.max_in_flight,
         ],
     )
     .db()?;
@@ -105,7 +106,7 @@ pub(crate) fn update(
     req.apply_to(&mut e)?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -113,7 +114,8 @@ pub(crate) fn update(
             e.rate_limit_per_s,
             e.description,
             t.now.as_millis(),
-            id.to_string()
+            id.to_string(),
+            e.max_in_flight
         ],
     )
     .db()?;

@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/0002_workflow_and_operations.sql"),
     ),
     (3, include_str!("migrations/0003_account_keys.sql")),
+    (4, include_str!("migrations/0004_flow_control.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

@@ -21,7 +21,7 @@ use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::ops;
 use crate::util::{ts_opt, u32_of};
-use control_plane_core::{alert_event, fan_out, AlertKind};
+use control_plane_core::{alert_event, fan_out, share_claim, AlertKind, FlowCandidate, RateBudget};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -424,27 +424,186 @@ const LEASE_AND_RETURN: &str = "UPDATE deliveries d SET state = 'leased', attemp
      d.lease_expires_at, d.last_error, d.created_at, d.updated_at, ev.event_type, ev.body, e.url, e.secret, \
      e.previous_secret, e.previous_expires_at, d.lease_token";
 
-/// The claim of ordinary deliveries: `$1` now (ms), `$2` the limit, `$3`
-/// the lease expiry (ms), `$4` the worker. Unordered endpoints (`u`) are
-/// served straight from the due index; ordered ones (`o`) only by their head,
-/// the lowest live sequence. The benchmark issues this same text raw.
+/// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
+/// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
+/// ordered one (NULL otherwise), `$3` the lease expiry (ms), `$4` the worker.
+/// Each endpoint's oldest due first, skipping rows other replicas hold. The
+/// benchmark issues this same text raw.
 pub fn claim_statement() -> String {
     format!(
-        "WITH u AS (SELECT d.id, d.due_at, d.seq FROM deliveries d \
-                     JOIN endpoints e ON e.id = d.endpoint_id JOIN circuits ci ON ci.endpoint_id = d.endpoint_id \
-                     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-                     AND NOT e.ordered AND ci.mode = 'closed' ORDER BY d.due_at, d.seq LIMIT $2 \
-                     FOR UPDATE OF d SKIP LOCKED), \
-                     o AS (SELECT d.id, d.due_at, d.seq FROM deliveries d WHERE d.id IN ( \
-                       SELECT h.id FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id \
-                       CROSS JOIN LATERAL (SELECT x.id, x.state, x.due_at FROM deliveries x \
-                         WHERE x.endpoint_id = e.id AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
-                       WHERE e.ordered AND e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' \
-                       AND h.state = 'pending' AND h.due_at <= $1) \
-                     AND d.state = 'pending' ORDER BY d.due_at, d.seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                     c AS (SELECT id FROM (SELECT * FROM u UNION ALL SELECT * FROM o) b ORDER BY due_at, seq LIMIT $2) \
-                     {LEASE_AND_RETURN}"
+        "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[]) AS q(endpoint_id, n, head)), \
+         c AS (SELECT x.id FROM q CROSS JOIN LATERAL (SELECT d.id FROM deliveries d \
+               WHERE d.endpoint_id = q.endpoint_id AND d.state = 'pending' AND d.due_at <= $1 \
+               AND (q.head IS NULL OR d.seq = q.head) ORDER BY d.due_at, d.seq LIMIT q.n \
+               FOR UPDATE SKIP LOCKED) x) \
+         {LEASE_AND_RETURN}"
     )
+}
+
+/// Per endpoint with due work on a closed circuit (`$1` now): account,
+/// oldest due `(due_at, seq)`, due count up to `$2`, live leases, cap, rate
+/// limit, bucket, ordered. Unordered endpoints by their due index, ordered
+/// ones by their head.
+const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.seq, \
+     (SELECT count(*) FROM (SELECT 1 FROM deliveries x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
+       AND x.due_at <= $1 LIMIT $2) k), \
+     (SELECT count(*) FROM deliveries y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
+     e.max_in_flight, e.rate_limit_per_s, f.tokens, f.refilled_at, e.ordered \
+     FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
+     CROSS JOIN LATERAL (SELECT x.due_at, x.seq FROM deliveries x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
+       AND x.due_at <= $1 ORDER BY x.due_at, x.seq LIMIT 1) h \
+     WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND NOT e.ordered \
+     UNION ALL \
+     SELECT e.id, e.account, h.due_at, h.seq, 1::bigint, \
+     (SELECT count(*) FROM deliveries y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
+     e.max_in_flight, e.rate_limit_per_s, f.tokens, f.refilled_at, e.ordered \
+     FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
+     CROSS JOIN LATERAL (SELECT x.state, x.due_at, x.seq FROM deliveries x WHERE x.endpoint_id = e.id \
+       AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
+     WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND e.ordered \
+     AND h.state = 'pending' AND h.due_at <= $1";
+
+fn count_of(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
+    match (tokens, at) {
+        (Some(tokens), Some(at)) => Some(RateBudget {
+            tokens,
+            at: Timestamp::from_millis(at),
+        }),
+        _ => None,
+    }
+}
+
+/// Leases the ordinary part of a claim of `limit`: the endpoints' fair
+/// shares (`flow::share_claim`), then, under each chosen endpoint's flow
+/// row lock (taken in id order, so claimers never deadlock), the shares cut
+/// to what the cap and the bucket allow now, since another replica may have
+/// claimed in between; then the buckets are spent (ADR 0009).
+async fn claim_fair(
+    tx: &deadpool_postgres::Transaction<'_>,
+    now: Timestamp,
+    options: &StoreOptions,
+    limit: i64,
+    expires: i64,
+    worker: &str,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let now_ms = now.as_millis();
+    let rows = tx.query(FLOW_CANDIDATES, &[&now_ms, &limit]).await.db()?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let rate: Option<i64> = r.get(7);
+        let budget =
+            rate.map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), now));
+        candidates.push(FlowCandidate {
+            endpoint: EndpointId(r.get(0)),
+            account: AccountId::new(r.get::<_, String>(1))?,
+            oldest: (r.get(2), r.get(3)),
+            due: count_of(r.get(4)),
+            in_flight: count_of(r.get(5)),
+            cap: r
+                .get::<_, Option<i64>>(6)
+                .map_or(options.endpoint_concurrency, u32_of),
+            rate_room: budget.map(|b| b.whole()),
+            ordered: r.get(10),
+        });
+    }
+    let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
+    if shares.is_empty() {
+        return Ok(Vec::new());
+    }
+    shares.sort_by_key(|(e, _)| *e);
+    let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
+    // Serialize with other claimers of these endpoints, then look again.
+    let locked = tx
+        .query(
+            "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
+             WHERE f.endpoint_id = ANY($1) ORDER BY f.endpoint_id FOR UPDATE",
+            &[&ids],
+        )
+        .await
+        .db()?;
+    let leased = tx
+        .query(
+            "SELECT endpoint_id, count(*) FROM deliveries WHERE endpoint_id = ANY($1) \
+             AND state = 'leased' AND lease_expires_at > $2 GROUP BY endpoint_id",
+            &[&ids, &now_ms],
+        )
+        .await
+        .db()?;
+    let leased_now = |e: Uuid| {
+        leased
+            .iter()
+            .find(|r| r.get::<_, Uuid>(0) == e)
+            .map_or(0, |r| count_of(r.get(1)))
+    };
+    let mut wanted: Vec<(Uuid, i64, Option<i64>, Option<(u32, RateBudget)>)> = Vec::new();
+    for (endpoint, share) in &shares {
+        let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
+            continue;
+        };
+        let mut n = (*share).min(c.cap.saturating_sub(leased_now(endpoint.0)));
+        let mut budget = None;
+        if let Some(rate) = rows
+            .iter()
+            .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+            .and_then(|r| r.get::<_, Option<i64>>(7))
+        {
+            let stored = locked
+                .iter()
+                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+                .and_then(|r| budget_of(r.get(1), r.get(2)));
+            let b = RateBudget::refilled(stored, u32_of(rate), now);
+            n = n.min(b.whole());
+            budget = Some((u32_of(rate), b));
+        }
+        if c.ordered && leased_now(endpoint.0) > 0 {
+            n = 0;
+        }
+        if n > 0 {
+            wanted.push((
+                endpoint.0,
+                i64::from(n),
+                c.ordered.then_some(c.oldest.1),
+                budget,
+            ));
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let claim = tx.prepare_cached(&claim_statement()).await.db()?;
+    let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
+    let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
+    let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
+    let rows = tx
+        .query(
+            &claim,
+            &[&now_ms, &endpoints, &expires, &worker, &counts, &heads],
+        )
+        .await
+        .db()?;
+    let claimed = rows
+        .iter()
+        .map(|r| row_to_claimed(r, false))
+        .collect::<StoreResult<Vec<_>>>()?;
+    for (endpoint, _, _, budget) in &wanted {
+        let Some((_, b)) = budget else { continue };
+        let taken = claimed
+            .iter()
+            .filter(|c| c.delivery.endpoint_id.0 == *endpoint)
+            .count();
+        let left = b.spend(u32::try_from(taken).unwrap_or(u32::MAX));
+        tx.execute(
+            "UPDATE endpoint_flow SET tokens = $1, refilled_at = $2 WHERE endpoint_id = $3",
+            &[&left.tokens, &left.at.as_millis(), endpoint],
+        )
+        .await
+        .db()?;
+    }
+    Ok(claimed)
 }
 
 fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
@@ -540,21 +699,7 @@ pub(crate) async fn claim(
 
     let rest = i64::from(req.limit) - out.len() as i64;
     if rest > 0 {
-        // One statement: lock due rows in claim order, skipping rows other
-        // replicas hold, and lease them. A locking CTE is never inlined, so
-        // LIMIT bounds the rows locked. Unordered endpoints (`u`) are served
-        // straight from the due index; ordered ones (`o`) only by their head,
-        // the lowest live sequence, found per endpoint. Keeping the two apart
-        // keeps the common plan a plain ordered index scan.
-        // Prepared once per connection: the hot path pays one round trip.
-        let claim = tx.prepare_cached(&claim_statement()).await.db()?;
-        let rows = tx
-            .query(&claim, &[&now_ms, &rest, &expires, &req.worker])
-            .await
-            .db()?;
-        for r in &rows {
-            out.push(row_to_claimed(r, false)?);
-        }
+        out.extend(claim_fair(tx, now, options, rest, expires, &req.worker).await?);
     }
     out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
     Ok(out)

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use control_plane_core::types::validate_endpoint_url;
 use control_plane_core::{
     AccountId, Circuit, CircuitMode, DeliveryId, Endpoint, EndpointCreateRequest, EndpointId,
     EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
@@ -14,7 +13,7 @@ use crate::error::PgResultExt;
 use crate::util::{ts_opt, u32_of};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
 
 pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
     let types: serde_json::Value = r.get(6);
@@ -37,6 +36,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         description: r.get(11),
         created_at: Timestamp::from_millis(r.get(12)),
         updated_at: Timestamp::from_millis(r.get(13)),
+        max_in_flight: r.get::<_, Option<i64>>(14).map(u32_of),
     })
 }
 
@@ -45,13 +45,13 @@ pub(crate) async fn create(
     now: Timestamp,
     req: EndpointCreateRequest,
 ) -> StoreResult<Endpoint> {
-    validate_endpoint_url(&req.url)?;
+    req.validate()?;
     let id = EndpointId::new();
     let types = serde_json::to_value(&req.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     tx.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9)",
+         description, created_at, updated_at, max_in_flight) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -62,12 +62,19 @@ pub(crate) async fn create(
             &req.ordered,
             &req.description,
             &now.as_millis(),
+            &req.max_in_flight.map(i64::from),
         ],
     )
     .await
     .db()?;
     tx.execute(
         "INSERT INTO circuits (endpoint_id, mode, failures, reopen_count) VALUES ($1, 'closed', 0, 0)",
+        &[&id.0],
+    )
+    .await
+    .db()?;
+    tx.execute(
+        "INSERT INTO endpoint_flow (endpoint_id) VALUES ($1)",
         &[&id.0],
     )
     .await
@@ -117,7 +124,7 @@ pub(crate) async fn update(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     tx.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -126,6 +133,7 @@ pub(crate) async fn update(
             &e.description,
             &now.as_millis(),
             &id.0,
+            &e.max_in_flight.map(i64::from),
         ],
     )
     .await

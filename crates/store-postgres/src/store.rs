@@ -18,6 +18,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/0002_workflow_and_operations.sql"),
     ),
     (3, include_str!("migrations/0003_account_keys.sql")),
+    (4, include_str!("migrations/0004_flow_control.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
