@@ -38,6 +38,9 @@ impl RateBudget {
     /// The bucket at `now`: `stored` refilled for the time since, or full.
     pub fn refilled(stored: Option<RateBudget>, rate_per_s: u32, now: Timestamp) -> RateBudget {
         let burst = Self::burst(rate_per_s);
+        // Replicas read their clocks a little apart: a bucket is never moved
+        // back in time, so an earlier reading cannot count a refill twice.
+        let at = stored.map_or(now, |b| b.at.max(now));
         let tokens = match stored {
             None => burst,
             Some(b) => {
@@ -50,7 +53,7 @@ impl RateBudget {
         };
         RateBudget {
             tokens: tokens.max(0.0),
-            at: now,
+            at,
         }
     }
 

@@ -174,15 +174,27 @@ pub trait DeliveryStore: Send + Sync {
         event: EventId,
     ) -> StoreResult<Enqueued>;
 
-    /// Leases up to `limit` due deliveries, oldest due first.
+    /// Leases up to `limit` due deliveries, shared fairly among endpoints and
+    /// accounts within each endpoint's in-flight cap and rate limit (ADR 0009).
     ///
     /// # Behavior
     /// - Expired leases are swept first: the lost attempt is logged as
     ///   `lease_expired` and the delivery is due again, or dead when its
     ///   attempts are used up (`expired_lease_is_claimable_again_and_logged`,
     ///   `worker_crashing_every_attempt_still_runs_out_of_attempts`).
-    /// - Oldest due first, at most `limit`, nothing not yet due
-    ///   (`claim_returns_oldest_due_first_within_limit`).
+    /// - Within an endpoint oldest due first, at most `limit`, nothing not yet
+    ///   due (`claim_returns_oldest_due_first_within_limit`).
+    /// - Across endpoints and accounts round robin (`flow::share_claim`): a
+    ///   backlog never hides another endpoint's due delivery from the next
+    ///   claim (`quiet_endpoint_is_claimed_next_despite_a_backlog`,
+    ///   `claims_are_shared_fairly_between_accounts`); nothing starves
+    ///   (`every_due_delivery_is_eventually_claimed`).
+    /// - Leased deliveries of an endpoint never exceed its cap, across every
+    ///   claimer; expired leases free their slot
+    ///   (`claim_respects_the_in_flight_cap_under_concurrent_claimers`).
+    /// - A rate-limited endpoint is claimed at most at its rate, bursts of one
+    ///   second; what waits stays `pending` and spends no attempt
+    ///   (`claim_respects_the_rate_limit_under_concurrent_claimers`).
     /// - Exclusive: one delivery is held by at most one live lease, whatever
     ///   the number of concurrent claimers (`claim_is_exclusive_under_concurrent_claimers`).
     /// - The attempt number increments at claim (`claim_increments_attempt_number`).

@@ -96,9 +96,16 @@ pub fn classify(
     }
 }
 
-/// Parses `Retry-After` given in seconds (HTTP dates are ignored).
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// Parses `Retry-After` in either form RFC 9110 allows: delay seconds, or
+/// an HTTP date, read against the wall clock `now` (a date in the past means
+/// no delay). Anything else is ignored.
+pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 #[cfg(test)]
@@ -183,7 +190,21 @@ mod tests {
             panic!("retry")
         };
         assert_eq!(at, now.plus(Duration::from_secs(3600)), "capped");
-        assert_eq!(parse_retry_after(" 30 "), Some(Duration::from_secs(30)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_400); // 07:26:40 GMT
+        assert_eq!(
+            parse_retry_after(" 30 ", wall),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", wall),
+            Some(Duration::from_secs(80)),
+            "an HTTP date is a delay from now"
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", wall),
+            Some(Duration::ZERO),
+            "a date in the past is no delay"
+        );
+        assert_eq!(parse_retry_after("soon", wall), None);
     }
 }

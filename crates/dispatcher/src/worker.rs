@@ -275,7 +275,7 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
                         .headers()
                         .get("retry-after")
                         .and_then(|v| v.to_str().ok())
-                        .and_then(parse_retry_after),
+                        .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
                     error: None,
                     latency_ms,
                 },

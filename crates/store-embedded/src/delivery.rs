@@ -551,19 +551,24 @@ struct Flow {
     budget: Option<(u32, RateBudget)>,
 }
 
-/// Per endpoint with due work on a closed circuit: its account, oldest due
-/// `(due_at, seq)`, due count (up to `$2`), live leases, cap, rate limit and
-/// bucket. `{due}` selects the due rows (unordered, or ordered heads).
-fn flow_sql(due: &str) -> String {
-    format!(
-        "WITH due AS ({due}), \
-         fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
-                WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
-         SELECT e.id, e.account, due.due_at, due.seq, least(due.n, $2), coalesce(fl.n, 0), e.max_in_flight, \
-         e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered \
-         FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id"
-    )
-}
+/// After a `due` CTE (one row per endpoint with due work on a closed
+/// circuit): its account, oldest due `(due_at, seq)`, due count (up to `$2`),
+/// live leases, cap, rate limit and bucket.
+const FLOW_OF_DUE: &str = "fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
+     WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
+     SELECT e.id, e.account, due.due_at, due.seq, least(due.n, $2), coalesce(fl.n, 0), e.max_in_flight, \
+     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered \
+     FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id";
+
+/// The rows of the endpoints' shares (`$2` endpoints, `$3` counts), each
+/// endpoint's oldest first; completed by a condition and [`SHARE_RANK`].
+const SHARE_ROWS: &str = "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d \
+     JOIN endpoints e ON e.id = d.endpoint_id \
+     JOIN (SELECT unnest($2::VARCHAR[]) AS endpoint_id, unnest($3::BIGINT[]) AS n) q ON q.endpoint_id = d.endpoint_id";
+
+/// Keeps each endpoint's first `q.n` rows.
+const SHARE_RANK: &str =
+    "QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) <= q.n";
 
 /// The due rows of unordered endpoints, grouped (`$1` now).
 const DUE_UNORDERED: &str = "SELECT d.endpoint_id, min([d.due_at, d.seq])[1] AS due_at, \
@@ -625,28 +630,33 @@ fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<Vec<Flow>> {
 /// (`flow::share_claim`), each endpoint's oldest due first; spends the rate
 /// budgets of the endpoints that get any.
 fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
-    let mut all = flows(t, &flow_sql(DUE_UNORDERED), limit)?;
+    let mut all = flows(
+        t,
+        &format!("WITH due AS ({DUE_UNORDERED}), {FLOW_OF_DUE}"),
+        limit,
+    )?;
     let any_ordered = any_endpoint(t, ANY_ORDERED, [])?;
     if any_ordered {
-        all.extend(flows(t, &flow_sql(DUE_ORDERED), limit)?);
+        all.extend(flows(
+            t,
+            &format!("WITH due AS ({DUE_ORDERED}), {FLOW_OF_DUE}"),
+            limit,
+        )?);
     }
     let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
     let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
     if shares.is_empty() {
         return Ok(Vec::new());
     }
-    let head = if any_ordered {
-        format!(" AND {HEAD}")
+    // The ordered-head condition costs a scan; add it only when needed.
+    let sql = if any_ordered {
+        format!("{SHARE_ROWS} WHERE {DUE} AND {HEAD} {SHARE_RANK}")
     } else {
-        String::new()
+        format!("{SHARE_ROWS} WHERE {DUE} {SHARE_RANK}")
     };
     let mut picked = candidates_of(
         t,
-        &format!(
-            "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-             JOIN (SELECT unnest($2::VARCHAR[]) AS endpoint_id, unnest($3::BIGINT[]) AS n) q ON q.endpoint_id = d.endpoint_id \
-             WHERE {DUE}{head} QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) <= q.n"
-        ),
+        &sql,
         params![
             t.now.as_millis(),
             list::text(shares.iter().map(|(e, _)| e.to_string())),

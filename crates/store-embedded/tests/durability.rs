@@ -16,8 +16,12 @@ fn acct() -> AccountId {
     AccountId::new("durable").unwrap()
 }
 
+/// A store whose endpoints may have every delivery in flight at once, so
+/// one claim can show that nothing acknowledged was lost.
 async fn open(path: &Path) -> StoreResult<EmbeddedStore> {
-    EmbeddedStore::open(EmbeddedConfig::new(path), Arc::new(SystemClock)).await
+    let mut config = EmbeddedConfig::new(path);
+    config.options.endpoint_concurrency = 10_000;
+    EmbeddedStore::open(config, Arc::new(SystemClock)).await
 }
 
 fn publish_req(n: usize) -> PublishRequest {

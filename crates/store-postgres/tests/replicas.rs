@@ -241,7 +241,10 @@ async fn four_processes_migrating_at_once_end_with_one_schema() {
                 .expect("every concurrent migration succeeds"),
         );
     }
-    assert_eq!(stores[3].applied_migrations().await.unwrap(), vec![1, 2, 3]);
+    assert_eq!(
+        stores[3].applied_migrations().await.unwrap(),
+        vec![1, 2, 3, 4]
+    );
     add_endpoint(&stores[2]).await;
     assert_eq!(stores[0].endpoint_list(&acct()).await.unwrap().len(), 1);
 }
@@ -522,4 +525,97 @@ async fn errors_are_classified_by_sqlstate() {
         assert_eq!(got, want, "SQLSTATE {code}: {e:?}");
         assert_eq!(e.is_retryable(), want == "busy" || want == "unavailable");
     }
+}
+
+/// Three replicas (separate pools) claim from one endpoint limited to 20
+/// requests per second for 10 s of store time: in no one-second window do
+/// they lease more than the rate plus the burst (one second's worth), and
+/// over the run they lease about the rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_together_keep_an_endpoints_rate_limit() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let options = StoreOptions {
+        endpoint_concurrency: 1000,
+        ..StoreOptions::default()
+    };
+    let stores = replicas(&schema, 3, options, clock.clone()).await;
+    let mut create =
+        EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
+    create.rate_limit_per_s = Some(20);
+    stores[0].endpoint_create(create).await.unwrap();
+    stores[0]
+        .event_publish_batch((0..600).map(req).collect())
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(3600);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for store in stores {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut at = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let claimed = store
+                    .delivery_claim(ClaimRequest {
+                        worker: "r".into(),
+                        limit: 10,
+                        lease_for: lease,
+                    })
+                    .await
+                    .unwrap();
+                for c in &claimed {
+                    // The claim's own reading of the clock.
+                    at.push(c.lease.expires_at.as_millis() - lease.as_millis() as i64);
+                    store
+                        .delivery_record_outcome(
+                            &c.lease,
+                            DeliveryOutcome::Delivered(AttemptReport {
+                                status_code: Some(200),
+                                error: None,
+                                latency_ms: 1,
+                            }),
+                        )
+                        .await
+                        .unwrap();
+                }
+                tokio::task::yield_now().await;
+            }
+            at
+        }));
+    }
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        clock.advance(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut at = Vec::new();
+    for t in tasks {
+        at.extend(t.await.unwrap());
+    }
+    at.sort_unstable();
+    let worst = (0..at.len())
+        .map(|i| at[i..].iter().take_while(|t| **t < at[i] + 1000).count())
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "rate limit 20/s, 3 replicas: {} leased in 10 s, worst one-second window {worst}",
+        at.len()
+    );
+    assert!(
+        worst <= 40,
+        "worst one-second window {worst} > rate 20 + burst 20"
+    );
+    assert!(
+        at.len() <= 20 * 10 + 20 + 20,
+        "{} leased in 10 s at 20/s",
+        at.len()
+    );
+    assert!(
+        at.len() >= 100,
+        "only {} leased in 10 s: the limit starves",
+        at.len()
+    );
 }
