@@ -539,7 +539,9 @@ async fn claim_fair(
             .find(|r| r.get::<_, Uuid>(0) == e)
             .map_or(0, |r| count_of(r.get(1)))
     };
-    let mut wanted: Vec<(Uuid, i64, Option<i64>, Option<(u32, RateBudget)>)> = Vec::new();
+    // (endpoint, count, head of an ordered one, refilled bucket)
+    type Want = (Uuid, i64, Option<i64>, Option<RateBudget>);
+    let mut wanted: Vec<Want> = Vec::new();
     for (endpoint, share) in &shares {
         let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
             continue;
@@ -557,7 +559,7 @@ async fn claim_fair(
                 .and_then(|r| budget_of(r.get(1), r.get(2)));
             let b = RateBudget::refilled(stored, u32_of(rate), now);
             n = n.min(b.whole());
-            budget = Some((u32_of(rate), b));
+            budget = Some(b);
         }
         if c.ordered && leased_now(endpoint.0) > 0 {
             n = 0;
@@ -590,7 +592,7 @@ async fn claim_fair(
         .map(|r| row_to_claimed(r, false))
         .collect::<StoreResult<Vec<_>>>()?;
     for (endpoint, _, _, budget) in &wanted {
-        let Some((_, b)) = budget else { continue };
+        let Some(b) = budget else { continue };
         let taken = claimed
             .iter()
             .filter(|c| c.delivery.endpoint_id.0 == *endpoint)
