@@ -197,15 +197,26 @@ async fn embedded_store(dir: &std::path::Path) -> BenchResult<EmbeddedStore> {
     .map_err(fail)
 }
 
+/// The throughput sections' one endpoint: every delivery may be in flight
+/// at once, so they measure the store and the dispatcher, not the cap.
 async fn endpoint(store: &dyn ControlPlaneStore, url: &str) -> BenchResult<Endpoint> {
-    store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct(),
-            url,
-            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ))
-        .await
-        .map_err(fail)
+    flow_endpoint(store, url, &[], Some(10_000)).await
+}
+
+async fn flow_endpoint(
+    store: &dyn ControlPlaneStore,
+    url: &str,
+    types: &[&str],
+    max_in_flight: Option<u32>,
+) -> BenchResult<Endpoint> {
+    let mut req = EndpointCreateRequest::new(
+        acct(),
+        url,
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    );
+    req.event_types = types.iter().map(|t| t.to_string()).collect();
+    req.max_in_flight = max_in_flight;
+    store.endpoint_create(req).await.map_err(fail)
 }
 
 /// Publishes `n` events (one delivery each) in batches of 500.
@@ -639,7 +650,17 @@ async fn steady_state(
 
 /// A receiver answering 200 (after `delay`), recording arrival times by webhook-id.
 async fn receiver(delay: Duration) -> BenchResult<(String, Arc<Mutex<Vec<(String, Instant)>>>)> {
-    use axum::http::HeaderMap;
+    receiver_answering(delay, 200).await
+}
+
+/// A receiver that logs each request's `webhook-id` and arrival, waits
+/// `delay`, then answers `status`.
+async fn receiver_answering(
+    delay: Duration,
+    status: u16,
+) -> BenchResult<(String, Arc<Mutex<Vec<(String, Instant)>>>)> {
+    use axum::http::{HeaderMap, StatusCode};
+    let status = StatusCode::from_u16(status).map_err(fail)?;
     let seen: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let log = seen.clone();
     let app = axum::Router::new().route(
@@ -659,7 +680,7 @@ async fn receiver(delay: Duration) -> BenchResult<(String, Arc<Mutex<Vec<(String
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                "ok"
+                (status, "ok")
             }
         }),
     );
@@ -739,6 +760,111 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         .await?;
         let _ = writeln!(out, "| {profile} | {rate:.0} |");
         eprintln!("bench: end to end {profile}: {rate:.0}/s");
+    }
+    Ok(out)
+}
+
+/// A healthy endpoint's publish-to-arrival latency, alone and beside a
+/// neighbour with a backlog that answers slowly (2 s) or fails every request
+/// (500), through one dispatcher with the service's default concurrency (64)
+/// and the default per-endpoint cap (16).
+async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let mut out = String::from(
+        "| adapter | neighbour | healthy publish-to-arrival p50 (ms) | p99 (ms) |\n| --- | --- | --- | --- |\n",
+    );
+    let backlog: usize = if a.quick { 500 } else { 10_000 };
+    let samples = if a.quick { 20 } else { 100 };
+    for &profile in &a.profiles {
+        for (name, neighbour) in [
+            ("none (alone)", None),
+            ("2 s answers, backlog", Some((Duration::from_secs(2), 200))),
+            ("fails every request, backlog", Some((Duration::ZERO, 500))),
+        ] {
+            let (store, schema) = open_profile(a, profile, dir).await?;
+            let (healthy_url, seen) = receiver(Duration::ZERO).await?;
+            flow_endpoint(store.as_ref(), &healthy_url, &["healthy"], None).await?;
+            if let Some((delay, status)) = neighbour {
+                let (url, _) = receiver_answering(delay, status).await?;
+                flow_endpoint(store.as_ref(), &url, &["noisy"], None).await?;
+                for chunk in 0..backlog.div_ceil(500) {
+                    let n = 500.min(backlog - chunk * 500);
+                    let reqs = (0..n)
+                        .map(|i| PublishRequest {
+                            account: acct(),
+                            event_type: "noisy".into(),
+                            payload: serde_json::json!({ "i": i }),
+                            idempotency_key: None,
+                        })
+                        .collect();
+                    store.event_publish_batch(reqs).await.map_err(fail)?;
+                }
+            }
+            let loopback = Cidr::parse("127.0.0.0/8").ok_or("cidr")?;
+            let d = Dispatcher::new(
+                store.clone(),
+                DispatcherConfig {
+                    worker: "fair".into(),
+                    concurrency: 64,
+                    max_batch: 100,
+                    poll_interval: Duration::from_millis(1000),
+                    allowed_targets: vec![loopback],
+                    ..DispatcherConfig::default()
+                },
+            )?;
+            let (stop, stopped) = watch::channel(false);
+            let run = tokio::spawn(async move { d.run(stopped).await });
+            // Let the neighbour fill its share of the send slots first.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut sent = Vec::new();
+            for i in 0..samples {
+                let p = store
+                    .event_publish(PublishRequest {
+                        account: acct(),
+                        event_type: "healthy".into(),
+                        payload: serde_json::json!({ "i": i }),
+                        idempotency_key: None,
+                    })
+                    .await
+                    .map_err(fail)?;
+                for id in p.deliveries {
+                    sent.push((id.to_string(), Instant::now()));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut lat = Vec::new();
+            while Instant::now() < deadline {
+                let arrived = seen.lock().map(|s| s.clone()).unwrap_or_default();
+                lat = sent
+                    .iter()
+                    .filter_map(|(id, at)| {
+                        arrived
+                            .iter()
+                            .find(|(seen_id, _)| seen_id == id)
+                            .map(|(_, t)| t.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+                    })
+                    .collect();
+                if lat.len() == sent.len() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = stop.send(true);
+            let _ = run.await;
+            if let Some(s) = schema {
+                drop_schema(&a.url, &s).await?;
+            }
+            if lat.len() < sent.len() {
+                return Err(format!(
+                    "fairness on {profile} beside {name}: {} of {} healthy deliveries arrived in 2 min",
+                    lat.len(),
+                    sent.len()
+                ));
+            }
+            let (p50, p99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
+            let _ = writeln!(out, "| {profile} | {name} | {p50:.1} | {p99:.1} |");
+            eprintln!("bench: fairness {profile} beside {name}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+        }
     }
     Ok(out)
 }
@@ -998,6 +1124,13 @@ async fn run(a: &Args) -> BenchResult<String> {
     }
     if want("e2e") {
         let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
+    }
+    if want("fairness") {
+        let _ = writeln!(
+            out,
+            "## Fairness (a healthy endpoint beside a noisy neighbour, one dispatcher of 64 slots)\n\n{}",
+            fairness(a, &dir).await?
+        );
     }
     if want("latency") {
         let _ = writeln!(
