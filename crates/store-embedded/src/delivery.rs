@@ -566,6 +566,18 @@ const SHARE_ROWS: &str = "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliv
      JOIN endpoints e ON e.id = d.endpoint_id \
      JOIN (SELECT unnest($2::VARCHAR[]) AS endpoint_id, unnest($3::BIGINT[]) AS n) q ON q.endpoint_id = d.endpoint_id";
 
+/// Up to this many endpoints in a claim take one top-N query each.
+const FEW_ENDPOINTS: usize = 2;
+
+/// One endpoint's share (`$2` the endpoint, `$3` the count), completed by a
+/// condition and [`ONE_SHARE_ORDER`].
+const ONE_SHARE: &str = "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d \
+     JOIN endpoints e ON e.id = d.endpoint_id WHERE d.endpoint_id = $2 AND d.state = 'pending' \
+     AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
+
+/// Its oldest first.
+const ONE_SHARE_ORDER: &str = "ORDER BY d.due_at, d.seq LIMIT $3";
+
 /// Keeps each endpoint's first `q.n` rows.
 const SHARE_RANK: &str =
     "QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) <= q.n";
@@ -648,21 +660,38 @@ fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
     if shares.is_empty() {
         return Ok(Vec::new());
     }
-    // The ordered-head condition costs a scan; add it only when needed.
-    let sql = if any_ordered {
-        format!("{SHARE_ROWS} WHERE {DUE} AND {HEAD} {SHARE_RANK}")
+    // The ordered-head condition costs a scan; add it only when needed. A
+    // few endpoints take a top-N each; many, one ranked scan.
+    let mut picked = Vec::new();
+    if shares.len() <= FEW_ENDPOINTS {
+        let sql = if any_ordered {
+            format!("{ONE_SHARE} AND {HEAD} {ONE_SHARE_ORDER}")
+        } else {
+            format!("{ONE_SHARE} {ONE_SHARE_ORDER}")
+        };
+        for (endpoint, n) in &shares {
+            picked.extend(candidates_of(
+                t,
+                &sql,
+                params![t.now.as_millis(), endpoint.to_string(), i64::from(*n)],
+            )?);
+        }
     } else {
-        format!("{SHARE_ROWS} WHERE {DUE} {SHARE_RANK}")
-    };
-    let mut picked = candidates_of(
-        t,
-        &sql,
-        params![
-            t.now.as_millis(),
-            list::text(shares.iter().map(|(e, _)| e.to_string())),
-            list::int(shares.iter().map(|(_, n)| i64::from(*n)))
-        ],
-    )?;
+        let sql = if any_ordered {
+            format!("{SHARE_ROWS} WHERE {DUE} AND {HEAD} {SHARE_RANK}")
+        } else {
+            format!("{SHARE_ROWS} WHERE {DUE} {SHARE_RANK}")
+        };
+        picked = candidates_of(
+            t,
+            &sql,
+            params![
+                t.now.as_millis(),
+                list::text(shares.iter().map(|(e, _)| e.to_string())),
+                list::int(shares.iter().map(|(_, n)| i64::from(*n)))
+            ],
+        )?;
+    }
     picked.sort_by_key(|(_, _, due, seq)| (*due, *seq));
     for f in &all {
         let Some((_, budget)) = f.budget else {
