@@ -546,24 +546,24 @@ async fn claim_fair(
         let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
             continue;
         };
-        let mut n = (*share).min(c.cap.saturating_sub(leased_now(endpoint.0)));
-        let mut budget = None;
-        if let Some(rate) = rows
+        // The same room rule, with what the lock shows now.
+        let budget = rows
             .iter()
             .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
             .and_then(|r| r.get::<_, Option<i64>>(7))
-        {
-            let stored = locked
-                .iter()
-                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-                .and_then(|r| budget_of(r.get(1), r.get(2)));
-            let b = RateBudget::refilled(stored, u32_of(rate), now);
-            n = n.min(b.whole());
-            budget = Some(b);
-        }
-        if c.ordered && leased_now(endpoint.0) > 0 {
-            n = 0;
-        }
+            .map(|rate| {
+                let stored = locked
+                    .iter()
+                    .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+                    .and_then(|r| budget_of(r.get(1), r.get(2)));
+                RateBudget::refilled(stored, u32_of(rate), now)
+            });
+        let now_seen = FlowCandidate {
+            in_flight: leased_now(endpoint.0),
+            rate_room: budget.map(|b| b.whole()),
+            ..c.clone()
+        };
+        let n = (*share).min(now_seen.room());
         if n > 0 {
             wanted.push((
                 endpoint.0,
