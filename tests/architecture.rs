@@ -1,4 +1,4 @@
-//! Architecture invariants (DESIGN.md section 2), checked on the manifests.
+//! Architecture invariants (README "Layout", ADR 0001), checked on the manifests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use workspace_tests::{normal_dependencies, workspace_root};

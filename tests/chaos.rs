@@ -6,15 +6,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::HeaderMap;
+use axum::response::IntoResponse;
 use control_plane_core::*;
+use workspace_tests::{database_url, pg_client, Answer, Process, Received, Receiver, Schema};
 
 const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
 
@@ -38,112 +38,36 @@ impl Lcg {
     }
 }
 
-/// Counts every POST by webhook-id; answers 200 after 0 to 30 ms, so kills
-/// often land while a send is in flight.
-#[derive(Default)]
-struct Receiver {
-    hits: Mutex<HashMap<String, u32>>,
-}
-
-async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap) -> &'static str {
-    let id = headers
-        .get("webhook-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let wait = id
-        .bytes()
-        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
-        % 30;
-    *r.hits.lock().unwrap().entry(id).or_default() += 1;
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-    "ok"
-}
-
-async fn start_receiver() -> (Arc<Receiver>, String) {
-    let state = Arc::new(Receiver::default());
-    let app = axum::Router::new()
-        .route("/hook", axum::routing::post(hook))
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (state, url)
-}
-
-fn test_database_url() -> String {
-    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
-        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
-    )
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    )
-}
-
-async fn pg_client(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
+/// Answers 200 after 0 to 30 ms (by webhook-id), so kills often land while
+/// a send is in flight.
+fn answer_after_a_while() -> Answer {
+    Arc::new(|r: Received, _| {
+        let wait = r
+            .webhook_id()
+            .bytes()
+            .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
+            % 30;
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            "ok".into_response()
+        })
+    })
 }
 
 /// A `control-plane` process with the chaos settings (3 s leases, 1 s
-/// retries), its API address when it serves one, and its log.
-fn spawn_logged(
-    role: &str,
-    env: &[(&str, String)],
-) -> (Child, Option<String>, Arc<Mutex<Vec<String>>>) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-        c.env_remove(k);
-    }
-    c.arg(role)
-        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
-        .env("CONTROLPLANE_ADMIN_TOKEN", ADMIN)
-        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
-        .env("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s,1s,1s,1s,1s")
-        .env("CONTROLPLANE_LEASE", "3s")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-    if !ready.contains("ready") {
-        let _ = child.kill();
-        panic!("{role} did not start: {ready:?}");
-    }
-    let api = ready.split("API on ").nth(1).map(|a| a.trim().to_string());
-    let log = Arc::new(Mutex::new(vec![ready]));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    (child, api, log)
-}
-
-/// [`spawn_logged`] without the log.
-fn spawn(role: &str, env: &[(&str, String)]) -> (Child, Option<String>) {
-    let (child, api, _) = spawn_logged(role, env);
-    (child, api)
-}
-
-fn kill9(c: &mut Child) {
-    let _ = c.kill();
-    let _ = c.wait();
+/// retries, seven of them).
+fn spawn(role: &str, env: &[(&str, String)]) -> Process {
+    let mut all = vec![
+        ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
+        ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
+        (
+            "CONTROLPLANE_RETRY_SCHEDULE",
+            "1s,1s,1s,1s,1s,1s,1s".to_string(),
+        ),
+        ("CONTROLPLANE_LEASE", "3s".to_string()),
+    ];
+    all.extend(env.iter().cloned());
+    Process::start(env!("CARGO_BIN_EXE_control-plane"), role, &all)
 }
 
 /// What the attempt log says of each delivery: (attempts, lease_expired).
@@ -198,6 +122,18 @@ fn verify(
         unexplained.is_empty(),
         "duplicates without an expired lease: {unexplained:?}"
     );
+    // The receiver never fails: a delivery can only die by losing every one
+    // of its attempts to a kill, which the few kills of a run cannot do.
+    let dead_unexplained: Vec<_> = states
+        .iter()
+        .filter(|(_, s)| *s == "dead")
+        .filter(|(id, _)| log.get(*id).is_none_or(|(n, expired)| n != expired))
+        .collect();
+    assert!(
+        dead_unexplained.is_empty(),
+        "dead without every attempt lost to a kill: {:?}",
+        &dead_unexplained[..dead_unexplained.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,18 +141,14 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     let total = env_usize("CHAOS_EVENTS", 2_000);
     let kills = env_usize("CHAOS_KILLS", 5);
     let mut rng = Lcg(env_usize("CHAOS_SEED", 7) as u64);
-    let url = test_database_url();
-    let schema = unique("cp_chaos");
-    let env = vec![
-        ("CONTROLPLANE_STORE", "postgres".to_string()),
-        ("CONTROLPLANE_DATABASE_URL", url.clone()),
-        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
-        ("CONTROLPLANE_POOL_SIZE", "8".to_string()),
-    ];
-    let (rx, hook_url) = start_receiver().await;
-    let mut cfg =
-        store_postgres::PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(&url));
-    cfg.schema = Some(schema.clone());
+    let schema = Schema::new("cp_chaos");
+    let env = schema.env(8);
+    let (rx, base) = Receiver::start(answer_after_a_while()).await;
+    let hook_url = format!("{base}/hook");
+    let mut cfg = store_postgres::PostgresConfig::new(
+        control_plane_core::config::DatabaseUrl::new(database_url()),
+    );
+    cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 4;
     let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
         .await
@@ -230,7 +162,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         ))
         .await
         .unwrap();
-    let mut workers: Vec<Child> = (0..3).map(|_| spawn("worker", &env).0).collect();
+    let mut workers: Vec<Process> = (0..3).map(|_| spawn("worker", &env)).collect();
     // Publish while the workers run, in batches.
     let publisher = {
         let (store, account) = (store.clone(), account.clone());
@@ -255,13 +187,13 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let i = rng.next(3) as usize;
-        kill9(&mut workers[i]);
-        workers[i] = spawn("worker", &env).0;
+        workers[i].kill();
+        workers[i] = spawn("worker", &env);
     }
     publisher.await.unwrap();
-    let client = pg_client(&url).await;
+    let client = pg_client().await;
     client
-        .batch_execute(&format!("SET search_path TO {schema}"))
+        .batch_execute(&format!("SET search_path TO {}", schema.0))
         .await
         .unwrap();
     let start = Instant::now();
@@ -284,7 +216,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for w in &mut workers {
-        kill9(w);
+        w.kill();
     }
     let states: HashMap<String, String> = client
         .query("SELECT id::text, state FROM deliveries", &[])
@@ -303,13 +235,8 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .iter()
         .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
         .collect();
-    let hits = rx.hits.lock().unwrap().clone();
-    verify(total, &states, &log, &hits, kills);
+    verify(total, &states, &log, &rx.hits_by_id(), kills);
     drop(store);
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +245,8 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
     let kills = env_usize("CHAOS_KILLS", 5);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chaos.duckdb");
-    let (rx, hook_url) = start_receiver().await;
+    let (rx, base) = Receiver::start(answer_after_a_while()).await;
+    let hook_url = format!("{base}/hook");
     let account = AccountId::new("chaos").unwrap();
     let open = || async {
         store_embedded::EmbeddedStore::open(
@@ -352,20 +280,19 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
         "CONTROLPLANE_EMBEDDED_PATH",
         path.to_string_lossy().into_owned(),
     )];
-    let (mut serve, _) = spawn("serve", &env);
+    let mut serve = spawn("serve", &env);
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        kill9(&mut serve);
-        serve = spawn("serve", &env).0;
+        serve.kill();
+        serve = spawn("serve", &env);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let base = {
         // The last process serves the API: wait until nothing is open.
-        kill9(&mut serve);
-        let (child, api) = spawn("serve", &env);
-        serve = child;
-        api.unwrap()
+        serve.kill();
+        serve = spawn("serve", &env);
+        serve.api()
     };
     let start = Instant::now();
     loop {
@@ -394,11 +321,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(serve.id().to_string())
-        .status();
-    let _ = serve.wait();
+    serve.terminate();
     let store = open().await;
     let mut states = HashMap::new();
     let mut log: Log = HashMap::new();
@@ -431,8 +354,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
             None => break,
         }
     }
-    let hits = rx.hits.lock().unwrap().clone();
-    verify(total, &states, &log, &hits, kills);
+    verify(total, &states, &log, &rx.hits_by_id(), kills);
 }
 
 /// A TCP proxy in front of PostgreSQL that the test can cut: every
@@ -503,8 +425,7 @@ async fn readyz(http: &reqwest::Client, base: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_survives_a_database_outage() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let url = test_database_url();
-    let parsed = reqwest::Url::parse(&url).unwrap();
+    let parsed = reqwest::Url::parse(&database_url()).unwrap();
     let upstream = format!(
         "{}:{}",
         parsed.host_str().unwrap(),
@@ -515,16 +436,14 @@ async fn the_service_survives_a_database_outage() {
     let (host, port) = px.addr.split_once(':').unwrap();
     via_proxy.set_host(Some(host)).unwrap();
     via_proxy.set_port(Some(port.parse().unwrap())).unwrap();
-    let schema = unique("cp_outage");
-    let (rx, hook_url) = start_receiver().await;
-    let env = vec![
-        ("CONTROLPLANE_STORE", "postgres".to_string()),
-        ("CONTROLPLANE_DATABASE_URL", via_proxy.to_string()),
-        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
-        ("CONTROLPLANE_POOL_SIZE", "4".to_string()),
-    ];
-    let (mut child, base, log) = spawn_logged("serve", &env);
-    let base = base.unwrap();
+    let schema = Schema::new("cp_outage");
+    let (rx, base) = Receiver::start(answer_after_a_while()).await;
+    let hook_url = format!("{base}/hook");
+    let mut env = schema.env(4);
+    env.retain(|(k, _)| *k != "CONTROLPLANE_DATABASE_URL");
+    env.push(("CONTROLPLANE_DATABASE_URL", via_proxy.to_string()));
+    let mut child = spawn("serve", &env);
+    let base = child.api();
     let http = reqwest::Client::new();
     let api = |method: &str, path: &str, body: serde_json::Value| {
         http.request(method.parse().unwrap(), format!("{base}{path}"))
@@ -586,7 +505,7 @@ async fn the_service_survives_a_database_outage() {
         status,
         503,
         "a publish during the outage is refused, not lost silently: {body}\n{}",
-        log.lock().unwrap().join("\n")
+        child.log()
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     px.restore();
@@ -601,7 +520,7 @@ async fn the_service_survives_a_database_outage() {
     published.extend(publish(20).await);
     let start = Instant::now();
     loop {
-        let heard = rx.hits.lock().unwrap().clone();
+        let heard = rx.hits_by_id();
         if published.iter().all(|id| heard.contains_key(id)) {
             break;
         }
@@ -611,21 +530,9 @@ async fn the_service_survives_a_database_outage() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the service kept running"
-    );
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{}", log.lock().unwrap().join("\n"));
-    let client = pg_client(&url).await;
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
+    assert!(child.is_running(), "the service kept running");
+    let status = child.terminate();
+    assert!(status.success(), "{}", child.log());
 }
 
 /// Receiver faults: an endpoint that answers slowly with 5xx opens its
@@ -672,17 +579,11 @@ async fn a_failing_neighbour_opens_its_circuit_and_healthy_endpoints_keep_flowin
     let hooks = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let url = test_database_url();
-    let schema = unique("cp_faults");
-    let env = vec![
-        ("CONTROLPLANE_STORE", "postgres".to_string()),
-        ("CONTROLPLANE_DATABASE_URL", url.clone()),
-        ("CONTROLPLANE_DATABASE_SCHEMA", schema.clone()),
-        ("CONTROLPLANE_POOL_SIZE", "8".to_string()),
-        ("CONTROLPLANE_CONCURRENCY", "16".to_string()),
-    ];
-    let (mut child, base) = spawn("serve", &env);
-    let base = base.unwrap();
+    let schema = Schema::new("cp_faults");
+    let mut env = schema.env(8);
+    env.push(("CONTROLPLANE_CONCURRENCY", "16".to_string()));
+    let mut child = spawn("serve", &env);
+    let base = child.api();
     let http = reqwest::Client::new();
     let call = |method: &str, path: String, body: Option<serde_json::Value>| {
         let mut r = http
@@ -786,12 +687,7 @@ async fn a_failing_neighbour_opens_its_circuit_and_healthy_endpoints_keep_flowin
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    kill9(&mut child);
-    let client = pg_client(&url).await;
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
+    child.kill();
 }
 
 async fn call_circuit(http: &reqwest::Client, base: &str, endpoint: &str) -> (String, u64) {

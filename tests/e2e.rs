@@ -4,141 +4,53 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use hmac::{Hmac, Mac};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde_json::{json, Value};
+use workspace_tests::{signature_is_valid as verify, Answer, Process, Received, Receiver, Schema};
 
 const ADMIN: &str = "cpa_e2e_admin_token_0123456789abcdef";
 
 // ---------------------------------------------------------------- receiver
 
-/// One webhook as the receiver saw it.
-#[derive(Clone, Debug)]
-struct Received {
-    path: String,
-    headers: HashMap<String, String>,
-    body: String,
-    at: Instant,
-}
-
-#[derive(Default)]
-struct Receiver {
-    seen: Mutex<Vec<Received>>,
-    hits: Mutex<HashMap<String, u32>>,
-    down: AtomicBool,
-    started: AtomicU32,
-}
-
-impl Receiver {
-    fn requests(&self, path: &str) -> Vec<Received> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.path == path)
-            .cloned()
-            .collect()
-    }
-}
-
 /// Behaviour by path: `ok`; `flaky` (500, then 200); `slow` (first answer
 /// after 6 s, beyond the request timeout); `limited` (429 with
-/// `Retry-After: 1`, then 200); `gone` (410); `down` (500 while the switch is
+/// `Retry-After: 1`, then 200); `gone` (410); `down` (500 while `down` is
 /// on); `sleepy` (every answer after 1.5 s, within the 2 s request timeout).
-async fn hook(
-    State(r): State<Arc<Receiver>>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-    body: String,
-) -> Response {
-    let n = {
-        let mut hits = r.hits.lock().unwrap();
-        let n = hits.entry(path.clone()).or_default();
-        *n += 1;
-        *n
-    };
-    r.started.fetch_add(1, Ordering::SeqCst);
-    let headers: HashMap<String, String> = headers
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
-        .collect();
-    r.seen.lock().unwrap().push(Received {
-        path: path.clone(),
-        headers,
-        body,
-        at: Instant::now(),
-    });
-    match (path.as_str(), n) {
-        ("flaky", 1) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        ("slow", 1) => {
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            StatusCode::OK.into_response()
-        }
-        ("limited", 1) => (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response(),
-        ("gone", _) => StatusCode::GONE.into_response(),
-        ("down", _) if r.down.load(Ordering::SeqCst) => {
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-        ("sleepy", _) => {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            StatusCode::OK.into_response()
-        }
-        _ => StatusCode::OK.into_response(),
-    }
-}
-
-async fn start_receiver() -> (Arc<Receiver>, String) {
-    let state = Arc::new(Receiver::default());
-    let app = axum::Router::new()
-        .route("/{path}", axum::routing::post(hook))
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (state, base)
-}
-
-/// An independent Standard Webhooks verifier: HMAC-SHA256 over
-/// `id.timestamp.body` with the base64 key after `whsec_`.
-fn verify(secret: &str, r: &Received) -> bool {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(secret.strip_prefix("whsec_").unwrap())
-        .unwrap();
-    let (id, ts) = (&r.headers["webhook-id"], &r.headers["webhook-timestamp"]);
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
-    mac.update(format!("{id}.{ts}.{}", r.body).as_bytes());
-    let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-    let fresh = ts
-        .parse::<i64>()
-        .map(|t| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs() as i64;
-            (now - t).abs() < 300
+fn cases(down: Arc<AtomicBool>) -> Answer {
+    Arc::new(move |r: Received, n: usize| {
+        let down = down.load(Ordering::SeqCst);
+        Box::pin(async move {
+            match (r.path.as_str(), n) {
+                ("flaky", 1) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                ("slow", 1) => {
+                    tokio::time::sleep(Duration::from_secs(6)).await;
+                    StatusCode::OK.into_response()
+                }
+                ("limited", 1) => {
+                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response()
+                }
+                ("gone", _) => StatusCode::GONE.into_response(),
+                ("down", _) if down => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                ("sleepy", _) => {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    StatusCode::OK.into_response()
+                }
+                _ => StatusCode::OK.into_response(),
+            }
         })
-        .unwrap_or(false);
-    fresh
-        && r.headers["content-type"] == "application/json"
-        && r.headers["webhook-signature"]
-            .split(' ')
-            .any(|s| s.strip_prefix("v1,") == Some(expected.as_str()))
+    })
 }
 
 // ----------------------------------------------------------------- service
 
 enum Profile {
     Embedded(tempfile::TempDir),
-    Postgres(String),
+    Postgres(Schema),
 }
 
 impl Profile {
@@ -147,74 +59,25 @@ impl Profile {
     }
 
     fn postgres() -> Profile {
-        Profile::Postgres(format!("cp_e2e_{}", uuid_like()))
+        Profile::Postgres(Schema::new("cp_e2e"))
     }
 
-    fn env(&self, c: &mut Command) {
+    fn env(&self) -> Vec<(&'static str, String)> {
         match self {
-            Profile::Embedded(dir) => {
-                c.env("CONTROLPLANE_EMBEDDED_PATH", dir.path().join("e2e.duckdb"));
-            }
-            Profile::Postgres(schema) => {
-                c.env("CONTROLPLANE_STORE", "postgres")
-                    .env("CONTROLPLANE_DATABASE_URL", test_database_url())
-                    .env("CONTROLPLANE_DATABASE_SCHEMA", schema)
-                    .env("CONTROLPLANE_POOL_SIZE", "4");
-            }
+            Profile::Embedded(dir) => vec![(
+                "CONTROLPLANE_EMBEDDED_PATH",
+                dir.path().join("e2e.duckdb").to_string_lossy().into_owned(),
+            )],
+            Profile::Postgres(schema) => schema.env(4),
         }
     }
-}
-
-impl Drop for Profile {
-    fn drop(&mut self) {
-        if let Profile::Postgres(schema) = self {
-            let schema = schema.clone();
-            // A plain thread: drop may run inside a runtime.
-            let _ = std::thread::spawn(move || drop_schema(&schema)).join();
-        }
-    }
-}
-
-fn uuid_like() -> String {
-    format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
-
-fn test_database_url() -> String {
-    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
-        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
-    )
-}
-
-fn drop_schema(schema: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&test_database_url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await
-            .unwrap();
-    });
 }
 
 /// The running binary and a client for its API.
 struct Service {
-    child: std::process::Child,
+    process: Process,
     base: String,
     http: reqwest::Client,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -222,46 +85,18 @@ impl Service {
     /// 2 s request timeout), loopback allowed as a destination.
     fn start(profile: &Profile) -> Service {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-            c.env_remove(k);
-        }
-        profile.env(&mut c);
-        c.arg("serve")
-            .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
-            .env("CONTROLPLANE_ADMIN_TOKEN", ADMIN)
-            .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
-            .env("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s")
-            .env("CONTROLPLANE_LEASE", "4s")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-        if !ready.contains("API on ") {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the service did not start: {ready:?}");
-        }
-        let base = ready
-            .split("API on ")
-            .nth(1)
-            .unwrap_or_else(|| panic!("no API address in {ready:?}"))
-            .trim()
-            .to_string();
-        let log = Arc::new(Mutex::new(vec![ready]));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let mut env = profile.env();
+        env.extend([
+            ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
+            ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
+            ("CONTROLPLANE_RETRY_SCHEDULE", "1s,1s,1s".to_string()),
+            ("CONTROLPLANE_LEASE", "4s".to_string()),
+        ]);
+        let process = Process::start(env!("CARGO_BIN_EXE_control-plane"), "serve", &env);
         Service {
-            child,
-            base,
-            http,
-            log,
+            base: process.api(),
+            process,
+            http: reqwest::Client::new(),
         }
     }
 
@@ -347,34 +182,11 @@ impl Service {
     }
 
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let kill = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no stop on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.process.terminate()
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.log()
     }
 }
 
@@ -403,7 +215,8 @@ fn delivered(d: &Value) -> bool {
 
 /// Every case of issue 5 against one running service, concurrently.
 async fn every_case(profile: Profile) {
-    let (rx, hooks) = start_receiver().await;
+    let down_switch = Arc::new(AtomicBool::new(false));
+    let (rx, hooks) = Receiver::start(cases(down_switch.clone())).await;
     let mut svc = Service::start(&profile);
     let long = Duration::from_secs(40);
 
@@ -415,7 +228,7 @@ async fn every_case(profile: Profile) {
     let (_, limited_secret) = svc
         .endpoint(&format!("{hooks}/limited"), &["case.limited"])
         .await;
-    let (gone_ep, _) = svc.endpoint(&format!("{hooks}/gone"), &["case.gone"]).await;
+    let (gone_ep, gone_secret) = svc.endpoint(&format!("{hooks}/gone"), &["case.gone"]).await;
     let (_, watcher_secret) = svc
         .endpoint(&format!("{hooks}/watcher"), &["endpoint.disabled"])
         .await;
@@ -423,7 +236,7 @@ async fn every_case(profile: Profile) {
     let refused_url = format!("http://{}/nobody", closed.local_addr().unwrap());
     drop(closed);
     svc.endpoint(&refused_url, &["case.refused"]).await;
-    rx.down.store(true, Ordering::SeqCst);
+    down_switch.store(true, Ordering::SeqCst);
     let (_, down_secret) = svc.endpoint(&format!("{hooks}/down"), &["case.down"]).await;
 
     let ok = svc.publish("case.ok").await;
@@ -521,7 +334,7 @@ async fn every_case(profile: Profile) {
         results(&d),
         ["failed:500", "failed:500", "failed:500", "failed:500"]
     );
-    rx.down.store(false, Ordering::SeqCst);
+    down_switch.store(false, Ordering::SeqCst);
     let (s, v) = svc
         .call(
             "POST",
@@ -576,9 +389,25 @@ async fn every_case(profile: Profile) {
     assert!(metrics.contains("controlplane_delivery_duration_seconds_count"));
     assert!(metrics.contains("controlplane_open_circuits"));
 
-    // Every request the receiver saw carried a valid signature of its endpoint.
-    let started = rx.started.load(Ordering::SeqCst) as usize;
-    assert_eq!(started, rx.seen.lock().unwrap().len());
+    // Every request the receiver saw, the 410 and the alert included,
+    // carried a valid signature of its own endpoint.
+    let secrets: HashMap<&str, &String> = HashMap::from([
+        ("ok", &ok_secret),
+        ("flaky", &flaky_secret),
+        ("slow", &slow_secret),
+        ("limited", &limited_secret),
+        ("gone", &gone_secret),
+        ("watcher", &watcher_secret),
+        ("down", &down_secret),
+    ]);
+    let all = rx.all();
+    assert!(all.len() >= 14, "{} requests", all.len());
+    for r in &all {
+        let secret = secrets
+            .get(r.path.as_str())
+            .unwrap_or_else(|| panic!("a request to an unknown path: {r:?}"));
+        assert!(verify(secret, r), "not signed by its endpoint: {r:?}");
+    }
     let _ = ok_ep;
 
     // No secret reached the log.
@@ -605,12 +434,12 @@ async fn every_case(profile: Profile) {
 /// period (or its lease is released), the process exits cleanly, and after a
 /// restart the delivery is delivered: nothing is lost.
 async fn sigterm_during_a_slow_send(profile: Profile) {
-    let (rx, hooks) = start_receiver().await;
+    let (rx, hooks) = Receiver::start(cases(Arc::default())).await;
     let mut svc = Service::start(&profile);
     let (_, secret) = svc.endpoint(&format!("{hooks}/sleepy"), &[]).await;
     let ids = svc.publish("slow.one").await;
     let start = Instant::now();
-    while rx.started.load(Ordering::SeqCst) == 0 {
+    while rx.count() == 0 {
         assert!(start.elapsed() < Duration::from_secs(30), "no send started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

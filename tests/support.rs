@@ -1,10 +1,33 @@
-//! Helpers shared by the workspace-level tests.
+//! Helpers shared by the workspace-level tests: where the workspace is, the
+//! test database, `control-plane` processes, and a webhook receiver that
+//! records every request it answers.
+// Test support: a failed helper is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// The workspace root.
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+
+// ---------------------------------------------------------------- workspace
+
+/// The workspace root, read at run time: cargo sets `CARGO_MANIFEST_DIR` for
+/// the test process, so a test binary reused from another checkout (the
+/// shared target directory) still reads this checkout's files.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .expect("CARGO_MANIFEST_DIR is not set: run the tests through cargo");
+    PathBuf::from(dir)
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default()
@@ -29,4 +52,365 @@ pub fn normal_dependencies(manifest: &str) -> Vec<String> {
         }
     }
     out
+}
+
+// ----------------------------------------------------------------- database
+
+/// The PostgreSQL the tests use; `cargo xtask test` provides it. A missing
+/// variable fails the test: the postgres tests never skip.
+pub fn database_url() -> String {
+    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
+        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
+    )
+}
+
+/// A name no other test process uses at the same time (schemas, files).
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// A client of the test database, its connection driven on this runtime.
+pub async fn pg_client() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// Drops a schema a test made; blocking, on its own thread and runtime, so it
+/// can run from `Drop` inside an async test.
+pub fn drop_schema(schema: &str) {
+    let schema = schema.to_string();
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            pg_client()
+                .await
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await
+                .unwrap();
+        });
+    })
+    .join();
+}
+
+/// A schema in the test database, dropped when the guard goes.
+pub struct Schema(pub String);
+
+impl Schema {
+    pub fn new(prefix: &str) -> Schema {
+        Schema(unique(prefix))
+    }
+
+    /// The variables that point a `control-plane` process at this schema.
+    pub fn env(&self, pool_size: usize) -> Vec<(&'static str, String)> {
+        vec![
+            ("CONTROLPLANE_STORE", "postgres".to_string()),
+            ("CONTROLPLANE_DATABASE_URL", database_url()),
+            ("CONTROLPLANE_DATABASE_SCHEMA", self.0.clone()),
+            ("CONTROLPLANE_POOL_SIZE", pool_size.to_string()),
+        ]
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        drop_schema(&self.0);
+    }
+}
+
+// ------------------------------------------------------------------ process
+
+/// A running `control-plane` process: its API address when it serves one,
+/// and its log (stderr), collected on a thread. Dropping it kills it.
+pub struct Process {
+    child: Child,
+    api: Option<String>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    /// Starts `bin command` with no `CONTROLPLANE_*` variable of the test's
+    /// own environment, the API on a free loopback port, then `env`; waits
+    /// for the ready line.
+    pub fn start(bin: &str, command: &str, env: &[(&str, String)]) -> Process {
+        let mut c = Command::new(bin);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+            c.env_remove(k);
+        }
+        c.arg(command)
+            .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+        if !ready.contains("ready") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`{command}` did not start: {ready:?}");
+        }
+        let api = ready.split("API on ").nth(1).map(|a| a.trim().to_string());
+        let log = Arc::new(Mutex::new(vec![ready]));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Process { child, api, log }
+    }
+
+    /// The API's base address (`http://host:port`).
+    pub fn api(&self) -> String {
+        match &self.api {
+            Some(a) => a.clone(),
+            None => panic!("this process serves no API: {}", self.log()),
+        }
+    }
+
+    /// Everything the process has written to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGTERM, then waits (at most 30 s) for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let kill = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGKILL, and reaps the process.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ----------------------------------------------------------------- receiver
+
+/// One request as the receiver saw it.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+    pub at: Instant,
+}
+
+impl Received {
+    /// The `webhook-id` header, or "".
+    pub fn webhook_id(&self) -> &str {
+        self.headers.get("webhook-id").map_or("", String::as_str)
+    }
+}
+
+/// How the receiver answers: given the request and how many requests its
+/// path has had (this one included).
+pub type Answer =
+    Arc<dyn Fn(Received, usize) -> Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
+
+/// An [`Answer`] of `200 ok` to everything.
+pub fn answer_ok() -> Answer {
+    Arc::new(|_, _| Box::pin(async { axum::response::IntoResponse::into_response("ok") }))
+}
+
+/// An HTTP server on a free loopback port that records every POST (before
+/// answering it) and answers with an [`Answer`].
+pub struct Receiver {
+    seen: Mutex<Vec<Received>>,
+    answer: Answer,
+}
+
+impl Receiver {
+    /// Starts a receiver; returns it and its base address.
+    pub async fn start(answer: Answer) -> (Arc<Receiver>, String) {
+        let state = Arc::new(Receiver {
+            seen: Mutex::new(Vec::new()),
+            answer,
+        });
+        let app = axum::Router::new()
+            .route("/{*path}", axum::routing::post(record))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (state, base)
+    }
+
+    /// Every request so far.
+    pub fn all(&self) -> Vec<Received> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The requests to one path (without the leading `/`).
+    pub fn requests(&self, path: &str) -> Vec<Received> {
+        self.all().into_iter().filter(|r| r.path == path).collect()
+    }
+
+    /// How many requests have arrived.
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Requests per `webhook-id`.
+    pub fn hits_by_id(&self) -> HashMap<String, u32> {
+        let mut out = HashMap::new();
+        for r in self.seen.lock().unwrap().iter() {
+            *out.entry(r.webhook_id().to_string()).or_default() += 1;
+        }
+        out
+    }
+}
+
+async fn record(
+    State(r): State<Arc<Receiver>>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let received = Received {
+        path: path.clone(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect(),
+        body,
+        at: Instant::now(),
+    };
+    let nth = {
+        let mut seen = r.seen.lock().unwrap();
+        seen.push(received.clone());
+        seen.iter().filter(|s| s.path == path).count()
+    };
+    (r.answer)(received, nth).await
+}
+
+/// An independent Standard Webhooks check of one request: HMAC-SHA256 over
+/// `id.timestamp.body` with the base64 key after `whsec_`, a timestamp within
+/// five minutes, and a JSON body.
+pub fn signature_is_valid(secret: &str, r: &Received) -> bool {
+    let Some(key) = secret
+        .strip_prefix("whsec_")
+        .and_then(|k| base64::engine::general_purpose::STANDARD.decode(k).ok())
+    else {
+        return false;
+    };
+    let (Some(id), Some(ts), Some(signatures)) = (
+        r.headers.get("webhook-id"),
+        r.headers.get("webhook-timestamp"),
+        r.headers.get("webhook-signature"),
+    ) else {
+        return false;
+    };
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.{}", r.body).as_bytes());
+    let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let fresh = ts.parse::<i64>().is_ok_and(|t| (now - t).abs() < 300);
+    fresh
+        && r.headers.get("content-type").map(String::as_str) == Some("application/json")
+        && signatures
+            .split(' ')
+            .any(|s| s.strip_prefix("v1,") == Some(expected.as_str()))
+}
+
+/// The most events that fall in any one window of `width` (sliding), given
+/// their times in any unit and order.
+pub fn busiest_window(at: &[i64], width: i64) -> usize {
+    let mut at = at.to_vec();
+    at.sort_unstable();
+    (0..at.len())
+        .map(|i| at[i..].iter().take_while(|t| **t < at[i] + width).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busiest_window_counts_the_densest_second() {
+        let at = [2400, 0, 100, 1500, 1600, 1700];
+        assert_eq!(busiest_window(&at, 1000), 4);
+        assert_eq!(busiest_window(&at, 100), 1);
+        assert_eq!(busiest_window(&[], 1000), 0);
+    }
+
+    #[test]
+    fn a_signature_check_rejects_a_tampered_body() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let key = base64::engine::general_purpose::STANDARD
+            .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+            .unwrap();
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string();
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("msg_1.{ts}.{{}}").as_bytes());
+        let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let mut r = Received {
+            path: "x".into(),
+            headers: [
+                ("webhook-id", "msg_1".to_string()),
+                ("webhook-timestamp", ts),
+                ("webhook-signature", format!("v1,{sig}")),
+                ("content-type", "application/json".to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            body: "{}".into(),
+            at: Instant::now(),
+        };
+        assert!(signature_is_valid(secret, &r));
+        r.body = "{ }".into();
+        assert!(!signature_is_valid(secret, &r));
+    }
 }

@@ -11,7 +11,8 @@ tasks:
   test         every test of the workspace; the postgres tests use
                CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
                from the installed PostgreSQL server binaries
-  conformance  the conformance suite on every adapter
+  conformance  the conformance suite on every adapter (embedded and postgres;
+               the database as for `test`)
   tidy         fmt check and clippy only
   bench        release build, then every benchmark (medians of 3 runs) into
                BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
@@ -87,6 +88,15 @@ fn test() -> Result<(), String> {
     cargo(&["test", "--workspace", "--all-targets"], &env)?;
     // Doc tests run separately: `--all-targets` leaves them out.
     cargo(&["test", "--workspace", "--doc"], &env)
+}
+
+/// The conformance suite on every adapter: each adapter crate's
+/// `conformance` test target (`--workspace`, so the build cache is the one
+/// `test` uses).
+fn conformance() -> Result<(), String> {
+    let (url, _cluster) = test_database()?;
+    let env = [("CONTROLPLANE_TEST_DATABASE_URL", url.as_str())];
+    cargo(&["test", "--workspace", "--test", "conformance"], &env)
 }
 
 /// A PostgreSQL cluster made with the installed server binaries in a
@@ -386,10 +396,7 @@ fn main() -> ExitCode {
         "fuzz" => fuzz(),
         "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
         "tidy" => tidy(),
-        "conformance" => cargo(
-            &["test", "-p", "store-embedded", "--test", "conformance"],
-            &[],
-        ),
+        "conformance" => conformance(),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -1,4 +1,4 @@
-//! The HTTP API (v1) of the control plane (DESIGN 6), over the
+//! The HTTP API (v1) of the control plane (README "HTTP API (v1)", ADR 0007), over the
 //! `ControlPlaneStore` port only.
 //!
 //! Every route but `/healthz` and `/readyz` needs `Authorization: Bearer

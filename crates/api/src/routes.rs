@@ -227,7 +227,11 @@ pub(crate) async fn endpoint_enable(
 ) -> Answer {
     let e = s
         .store
-        .endpoint_set_enabled(&account, id("endpoint", &endpoint)?, true, None)
+        .endpoint_set_enabled(
+            &account,
+            id("endpoint", &endpoint)?,
+            control_plane_core::Enablement::Enabled,
+        )
         .await?;
     ok(StatusCode::OK, views::endpoint(&e))
 }

@@ -193,7 +193,7 @@ pub async fn endpoint_of_another_account_is_not_found(f: &dyn StoreFactory) {
         .await
         .map(drop));
     nf(h.store
-        .endpoint_set_enabled(&b, e.id, false, None)
+        .endpoint_set_enabled(&b, e.id, Enablement::Disabled { reason: None })
         .await
         .map(drop));
     nf(h.store
@@ -309,7 +309,11 @@ pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     let other = endpoint_for(&h, "a", &["invoice.void"]).await;
     let disabled = endpoint(&h, "a", false).await;
     h.store
-        .endpoint_set_enabled(&acct("a"), disabled.id, false, None)
+        .endpoint_set_enabled(
+            &acct("a"),
+            disabled.id,
+            Enablement::Disabled { reason: None },
+        )
         .await
         .unwrap();
     let deleted = endpoint(&h, "a", false).await;
@@ -820,7 +824,7 @@ pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {
     assert!(ep.disabled_reason.unwrap_or_default().contains("410"));
     assert!(claim(&h, 1).await.is_empty());
     h.store
-        .endpoint_set_enabled(&acct("a"), e.id, true, None)
+        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
         .await
         .unwrap();
     let again = claim(&h, 1).await;
@@ -1104,9 +1108,15 @@ pub async fn circuit_opens_at_threshold(f: &dyn StoreFactory) {
     assert!(claim(&h, 10).await.is_empty(), "an open circuit is skipped");
 }
 
-/// `DeliveryStore::delivery_claim`: after the cooldown exactly one claimer gets one probe.
+/// `DeliveryStore::delivery_claim`: after the cooldown exactly one claimer gets
+/// one probe, the claimers being replicas (each with its own connections and
+/// housekeeping, where the adapter has them).
 pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactory) {
     let h = f.open(with_breaker(1, 30, 600)).await;
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        replicas.push(f.replica(&h, with_breaker(1, 30, 600)).await);
+    }
     let e = endpoint(&h, "a", false).await;
     open_circuit(&h, &e, 1).await;
     for _ in 0..5 {
@@ -1115,9 +1125,9 @@ pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactor
     h.clock.advance(Duration::from_secs(29));
     assert!(claim(&h, 10).await.is_empty());
     h.clock.advance(Duration::from_secs(1));
-    let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let s = h.store.clone();
+    let tasks: Vec<_> = replicas
+        .into_iter()
+        .map(|s| {
             tokio::spawn(async move {
                 s.delivery_claim(ClaimRequest {
                     worker: "w".into(),
@@ -1223,7 +1233,13 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     let before = publish(&h, "a").await.deliveries[0];
     let d = h
         .store
-        .endpoint_set_enabled(&acct("a"), e.id, false, Some("maintenance".into()))
+        .endpoint_set_enabled(
+            &acct("a"),
+            e.id,
+            Enablement::Disabled {
+                reason: Some("maintenance".into()),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -1237,7 +1253,7 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     assert_eq!(get(&h, "a", during).await.state, DeliveryState::Pending);
     let d = h
         .store
-        .endpoint_set_enabled(&acct("a"), e.id, true, None)
+        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
         .await
         .unwrap();
     assert_eq!((d.enabled, d.disabled_reason), (true, None));

@@ -31,6 +31,16 @@ pub struct Harness {
 pub trait StoreFactory: Send + Sync {
     /// A fresh, empty store in its own namespace with `options`.
     async fn open(&self, options: StoreOptions) -> Harness;
+
+    /// Another handle on `h`'s store as a second process would open it:
+    /// its own connections and its own housekeeping gate, the same clock and
+    /// `options`. Contracts about replicas claim through several of these.
+    /// The default is `h`'s own handle, right for an adapter with one
+    /// process per store (the embedded one).
+    async fn replica(&self, h: &Harness, options: StoreOptions) -> DynControlPlaneStore {
+        let _ = options;
+        h.store.clone()
+    }
 }
 
 /// Stamps every contract onto an adapter as a test. This macro is the only

@@ -233,7 +233,15 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
             Op::SetEnabled { endpoint, enabled } => {
                 model.set_enabled(endpoint, enabled);
                 h.store
-                    .endpoint_set_enabled(&account, endpoints[endpoint], enabled, None)
+                    .endpoint_set_enabled(
+                        &account,
+                        endpoints[endpoint],
+                        if enabled {
+                            Enablement::Enabled
+                        } else {
+                            Enablement::Disabled { reason: None }
+                        },
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
             }
@@ -509,7 +517,12 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
             TaskOp::Fail { lease, retryable } if !leases.is_empty() => {
                 let (i, t, l) = pick(lease, &leases);
                 let m = model.fail(i, t, "boom", retryable);
-                let r = h.store.workflow_fail(&l, "boom".into(), retryable).await;
+                let failure = if retryable {
+                    TaskFailure::Retryable
+                } else {
+                    TaskFailure::Permanent
+                };
+                let r = h.store.workflow_fail(&l, "boom".into(), failure).await;
                 same(&format!("step {step} fail"), m, r, |m, r| *m == r.state)?;
             }
             TaskOp::Release { lease } if !leases.is_empty() => {

@@ -194,7 +194,7 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
         assert_eq!(c.lease.attempt, attempt);
         let t = h
             .store
-            .workflow_fail(&c.lease, format!("boom {attempt}"), true)
+            .workflow_fail(&c.lease, format!("boom {attempt}"), TaskFailure::Retryable)
             .await
             .unwrap();
         let delay = policy.backoff(&tid("t"), attempt);
@@ -216,14 +216,14 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
-        .workflow_fail(&c.lease, "boom 3".into(), true)
+        .workflow_fail(&c.lease, "boom 3".into(), TaskFailure::Retryable)
         .await
         .unwrap();
     assert_eq!(t.state, TaskState::DeadLettered);
     assert_eq!(t.last_error.as_deref(), Some("boom 3"));
     let again = h
         .store
-        .workflow_fail(&c.lease, "boom 3".into(), true)
+        .workflow_fail(&c.lease, "boom 3".into(), TaskFailure::Retryable)
         .await
         .unwrap();
     assert_eq!(again, t, "a repeated failure is a no-op");
@@ -240,7 +240,7 @@ pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFa
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
-        .workflow_fail(&c.lease, "invalid input".into(), false)
+        .workflow_fail(&c.lease, "invalid input".into(), TaskFailure::Permanent)
         .await
         .unwrap();
     assert_eq!((t.state, t.attempts), (TaskState::DeadLettered, 1));
@@ -285,7 +285,9 @@ pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(
-        h.store.workflow_fail(&forged, "x".into(), false).await,
+        h.store
+            .workflow_fail(&forged, "x".into(), TaskFailure::Permanent)
+            .await,
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(
@@ -397,7 +399,11 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
         .unwrap();
     for c in claim_kinds(&h, &["k"], 10).await {
         h.store
-            .workflow_fail(&c.lease, format!("failed {}", c.task.id), true)
+            .workflow_fail(
+                &c.lease,
+                format!("failed {}", c.task.id),
+                TaskFailure::Retryable,
+            )
             .await
             .unwrap();
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ops::PurgeReport;
 use crate::store::ControlPlaneStore;
 
@@ -45,4 +45,14 @@ pub async fn run_maintenance(
     });
     store.tick_complete(&lease, state).await?;
     Ok(Some(total))
+}
+
+/// Checks a purge batch size: 1 to 10,000 rows per table and call.
+pub fn validate_purge_batch(batch: u32) -> StoreResult<()> {
+    if !(1..=10_000).contains(&batch) {
+        return Err(StoreError::InvalidInput(format!(
+            "purge batch must be 1 to 10000, got {batch}"
+        )));
+    }
+    Ok(())
 }

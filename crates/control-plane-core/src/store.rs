@@ -97,8 +97,7 @@ pub trait EndpointStore: Send + Sync {
         &self,
         account: &AccountId,
         id: EndpointId,
-        enabled: bool,
-        reason: Option<String>,
+        enablement: Enablement,
     ) -> StoreResult<Endpoint>;
 
     /// Deletes an endpoint and parks its undelivered deliveries as `dead`
@@ -482,7 +481,7 @@ pub trait WorkflowStore: Send + Sync {
         &self,
         lease: &TaskLease,
         error: String,
-        retryable: bool,
+        failure: TaskFailure,
     ) -> StoreResult<Task>;
 
     /// Returns a leased task to `pending` without spending its attempt (shutdown).

@@ -237,6 +237,28 @@ pub fn fan_out(
     ids
 }
 
+/// What [`crate::EndpointStore::endpoint_set_enabled`] makes of an endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Enablement {
+    /// Its held deliveries are claimed again.
+    Enabled,
+    /// Its deliveries are held (not dropped); `reason` is shown to operators.
+    Disabled {
+        /// Why, for operators.
+        reason: Option<String>,
+    },
+}
+
+impl Enablement {
+    /// `(enabled, disabled_reason)`, as the endpoint's row keeps them.
+    pub fn into_row(self) -> (bool, Option<String>) {
+        match self {
+            Enablement::Enabled => (true, None),
+            Enablement::Disabled { reason } => (false, reason),
+        }
+    }
+}
+
 /// Creates an endpoint.
 #[derive(Clone, Debug)]
 pub struct EndpointCreateRequest {
@@ -568,6 +590,24 @@ pub struct ClaimRequest {
     pub limit: u32,
     /// Lease length.
     pub lease_for: std::time::Duration,
+}
+
+impl ClaimRequest {
+    /// `InvalidInput` for a limit outside 1 to 1000 or a zero lease.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        validate_limit(self.limit)?;
+        validate_lease(self.lease_for)
+    }
+}
+
+/// Checks a lease length: longer than zero.
+pub fn validate_lease(lease_for: std::time::Duration) -> Result<(), StoreError> {
+    if lease_for.is_zero() {
+        return Err(StoreError::InvalidInput(
+            "lease_for must be longer than zero".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// What one attempt observed.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::types::{AccountId, LeaseToken};
+use crate::types::{validate_lease, validate_limit, AccountId, LeaseToken};
 
 /// A caller-chosen task id: 1 to 255 characters, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -143,6 +143,19 @@ pub struct TaskEnqueueRequest {
     pub run_at: Option<Timestamp>,
 }
 
+impl TaskEnqueueRequest {
+    /// `InvalidInput` for a kind that is empty or longer than 255 bytes.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.kind.is_empty() || self.kind.len() > 255 {
+            return Err(StoreError::InvalidInput(format!(
+                "task kind must be 1 to 255 characters, got {:?}",
+                self.kind
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What an enqueue did.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskEnqueued {
@@ -163,6 +176,36 @@ pub struct TaskClaimRequest {
     pub limit: u32,
     /// Lease length.
     pub lease_for: Duration,
+}
+
+impl TaskClaimRequest {
+    /// `InvalidInput` for a limit outside 1 to 1000, no kinds, or a zero lease.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        validate_limit(self.limit)?;
+        if self.kinds.is_empty() {
+            return Err(StoreError::InvalidInput(
+                "claim at least one task kind".into(),
+            ));
+        }
+        validate_lease(self.lease_for)
+    }
+}
+
+/// How a failed task goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskFailure {
+    /// Tried again after a backoff while attempts remain, then dead-lettered.
+    Retryable,
+    /// Dead-lettered at once.
+    Permanent,
+}
+
+impl TaskFailure {
+    /// Whether this failure, on attempt `attempts` of `max_attempts`,
+    /// dead-letters the task.
+    pub fn dead_letters(self, attempts: u32, max_attempts: u32) -> bool {
+        self == TaskFailure::Permanent || attempts >= max_attempts
+    }
 }
 
 /// Proof of a task claim; it carries the account, so every write is scoped.
@@ -223,11 +266,7 @@ impl WorkflowPolicy {
             .checked_mul(1u32 << exp)
             .unwrap_or(self.backoff_max)
             .min(self.backoff_max);
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in task.as_str().bytes().chain(attempt.to_le_bytes()) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        let h = crate::hash::fnv1a(task.as_str().bytes().chain(attempt.to_le_bytes()));
         let jitter_permille = 500 + (h % 500) as u32;
         full * jitter_permille / 1000
     }

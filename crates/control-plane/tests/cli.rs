@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use workspace_tests::Schema;
+
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
@@ -156,25 +158,10 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
     assert!(after.status.success(), "{}", stderr(&after));
 }
 
-fn test_database_url() -> String {
-    std::env::var("CONTROLPLANE_TEST_DATABASE_URL").expect(
-        "CONTROLPLANE_TEST_DATABASE_URL is not set: run the tests through `cargo xtask test`, which provides a database",
-    )
-}
-
 #[test]
 fn postgres_profile_migrates_and_reports_status() {
-    let schema = format!("cp_cli_{}", std::process::id());
-    let run = |cmd: &str| {
-        bin()
-            .arg(cmd)
-            .env("CONTROLPLANE_STORE", "postgres")
-            .env("CONTROLPLANE_DATABASE_URL", test_database_url())
-            .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
-            .env("CONTROLPLANE_POOL_SIZE", "2")
-            .output()
-            .unwrap()
-    };
+    let schema = Schema::new("cp_cli");
+    let run = |cmd: &str| bin().arg(cmd).envs(schema.env(2)).output().unwrap();
     let m = run("migrate");
     assert!(m.status.success(), "{}", stderr(&m));
     assert!(String::from_utf8_lossy(&m.stdout).contains("postgres"));
@@ -182,25 +169,6 @@ fn postgres_profile_migrates_and_reports_status() {
     assert!(s.status.success(), "{}", stderr(&s));
     let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
     assert_eq!(v["store"], "postgres");
-    drop_schema(&schema);
-}
-
-/// Removes a schema a test created in the test database.
-fn drop_schema(schema: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&test_database_url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await
-            .unwrap();
-    });
 }
 
 #[test]

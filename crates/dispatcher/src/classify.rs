@@ -1,4 +1,5 @@
-//! What an HTTP result means for the delivery (DESIGN 5), and when to retry.
+//! What an HTTP result means for the delivery (README "HTTP API (v1)",
+//! delivery rules), and when to retry.
 
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// DESIGN 5: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, jitter 10 %,
+    /// README `CONTROLPLANE_RETRY_SCHEDULE`: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, jitter 10 %,
     /// `Retry-After` honoured up to 1 h.
     fn default() -> Self {
         RetryPolicy {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::{
-    ClaimedTask, DynControlPlaneStore, StoreError, Task, TaskClaimRequest, TaskLease,
+    ClaimedTask, DynControlPlaneStore, StoreError, Task, TaskClaimRequest, TaskFailure, TaskLease,
 };
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -20,7 +20,7 @@ pub struct TaskError {
     /// What happened (recorded as the task's last error).
     pub message: String,
     /// Whether to try again (with backoff) while attempts remain.
-    pub retryable: bool,
+    pub failure: TaskFailure,
 }
 
 impl TaskError {
@@ -28,7 +28,7 @@ impl TaskError {
     pub fn retry(message: impl Into<String>) -> Self {
         TaskError {
             message: message.into(),
-            retryable: true,
+            failure: TaskFailure::Retryable,
         }
     }
 
@@ -36,7 +36,7 @@ impl TaskError {
     pub fn fatal(message: impl Into<String>) -> Self {
         TaskError {
             message: message.into(),
-            retryable: false,
+            failure: TaskFailure::Permanent,
         }
     }
 }
@@ -251,7 +251,7 @@ async fn run_one(
             .workflow_complete(&lease, result)
             .await
             .map(|_| Ended::Completed),
-        Ok(Err(e)) => fail(store, &lease, e.message, e.retryable).await,
+        Ok(Err(e)) => fail(store, &lease, e.message, e.failure).await,
         Err(join) => {
             let why = if join.is_panic() {
                 let payload = join.into_panic();
@@ -264,7 +264,7 @@ async fn run_one(
             } else {
                 "the handler was cancelled".into()
             };
-            fail(store, &lease, why, true).await
+            fail(store, &lease, why, TaskFailure::Retryable).await
         }
     };
     match recorded {
@@ -284,10 +284,10 @@ async fn fail(
     store: &DynControlPlaneStore,
     lease: &TaskLease,
     message: String,
-    retryable: bool,
+    failure: TaskFailure,
 ) -> Result<Ended, StoreError> {
     store
-        .workflow_fail(lease, message, retryable)
+        .workflow_fail(lease, message, failure)
         .await
         .map(|_| Ended::Failed)
 }

@@ -5,7 +5,6 @@ use std::time::Duration;
 use control_plane_core::policy::{
     alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
-use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
     DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId, Lease, LeaseToken,
@@ -734,12 +733,7 @@ fn any_endpoint(t: &Tx<'_>, sql: &str, params: impl duckdb::Params) -> StoreResu
 }
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-    validate_limit(req.limit)?;
-    if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput(
-            "lease_for must be longer than zero".into(),
-        ));
-    }
+    req.validate()?;
     let now = t.now.as_millis();
     let limit = i64::from(req.limit);
     // Every few hundred milliseconds: free expired leases, then probes first

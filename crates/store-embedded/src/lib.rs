@@ -65,9 +65,9 @@ impl EndpointStore for EmbeddedStore {
         &self,
         account: &AccountId,
         id: EndpointId,
-        enabled: bool,
-        reason: Option<String>,
+        enablement: Enablement,
     ) -> StoreResult<Endpoint> {
+        let (enabled, reason) = enablement.into_row();
         let account = account.clone();
         let e = self
             .tx(move |t| endpoint::set_enabled(t, &account, id, enabled, reason))
@@ -270,10 +270,10 @@ impl WorkflowStore for EmbeddedStore {
         &self,
         lease: &TaskLease,
         error: String,
-        retryable: bool,
+        failure: TaskFailure,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.tx(move |t| workflow::fail(t, &lease, error, retryable))
+        self.tx(move |t| workflow::fail(t, &lease, error, failure))
             .await
     }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
     fenced, validate_short_text, AccountId, AccountKey, Alert, AlertKind, DeliveryId, EndpointId,
-    IdempotencyBegin, IdempotencyToken, KeyId, LeaseToken, Page, PageRequest, PurgeReport,
-    StoreError, StoreResult, StoredResponse, TickLease, UsageBatch, UsageRow,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyToken, KeyId, LeaseToken, Page, PageRequest,
+    PurgeReport, StoreError, StoreResult, StoredResponse, TickLease, UsageBatch, UsageRow,
 };
 use duckdb::{params, OptionalExt};
 
@@ -28,21 +28,19 @@ pub(crate) fn idempotency_begin(
         .query_row(
             "SELECT request_hash, state, status, body FROM idempotency WHERE scope = $1 AND key = $2 AND expires_at > $3",
             params![scope, key, now],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, Option<String>>(3)?)),
+            |r| {
+                Ok(IdempotencyRecord {
+                    request_hash: r.get(0)?,
+                    state: r.get(1)?,
+                    status: r.get(2)?,
+                    body: r.get(3)?,
+                })
+            },
         )
         .optional()
         .db()?;
-    if let Some((hash, state, status, body)) = existing {
-        return Ok(if hash != request_hash {
-            IdempotencyBegin::Mismatch
-        } else if state == "completed" {
-            IdempotencyBegin::Replay(StoredResponse {
-                status: status.and_then(|s| u16::try_from(s).ok()).unwrap_or(200),
-                body: body.unwrap_or_default(),
-            })
-        } else {
-            IdempotencyBegin::InProgress
-        });
+    if let Some(record) = existing {
+        return Ok(record.verdict(request_hash));
     }
     let token = LeaseToken::new();
     t.execute(
@@ -310,11 +308,7 @@ pub(crate) fn alert_list(
 /// One small batch per table. The embedded store has one writer, so the
 /// batch bounds how long that writer is busy.
 pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-    if !(1..=10_000).contains(&batch) {
-        return Err(StoreError::InvalidInput(format!(
-            "purge batch must be 1 to 10000, got {batch}"
-        )));
-    }
+    control_plane_core::maintenance::validate_purge_batch(batch)?;
     let cutoff = t.now.minus(retention).as_millis();
     let n = i64::from(batch);
     let deliveries = t

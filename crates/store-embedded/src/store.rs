@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use control_plane_core::migration::{self, Migration};
 use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
 use duckdb::Connection;
 use tokio::sync::oneshot;
@@ -19,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
 
-const MIGRATIONS: &[(i64, &str)] = &[
+const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
     (
         2,
@@ -205,18 +206,12 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
             |r| r.get(0),
         )
         .db()?;
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+    for (version, sql) in migration::pending("the embedded store file", current, MIGRATIONS)? {
         let tx = conn.transaction().db()?;
         tx.execute_batch(sql).db()?;
         tx.execute("INSERT INTO schema_version VALUES ($1)", [version])
             .db()?;
         tx.commit().db()?;
-    }
-    let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);
-    if current > newest {
-        return Err(StoreError::Unavailable(format!(
-            "the embedded store file has schema version {current}, newer than this build knows ({newest}); run a newer control-plane"
-        )));
     }
     Ok(())
 }

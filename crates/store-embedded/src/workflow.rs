@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use control_plane_core::policy::repeat_verdict;
-use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreResult, Task,
-    TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskId, TaskLease, TaskState, Timestamp,
+    TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailure, TaskId, TaskLease, TaskState,
+    Timestamp,
 };
 use duckdb::{params, OptionalExt, Row};
 
@@ -87,12 +87,7 @@ fn text(v: &serde_json::Value) -> String {
 }
 
 pub(crate) fn enqueue(t: &mut Tx<'_>, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
-    if req.kind.is_empty() || req.kind.len() > 255 {
-        return Err(StoreError::InvalidInput(format!(
-            "task kind must be 1 to 255 characters, got {:?}",
-            req.kind
-        )));
-    }
+    req.validate()?;
     if let Some(existing) = find(t, &req.id)? {
         let e = existing.task;
         if e.account != req.account || e.kind != req.kind || e.payload != req.payload {
@@ -148,17 +143,7 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
 }
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-    validate_limit(req.limit)?;
-    if req.kinds.is_empty() {
-        return Err(StoreError::InvalidInput(
-            "claim at least one task kind".into(),
-        ));
-    }
-    if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput(
-            "lease_for must be longer than zero".into(),
-        ));
-    }
+    req.validate()?;
     sweep_expired(t)?;
     let now = t.now.as_millis();
     let placeholders: String = (0..req.kinds.len())
@@ -284,13 +269,13 @@ pub(crate) fn fail(
     t: &mut Tx<'_>,
     lease: &TaskLease,
     error: String,
-    retryable: bool,
+    failure: TaskFailure,
 ) -> StoreResult<Task> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
     if !is_live(&r, lease) {
         return repeat(r, lease, "fail");
     }
-    let dead = !retryable || r.task.attempts >= r.task.max_attempts;
+    let dead = failure.dead_letters(r.task.attempts, r.task.max_attempts);
     let (state, run_at) = if dead {
         (TaskState::DeadLettered, r.task.run_at)
     } else {

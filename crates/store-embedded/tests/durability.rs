@@ -241,6 +241,63 @@ async fn a_missing_directory_is_a_clear_error() {
     assert!(e.to_string().contains("CONTROLPLANE_EMBEDDED_PATH"), "{e}");
 }
 
+/// Which cases to run, read from libtest's arguments: name filters
+/// (substrings, or whole names with `--exact`), `--skip NAME` (repeatable),
+/// `--list`; other flags (`--nocapture`, `--test-threads N`, ...) change
+/// nothing here.
+#[derive(Debug, Default, PartialEq)]
+struct Selection {
+    filters: Vec<String>,
+    skips: Vec<String>,
+    exact: bool,
+    list: bool,
+}
+
+impl Selection {
+    fn parse(args: &[String]) -> Selection {
+        let mut s = Selection::default();
+        let mut args = args.iter();
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--skip" => s.skips.extend(args.next().cloned()),
+                "--exact" => s.exact = true,
+                "--list" => s.list = true,
+                // Flags of libtest that take a value.
+                "--test-threads" | "--format" | "--color" | "-Z" | "--logfile" => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                filter => s.filters.push(filter.to_string()),
+            }
+        }
+        s
+    }
+
+    fn runs(&self, name: &str) -> bool {
+        let matches = |f: &String| {
+            if self.exact {
+                name == f
+            } else {
+                name.contains(f.as_str())
+            }
+        };
+        (self.filters.is_empty() || self.filters.iter().any(matches))
+            && !self.skips.iter().any(matches)
+    }
+}
+
+async fn the_selection_reads_filters_skips_and_flags() {
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let s = Selection::parse(&args(&["--skip", "sigkilled", "--test-threads", "2"]));
+    assert!(s.runs("committed_state_survives_close_and_reopen"));
+    assert!(!s.runs("a_sigkilled_writer_loses_nothing_it_acknowledged"));
+    let s = Selection::parse(&args(&["missing", "--exact"]));
+    assert!(!s.runs("a_missing_directory_is_a_clear_error"));
+    let s = Selection::parse(&args(&["missing"]));
+    assert!(s.runs("a_missing_directory_is_a_clear_error"));
+    assert!(!s.runs("committed_state_survives_close_and_reopen"));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -269,11 +326,20 @@ fn main() {
         ("a_missing_directory_is_a_clear_error", || {
             Box::pin(a_missing_directory_is_a_clear_error())
         }),
+        ("the_selection_reads_filters_skips_and_flags", || {
+            Box::pin(the_selection_reads_filters_skips_and_flags())
+        }),
     ];
-    let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
+    let select = Selection::parse(&args[1..]);
+    if select.list {
+        for (name, _) in &cases {
+            println!("{name}: test");
+        }
+        return;
+    }
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
-        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+        if !select.runs(name) {
             continue;
         }
         let ok =

@@ -6,7 +6,6 @@ use std::time::Duration;
 use control_plane_core::policy::{
     alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
-use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId,
     DeliveryListRequest, DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId,
@@ -637,12 +636,7 @@ pub(crate) async fn claim(
     req: ClaimRequest,
     housekeeping: bool,
 ) -> StoreResult<Vec<ClaimedDelivery>> {
-    validate_limit(req.limit)?;
-    if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput(
-            "lease_for must be longer than zero".into(),
-        ));
-    }
+    req.validate()?;
     if housekeeping {
         sweep_expired(tx, now, options).await?;
     }

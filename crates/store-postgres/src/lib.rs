@@ -107,9 +107,9 @@ impl EndpointStore for PostgresStore {
         &self,
         account: &AccountId,
         id: EndpointId,
-        enabled: bool,
-        reason: Option<String>,
+        enablement: Enablement,
     ) -> StoreResult<Endpoint> {
+        let (enabled, reason) = enablement.into_row();
         in_tx!(self, notify, |tx| endpoint::set_enabled(
             &tx,
             self.now(),
@@ -392,7 +392,7 @@ impl WorkflowStore for PostgresStore {
         &self,
         lease: &TaskLease,
         error: String,
-        retryable: bool,
+        failure: TaskFailure,
     ) -> StoreResult<Task> {
         in_tx!(self, |tx| workflow::fail(
             &tx,
@@ -400,7 +400,7 @@ impl WorkflowStore for PostgresStore {
             &self.options,
             lease,
             error,
-            retryable
+            failure
         ))
     }
 

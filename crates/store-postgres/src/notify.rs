@@ -17,11 +17,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The channel for a schema: fixed length, whatever the schema's name.
 pub(crate) fn channel_for(schema: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in schema.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = control_plane_core::hash::fnv1a(schema.bytes());
     format!("cp_wakeup_{h:016x}")
 }
 

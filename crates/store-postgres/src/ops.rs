@@ -5,8 +5,9 @@ use std::time::Duration;
 use control_plane_core::clock::duration_millis;
 use control_plane_core::{
     fenced, validate_short_text, AccountId, AccountKey, Alert, AlertKind, DeliveryId, EndpointId,
-    IdempotencyBegin, IdempotencyToken, KeyId, LeaseToken, Page, PageRequest, PurgeReport,
-    StoreError, StoreResult, StoredResponse, TickLease, Timestamp, UsageBatch, UsageRow,
+    IdempotencyBegin, IdempotencyRecord, IdempotencyToken, KeyId, LeaseToken, Page, PageRequest,
+    PurgeReport, StoreError, StoreResult, StoredResponse, TickLease, Timestamp, UsageBatch,
+    UsageRow,
 };
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
@@ -46,21 +47,13 @@ pub(crate) async fn idempotency_begin(
         .query_one("SELECT request_hash, state, status, body FROM idempotency WHERE scope = $1 AND key = $2", &[&scope, &key])
         .await
         .db()?;
-    let hash: String = row.get(0);
-    let state: String = row.get(1);
-    Ok(if hash != request_hash {
-        IdempotencyBegin::Mismatch
-    } else if state == "completed" {
-        IdempotencyBegin::Replay(StoredResponse {
-            status: row
-                .get::<_, Option<i64>>(2)
-                .and_then(|s| u16::try_from(s).ok())
-                .unwrap_or(200),
-            body: row.get::<_, Option<String>>(3).unwrap_or_default(),
-        })
-    } else {
-        IdempotencyBegin::InProgress
-    })
+    let record = IdempotencyRecord {
+        request_hash: row.get(0),
+        state: row.get(1),
+        status: row.get(2),
+        body: row.get(3),
+    };
+    Ok(record.verdict(request_hash))
 }
 
 pub(crate) async fn idempotency_complete(
@@ -253,11 +246,7 @@ pub(crate) async fn purge(
     retention: Duration,
     batch: u32,
 ) -> StoreResult<PurgeReport> {
-    if !(1..=10_000).contains(&batch) {
-        return Err(StoreError::InvalidInput(format!(
-            "purge batch must be 1 to 10000, got {batch}"
-        )));
-    }
+    control_plane_core::maintenance::validate_purge_batch(batch)?;
     let cutoff = now.minus(retention).as_millis();
     let n = i64::from(batch);
     let deliveries = client

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use control_plane_core::hash::fnv1a;
+use control_plane_core::migration::{self, Migration};
 use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
@@ -11,7 +13,7 @@ use crate::error::{map_pool, PgResultExt};
 use crate::notify::{channel_for, spawn, Listener};
 
 /// Embedded, versioned migrations, applied in order.
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
+pub(crate) const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
     (
         2,
@@ -46,12 +48,7 @@ impl std::fmt::Debug for PostgresStore {
 
 /// A stable advisory-lock key for migrating `schema` (FNV-1a).
 fn migration_lock_key(schema: &str) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in "control-plane-migrate:".bytes().chain(schema.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h as i64
+    fnv1a("control-plane-migrate:".bytes().chain(schema.bytes())) as i64
 }
 
 impl PostgresStore {
@@ -155,14 +152,8 @@ impl PostgresStore {
             .await
             .db()?
             .get(0);
-        let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);
-        if current > newest {
-            return Err(StoreError::Unavailable(format!(
-                "schema {} is at migration {current}, newer than this build knows ({newest}); run a newer control-plane",
-                self.schema
-            )));
-        }
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        let schema = format!("schema {}", self.schema);
+        for (version, sql) in migration::pending(&schema, current, MIGRATIONS)? {
             tx.batch_execute(sql).await.map_err(|e| {
                 StoreError::Backend(format!(
                     "migration {version} failed: {}",

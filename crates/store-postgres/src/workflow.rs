@@ -3,11 +3,10 @@
 use std::time::Duration;
 
 use control_plane_core::policy::repeat_verdict;
-use control_plane_core::types::validate_limit;
 use control_plane_core::{
     AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreOptions, StoreResult,
-    Task, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskId, TaskLease, TaskState,
-    Timestamp,
+    Task, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailure, TaskId, TaskLease,
+    TaskState, Timestamp,
 };
 use tokio_postgres::{Row, Transaction};
 use uuid::Uuid;
@@ -58,22 +57,13 @@ pub(crate) async fn get(
     row_to_task(&row)
 }
 
-fn validate_kind(kind: &str) -> StoreResult<()> {
-    if kind.is_empty() || kind.len() > 255 {
-        return Err(StoreError::InvalidInput(format!(
-            "task kind must be 1 to 255 characters, got {kind:?}"
-        )));
-    }
-    Ok(())
-}
-
 pub(crate) async fn enqueue(
     tx: &Transaction<'_>,
     now: Timestamp,
     options: &StoreOptions,
     req: TaskEnqueueRequest,
 ) -> StoreResult<TaskEnqueued> {
-    validate_kind(&req.kind)?;
+    req.validate()?;
     let run_at = req.run_at.unwrap_or(now).as_millis();
     let inserted = tx
         .query_opt(
@@ -150,17 +140,7 @@ pub(crate) async fn claim(
     now: Timestamp,
     req: TaskClaimRequest,
 ) -> StoreResult<Vec<ClaimedTask>> {
-    validate_limit(req.limit)?;
-    if req.kinds.is_empty() {
-        return Err(StoreError::InvalidInput(
-            "claim at least one task kind".into(),
-        ));
-    }
-    if req.lease_for.is_zero() {
-        return Err(StoreError::InvalidInput(
-            "lease_for must be longer than zero".into(),
-        ));
-    }
+    req.validate()?;
     sweep_expired(tx, now).await?;
     let expires = now.plus(req.lease_for);
     let rows = tx
@@ -306,13 +286,13 @@ pub(crate) async fn fail(
     options: &StoreOptions,
     lease: &TaskLease,
     error: String,
-    retryable: bool,
+    failure: TaskFailure,
 ) -> StoreResult<Task> {
     let l = lock(tx, lease).await?;
     if !is_live(&l, lease) {
         return repeat(l, lease, "fail");
     }
-    let dead = !retryable || l.task.attempts >= l.task.max_attempts;
+    let dead = failure.dead_letters(l.task.attempts, l.task.max_attempts);
     let (state, run_at) = if dead {
         (TaskState::DeadLettered, l.task.run_at)
     } else {

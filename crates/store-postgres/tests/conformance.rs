@@ -1,4 +1,5 @@
 //! The postgres adapter runs the whole conformance suite, each test in its own schema.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod common;
 
@@ -6,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::{conformance_suite, Harness, StoreFactory};
-use control_plane_core::{ManualClock, StoreOptions};
+use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
 
 struct Postgres;
 
@@ -21,6 +22,14 @@ impl StoreFactory for Postgres {
             clock,
             guard: Box::new(common::SchemaGuard(schema)),
         }
+    }
+
+    async fn replica(&self, h: &Harness, options: StoreOptions) -> DynControlPlaneStore {
+        let schema = h
+            .guard
+            .downcast_ref::<common::SchemaGuard>()
+            .expect("a postgres harness guards its schema");
+        Arc::new(common::open_in(&schema.0, options, h.clock.clone(), 2).await)
     }
 }
 

@@ -250,10 +250,7 @@ async fn four_processes_migrating_at_once_end_with_one_schema() {
 }
 
 async fn raw_client(schema: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(database_url().expose(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = workspace_tests::pg_client().await;
     client
         .batch_execute(&format!("SET search_path = {schema}"))
         .await
@@ -595,11 +592,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     for t in tasks {
         at.extend(t.await.unwrap());
     }
-    at.sort_unstable();
-    let worst = (0..at.len())
-        .map(|i| at[i..].iter().take_while(|t| **t < at[i] + 1000).count())
-        .max()
-        .unwrap_or(0);
+    let worst = workspace_tests::busiest_window(&at, 1000);
     eprintln!(
         "rate limit 20/s, 3 replicas: {} leased in 10 s, worst one-second window {worst}",
         at.len()

@@ -53,25 +53,6 @@ pub struct SchemaGuard(pub String);
 
 impl Drop for SchemaGuard {
     fn drop(&mut self) {
-        let schema = self.0.clone();
-        let url = database_url();
-        // Drop runs outside any runtime guarantee: use a thread of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async move {
-                let (client, conn) = tokio_postgres::connect(url.expose(), tokio_postgres::NoTls)
-                    .await
-                    .ok()?;
-                tokio::spawn(conn);
-                client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+        workspace_tests::drop_schema(&self.0);
     }
 }

@@ -1,0 +1,92 @@
+//! Replicas as separate processes: three `control-plane worker` processes
+//! against one PostgreSQL schema share one endpoint's rate limit, because the
+//! store enforces it in the claim's transaction (ADR 0009).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use control_plane_core::config::DatabaseUrl;
+use control_plane_core::*;
+use workspace_tests::{answer_ok, busiest_window, database_url, Process, Receiver, Schema};
+
+/// Three worker processes, one endpoint limited to 20 requests per second
+/// (burst 20), a backlog larger than 10 s can drain: over 10 s the receiver
+/// never sees more than the rate plus the burst in any one-second window, and
+/// the workers together do use the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_keep_an_endpoints_rate_limit() {
+    let schema = Schema::new("cp_rate");
+    let (rx, base) = Receiver::start(answer_ok()).await;
+    let mut cfg = store_postgres::PostgresConfig::new(DatabaseUrl::new(database_url()));
+    cfg.schema = Some(schema.0.clone());
+    cfg.pool_size = 2;
+    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let account = AccountId::new("rate").unwrap();
+    let mut create = EndpointCreateRequest::new(
+        account.clone(),
+        format!("{base}/limited"),
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    );
+    create.rate_limit_per_s = Some(20);
+    store.endpoint_create(create).await.unwrap();
+    let reqs = (0..400)
+        .map(|i| PublishRequest {
+            account: account.clone(),
+            event_type: "rate".into(),
+            payload: serde_json::json!({ "i": i }),
+            idempotency_key: None,
+        })
+        .collect();
+    store.event_publish_batch(reqs).await.unwrap();
+    let mut env = schema.env(4);
+    env.push(("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()));
+    env.push(("CONTROLPLANE_CONCURRENCY", "16".to_string()));
+    let bin = env!("CARGO_BIN_EXE_control-plane");
+    let mut workers: Vec<Process> = (0..3)
+        .map(|_| Process::start(bin, "worker", &env))
+        .collect();
+    let start = Instant::now();
+    while rx.count() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing arrived: {}",
+            workers[0].log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = rx.all()[0].at;
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(first.elapsed())).await;
+    // Arrival times, in milliseconds after the first, over 10 s.
+    let at: Vec<i64> = rx
+        .all()
+        .iter()
+        .map(|r| r.at.duration_since(first).as_millis() as i64)
+        .filter(|ms| *ms < 10_000)
+        .collect();
+    for w in &mut workers {
+        assert!(w.is_running(), "a worker died: {}", w.log());
+        w.kill();
+    }
+    let worst = busiest_window(&at, 1000);
+    eprintln!(
+        "rate limit 20/s, 3 worker processes: {} requests in 10 s, worst one-second window {worst}",
+        at.len()
+    );
+    assert!(
+        worst <= 40,
+        "worst one-second window {worst} > rate 20 + burst 20"
+    );
+    assert!(
+        at.len() <= 20 * 10 + 20 + 20,
+        "{} requests in 10 s at 20/s with a burst of 20 (and a second of slack: claims start before the first arrival)",
+        at.len()
+    );
+    assert!(
+        at.len() >= 150,
+        "only {} requests in 10 s: the limit starves the workers",
+        at.len()
+    );
+}
