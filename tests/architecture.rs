@@ -158,3 +158,77 @@ fn format_literals(text: &str) -> Vec<String> {
     }
     out
 }
+
+/// Both adapters have one shape: the same source files, each area in the
+/// file of the same name. Only the files listed here are one adapter's own.
+#[test]
+fn both_adapters_have_the_same_files() {
+    // LISTEN/NOTIFY wake-ups across processes: the embedded store has one
+    // process and wakes its workers in memory.
+    let own = ["notify.rs"];
+    let files = |adapter: &str| -> std::collections::BTreeSet<String> {
+        let dir = workspace_root().join("crates").join(adapter).join("src");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| !own.contains(&f.as_str()))
+            .collect()
+    };
+    let (embedded, postgres) = (files("store-embedded"), files("store-postgres"));
+    assert_eq!(
+        embedded,
+        postgres,
+        "the adapters' src/ folders differ: embedded only {:?}, postgres only {:?}",
+        embedded.difference(&postgres).collect::<Vec<_>>(),
+        postgres.difference(&embedded).collect::<Vec<_>>()
+    );
+}
+
+/// The contract names the port's rustdoc cites (backticked names in doc
+/// comments of `store.rs`) and the contracts the conformance macro stamps
+/// are the same set: no promise without a test, no test without a promise.
+#[test]
+fn every_contract_the_port_cites_is_stamped_and_every_stamped_one_cited() {
+    let port =
+        std::fs::read_to_string(workspace_root().join("crates/control-plane-core/src/store.rs"))
+            .unwrap();
+    let cited: std::collections::BTreeSet<String> = port
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("///") || l.starts_with("//!"))
+        .flat_map(|l| l.split('`').skip(1).step_by(2).map(str::to_string))
+        .filter(|n| is_contract_name(n))
+        .collect();
+    let suite = std::fs::read_to_string(
+        workspace_root().join("crates/control-plane-conformance/src/lib.rs"),
+    )
+    .unwrap();
+    let start = suite.find("conformance_suite!(@stamp").unwrap();
+    let list = &suite[start..];
+    let list = &list[..list.find(");").unwrap()];
+    let stamped: std::collections::BTreeSet<String> = list
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().trim_end_matches(',').to_string())
+        .filter(|n| is_contract_name(n))
+        .collect();
+    assert!(
+        stamped.len() >= 60,
+        "found {} stamped contracts",
+        stamped.len()
+    );
+    assert_eq!(
+        cited,
+        stamped,
+        "cited only: {:?}; stamped only: {:?}",
+        cited.difference(&stamped).collect::<Vec<_>>(),
+        stamped.difference(&cited).collect::<Vec<_>>()
+    );
+}
+
+/// Contract names are snake case sentences: at least four words.
+fn is_contract_name(s: &str) -> bool {
+    s.matches('_').count() >= 3
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}

@@ -204,7 +204,8 @@ pub trait DeliveryStore: Send + Sync {
     ///   yet final (`ordered_endpoint_has_one_delivery_in_flight_lowest_first`).
     ///
     /// # Errors
-    /// `InvalidInput` for a limit outside 1..=1000 or a zero lease.
+    /// `InvalidInput` for a limit outside 1..=1000 or a zero lease
+    /// (`claim_rejects_bad_limits`).
     ///
     /// # Cancellation safety
     /// Cancelling after the claim committed leaves the leases to expire.
@@ -301,6 +302,10 @@ pub trait DeliveryStore: Send + Sync {
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
 
     /// Reads a delivery of `account`.
+    ///
+    /// # Behavior
+    /// - Every read and write of a delivery is scoped to its account: another
+    ///   account's delivery is `NotFound` (`accounts_never_see_each_others_deliveries`).
     ///
     /// # Errors
     /// `NotFound`.
@@ -648,6 +653,10 @@ pub trait AlertStore: Send + Sync {
     /// - `circuit.opened`, `circuit.closed`, `endpoint.disabled` and
     ///   `delivery.dead` are recorded in the transaction of the transition
     ///   that caused them (`alerts_are_recorded_with_their_transitions`).
+    /// - They are published as events, in the same transaction, to the
+    ///   account's endpoints that name the alert type, never to the endpoint
+    ///   concerned or to catch-all endpoints
+    ///   (`alerts_are_published_to_endpoints_that_subscribe_by_name`).
     ///
     /// # Cancellation safety
     /// Safe.
@@ -702,6 +711,9 @@ pub trait MaintenanceStore: Send + Sync {
     /// # Behavior
     /// - Only old delivered history goes; live deliveries stay
     ///   (`maintenance_purges_old_history_in_batches`).
+    /// - Expired idempotency records go (`idempotency_records_expire_and_are_swept`).
+    /// - `maintenance::run_maintenance` runs it on one replica per interval,
+    ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).
     ///
     /// # Errors
     /// `InvalidInput` for a batch outside 1..=10000.
