@@ -374,6 +374,7 @@ async fn drain_raw(
                 .collect();
             let counts: Vec<i64> = vec![batch; endpoints.len()];
             let heads: Vec<Option<i64>> = vec![None; endpoints.len()];
+            let caps: Vec<i64> = vec![i64::from(u32::MAX); endpoints.len()];
             let mut idle = 0;
             loop {
                 let now = now_ms();
@@ -381,7 +382,15 @@ async fn drain_raw(
                 let rows = tx
                     .query(
                         &claim,
-                        &[&now, &endpoints, &(now + 60_000), &worker, &counts, &heads],
+                        &[
+                            &now,
+                            &endpoints,
+                            &(now + 60_000),
+                            &worker,
+                            &counts,
+                            &heads,
+                            &caps,
+                        ],
                     )
                     .await
                     .map_err(fail)?;

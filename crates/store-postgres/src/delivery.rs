@@ -425,15 +425,21 @@ const LEASE_AND_RETURN: &str = "UPDATE deliveries d SET state = 'leased', attemp
 
 /// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
 /// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
-/// ordered one (NULL otherwise), `$3` the lease expiry (ms), `$4` the worker.
-/// Each endpoint's oldest due first, skipping rows other replicas hold. The
-/// benchmark issues this same text raw.
+/// ordered one (NULL otherwise), `$7` each one's in-flight cap, `$3` the
+/// lease expiry (ms), `$4` the worker. Each endpoint's oldest due first,
+/// skipping rows other replicas hold, and never past its cap counted by this
+/// statement: issued after the flow rows are locked, its snapshot sees every
+/// lease another claimer committed before (ADR 0009). The benchmark issues
+/// this same text raw.
 pub fn claim_statement() -> String {
     format!(
-        "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[]) AS q(endpoint_id, n, head)), \
+        "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[], $7::bigint[]) \
+               AS q(endpoint_id, n, head, cap)), \
          c AS (SELECT x.id FROM q CROSS JOIN LATERAL (SELECT d.id FROM deliveries d \
                WHERE d.endpoint_id = q.endpoint_id AND d.state = 'pending' AND d.due_at <= $1 \
-               AND (q.head IS NULL OR d.seq = q.head) ORDER BY d.due_at, d.seq LIMIT q.n \
+               AND (q.head IS NULL OR d.seq = q.head) ORDER BY d.due_at, d.seq \
+               LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM deliveries l \
+                 WHERE l.endpoint_id = q.endpoint_id AND l.state = 'leased' AND l.lease_expires_at > $1))) \
                FOR UPDATE SKIP LOCKED) x) \
          {LEASE_AND_RETURN}"
     )
@@ -490,7 +496,10 @@ async fn claim_fair(
     worker: &str,
 ) -> StoreResult<Vec<ClaimedDelivery>> {
     let now_ms = now.as_millis();
-    let rows = tx.query(FLOW_CANDIDATES, &[&now_ms, &limit]).await.db()?;
+    // Prepared once per connection: planning this union of lateral scans
+    // costs about as much as running it.
+    let candidates_sql = tx.prepare_cached(FLOW_CANDIDATES).await.db()?;
+    let rows = tx.query(&candidates_sql, &[&now_ms, &limit]).await.db()?;
     let mut candidates = Vec::with_capacity(rows.len());
     for r in &rows {
         let rate: Option<i64> = r.get(7);
@@ -515,31 +524,18 @@ async fn claim_fair(
     }
     shares.sort_by_key(|(e, _)| *e);
     let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
-    // Serialize with other claimers of these endpoints, then look again.
-    let locked = tx
-        .query(
+    // Serialize with other claimers of these endpoints: the bucket is read
+    // under the lock; the claim statement, issued next, recounts the leases.
+    let lock = tx
+        .prepare_cached(
             "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
              WHERE f.endpoint_id = ANY($1) ORDER BY f.endpoint_id FOR UPDATE",
-            &[&ids],
         )
         .await
         .db()?;
-    let leased = tx
-        .query(
-            "SELECT endpoint_id, count(*) FROM deliveries WHERE endpoint_id = ANY($1) \
-             AND state = 'leased' AND lease_expires_at > $2 GROUP BY endpoint_id",
-            &[&ids, &now_ms],
-        )
-        .await
-        .db()?;
-    let leased_now = |e: Uuid| {
-        leased
-            .iter()
-            .find(|r| r.get::<_, Uuid>(0) == e)
-            .map_or(0, |r| count_of(r.get(1)))
-    };
-    // (endpoint, count, head of an ordered one, refilled bucket)
-    type Want = (Uuid, i64, Option<i64>, Option<RateBudget>);
+    let locked = tx.query(&lock, &[&ids]).await.db()?;
+    // (endpoint, count, head of an ordered one, cap, refilled bucket)
+    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
     let mut wanted: Vec<Want> = Vec::new();
     for (endpoint, share) in &shares {
         let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
@@ -558,16 +554,18 @@ async fn claim_fair(
                 RateBudget::refilled(stored, u32_of(rate), now)
             });
         let now_seen = FlowCandidate {
-            in_flight: leased_now(endpoint.0),
             rate_room: budget.map(|b| b.whole()),
             ..c.clone()
         };
         let n = (*share).min(now_seen.room());
         if n > 0 {
+            // An ordered endpoint has one delivery in flight at most.
+            let cap = if c.ordered { 1 } else { c.cap };
             wanted.push((
                 endpoint.0,
                 i64::from(n),
                 c.ordered.then_some(c.oldest.1),
+                i64::from(cap),
                 budget,
             ));
         }
@@ -579,10 +577,13 @@ async fn claim_fair(
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
     let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
+    let caps: Vec<i64> = wanted.iter().map(|w| w.3).collect();
     let rows = tx
         .query(
             &claim,
-            &[&now_ms, &endpoints, &expires, &worker, &counts, &heads],
+            &[
+                &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps,
+            ],
         )
         .await
         .db()?;
@@ -590,7 +591,7 @@ async fn claim_fair(
         .iter()
         .map(|r| row_to_claimed(r, false))
         .collect::<StoreResult<Vec<_>>>()?;
-    for (endpoint, _, _, budget) in &wanted {
+    for (endpoint, _, _, _, budget) in &wanted {
         let Some(b) = budget else { continue };
         let taken = claimed
             .iter()
