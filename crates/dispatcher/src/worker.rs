@@ -128,23 +128,23 @@ impl Dispatcher {
     pub async fn run(&self, mut stop: watch::Receiver<bool>) -> DispatchReport {
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let leases: Arc<Mutex<HashMap<DeliveryId, Lease>>> = Arc::default();
-        let mut inflight: JoinSet<Option<bool>> = JoinSet::new();
+        let mut inflight: JoinSet<Sent> = JoinSet::new();
         let mut wake = self.store.delivery_wakeups();
         let mut report = DispatchReport::default();
         let (recorder, batcher) = Recorder::start(self.store.clone());
-        let tally = |report: &mut DispatchReport, r: Option<bool>| match r {
-            Some(true) => report.delivered += 1,
-            Some(false) => report.failed += 1,
-            None => {}
+        let tally = |report: &mut DispatchReport, r: Sent| match r {
+            Sent::Delivered => report.delivered += 1,
+            Sent::Failed => report.failed += 1,
+            Sent::NotRecorded => {}
         };
         while !*stop.borrow() {
             while let Some(done) = inflight.try_join_next() {
-                tally(&mut report, done.ok().flatten());
+                tally(&mut report, done.unwrap_or(Sent::NotRecorded));
             }
             let free = permits.available_permits() as u32;
             if free == 0 {
                 tokio::select! {
-                    done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
+                    done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
                     _ = stop.changed() => {}
                 }
                 continue;
@@ -166,7 +166,7 @@ impl Dispatcher {
                 // A finished send frees a slot of its endpoint's in-flight
                 // cap, so it is worth a new claim as much as a publish is.
                 tokio::select! {
-                    done = inflight.join_next(), if !inflight.is_empty() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
+                    done = inflight.join_next(), if !inflight.is_empty() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
                     _ = wake.changed() => {}
                     _ = tokio::time::sleep(self.config.poll_interval) => {}
                     _ = stop.changed() => {}
@@ -198,7 +198,7 @@ impl Dispatcher {
         tokio::pin!(deadline);
         while !inflight.is_empty() {
             tokio::select! {
-                done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).flatten()),
+                done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
                 _ = &mut deadline => break,
             }
         }
@@ -226,7 +226,18 @@ fn seed(id: DeliveryId) -> u64 {
 }
 
 /// Sends one claimed delivery and records its outcome; `Some(true)` when delivered.
-async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Option<bool> {
+/// How one send ended, for the dispatcher's report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    /// Delivered, and recorded.
+    Delivered,
+    /// Failed (retry, give up, gone), and recorded.
+    Failed,
+    /// Not recorded: the lease was lost or the store refused.
+    NotRecorded,
+}
+
+async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Sent {
     let (client, clock) = (&ctx.client, ctx.clock.as_ref());
     let now = clock.now();
     let id = c.delivery.id.to_string();
@@ -299,11 +310,12 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
     };
     let delivered = outcome.is_success();
     match recorder.record(c.lease.clone(), outcome).await {
-        Ok(_) => Some(delivered),
-        Err(StoreError::LeaseLost) => None,
+        Ok(_) if delivered => Sent::Delivered,
+        Ok(_) => Sent::Failed,
+        Err(StoreError::LeaseLost) => Sent::NotRecorded,
         Err(e) => {
             eprintln!("dispatcher: cannot record the outcome of delivery {id}: {e}");
-            None
+            Sent::NotRecorded
         }
     }
 }
