@@ -14,7 +14,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use control_plane_core::*;
-use workspace_tests::{database_url, pg_client, Answer, Process, Received, Receiver, Schema};
+use workspace_tests::{
+    database_url, events, pg_client, Answer, Process, Received, Receiver, Schema,
+};
 
 const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
 
@@ -170,15 +172,10 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
             let mut left = total;
             while left > 0 {
                 let n = left.min(200);
-                let reqs = (0..n)
-                    .map(|i| PublishRequest {
-                        account: account.clone(),
-                        event_type: "chaos".into(),
-                        payload: serde_json::json!({"i": i}),
-                        idempotency_key: None,
-                    })
-                    .collect();
-                store.event_publish_batch(reqs).await.unwrap();
+                store
+                    .event_publish_batch(events(&account, "chaos", n))
+                    .await
+                    .unwrap();
                 left -= n;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -266,15 +263,10 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
             ))
             .await
             .unwrap();
-        let reqs = (0..total)
-            .map(|i| PublishRequest {
-                account: account.clone(),
-                event_type: "chaos".into(),
-                payload: serde_json::json!({"i": i}),
-                idempotency_key: None,
-            })
-            .collect();
-        store.event_publish_batch(reqs).await.unwrap();
+        store
+            .event_publish_batch(events(&account, "chaos", total))
+            .await
+            .unwrap();
     }
     let env = vec![(
         "CONTROLPLANE_EMBEDDED_PATH",

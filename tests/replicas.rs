@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::config::DatabaseUrl;
 use control_plane_core::*;
-use workspace_tests::{answer_ok, busiest_window, database_url, Process, Receiver, Schema};
+use workspace_tests::{
+    answer_ok, assert_rate_kept, database_url, events, Process, Receiver, Schema,
+};
 
 /// Three worker processes, one endpoint limited to 20 requests per second
 /// (burst 20), a backlog larger than 10 s can drain: over 10 s the receiver
@@ -32,15 +34,10 @@ async fn three_worker_processes_keep_an_endpoints_rate_limit() {
     );
     create.rate_limit_per_s = Some(20);
     store.endpoint_create(create).await.unwrap();
-    let reqs = (0..400)
-        .map(|i| PublishRequest {
-            account: account.clone(),
-            event_type: "rate".into(),
-            payload: serde_json::json!({ "i": i }),
-            idempotency_key: None,
-        })
-        .collect();
-    store.event_publish_batch(reqs).await.unwrap();
+    store
+        .event_publish_batch(events(&account, "rate", 400))
+        .await
+        .unwrap();
     let mut env = schema.env(4);
     env.push(("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()));
     env.push(("CONTROLPLANE_CONCURRENCY", "16".to_string()));
@@ -70,23 +67,5 @@ async fn three_worker_processes_keep_an_endpoints_rate_limit() {
         assert!(w.is_running(), "a worker died: {}", w.log());
         w.kill();
     }
-    let worst = busiest_window(&at, 1000);
-    eprintln!(
-        "rate limit 20/s, 3 worker processes: {} requests in 10 s, worst one-second window {worst}",
-        at.len()
-    );
-    assert!(
-        worst <= 40,
-        "worst one-second window {worst} > rate 20 + burst 20"
-    );
-    assert!(
-        at.len() <= 20 * 10 + 20 + 20,
-        "{} requests in 10 s at 20/s with a burst of 20 (and a second of slack: claims start before the first arrival)",
-        at.len()
-    );
-    assert!(
-        at.len() >= 150,
-        "only {} requests in 10 s: the limit starves the workers",
-        at.len()
-    );
+    assert_rate_kept("3 worker processes, requests", &at, 20, 10, 150);
 }

@@ -17,6 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine;
+use control_plane_core::{AccountId, PublishRequest};
 use hmac::{Hmac, Mac};
 
 // ---------------------------------------------------------------- workspace
@@ -356,6 +357,45 @@ pub fn signature_is_valid(secret: &str, r: &Received) -> bool {
         && signatures
             .split(' ')
             .any(|s| s.strip_prefix("v1,") == Some(expected.as_str()))
+}
+
+/// Asserts that events at `at` (milliseconds, any order) over `seconds`
+/// kept a limit of `rate` per second with a burst of one second's worth: no
+/// one-second window holds more than twice the rate, the total is at most
+/// the rate over the run plus the burst and one second of slack, and at
+/// least `at_least` (the limit does not starve). Prints the figures.
+pub fn assert_rate_kept(what: &str, at: &[i64], rate: usize, seconds: usize, at_least: usize) {
+    let worst = busiest_window(at, 1000);
+    eprintln!(
+        "rate limit {rate}/s, {what}: {} in {seconds} s, worst one-second window {worst}",
+        at.len()
+    );
+    assert!(
+        worst <= 2 * rate,
+        "worst one-second window {worst} > rate {rate} + burst {rate}"
+    );
+    assert!(
+        at.len() <= rate * seconds + 2 * rate,
+        "{} in {seconds} s at {rate}/s with a burst of {rate} (and a second of slack: claims start before the first arrival)",
+        at.len()
+    );
+    assert!(
+        at.len() >= at_least,
+        "only {} in {seconds} s: the limit starves",
+        at.len()
+    );
+}
+
+/// `n` events of `event_type` for `account`, payloads `{"i": 0..n}`.
+pub fn events(account: &AccountId, event_type: &str, n: usize) -> Vec<PublishRequest> {
+    (0..n)
+        .map(|i| PublishRequest {
+            account: account.clone(),
+            event_type: event_type.into(),
+            payload: serde_json::json!({ "i": i }),
+            idempotency_key: None,
+        })
+        .collect()
 }
 
 /// The most events that fall in any one window of `width` (sliding), given

@@ -592,23 +592,5 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     for t in tasks {
         at.extend(t.await.unwrap());
     }
-    let worst = workspace_tests::busiest_window(&at, 1000);
-    eprintln!(
-        "rate limit 20/s, 3 replicas: {} leased in 10 s, worst one-second window {worst}",
-        at.len()
-    );
-    assert!(
-        worst <= 40,
-        "worst one-second window {worst} > rate 20 + burst 20"
-    );
-    assert!(
-        at.len() <= 20 * 10 + 20 + 20,
-        "{} leased in 10 s at 20/s",
-        at.len()
-    );
-    assert!(
-        at.len() >= 100,
-        "only {} leased in 10 s: the limit starves",
-        at.len()
-    );
+    workspace_tests::assert_rate_kept("3 replicas, leased", &at, 20, 10, 100);
 }
