@@ -184,6 +184,49 @@ fn both_adapters_have_the_same_files() {
     );
 }
 
+/// Each port trait is implemented in the area file of the same name, in
+/// both adapters; `lib.rs` only wires modules and the umbrella trait.
+#[test]
+fn each_port_trait_is_implemented_in_its_area_file() {
+    let areas = [
+        ("EndpointStore", "endpoint.rs"),
+        ("CircuitStore", "endpoint.rs"),
+        ("DeliveryStore", "delivery.rs"),
+        ("AttemptLogStore", "attempt.rs"),
+        ("WorkflowStore", "workflow.rs"),
+        ("IdempotencyStore", "idempotency.rs"),
+        ("TickStore", "tick.rs"),
+        ("UsageStore", "usage.rs"),
+        ("AlertStore", "alert.rs"),
+        ("AccountKeyStore", "account_key.rs"),
+        ("MaintenanceStore", "maintenance.rs"),
+        ("ControlPlaneStore", "lib.rs"),
+    ];
+    for (adapter, store) in [
+        ("store-embedded", "EmbeddedStore"),
+        ("store-postgres", "PostgresStore"),
+    ] {
+        let dir = workspace_root().join("crates").join(adapter).join("src");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (area_trait, home) in areas {
+                let found = text.contains(&format!("impl {area_trait} for {store} {{"));
+                assert_eq!(
+                    found,
+                    file == home,
+                    "{adapter}: `impl {area_trait}` belongs in {home}, found it {} {file}",
+                    if found { "in" } else { "missing from" }
+                );
+            }
+        }
+    }
+}
+
 /// The contract names the port's rustdoc cites (backticked names in doc
 /// comments of `store.rs`) and the contracts the conformance macro stamps
 /// are the same set: no promise without a test, no test without a promise.

@@ -52,7 +52,8 @@ async fn claim_kinds(h: &Harness, kinds: &[&str], limit: u32) -> Vec<ClaimedTask
         .unwrap()
 }
 
-/// `WorkflowStore::workflow_enqueue`: idempotent by id; a different account, kind or payload conflicts.
+/// `WorkflowStore::workflow_enqueue`: idempotent by id within an account; a
+/// different kind or payload conflicts; another account's same id is its own task.
 pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let first = h
@@ -70,8 +71,22 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
         .unwrap();
     assert!(!again.created);
     assert_eq!(again.task, first.task);
+    // Another account may use the same id: a task of its own, created, and
+    // no hint that account "a" has one.
+    let theirs = h
+        .store
+        .workflow_enqueue(task("t1", "b", "sms"))
+        .await
+        .unwrap();
+    assert!(theirs.created, "{theirs:?}");
+    assert_eq!(theirs.task.account, acct("b"));
+    assert_eq!(theirs.task.kind, "sms");
+    assert_eq!(
+        h.store.workflow_get(&acct("a"), &tid("t1")).await.unwrap(),
+        first.task,
+        "account a's task is untouched"
+    );
     for other in [
-        task("t1", "b", "email"),
         task("t1", "a", "sms"),
         TaskEnqueueRequest {
             payload: json!({"x": 1}),
@@ -83,7 +98,35 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
     }
     let bad = h.store.workflow_enqueue(task("t2", "a", "")).await;
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
-    assert_eq!(claim_kinds(&h, &["email", "sms"], 10).await.len(), 1);
+    // Both tasks named t1 are claimable, each leased under its own account,
+    // and completing one leaves the other leased.
+    let claimed = claim_kinds(&h, &["email", "sms"], 10).await;
+    let mut owners: Vec<(String, String)> = claimed
+        .iter()
+        .map(|c| (c.lease.account.as_str().to_string(), c.task.kind.clone()))
+        .collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        vec![("a".into(), "email".into()), ("b".into(), "sms".into())]
+    );
+    let b_lease = claimed
+        .iter()
+        .find(|c| c.lease.account == acct("b"))
+        .unwrap()
+        .lease
+        .clone();
+    let done = h.store.workflow_complete(&b_lease, json!(1)).await.unwrap();
+    assert_eq!(done.state, TaskState::Completed);
+    assert_eq!(done.account, acct("b"));
+    assert_eq!(
+        h.store
+            .workflow_get(&acct("a"), &tid("t1"))
+            .await
+            .unwrap()
+            .state,
+        TaskState::Leased
+    );
 }
 
 /// `WorkflowStore::workflow_claim`: only due tasks of the given kinds, oldest first.

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::types::Secret;
+use crate::Secret;
 
 /// Every variable the resolver accepts. Any other `CONTROLPLANE_*` key stops the boot.
 pub const KNOWN_VARIABLES: &[&str] = &[
@@ -230,6 +230,43 @@ impl Config {
         K: AsRef<str>,
         V: AsRef<str>,
     {
+        let vars = Vars::known(vars)?;
+        Ok(Config {
+            store: store_profile(&vars)?,
+            listen: listen(&vars)?,
+            admin_token: admin_token(&vars)?,
+            allowed_targets: allowed_targets(&vars)?,
+            retry_schedule: retry_schedule(&vars)?,
+            concurrency: match vars.get("CONTROLPLANE_CONCURRENCY") {
+                Some(v) => parse_u32_in("CONTROLPLANE_CONCURRENCY", v, 1, 10_000)?,
+                None => 64,
+            },
+            lease: lease(&vars)?,
+            endpoint_concurrency: match vars.get("CONTROLPLANE_ENDPOINT_CONCURRENCY") {
+                Some(v) => parse_u32_in(
+                    "CONTROLPLANE_ENDPOINT_CONCURRENCY",
+                    v,
+                    1,
+                    crate::flow::MAX_IN_FLIGHT_LIMIT,
+                )?,
+                None => crate::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+            },
+        })
+    }
+}
+
+/// The `CONTROLPLANE_*` variables, every one of them known.
+struct Vars(std::collections::BTreeMap<String, String>);
+
+impl Vars {
+    /// Keeps the `CONTROLPLANE_*` pairs; an unknown one is an error (fail
+    /// closed: a misspelt setting must not be silently ignored).
+    fn known<I, K, V>(vars: I) -> Result<Vars, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
         let mut map = std::collections::BTreeMap::new();
         for (k, v) in vars {
             let k = k.as_ref();
@@ -247,182 +284,180 @@ impl Config {
             }
             map.insert(k.to_string(), v.as_ref().to_string());
         }
-        let get = |k: &str| map.get(k).map(String::as_str);
-
-        let store = match get("CONTROLPLANE_STORE").unwrap_or("embedded") {
-            "embedded" => {
-                if get("CONTROLPLANE_DATABASE_URL").is_some() {
-                    return Err(err(
-                        "CONTROLPLANE_DATABASE_URL",
-                        "set, but CONTROLPLANE_STORE is embedded; set CONTROLPLANE_STORE=postgres to use it, or unset it",
-                    ));
-                }
-                let path = get("CONTROLPLANE_EMBEDDED_PATH").unwrap_or("./control-plane.duckdb");
-                if path.trim().is_empty() {
-                    return Err(err(
-                        "CONTROLPLANE_EMBEDDED_PATH",
-                        "expected a file path, got an empty value",
-                    ));
-                }
-                StoreProfile::Embedded {
-                    path: PathBuf::from(path),
-                }
-            }
-            "postgres" => {
-                let url = get("CONTROLPLANE_DATABASE_URL").ok_or_else(|| {
-                    err(
-                        "CONTROLPLANE_DATABASE_URL",
-                        "required when CONTROLPLANE_STORE=postgres, e.g. postgres://user@127.0.0.1:5432/db",
-                    )
-                })?;
-                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                    return Err(err(
-                        "CONTROLPLANE_DATABASE_URL",
-                        format!(
-                            "expected a postgres:// or postgresql:// URL, got {:?}",
-                            DatabaseUrl::new(url).redacted()
-                        ),
-                    ));
-                }
-                let pool_size = match get("CONTROLPLANE_POOL_SIZE") {
-                    Some(v) => parse_u32_in("CONTROLPLANE_POOL_SIZE", v, 1, 1000)?,
-                    None => 16,
-                };
-                let schema = get("CONTROLPLANE_DATABASE_SCHEMA").unwrap_or("public");
-                let schema_ok = !schema.is_empty()
-                    && schema.len() <= 63
-                    && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-                    && schema
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-                if !schema_ok {
-                    return Err(err(
-                        "CONTROLPLANE_DATABASE_SCHEMA",
-                        format!("expected 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"),
-                    ));
-                }
-                StoreProfile::Postgres {
-                    url: DatabaseUrl::new(url),
-                    pool_size,
-                    schema: schema.to_string(),
-                }
-            }
-            other => {
-                return Err(err(
-                    "CONTROLPLANE_STORE",
-                    format!("unknown store {other:?}; accepted: embedded (the default), postgres"),
-                ))
-            }
-        };
-        if matches!(store, StoreProfile::Postgres { .. })
-            && get("CONTROLPLANE_EMBEDDED_PATH").is_some()
-        {
-            return Err(err(
-                "CONTROLPLANE_EMBEDDED_PATH",
-                "set, but CONTROLPLANE_STORE is postgres; unset it",
-            ));
-        }
-        if matches!(store, StoreProfile::Embedded { .. }) {
-            for k in ["CONTROLPLANE_POOL_SIZE", "CONTROLPLANE_DATABASE_SCHEMA"] {
-                if get(k).is_some() {
-                    return Err(err(
-                        k,
-                        "applies only to CONTROLPLANE_STORE=postgres; unset it",
-                    ));
-                }
-            }
-        }
-
-        let listen = match get("CONTROLPLANE_LISTEN") {
-            Some(v) => v.trim().parse::<SocketAddr>().map_err(|_| {
-                err(
-                    "CONTROLPLANE_LISTEN",
-                    format!("expected an address like 127.0.0.1:8080, got {v:?}"),
-                )
-            })?,
-            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
-        };
-        let admin_token = match get("CONTROLPLANE_ADMIN_TOKEN") {
-            Some(v) if v.len() < 16 => {
-                return Err(err(
-                    "CONTROLPLANE_ADMIN_TOKEN",
-                    "expected at least 16 characters (use a long random value)",
-                ))
-            }
-            Some(v) => Some(Secret::new(v)),
-            None => None,
-        };
-        let allowed_targets = match get("CONTROLPLANE_ALLOWED_TARGETS") {
-            Some(v) => v
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    Cidr::parse(s).ok_or_else(|| {
-                        err(
-                            "CONTROLPLANE_ALLOWED_TARGETS",
-                            format!("expected comma-separated CIDRs like 127.0.0.0/8,::1/128, got {s:?}"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
-        };
-        let retry_schedule = match get("CONTROLPLANE_RETRY_SCHEDULE") {
-            Some(v) => {
-                let s = v
-                    .split(',')
-                    .map(|p| {
-                        parse_duration(p).ok_or_else(|| {
-                            err(
-                                "CONTROLPLANE_RETRY_SCHEDULE",
-                                format!("expected comma-separated durations like 5s,5m,30m,2h, got {p:?}"),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                if s.len() > 100 {
-                    return Err(err("CONTROLPLANE_RETRY_SCHEDULE", "at most 100 retries"));
-                }
-                s
-            }
-            None => default_retry_schedule(),
-        };
-        let concurrency = match get("CONTROLPLANE_CONCURRENCY") {
-            Some(v) => parse_u32_in("CONTROLPLANE_CONCURRENCY", v, 1, 10_000)?,
-            None => 64,
-        };
-        let lease = match get("CONTROLPLANE_LEASE") {
-            Some(v) => parse_duration(v)
-                .filter(|d| *d >= Duration::from_secs(1) && *d <= Duration::from_secs(3600))
-                .ok_or_else(|| {
-                    err(
-                        "CONTROLPLANE_LEASE",
-                        format!("expected a duration from 1s to 1h like 30s, got {v:?}"),
-                    )
-                })?,
-            None => Duration::from_secs(30),
-        };
-        let endpoint_concurrency = match get("CONTROLPLANE_ENDPOINT_CONCURRENCY") {
-            Some(v) => parse_u32_in(
-                "CONTROLPLANE_ENDPOINT_CONCURRENCY",
-                v,
-                1,
-                crate::flow::MAX_IN_FLIGHT_LIMIT,
-            )?,
-            None => crate::policy::DEFAULT_ENDPOINT_CONCURRENCY,
-        };
-        Ok(Config {
-            store,
-            listen,
-            admin_token,
-            allowed_targets,
-            retry_schedule,
-            concurrency,
-            lease,
-            endpoint_concurrency,
-        })
+        Ok(Vars(map))
     }
+
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+
+    /// Refuses `keys` that the chosen store does not read.
+    fn refuse(&self, keys: &[&str], why: &str) -> Result<(), ConfigError> {
+        match keys.iter().find(|k| self.get(k).is_some()) {
+            Some(k) => Err(err(k, why.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+fn store_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
+    match vars.get("CONTROLPLANE_STORE").unwrap_or("embedded") {
+        "embedded" => {
+            if vars.get("CONTROLPLANE_DATABASE_URL").is_some() {
+                return Err(err(
+                    "CONTROLPLANE_DATABASE_URL",
+                    "set, but CONTROLPLANE_STORE is embedded; set CONTROLPLANE_STORE=postgres to use it, or unset it",
+                ));
+            }
+            vars.refuse(
+                &["CONTROLPLANE_POOL_SIZE", "CONTROLPLANE_DATABASE_SCHEMA"],
+                "applies only to CONTROLPLANE_STORE=postgres; unset it",
+            )?;
+            embedded_profile(vars)
+        }
+        "postgres" => {
+            vars.refuse(
+                &["CONTROLPLANE_EMBEDDED_PATH"],
+                "set, but CONTROLPLANE_STORE is postgres; unset it",
+            )?;
+            postgres_profile(vars)
+        }
+        other => Err(err(
+            "CONTROLPLANE_STORE",
+            format!("unknown store {other:?}; accepted: embedded (the default), postgres"),
+        )),
+    }
+}
+
+fn embedded_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
+    let path = vars
+        .get("CONTROLPLANE_EMBEDDED_PATH")
+        .unwrap_or("./control-plane.duckdb");
+    if path.trim().is_empty() {
+        return Err(err(
+            "CONTROLPLANE_EMBEDDED_PATH",
+            "expected a file path, got an empty value",
+        ));
+    }
+    Ok(StoreProfile::Embedded {
+        path: PathBuf::from(path),
+    })
+}
+
+fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
+    let url = vars.get("CONTROLPLANE_DATABASE_URL").ok_or_else(|| {
+        err(
+            "CONTROLPLANE_DATABASE_URL",
+            "required when CONTROLPLANE_STORE=postgres, e.g. postgres://user@127.0.0.1:5432/db",
+        )
+    })?;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(err(
+            "CONTROLPLANE_DATABASE_URL",
+            format!(
+                "expected a postgres:// or postgresql:// URL, got {:?}",
+                DatabaseUrl::new(url).redacted()
+            ),
+        ));
+    }
+    let pool_size = match vars.get("CONTROLPLANE_POOL_SIZE") {
+        Some(v) => parse_u32_in("CONTROLPLANE_POOL_SIZE", v, 1, 1000)?,
+        None => 16,
+    };
+    let schema = vars.get("CONTROLPLANE_DATABASE_SCHEMA").unwrap_or("public");
+    let schema_ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !schema_ok {
+        return Err(err(
+            "CONTROLPLANE_DATABASE_SCHEMA",
+            format!("expected 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"),
+        ));
+    }
+    Ok(StoreProfile::Postgres {
+        url: DatabaseUrl::new(url),
+        pool_size,
+        schema: schema.to_string(),
+    })
+}
+
+fn listen(vars: &Vars) -> Result<SocketAddr, ConfigError> {
+    match vars.get("CONTROLPLANE_LISTEN") {
+        Some(v) => v.trim().parse::<SocketAddr>().map_err(|_| {
+            err(
+                "CONTROLPLANE_LISTEN",
+                format!("expected an address like 127.0.0.1:8080, got {v:?}"),
+            )
+        }),
+        None => Ok(SocketAddr::from(([127, 0, 0, 1], 8080))),
+    }
+}
+
+fn admin_token(vars: &Vars) -> Result<Option<Secret>, ConfigError> {
+    match vars.get("CONTROLPLANE_ADMIN_TOKEN") {
+        Some(v) if v.len() < 16 => Err(err(
+            "CONTROLPLANE_ADMIN_TOKEN",
+            "expected at least 16 characters (use a long random value)",
+        )),
+        Some(v) => Ok(Some(Secret::new(v))),
+        None => Ok(None),
+    }
+}
+
+fn allowed_targets(vars: &Vars) -> Result<Vec<Cidr>, ConfigError> {
+    let Some(v) = vars.get("CONTROLPLANE_ALLOWED_TARGETS") else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            Cidr::parse(s).ok_or_else(|| {
+                err(
+                    "CONTROLPLANE_ALLOWED_TARGETS",
+                    format!("expected comma-separated CIDRs like 127.0.0.0/8,::1/128, got {s:?}"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn retry_schedule(vars: &Vars) -> Result<Vec<Duration>, ConfigError> {
+    let Some(v) = vars.get("CONTROLPLANE_RETRY_SCHEDULE") else {
+        return Ok(default_retry_schedule());
+    };
+    let s = v
+        .split(',')
+        .map(|p| {
+            parse_duration(p).ok_or_else(|| {
+                err(
+                    "CONTROLPLANE_RETRY_SCHEDULE",
+                    format!("expected comma-separated durations like 5s,5m,30m,2h, got {p:?}"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if s.len() > 100 {
+        return Err(err("CONTROLPLANE_RETRY_SCHEDULE", "at most 100 retries"));
+    }
+    Ok(s)
+}
+
+fn lease(vars: &Vars) -> Result<Duration, ConfigError> {
+    let Some(v) = vars.get("CONTROLPLANE_LEASE") else {
+        return Ok(Duration::from_secs(30));
+    };
+    parse_duration(v)
+        .filter(|d| *d >= Duration::from_secs(1) && *d <= Duration::from_secs(3600))
+        .ok_or_else(|| {
+            err(
+                "CONTROLPLANE_LEASE",
+                format!("expected a duration from 1s to 1h like 30s, got {v:?}"),
+            )
+        })
 }
 
 /// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (after the first, immediate attempt).

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::clock::Timestamp;
-use crate::types::{AccountId, EndpointId};
+use crate::{AccountId, EndpointId};
 
 /// The largest `max_in_flight` an endpoint or the service default may set.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 10_000;

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ops::PurgeReport;
 use crate::store::ControlPlaneStore;
 
 /// The tick maintenance runs under.
@@ -55,4 +54,22 @@ pub fn validate_purge_batch(batch: u32) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Rows removed by one maintenance batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Delivered deliveries older than the retention.
+    pub deliveries: u64,
+    /// Attempt-log rows older than the retention.
+    pub attempts: u64,
+    /// Expired idempotency records.
+    pub idempotency_records: u64,
+}
+
+impl PurgeReport {
+    /// Total rows removed.
+    pub fn total(&self) -> u64 {
+        self.deliveries + self.attempts + self.idempotency_records
+    }
 }

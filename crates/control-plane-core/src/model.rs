@@ -12,9 +12,7 @@ use crate::flow::{share_claim, FlowCandidate};
 use crate::policy::{
     plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
 };
-use crate::types::{
-    AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId,
-};
+use crate::{AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId};
 
 /// Errors the model predicts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -704,7 +702,7 @@ impl WorkflowModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::AttemptReport;
+    use crate::AttemptReport;
 
     #[test]
     fn model_claims_each_delivery_once_and_orders_an_ordered_endpoint() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::types::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
+use crate::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
 
 /// When the circuit of an endpoint opens and how long it stays open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -413,8 +413,8 @@ pub fn repeat_verdict(
 
 /// The alerts a transition raises, with their messages. `disabled` says
 /// whether the endpoint was enabled until this transition disabled it.
-pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::ops::AlertKind, String)> {
-    use crate::ops::AlertKind;
+pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::AlertKind, String)> {
+    use crate::AlertKind;
     let mut out = Vec::new();
     match tr.circuit_change {
         Some(CircuitChange::Opened) => {
@@ -441,7 +441,7 @@ pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::ops::AlertKind
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::AttemptReport;
+    use crate::AttemptReport;
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millis(ms)

@@ -11,10 +11,9 @@ use async_trait::async_trait;
 
 use crate::clock::Timestamp;
 use crate::error::StoreResult;
-use crate::ops::*;
 use crate::policy::Circuit;
-use crate::types::*;
 use crate::workflow::*;
+use crate::*;
 
 /// Endpoints: destinations owned by one account.
 #[async_trait]
@@ -397,11 +396,13 @@ pub trait CircuitStore: Send + Sync {
 /// The workflow handoff queue: leased jobs handed between processes.
 #[async_trait]
 pub trait WorkflowStore: Send + Sync {
-    /// Enqueues a task, idempotent on its id.
+    /// Enqueues a task, idempotent on its id within its account.
     ///
     /// # Behavior
-    /// - The same id with the same account, kind and payload returns the
-    ///   existing task; with any of them different it is `Conflict`
+    /// - The same id with the same kind and payload returns the existing
+    ///   task; with either different it is `Conflict`. Ids are scoped by
+    ///   account: another account's task of the same id is a different task,
+    ///   and enqueueing never reveals that it exists
     ///   (`workflow_enqueue_is_idempotent_and_conflicts_on_difference`).
     ///
     /// # Errors

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::error::StoreResult;
-use crate::ops::{UsageBatch, UsageEntry, UsageMetric};
 use crate::store::UsageStore;
-use crate::types::AccountId;
+use crate::AccountId;
+use crate::{UsageBatch, UsageEntry, UsageMetric};
 
 /// The attempt results counted, as [`crate::DeliveryOutcome::kind`] names them.
 pub const ATTEMPT_RESULTS: [&str; 4] = ["delivered", "retry", "give_up", "gone"];

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::types::{validate_lease, validate_limit, AccountId, LeaseToken};
+use crate::{validate_lease, validate_limit, AccountId, LeaseToken};
 
 /// A caller-chosen task id: 1 to 255 characters, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -198,71 +198,116 @@ fn admin_token(command: &str, config: &Config) -> Result<String, String> {
     Ok(token)
 }
 
-/// Runs `serve`, `api` or `worker` until a signal; a second signal exits at once.
+/// The meters every component of one process shares.
+#[derive(Clone, Default)]
+struct Meters {
+    telemetry: Arc<Telemetry>,
+    usage: Arc<UsageMeter>,
+}
+
+/// The components of one process; each ends with a line saying what it did.
+type Components = tokio::task::JoinSet<String>;
+
+/// Binds the API's listener and starts serving; returns its address.
+async fn spawn_api(
+    components: &mut Components,
+    command: &str,
+    config: &Config,
+    store: &DynControlPlaneStore,
+    meters: &Meters,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<std::net::SocketAddr, String> {
+    let token = admin_token(command, config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen on {} (CONTROLPLANE_LISTEN): {e}",
+                config.listen
+            )
+        })?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let router = api::router(
+        store.clone(),
+        &api::ApiConfig::new(token),
+        meters.telemetry.clone(),
+        meters.usage.clone(),
+    );
+    components.spawn(async move {
+        match api::serve(listener, router, stopped).await {
+            Ok(()) => "api".to_string(),
+            Err(e) => format!("api (failed: {e})"),
+        }
+    });
+    Ok(addr)
+}
+
+/// Starts the delivery dispatcher, the workflow task runner and maintenance.
+fn spawn_workers(
+    components: &mut Components,
+    config: &Config,
+    store: &DynControlPlaneStore,
+    meters: &Meters,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let dispatcher = dispatcher(store.clone(), config)?
+        .with_meters(meters.telemetry.clone(), meters.usage.clone());
+    let s = stopped.clone();
+    components.spawn(async move {
+        let r = dispatcher.run(s).await;
+        format!(
+            "dispatcher: {} delivered, {} failed attempts, {} leases released",
+            r.delivered, r.failed, r.released
+        )
+    });
+    let runner = task_runner(store.clone());
+    let s = stopped.clone();
+    components.spawn(async move {
+        let r = runner.run(s).await;
+        format!(
+            "tasks: {} completed, {} failed, {} released",
+            r.completed, r.failed, r.released
+        )
+    });
+    let (s, st) = (stopped.clone(), store.clone());
+    components.spawn(async move {
+        maintenance_loop(st, s).await;
+        "maintenance".to_string()
+    });
+    Ok(())
+}
+
+/// Runs `serve`, `api` or `worker` until a signal; a second signal exits at
+/// once. A component that ends before any signal stops the others: the
+/// process then drains and fails, naming it, instead of running half alive.
 pub async fn run_service(
     command: &str,
     config: &Config,
     store: DynControlPlaneStore,
 ) -> Result<(), String> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let telemetry = Arc::new(Telemetry::default());
-    let usage = Arc::new(UsageMeter::default());
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut api_addr = None;
-    if command != "worker" {
-        let token = admin_token(command, config)?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot listen on {} (CONTROLPLANE_LISTEN): {e}",
-                    config.listen
-                )
-            })?;
-        api_addr = listener.local_addr().ok();
-        let router = api::router(
-            store.clone(),
-            &api::ApiConfig::new(token),
-            telemetry.clone(),
-            usage.clone(),
-        );
-        let stopped = stopped.clone();
-        tasks.spawn(async move {
-            if let Err(e) = api::serve(listener, router, stopped).await {
-                eprintln!("control-plane: the API server failed: {e}");
-            }
-            "api".to_string()
-        });
-    }
+    let meters = Meters::default();
+    let mut components = Components::new();
+    let api_addr = if command != "worker" {
+        Some(
+            spawn_api(
+                &mut components,
+                command,
+                config,
+                &store,
+                &meters,
+                stopped.clone(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     if command != "api" {
-        let dispatcher =
-            dispatcher(store.clone(), config)?.with_meters(telemetry.clone(), usage.clone());
-        let s = stopped.clone();
-        tasks.spawn(async move {
-            let r = dispatcher.run(s).await;
-            format!(
-                "dispatcher: {} delivered, {} failed attempts, {} leases released",
-                r.delivered, r.failed, r.released
-            )
-        });
-        let runner = task_runner(store.clone());
-        let s = stopped.clone();
-        tasks.spawn(async move {
-            let r = runner.run(s).await;
-            format!(
-                "tasks: {} completed, {} failed, {} released",
-                r.completed, r.failed, r.released
-            )
-        });
-        let s = stopped.clone();
-        let st = store.clone();
-        tasks.spawn(async move {
-            maintenance_loop(st, s).await;
-            "maintenance".to_string()
-        });
+        spawn_workers(&mut components, config, &store, &meters, &stopped)?;
     }
-    let (s, st) = (stopped.clone(), store.clone());
-    tasks.spawn(async move {
+    let (s, st, usage) = (stopped.clone(), store.clone(), meters.usage.clone());
+    components.spawn(async move {
         usage_loop(st, usage, s).await;
         "usage".to_string()
     });
@@ -274,15 +319,43 @@ pub async fn run_service(
             .map(|a| format!(", API on http://{a}"))
             .unwrap_or_default()
     );
-    shutdown_signal().await;
-    eprintln!("control-plane: shutting down (a second signal exits at once)");
+    let early = tokio::select! {
+        _ = shutdown_signal() => {
+            eprintln!("control-plane: shutting down (a second signal exits at once)");
+            None
+        }
+        done = components.join_next() => {
+            let what = ended(done);
+            eprintln!("control-plane: {what} stopped before any signal; stopping the others");
+            Some(what)
+        }
+    };
     let _ = stop.send(true);
+    drain(&mut components).await;
+    match early {
+        None => Ok(()),
+        Some(what) => Err(format!(
+            "{what} stopped unexpectedly; the service shut down"
+        )),
+    }
+}
+
+/// What a finished component reported.
+fn ended(done: Option<Result<String, tokio::task::JoinError>>) -> String {
+    match done {
+        Some(Ok(what)) => what,
+        Some(Err(e)) => format!("a component (panicked or was cancelled: {e})"),
+        None => "every component".to_string(),
+    }
+}
+
+/// Waits for every component to finish its drain; a second signal exits at once.
+async fn drain(components: &mut Components) {
     loop {
         tokio::select! {
-            done = tasks.join_next() => match done {
-                Some(Ok(what)) => eprintln!("control-plane: stopped {what}"),
-                Some(Err(e)) => eprintln!("control-plane: a component failed: {e}"),
+            done = components.join_next() => match done {
                 None => break,
+                done => eprintln!("control-plane: stopped {}", ended(done)),
             },
             _ = shutdown_signal() => {
                 eprintln!("control-plane: second signal, exiting now");
@@ -290,5 +363,4 @@ pub async fn run_service(
             }
         }
     }
-    Ok(())
 }

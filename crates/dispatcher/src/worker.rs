@@ -177,20 +177,7 @@ impl Dispatcher {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     break;
                 };
-                if let Ok(mut l) = leases.lock() {
-                    l.insert(c.delivery.id, c.lease.clone());
-                }
-                let (ctx, leases) = (self.ctx.clone(), leases.clone());
-                let recorder = recorder.clone();
-                inflight.spawn(async move {
-                    let id = c.delivery.id;
-                    let r = deliver(&ctx, &recorder, c).await;
-                    if let Ok(mut l) = leases.lock() {
-                        l.remove(&id);
-                    }
-                    drop(permit);
-                    r
-                });
+                self.spawn_send(&mut inflight, &leases, &recorder, permit, c);
             }
         }
         // Shutdown: no more claims; in-flight sends get the grace period.
@@ -206,16 +193,49 @@ impl Dispatcher {
         while inflight.join_next().await.is_some() {}
         drop(recorder);
         let _ = batcher.await;
+        report.released += self.release_all(&leases).await;
+        report
+    }
+
+    /// Sends one claimed delivery in its own task, holding a send slot and
+    /// keeping its lease known until it is recorded.
+    fn spawn_send(
+        &self,
+        inflight: &mut JoinSet<Sent>,
+        leases: &Arc<Mutex<HashMap<DeliveryId, Lease>>>,
+        recorder: &Recorder,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        c: ClaimedDelivery,
+    ) {
+        if let Ok(mut l) = leases.lock() {
+            l.insert(c.delivery.id, c.lease.clone());
+        }
+        let (ctx, leases, recorder) = (self.ctx.clone(), leases.clone(), recorder.clone());
+        inflight.spawn(async move {
+            let id = c.delivery.id;
+            let r = deliver(&ctx, &recorder, c).await;
+            if let Ok(mut l) = leases.lock() {
+                l.remove(&id);
+            }
+            drop(permit);
+            r
+        });
+    }
+
+    /// Releases the leases of sends that did not finish within the grace
+    /// period, so another worker takes them at once; returns how many.
+    async fn release_all(&self, leases: &Mutex<HashMap<DeliveryId, Lease>>) -> u64 {
         let left: Vec<Lease> = leases
             .lock()
             .map(|l| l.values().cloned().collect())
             .unwrap_or_default();
+        let mut released = 0;
         for lease in left {
             if self.store.delivery_release(&lease).await.is_ok() {
-                report.released += 1;
+                released += 1;
             }
         }
-        report
+        released
     }
 }
 
@@ -225,7 +245,6 @@ fn seed(id: DeliveryId) -> u64 {
     u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
-/// Sends one claimed delivery and records its outcome; `Some(true)` when delivered.
 /// How one send ended, for the dispatcher's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sent {
@@ -237,11 +256,28 @@ enum Sent {
     NotRecorded,
 }
 
+/// Sends one claimed delivery and records its outcome.
 async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Sent {
-    let (client, clock) = (&ctx.client, ctx.clock.as_ref());
-    let now = clock.now();
-    let id = c.delivery.id.to_string();
-    let timestamp = now.as_millis().div_euclid(1000);
+    let outcome = attempt(ctx, &c).await;
+    let delivered = outcome.is_success();
+    match recorder.record(c.lease.clone(), outcome).await {
+        Ok(_) if delivered => Sent::Delivered,
+        Ok(_) => Sent::Failed,
+        Err(StoreError::LeaseLost) => Sent::NotRecorded,
+        Err(e) => {
+            eprintln!(
+                "dispatcher: cannot record the outcome of delivery {}: {e}",
+                c.delivery.id
+            );
+            Sent::NotRecorded
+        }
+    }
+}
+
+/// One attempt and its classified outcome. A destination outside the
+/// allowed targets, or a delivery that cannot be signed, gives up without
+/// a request.
+async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let refuse = |error: String| {
         DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
             status_code: None,
@@ -249,74 +285,79 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
             latency_ms: 0,
         })
     };
-    let checked = crate::ssrf::check_destination(&c.url, &ctx.allowed).await;
-    let signed = signature_header(
+    let now = ctx.clock.now();
+    let id = c.delivery.id.to_string();
+    let timestamp = now.as_millis().div_euclid(1000);
+    if let Err(e) = crate::ssrf::check_destination(&c.url, &ctx.allowed).await {
+        return refuse(e);
+    }
+    let signature = match signature_header(
         &c.secrets.signing_at(now),
         &id,
         timestamp,
         c.body.as_bytes(),
-    );
-    let outcome = match (checked, signed) {
-        (Err(e), _) => refuse(e),
-        (_, Err(e)) => refuse(e.to_string()),
-        (Ok(()), Ok(signature)) => {
-            let started = Instant::now();
-            let sent = client
-                .post(&c.url)
-                .header("content-type", "application/json")
-                .header("webhook-id", &id)
-                .header("webhook-timestamp", timestamp.to_string())
-                .header("webhook-signature", signature)
-                .body(c.body.clone())
-                .send()
-                .await;
-            let took = started.elapsed();
-            let latency_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-            let account = &c.delivery.account;
-            ctx.usage.add(account, UsageMetric::Attempts, 1);
-            ctx.usage.add(
-                account,
-                UsageMetric::BytesSent,
-                u64::try_from(c.body.len()).unwrap_or(u64::MAX),
-            );
-            let result = match sent {
-                Ok(r) => SendResult {
-                    status: Some(r.status().as_u16()),
-                    retry_after: r
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
-                    error: None,
-                    latency_ms,
-                },
-                Err(e) => SendResult {
-                    status: None,
-                    retry_after: None,
-                    error: Some(describe(&e)),
-                    latency_ms,
-                },
-            };
-            let outcome = classify(
-                &result,
-                c.lease.attempt,
-                seed(c.delivery.id),
-                &ctx.policy,
-                clock.now(),
-            );
-            ctx.telemetry.record_attempt(outcome.kind(), took);
-            outcome
-        }
+    ) {
+        Ok(s) => s,
+        Err(e) => return refuse(e.to_string()),
     };
-    let delivered = outcome.is_success();
-    match recorder.record(c.lease.clone(), outcome).await {
-        Ok(_) if delivered => Sent::Delivered,
-        Ok(_) => Sent::Failed,
-        Err(StoreError::LeaseLost) => Sent::NotRecorded,
-        Err(e) => {
-            eprintln!("dispatcher: cannot record the outcome of delivery {id}: {e}");
-            Sent::NotRecorded
-        }
+    let started = Instant::now();
+    let result = send(ctx, c, &id, timestamp, signature).await;
+    let took = started.elapsed();
+    let account = &c.delivery.account;
+    ctx.usage.add(account, UsageMetric::Attempts, 1);
+    ctx.usage.add(
+        account,
+        UsageMetric::BytesSent,
+        u64::try_from(c.body.len()).unwrap_or(u64::MAX),
+    );
+    let outcome = classify(
+        &result,
+        c.lease.attempt,
+        seed(c.delivery.id),
+        &ctx.policy,
+        ctx.clock.now(),
+    );
+    ctx.telemetry.record_attempt(outcome.kind(), took);
+    outcome
+}
+
+/// The signed request itself: status and `Retry-After`, or the error.
+async fn send(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    id: &str,
+    timestamp: i64,
+    signature: String,
+) -> SendResult {
+    let started = Instant::now();
+    let sent = ctx
+        .client
+        .post(&c.url)
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(c.body.clone())
+        .send()
+        .await;
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match sent {
+        Ok(r) => SendResult {
+            status: Some(r.status().as_u16()),
+            retry_after: r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
+            error: None,
+            latency_ms,
+        },
+        Err(e) => SendResult {
+            status: None,
+            retry_after: None,
+            error: Some(describe(&e)),
+            latency_ms,
+        },
     }
 }
 

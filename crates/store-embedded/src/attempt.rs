@@ -1,13 +1,12 @@
 //! The append-only attempt log.
 
+use async_trait::async_trait;
 use control_plane_core::policy::AttemptDraft;
-use control_plane_core::{
-    AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult,
-    Timestamp,
-};
+use control_plane_core::*;
 use duckdb::{params, Row};
 
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{col_uuid, list, ts, ts_opt};
 
@@ -159,4 +158,27 @@ pub(crate) fn list_for_endpoint(
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
     Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+}
+
+#[async_trait]
+impl AttemptLogStore for EmbeddedStore {
+    async fn attempt_list_for_delivery(
+        &self,
+        account: &AccountId,
+        id: DeliveryId,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        let account = account.clone();
+        self.tx(move |t| list_for_delivery(t, &account, id)).await
+    }
+
+    async fn attempt_list_for_endpoint(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        page: PageRequest,
+    ) -> StoreResult<Page<AttemptRecord>> {
+        let account = account.clone();
+        self.tx(move |t| list_for_endpoint(t, &account, id, page))
+            .await
+    }
 }

@@ -1,28 +1,22 @@
 //! Events, fan-out and the delivery queue.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use control_plane_core::policy::{
     alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
-use control_plane_core::{
-    AccountId, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
-    DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId, Lease, LeaseToken,
-    OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets, StoreError,
-    StoreResult, Timestamp,
-};
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-
-use control_plane_core::{share_claim, Circuit, Endpoint, FlowCandidate, RateBudget};
+use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::attempt;
 use crate::endpoint;
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{col_uuid, list, ts, ts_opt};
-use control_plane_core::{alert_event, fan_out, AlertKind};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -254,7 +248,7 @@ pub(crate) fn raise_alert(
     delivery: Option<DeliveryId>,
     message: &str,
 ) -> StoreResult<()> {
-    crate::ops::alert_insert(t, account, kind, endpoint, delivery, message)?;
+    crate::alert::insert(t, account, kind, endpoint, delivery, message)?;
     let req = alert_event(account, kind, endpoint, delivery, message);
     let endpoints = endpoint::list(t, account)?;
     if !fan_out(&endpoints, &req.event_type, Some(endpoint)).is_empty() {
@@ -1061,4 +1055,99 @@ pub(crate) fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)
         out.push((s.parse()?, u64::try_from(n).unwrap_or(0)));
     }
     Ok(out)
+}
+
+#[async_trait]
+impl DeliveryStore for EmbeddedStore {
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+        let mut v = self.event_publish_batch(vec![req]).await?;
+        v.pop()
+            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+    }
+
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        let published = self.tx(move |t| publish(t, reqs)).await?;
+        self.wakeup.notify();
+        Ok(published)
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        let account = account.clone();
+        self.tx(move |t| event_get(t, &account, id)).await
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        let account = account.clone();
+        let e = self
+            .tx(move |t| enqueue(t, &account, endpoint, event))
+            .await?;
+        if e.won {
+            self.wakeup.notify();
+        }
+        Ok(e)
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.tx(move |t| claim(t, req)).await
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        let lease = lease.clone();
+        self.tx(move |t| extend(t, &lease, lease_for)).await
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| release(t, &lease)).await?;
+        self.wakeup.notify();
+        Ok(())
+    }
+
+    async fn delivery_record_outcome(
+        &self,
+        lease: &Lease,
+        outcome: DeliveryOutcome,
+    ) -> StoreResult<OutcomeRecorded> {
+        let batch = vec![(lease.clone(), outcome)];
+        self.tx(move |t| record_outcomes(t, batch))
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
+    }
+
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        self.tx(move |t| record_outcomes(t, batch)).await
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        let d = self.tx(move |t| replay(t, &account, id)).await?;
+        self.wakeup.notify();
+        Ok(d)
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        self.tx(move |t| get(t, &account, id)).await
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        self.tx(move |t| list(t, req)).await
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        self.tx(|t| count_by_state(t)).await
+    }
 }

@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use control_plane_core::{
-    AccountId, Circuit, CircuitMode, Endpoint, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
-};
+use async_trait::async_trait;
+use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
@@ -239,7 +238,92 @@ pub(crate) fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResu
 }
 
 /// The circuit of an endpoint of `account`, for the port.
+/// Circuits that are not closed, on live endpoints.
+fn count_open(t: &Tx<'_>) -> StoreResult<u64> {
+    let n: i64 = t
+        .query_row(
+            "SELECT count(*) FROM endpoints WHERE circuit_mode <> 'closed' AND deleted_at IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .db()?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 pub(crate) fn circuit_of(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
     get(t, account, id)?;
     load_circuit(t, id)
+}
+
+#[async_trait]
+impl EndpointStore for EmbeddedStore {
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+        self.tx(move |t| create(t, req)).await
+    }
+
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| get(t, &account, id)).await
+    }
+
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+        let account = account.clone();
+        self.tx(move |t| list(t, &account)).await
+    }
+
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| update(t, &account, id, req)).await
+    }
+
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint> {
+        let account = account.clone();
+        self.tx(move |t| rotate_secret(t, &account, id, secret, grace))
+            .await
+    }
+
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enablement: Enablement,
+    ) -> StoreResult<Endpoint> {
+        let (enabled, reason) = enablement.into_row();
+        let account = account.clone();
+        let e = self
+            .tx(move |t| set_enabled(t, &account, id, enabled, reason))
+            .await?;
+        if enabled {
+            self.wakeup.notify();
+        }
+        Ok(e)
+    }
+
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+        let account = account.clone();
+        self.tx(move |t| delete(t, &account, id)).await
+    }
+}
+
+#[async_trait]
+impl CircuitStore for EmbeddedStore {
+    async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+        let account = account.clone();
+        self.tx(move |t| circuit_of(t, &account, id)).await
+    }
+
+    async fn circuit_count_open(&self) -> StoreResult<u64> {
+        self.tx(|t| count_open(t)).await
+    }
 }

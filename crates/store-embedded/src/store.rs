@@ -28,6 +28,10 @@ const MIGRATIONS: &[Migration] = &[
     ),
     (3, include_str!("migrations/0003_account_keys.sql")),
     (4, include_str!("migrations/0004_flow_control.sql")),
+    (
+        5,
+        include_str!("migrations/0005_tasks_scoped_by_account.sql"),
+    ),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

@@ -2,15 +2,13 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use control_plane_core::policy::repeat_verdict;
-use control_plane_core::{
-    AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreResult, Task,
-    TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailure, TaskId, TaskLease, TaskState,
-    Timestamp,
-};
+use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{ts, ts_opt};
 
@@ -28,19 +26,19 @@ fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> 
 }
 
 /// A task row with the columns the port does not show.
-struct Row2 {
+struct TaskRow {
     task: Task,
     seq: i64,
     token: Option<String>,
     last_outcome: Option<String>,
 }
 
-fn row_to_task(r: &Row<'_>) -> duckdb::Result<Row2> {
+fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
     let conv = |i: usize, e: StoreError| {
         duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
     };
     let state: String = r.get(4)?;
-    Ok(Row2 {
+    Ok(TaskRow {
         task: Task {
             id: TaskId::new(r.get::<_, String>(0)?).map_err(|e| conv(0, e))?,
             account: AccountId::new(r.get::<_, String>(1)?).map_err(|e| conv(1, e))?,
@@ -62,20 +60,20 @@ fn row_to_task(r: &Row<'_>) -> duckdb::Result<Row2> {
     })
 }
 
-fn find(t: &Tx<'_>, id: &TaskId) -> StoreResult<Option<Row2>> {
+/// Task ids are scoped by account: another account's task of the same id
+/// is a different task.
+fn find(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Option<TaskRow>> {
     t.query_row(
-        &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1"),
-        params![id.as_str()],
+        &format!("SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND id = $2"),
+        params![account.as_str(), id.as_str()],
         row_to_task,
     )
     .optional()
     .db()
 }
 
-fn scoped(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Row2> {
-    find(t, id)?
-        .filter(|r| &r.task.account == account)
-        .ok_or_else(|| StoreError::not_found("task", id))
+fn scoped(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<TaskRow> {
+    find(t, account, id)?.ok_or_else(|| StoreError::not_found("task", id))
 }
 
 pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
@@ -88,11 +86,11 @@ fn text(v: &serde_json::Value) -> String {
 
 pub(crate) fn enqueue(t: &mut Tx<'_>, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
     req.validate()?;
-    if let Some(existing) = find(t, &req.id)? {
+    if let Some(existing) = find(t, &req.account, &req.id)? {
         let e = existing.task;
-        if e.account != req.account || e.kind != req.kind || e.payload != req.payload {
+        if e.kind != req.kind || e.payload != req.payload {
             return Err(StoreError::Conflict(format!(
-                "task {} already exists with a different account, kind or payload",
+                "task {} already exists with a different kind or payload",
                 req.id
             )));
         }
@@ -156,30 +154,32 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
             .iter()
             .map(|k| duckdb::types::Value::Text(k.clone())),
     );
-    let ids: Vec<String> = {
+    let ids: Vec<(String, String)> = {
         let mut st = t
             .prepare(&format!(
-                "SELECT id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind IN ({placeholders}) \
+                "SELECT account, id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind IN ({placeholders}) \
                  ORDER BY run_at, seq LIMIT $2"
             ))
             .db()?;
         let rows = st
-            .query_map(duckdb::params_from_iter(values), |r| r.get(0))
+            .query_map(duckdb::params_from_iter(values), |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .db()?;
         rows.collect::<Result<_, _>>().db()?
     };
     let expires = t.now.plus(req.lease_for);
     let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
+    for (account, id) in ids {
         let token = LeaseToken::new();
         t.execute(
             "UPDATE tasks SET state = 'leased', attempts = attempts + 1, lease_token = $1, lease_expires_at = $2, \
-             leased_by = $3, last_outcome = NULL, updated_at = $4 WHERE id = $5",
-            params![token.to_string(), expires.as_millis(), req.worker, now, id],
+             leased_by = $3, last_outcome = NULL, updated_at = $4 WHERE account = $5 AND id = $6",
+            params![token.to_string(), expires.as_millis(), req.worker, now, account, id],
         )
         .db()?;
-        let task_id = TaskId::new(id)?;
-        let row = find(t, &task_id)?.ok_or_else(|| StoreError::not_found("task", &task_id))?;
+        let (account, task_id) = (AccountId::new(account)?, TaskId::new(id)?);
+        let row = scoped(t, &account, &task_id)?;
         out.push(ClaimedTask {
             lease: TaskLease {
                 task_id,
@@ -194,12 +194,12 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
     Ok(out)
 }
 
-fn is_live(r: &Row2, lease: &TaskLease) -> bool {
+fn is_live(r: &TaskRow, lease: &TaskLease) -> bool {
     r.task.state == TaskState::Leased
         && r.token.as_deref() == Some(lease.token.to_string().as_str())
 }
 
-fn repeat(r: Row2, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
+fn repeat(r: TaskRow, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
     let same = r.token.as_deref() == Some(lease.token.to_string().as_str());
     repeat_verdict(same, r.last_outcome.as_deref(), kind)?;
     Ok(r.task)
@@ -216,10 +216,11 @@ pub(crate) fn heartbeat(
     }
     let expires_at = t.now.plus(lease_for);
     t.execute(
-        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         params![
             expires_at.as_millis(),
             t.now.as_millis(),
+            lease.account.as_str(),
             lease.task_id.as_str()
         ],
     )
@@ -240,8 +241,13 @@ pub(crate) fn stage(
         return Err(StoreError::LeaseLost);
     }
     t.execute(
-        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE id = $3",
-        params![text(&result), t.now.as_millis(), lease.task_id.as_str()],
+        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $3 AND id = $4",
+        params![
+            text(&result),
+            t.now.as_millis(),
+            lease.account.as_str(),
+            lease.task_id.as_str()
+        ],
     )
     .db()?;
     Ok(())
@@ -258,8 +264,8 @@ pub(crate) fn complete(
     }
     t.execute(
         "UPDATE tasks SET state = 'completed', result = $1, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE id = $3",
-        params![text(&result), t.now.as_millis(), lease.task_id.as_str()],
+         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE account = $3 AND id = $4",
+        params![text(&result), t.now.as_millis(), lease.account.as_str(), lease.task_id.as_str()],
     )
     .db()?;
     get(t, &lease.account, &lease.task_id)
@@ -287,8 +293,8 @@ pub(crate) fn fail(
     };
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE id = $5",
-        params![state.as_str(), run_at.as_millis(), error, t.now.as_millis(), lease.task_id.as_str()],
+         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $5 AND id = $6",
+        params![state.as_str(), run_at.as_millis(), error, t.now.as_millis(), lease.account.as_str(), lease.task_id.as_str()],
     )
     .db()?;
     get(t, &lease.account, &lease.task_id)
@@ -301,8 +307,8 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     }
     t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
-         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE id = $2",
-        params![t.now.as_millis(), lease.task_id.as_str()],
+         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $2 AND id = $3",
+        params![t.now.as_millis(), lease.account.as_str(), lease.task_id.as_str()],
     )
     .db()?;
     Ok(())
@@ -314,7 +320,7 @@ pub(crate) fn list_dead(
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
     page.validate()?;
-    let rows: Vec<Row2> = {
+    let rows: Vec<TaskRow> = {
         let mut st = t
             .prepare(&format!(
                 "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
@@ -342,9 +348,81 @@ pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> St
     }
     t.execute(
         "UPDATE tasks SET state = 'pending', run_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-         last_outcome = NULL, updated_at = $1 WHERE id = $3",
-        params![t.now.as_millis(), t.options.workflow.max_attempts, id.as_str()],
+         last_outcome = NULL, updated_at = $1 WHERE account = $3 AND id = $4",
+        params![t.now.as_millis(), t.options.workflow.max_attempts, account.as_str(), id.as_str()],
     )
     .db()?;
     get(t, account, id)
+}
+
+#[async_trait]
+impl WorkflowStore for EmbeddedStore {
+    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+        self.tx(move |t| enqueue(t, req)).await
+    }
+
+    async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
+        self.tx(move |t| claim(t, req)).await
+    }
+
+    async fn workflow_heartbeat(
+        &self,
+        lease: &TaskLease,
+        lease_for: Duration,
+    ) -> StoreResult<TaskLease> {
+        let lease = lease.clone();
+        self.tx(move |t| heartbeat(t, &lease, lease_for)).await
+    }
+
+    async fn workflow_stage_result(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| stage(t, &lease, result)).await
+    }
+
+    async fn workflow_complete(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<Task> {
+        let lease = lease.clone();
+        self.tx(move |t| complete(t, &lease, result)).await
+    }
+
+    async fn workflow_fail(
+        &self,
+        lease: &TaskLease,
+        error: String,
+        failure: TaskFailure,
+    ) -> StoreResult<Task> {
+        let lease = lease.clone();
+        self.tx(move |t| fail(t, &lease, error, failure)).await
+    }
+
+    async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.tx(move |t| release(t, &lease)).await
+    }
+
+    async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        let (account, id) = (account.clone(), id.clone());
+        self.tx(move |t| get(t, &account, &id)).await
+    }
+
+    async fn workflow_list_dead(
+        &self,
+        account: &AccountId,
+        page: PageRequest,
+    ) -> StoreResult<Page<Task>> {
+        let account = account.clone();
+        self.tx(move |t| list_dead(t, &account, page)).await
+    }
+
+    async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        let (account, id) = (account.clone(), id.clone());
+        self.tx(move |t| retry_dead(t, &account, &id)).await
+    }
 }

@@ -1,13 +1,12 @@
 //! The append-only attempt log.
 
+use async_trait::async_trait;
 use control_plane_core::policy::AttemptDraft;
-use control_plane_core::{
-    AccountId, AttemptRecord, DeliveryId, EndpointId, Page, PageRequest, StoreError, StoreResult,
-    Timestamp,
-};
-use tokio_postgres::{Row, Transaction};
+use control_plane_core::*;
+use tokio_postgres::Row;
 
 use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
 
 const ATTEMPT_COLS: &str =
@@ -34,15 +33,14 @@ fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
 }
 
 pub(crate) async fn insert(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     delivery: DeliveryId,
     endpoint: EndpointId,
     account: &AccountId,
     attempt: u32,
     a: &AttemptDraft,
 ) -> StoreResult<()> {
-    tx.execute(
+    t.execute(
         "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
          will_retry, next_attempt_at, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         &[
@@ -56,7 +54,7 @@ pub(crate) async fn insert(
             &i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
             &a.will_retry,
             &a.next_attempt_at.map(Timestamp::as_millis),
-            &now.as_millis(),
+            &t.now.as_millis(),
         ],
     )
     .await
@@ -65,12 +63,12 @@ pub(crate) async fn insert(
 }
 
 pub(crate) async fn list_for_delivery(
-    tx: &Transaction<'_>,
+    t: &Tx<'_>,
     account: &AccountId,
     id: DeliveryId,
 ) -> StoreResult<Vec<AttemptRecord>> {
-    crate::delivery::get(tx, account, id).await?;
-    let rows = tx
+    crate::delivery::get(t, account, id).await?;
+    let rows = t
         .query(
             &format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"),
             &[&id.0],
@@ -81,13 +79,13 @@ pub(crate) async fn list_for_delivery(
 }
 
 pub(crate) async fn list_for_endpoint(
-    tx: &Transaction<'_>,
+    t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
     page: PageRequest,
 ) -> StoreResult<Page<AttemptRecord>> {
     page.validate()?;
-    let known = tx
+    let known = t
         .query_opt(
             "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
             &[&id.0, &account.as_str()],
@@ -97,7 +95,7 @@ pub(crate) async fn list_for_endpoint(
     if known.is_none() {
         return Err(StoreError::not_found("endpoint", id));
     }
-    let rows = tx
+    let rows = t
         .query(
             &format!(
                 "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::bigint IS NULL OR id < $2) \
@@ -112,4 +110,24 @@ pub(crate) async fn list_for_endpoint(
         .map(row_to_attempt)
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+}
+
+#[async_trait]
+impl AttemptLogStore for PostgresStore {
+    async fn attempt_list_for_delivery(
+        &self,
+        account: &AccountId,
+        id: DeliveryId,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        in_tx!(self, |t| list_for_delivery(&t, account, id))
+    }
+
+    async fn attempt_list_for_endpoint(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        page: PageRequest,
+    ) -> StoreResult<Page<AttemptRecord>> {
+        in_tx!(self, |t| list_for_endpoint(&t, account, id, page))
+    }
 }

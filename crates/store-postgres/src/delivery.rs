@@ -3,24 +3,20 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use control_plane_core::policy::{
     alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
-use control_plane_core::{
-    AccountId, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId,
-    DeliveryListRequest, DeliveryOutcome, DeliveryState, EndpointId, Enqueued, Event, EventId,
-    Lease, LeaseToken, OutcomeRecorded, Page, PublishRequest, Published, Secret, SigningSecrets,
-    StoreError, StoreOptions, StoreResult, Timestamp,
-};
-use tokio_postgres::{Row, Transaction};
+use control_plane_core::*;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::alert;
 use crate::attempt;
 use crate::endpoint;
 use crate::error::PgResultExt;
-use crate::ops;
+use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
-use control_plane_core::{alert_event, fan_out, share_claim, AlertKind, FlowCandidate, RateBudget};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -57,12 +53,8 @@ fn row_to_event(r: &Row) -> StoreResult<Event> {
     })
 }
 
-pub(crate) async fn event_get(
-    tx: &Transaction<'_>,
-    account: &AccountId,
-    id: EventId,
-) -> StoreResult<Event> {
-    let row = tx
+pub(crate) async fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
+    let row = t
         .query_opt(
             &format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 AND account = $2"),
             &[&id.0, &account.as_str()],
@@ -73,8 +65,8 @@ pub(crate) async fn event_get(
     row_to_event(&row)
 }
 
-async fn deliveries_of_event(tx: &Transaction<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
-    let rows = tx
+async fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
+    let rows = t
         .query(
             "SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
             &[&event.0],
@@ -86,20 +78,18 @@ async fn deliveries_of_event(tx: &Transaction<'_>, event: EventId) -> StoreResul
 
 /// Inserts the delivery of `(endpoint, event)` unless it exists; `Some(id)` when this call created it.
 async fn insert_delivery(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     account: &AccountId,
     endpoint: EndpointId,
     event: EventId,
 ) -> StoreResult<Option<DeliveryId>> {
     let id = DeliveryId::new();
-    let row = tx
+    let row = t
         .query_opt(
             "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
              due_at, created_at, updated_at) VALUES ($1, $2, $3, $4, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6) \
              ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id",
-            &[&id.0, &account.as_str(), &endpoint.0, &event.0, &i64::from(options.max_attempts), &now.as_millis()],
+            &[&id.0, &account.as_str(), &endpoint.0, &event.0, &i64::from(t.options.max_attempts), &t.now.as_millis()],
         )
         .await
         .db()?;
@@ -108,9 +98,9 @@ async fn insert_delivery(
 
 /// Locks the ordered endpoints among `targets` (in id order, so publishers
 /// never deadlock), so their sequence numbers follow commit order.
-async fn lock_ordered(tx: &Transaction<'_>, targets: &[EndpointId]) -> StoreResult<()> {
+async fn lock_ordered(t: &Tx<'_>, targets: &[EndpointId]) -> StoreResult<()> {
     let ids: Vec<Uuid> = targets.iter().map(|e| e.0).collect();
-    tx.query(
+    t.query(
         "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE",
         &[&ids],
     )
@@ -121,22 +111,17 @@ async fn lock_ordered(tx: &Transaction<'_>, targets: &[EndpointId]) -> StoreResu
 
 /// Publishes every request inside `tx`: the caller's transaction for the
 /// outbox, or one from the pool.
-pub(crate) async fn publish(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
-    reqs: Vec<PublishRequest>,
-) -> StoreResult<Vec<Published>> {
+pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
     for r in &reqs {
         r.validate()?;
     }
     let mut out = Vec::with_capacity(reqs.len());
     for req in reqs {
-        if let Some(published) = publish_new(tx, now, options, &req, None).await? {
+        if let Some(published) = publish_new(t, &req, None).await? {
             out.push(published);
             continue;
         }
-        let row = tx
+        let row = t
             .query_one(
                 &format!(
                     "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"
@@ -146,7 +131,7 @@ pub(crate) async fn publish(
             .await
             .db()?;
         let first = row_to_event(&row)?;
-        let deliveries = deliveries_of_event(tx, first.id).await?;
+        let deliveries = deliveries_of_event(t, first.id).await?;
         out.push(Published {
             event: first,
             deliveries,
@@ -160,9 +145,7 @@ pub(crate) async fn publish(
 /// idempotency key is taken. `about` is the endpoint an operational event
 /// concerns.
 async fn publish_new(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     req: &PublishRequest,
     about: Option<EndpointId>,
 ) -> StoreResult<Option<Published>> {
@@ -170,11 +153,11 @@ async fn publish_new(
         id: EventId::new(),
         account: req.account.clone(),
         event_type: req.event_type.clone(),
-        body: req.body(now),
+        body: req.body(t.now),
         idempotency_key: req.idempotency_key.clone(),
-        created_at: now,
+        created_at: t.now,
     };
-    let inserted = tx
+    let inserted = t
         .query_opt(
             "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
@@ -184,7 +167,7 @@ async fn publish_new(
                 &event.event_type,
                 &event.body,
                 &event.idempotency_key,
-                &now.as_millis(),
+                &t.now.as_millis(),
             ],
         )
         .await
@@ -193,14 +176,14 @@ async fn publish_new(
         return Ok(None);
     }
     let targets = fan_out(
-        &endpoint::list(tx, &req.account).await?,
+        &endpoint::list(t, &req.account).await?,
         &req.event_type,
         about,
     );
-    lock_ordered(tx, &targets).await?;
+    lock_ordered(t, &targets).await?;
     let mut deliveries = Vec::with_capacity(targets.len());
     for e in targets {
-        let id = insert_delivery(tx, now, options, &req.account, e, event.id)
+        let id = insert_delivery(t, &req.account, e, event.id)
             .await?
             .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
         deliveries.push(id);
@@ -215,50 +198,37 @@ async fn publish_new(
 /// Records an alert and publishes it as an event to the endpoints that name
 /// its type (see [`fan_out`]), in the caller's transaction.
 async fn raise_alert(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     row: &LeaseRow,
     kind: AlertKind,
     message: &str,
 ) -> StoreResult<()> {
     let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-    ops::alert_insert(
-        tx,
-        now,
-        &row.account,
-        kind,
-        row.endpoint_id,
-        delivery,
-        message,
-    )
-    .await?;
+    alert::insert(t, &row.account, kind, row.endpoint_id, delivery, message).await?;
     let req = alert_event(&row.account, kind, row.endpoint_id, delivery, message);
-    let endpoints = endpoint::list(tx, &row.account).await?;
+    let endpoints = endpoint::list(t, &row.account).await?;
     if !fan_out(&endpoints, &req.event_type, Some(row.endpoint_id)).is_empty() {
-        publish_new(tx, now, options, &req, Some(row.endpoint_id)).await?;
+        publish_new(t, &req, Some(row.endpoint_id)).await?;
     }
     Ok(())
 }
 
 pub(crate) async fn enqueue(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     account: &AccountId,
     endpoint_id: EndpointId,
     event: EventId,
 ) -> StoreResult<Enqueued> {
-    endpoint::get(tx, account, endpoint_id).await?;
-    event_get(tx, account, event).await?;
-    lock_ordered(tx, &[endpoint_id]).await?;
-    if let Some(id) = insert_delivery(tx, now, options, account, endpoint_id, event).await? {
+    endpoint::get(t, account, endpoint_id).await?;
+    event_get(t, account, event).await?;
+    lock_ordered(t, &[endpoint_id]).await?;
+    if let Some(id) = insert_delivery(t, account, endpoint_id, event).await? {
         return Ok(Enqueued {
             delivery_id: id,
             won: true,
         });
     }
-    let row = tx
+    let row = t
         .query_one(
             "SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2",
             &[&endpoint_id.0, &event.0],
@@ -315,8 +285,8 @@ fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
 }
 
 /// The row under its lock.
-async fn lock_row(tx: &Transaction<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
-    tx.query_opt(
+async fn lock_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
+    t.query_opt(
         &format!("SELECT {LEASE_COLS} FROM deliveries WHERE id = $1 FOR UPDATE"),
         &[&id.0],
     )
@@ -328,23 +298,21 @@ async fn lock_row(tx: &Transaction<'_>, id: DeliveryId) -> StoreResult<Option<Le
 }
 
 /// The locked row, if `lease` is its current lease.
-async fn lock_leased(tx: &Transaction<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
-    Ok(lock_row(tx, lease.delivery_id)
+async fn lock_leased(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
+    Ok(lock_row(t, lease.delivery_id)
         .await?
         .filter(|r| r.state == DeliveryState::Leased && r.lease_token == Some(lease.token.0)))
 }
 
 /// Writes a transition: the delivery, its attempt-log row, a disable.
 async fn apply(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     row: &LeaseRow,
     tr: &Transition,
     keep_token: Option<Uuid>,
     outcome_kind: Option<&str>,
 ) -> StoreResult<()> {
-    tx.execute(
+    t.execute(
         "UPDATE deliveries SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
          leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 WHERE id = $7",
         &[
@@ -353,15 +321,14 @@ async fn apply(
             &tr.last_error,
             &keep_token,
             &outcome_kind,
-            &now.as_millis(),
+            &t.now.as_millis(),
             &row.id.0,
         ],
     )
     .await
     .db()?;
     attempt::insert(
-        tx,
-        now,
+        t,
         row.id,
         row.endpoint_id,
         &row.account,
@@ -371,40 +338,36 @@ async fn apply(
     .await?;
     let mut disabled = false;
     if let Some(reason) = &tr.disable_reason {
-        disabled = endpoint::disable(tx, now, row.endpoint_id, reason).await?;
+        disabled = endpoint::disable(t, row.endpoint_id, reason).await?;
     }
     for (kind, message) in alerts_for(tr, disabled) {
-        raise_alert(tx, now, options, row, kind, &message).await?;
+        raise_alert(t, row, kind, &message).await?;
     }
     Ok(())
 }
 
 /// Logs and frees leases that expired by `now`; replicas split the work
 /// through `SKIP LOCKED`.
-async fn sweep_expired(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
-) -> StoreResult<()> {
-    let rows = tx
+async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
+    let rows = t
         .query(
             &format!(
                 "SELECT {LEASE_COLS} FROM deliveries WHERE state = 'leased' AND lease_expires_at <= $1 \
                  ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED"
             ),
-            &[&now.as_millis()],
+            &[&t.now.as_millis()],
         )
         .await
         .db()?;
     for r in &rows {
         let row = row_to_lease_row(r)?;
-        let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+        let mut circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
         let probe = circuit.is_probe(row.id);
-        let tr = plan_lease_expiry(row.state_for_plan(), &mut circuit, probe, now, options);
+        let tr = plan_lease_expiry(row.state_for_plan(), &mut circuit, probe, t.now, t.options);
         if probe {
-            endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+            endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
         }
-        apply(tx, now, options, &row, &tr, None, None).await?;
+        apply(t, &row, &tr, None, None).await?;
     }
     Ok(())
 }
@@ -488,23 +451,21 @@ fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
 /// to what the cap and the bucket allow now, since another replica may have
 /// claimed in between; then the buckets are spent (ADR 0009).
 async fn claim_fair(
-    tx: &deadpool_postgres::Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     limit: i64,
     expires: i64,
     worker: &str,
 ) -> StoreResult<Vec<ClaimedDelivery>> {
-    let now_ms = now.as_millis();
+    let now_ms = t.now.as_millis();
     // Prepared once per connection: planning this union of lateral scans
     // costs about as much as running it.
-    let candidates_sql = tx.prepare_cached(FLOW_CANDIDATES).await.db()?;
-    let rows = tx.query(&candidates_sql, &[&now_ms, &limit]).await.db()?;
+    let candidates_sql = t.prepare_cached(FLOW_CANDIDATES).await.db()?;
+    let rows = t.query(&candidates_sql, &[&now_ms, &limit]).await.db()?;
     let mut candidates = Vec::with_capacity(rows.len());
     for r in &rows {
         let rate: Option<i64> = r.get(7);
-        let budget =
-            rate.map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), now));
+        let budget = rate
+            .map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), t.now));
         candidates.push(FlowCandidate {
             endpoint: EndpointId(r.get(0)),
             account: AccountId::new(r.get::<_, String>(1))?,
@@ -513,7 +474,7 @@ async fn claim_fair(
             in_flight: count_of(r.get(5)),
             cap: r
                 .get::<_, Option<i64>>(6)
-                .map_or(options.endpoint_concurrency, u32_of),
+                .map_or(t.options.endpoint_concurrency, u32_of),
             rate_room: budget.map(|b| b.whole()),
             ordered: r.get(10),
         });
@@ -526,14 +487,14 @@ async fn claim_fair(
     let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
     // Serialize with other claimers of these endpoints: the bucket is read
     // under the lock; the claim statement, issued next, recounts the leases.
-    let lock = tx
+    let lock = t
         .prepare_cached(
             "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
              WHERE f.endpoint_id = ANY($1) ORDER BY f.endpoint_id FOR UPDATE",
         )
         .await
         .db()?;
-    let locked = tx.query(&lock, &[&ids]).await.db()?;
+    let locked = t.query(&lock, &[&ids]).await.db()?;
     // (endpoint, count, head of an ordered one, cap, refilled bucket)
     type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
     let mut wanted: Vec<Want> = Vec::new();
@@ -541,7 +502,7 @@ async fn claim_fair(
         let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
             continue;
         };
-        // The same room rule, with what the lock shows now.
+        // The same room rule, with what the lock shows t.now.
         let budget = rows
             .iter()
             .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
@@ -551,7 +512,7 @@ async fn claim_fair(
                     .iter()
                     .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
                     .and_then(|r| budget_of(r.get(1), r.get(2)));
-                RateBudget::refilled(stored, u32_of(rate), now)
+                RateBudget::refilled(stored, u32_of(rate), t.now)
             });
         let now_seen = FlowCandidate {
             rate_room: budget.map(|b| b.whole()),
@@ -573,12 +534,12 @@ async fn claim_fair(
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let claim = tx.prepare_cached(&claim_statement()).await.db()?;
+    let claim = t.prepare_cached(&claim_statement()).await.db()?;
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
     let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
     let caps: Vec<i64> = wanted.iter().map(|w| w.3).collect();
-    let rows = tx
+    let rows = t
         .query(
             &claim,
             &[
@@ -598,7 +559,7 @@ async fn claim_fair(
             .filter(|c| c.delivery.endpoint_id.0 == *endpoint)
             .count();
         let left = b.spend(u32::try_from(taken).unwrap_or(u32::MAX));
-        tx.execute(
+        t.execute(
             "UPDATE endpoint_flow SET tokens = $1, refilled_at = $2 WHERE endpoint_id = $3",
             &[&left.tokens, &left.at.as_millis(), endpoint],
         )
@@ -630,25 +591,21 @@ fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     })
 }
 
-pub(crate) async fn claim(
-    tx: &deadpool_postgres::Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
-    req: ClaimRequest,
-    housekeeping: bool,
-) -> StoreResult<Vec<ClaimedDelivery>> {
+pub(crate) async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     req.validate()?;
+    // Every few hundred milliseconds: free expired leases, then probes first.
+    let housekeeping = t.housekeeping.due(t.now);
     if housekeeping {
-        sweep_expired(tx, now, options).await?;
+        sweep_expired(t).await?;
     }
-    let now_ms = now.as_millis();
-    let expires = now.plus(req.lease_for).as_millis();
+    let now_ms = t.now.as_millis();
+    let expires = t.now.plus(req.lease_for).as_millis();
     let mut out = Vec::new();
 
     // Probes first. Locking the circuit row (skipping locked ones) makes
     // exactly one replica the prober of each endpoint.
     let open = if housekeeping {
-        tx.query(
+        t.query(
             "SELECT endpoint_id FROM circuits WHERE mode = 'open' AND open_until <= $1 FOR UPDATE SKIP LOCKED",
             &[&now_ms],
         )
@@ -661,7 +618,7 @@ pub(crate) async fn claim(
         let mut candidates: Vec<(i64, i64, Uuid, Uuid)> = Vec::new();
         for r in &open {
             let endpoint_id: Uuid = r.get(0);
-            let found = tx
+            let found = t
                 .query_opt(
                     &format!(
                         "SELECT d.id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
@@ -678,7 +635,7 @@ pub(crate) async fn claim(
         candidates.sort();
         candidates.truncate(req.limit as usize);
         for (_, _, id, endpoint_id) in candidates {
-            let rows = tx
+            let rows = t
                 .query(
                     &format!("WITH c AS (SELECT $2::uuid AS id) {LEASE_AND_RETURN}"),
                     &[&now_ms, &id, &expires, &req.worker],
@@ -688,34 +645,29 @@ pub(crate) async fn claim(
             for r in &rows {
                 out.push(row_to_claimed(r, true)?);
             }
-            let mut c = endpoint::load_circuit(tx, EndpointId(endpoint_id), false).await?;
+            let mut c = endpoint::load_circuit(t, EndpointId(endpoint_id), false).await?;
             c.start_probe(DeliveryId(id));
-            endpoint::save_circuit(tx, EndpointId(endpoint_id), &c).await?;
+            endpoint::save_circuit(t, EndpointId(endpoint_id), &c).await?;
         }
     }
 
     let rest = i64::from(req.limit) - out.len() as i64;
     if rest > 0 {
-        out.extend(claim_fair(tx, now, options, rest, expires, &req.worker).await?);
+        out.extend(claim_fair(t, rest, expires, &req.worker).await?);
     }
     out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
     Ok(out)
 }
 
-pub(crate) async fn extend(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    lease: &Lease,
-    lease_for: Duration,
-) -> StoreResult<Lease> {
-    let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
-    if row.lease_expires_at.is_some_and(|e| e <= now) {
+pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+    let row = lock_leased(t, lease).await?.ok_or(StoreError::LeaseLost)?;
+    if row.lease_expires_at.is_some_and(|e| e <= t.now) {
         return Err(StoreError::LeaseLost);
     }
-    let expires_at = now.plus(lease_for);
-    tx.execute(
+    let expires_at = t.now.plus(lease_for);
+    t.execute(
         "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
-        &[&expires_at.as_millis(), &now.as_millis(), &row.id.0],
+        &[&expires_at.as_millis(), &t.now.as_millis(), &row.id.0],
     )
     .await
     .db()?;
@@ -725,21 +677,17 @@ pub(crate) async fn extend(
     })
 }
 
-pub(crate) async fn release(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    lease: &Lease,
-) -> StoreResult<()> {
-    let row = lock_leased(tx, lease).await?.ok_or(StoreError::LeaseLost)?;
-    let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
+    let row = lock_leased(t, lease).await?.ok_or(StoreError::LeaseLost)?;
+    let mut circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
     if circuit.is_probe(row.id) {
         circuit.cancel_probe(row.id);
-        endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+        endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
     }
-    tx.execute(
+    t.execute(
         "UPDATE deliveries SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE id = $2",
-        &[&now.as_millis(), &row.id.0],
+        &[&t.now.as_millis(), &row.id.0],
     )
     .await
     .db()?;
@@ -801,13 +749,11 @@ pub(crate) async fn record_delivered_fast_batch(
 }
 
 pub(crate) async fn record_outcome(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     lease: &Lease,
     outcome: DeliveryOutcome,
 ) -> StoreResult<OutcomeRecorded> {
-    let row = lock_row(tx, lease.delivery_id)
+    let row = lock_row(t, lease.delivery_id)
         .await?
         .ok_or(StoreError::LeaseLost)?;
     let same_token = row.lease_token == Some(lease.token.0);
@@ -820,10 +766,10 @@ pub(crate) async fn record_outcome(
     }
     // A success on a healthy circuit changes nothing there: skip its row lock,
     // which every delivery to a busy endpoint would otherwise queue on.
-    let mut circuit = endpoint::load_circuit(tx, row.endpoint_id, false).await?;
+    let mut circuit = endpoint::load_circuit(t, row.endpoint_id, false).await?;
     let untouched = outcome.is_success() && circuit == control_plane_core::Circuit::closed();
     if !untouched {
-        circuit = endpoint::load_circuit(tx, row.endpoint_id, true).await?;
+        circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
     }
     let before = circuit.clone();
     let probe = circuit.is_probe(row.id);
@@ -832,34 +778,21 @@ pub(crate) async fn record_outcome(
         &outcome,
         &mut circuit,
         probe,
-        now,
-        options,
+        t.now,
+        t.options,
     );
     if circuit != before {
-        endpoint::save_circuit(tx, row.endpoint_id, &circuit).await?;
+        endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
     }
-    apply(
-        tx,
-        now,
-        options,
-        &row,
-        &tr,
-        Some(lease.token.0),
-        Some(outcome.kind()),
-    )
-    .await?;
+    apply(t, &row, &tr, Some(lease.token.0), Some(outcome.kind())).await?;
     Ok(OutcomeRecorded {
         state: tr.state,
         duplicate: false,
     })
 }
 
-pub(crate) async fn get(
-    tx: &Transaction<'_>,
-    account: &AccountId,
-    id: DeliveryId,
-) -> StoreResult<Delivery> {
-    let row = tx
+pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+    let row = t
         .query_opt(
             &format!("SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.id = $1 AND d.account = $2"),
             &[&id.0, &account.as_str()],
@@ -871,14 +804,12 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn replay(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     account: &AccountId,
     id: DeliveryId,
 ) -> StoreResult<Delivery> {
-    let d = get(tx, account, id).await?;
-    let row = lock_row(tx, id)
+    let d = get(t, account, id).await?;
+    let row = lock_row(t, id)
         .await?
         .ok_or_else(|| StoreError::not_found("delivery", id))?;
     if row.state != DeliveryState::Dead {
@@ -887,7 +818,7 @@ pub(crate) async fn replay(
             row.state.as_str()
         )));
     }
-    let deleted: bool = tx
+    let deleted: bool = t
         .query_opt(
             "SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1",
             &[&d.endpoint_id.0],
@@ -900,22 +831,19 @@ pub(crate) async fn replay(
             "delivery {id} cannot be replayed: its endpoint was removed"
         )));
     }
-    tx.execute(
+    t.execute(
         "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
          last_outcome = NULL, updated_at = $1 WHERE id = $3",
-        &[&now.as_millis(), &i64::from(options.max_attempts), &id.0],
+        &[&t.now.as_millis(), &i64::from(t.options.max_attempts), &id.0],
     )
     .await
     .db()?;
-    get(tx, account, id).await
+    get(t, account, id).await
 }
 
-pub(crate) async fn list(
-    tx: &Transaction<'_>,
-    req: DeliveryListRequest,
-) -> StoreResult<Page<Delivery>> {
+pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
     req.page.validate()?;
-    let rows = tx
+    let rows = t
         .query(
             &format!(
                 "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
@@ -941,8 +869,8 @@ pub(crate) async fn list(
     Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
 }
 
-pub(crate) async fn count_by_state(tx: &Transaction<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
-    let rows = tx
+pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
+    let rows = t
         .query(
             "SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state",
             &[],
@@ -957,4 +885,172 @@ pub(crate) async fn count_by_state(tx: &Transaction<'_>) -> StoreResult<Vec<(Del
             ))
         })
         .collect()
+}
+
+impl PostgresStore {
+    /// The outbox: publishes inside the caller's own transaction, so the
+    /// event and its deliveries commit or roll back with the caller's
+    /// business write. The caller's connection must reach this store's
+    /// schema (its `search_path`, as [`PostgresStore::schema`] names).
+    ///
+    /// # Errors
+    /// As [`DeliveryStore::event_publish_batch`]; an error leaves the caller's
+    /// transaction to be rolled back.
+    pub async fn publish_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        reqs: Vec<PublishRequest>,
+    ) -> StoreResult<Vec<Published>> {
+        publish(&Tx::new(tx, None, self), reqs).await
+    }
+
+    /// Wakes workers on every replica; call it after committing a
+    /// transaction that used [`PostgresStore::publish_in`].
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached (workers still poll).
+    pub async fn notify_committed(&self) -> StoreResult<()> {
+        self.wakeup.notify();
+        let client = self.pool.get().await.map_err(crate::error::map_pool)?;
+        client
+            .execute("SELECT pg_notify($1, '')", &[&self.channel])
+            .await
+            .map_err(crate::error::map)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for PostgresStore {
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+        let mut v = self.event_publish_batch(vec![req]).await?;
+        v.pop()
+            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+    }
+
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        let out = in_tx!(self, |t| publish(&t, reqs))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        in_tx!(self, |t| event_get(&t, account, id))
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        let out = in_tx!(self, |t| enqueue(&t, account, endpoint, event))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        in_tx!(self, |t| claim(&t, req))
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        in_tx!(self, |t| extend(&t, lease, lease_for))
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        let out = in_tx!(self, |t| release(&t, lease))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_record_outcome(
+        &self,
+        lease: &Lease,
+        outcome: DeliveryOutcome,
+    ) -> StoreResult<OutcomeRecorded> {
+        self.delivery_record_outcomes(vec![(lease.clone(), outcome)])
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
+    }
+
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        let now = self.now();
+        let mut seen = std::collections::HashMap::new();
+        for (lease, _) in &batch {
+            *seen.entry(lease.delivery_id).or_insert(0u32) += 1;
+        }
+        // Successes of deliveries named once in the batch go in one statement.
+        let fast: Vec<(&Lease, &AttemptReport)> = batch
+            .iter()
+            .filter(|(l, _)| seen.get(&l.delivery_id) == Some(&1))
+            .filter_map(|(l, o)| match o {
+                DeliveryOutcome::Delivered(r) => Some((l, r)),
+                _ => None,
+            })
+            .collect();
+        let mut client = self.pool.get().await.map_err(crate::error::map_pool)?;
+        // One autocommitted statement; the common batch is done with it.
+        let done: std::collections::HashSet<DeliveryId> =
+            record_delivered_fast_batch(&client, now, &fast)
+                .await?
+                .into_iter()
+                .collect();
+        if done.len() == batch.len() {
+            return Ok(batch
+                .iter()
+                .map(|_| {
+                    Ok(OutcomeRecorded {
+                        state: DeliveryState::Delivered,
+                        duplicate: false,
+                    })
+                })
+                .collect());
+        }
+        let tx = client.transaction().await.map_err(crate::error::map)?;
+        let t = Tx::new(&tx, Some(&tx.statement_cache), self);
+        let mut out = Vec::with_capacity(batch.len());
+        for (lease, outcome) in batch {
+            if done.contains(&lease.delivery_id) {
+                out.push(Ok(OutcomeRecorded {
+                    state: DeliveryState::Delivered,
+                    duplicate: false,
+                }));
+                continue;
+            }
+            // Contract answers come from checks, not from failed statements,
+            // so the transaction stays usable after them.
+            match record_outcome(&t, &lease, outcome).await {
+                Err(e) if !e.is_contract_answer() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        tx.commit().await.map_err(crate::error::map)?;
+        Ok(out)
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let out = in_tx!(self, |t| replay(&t, account, id))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        in_tx!(self, |t| get(&t, account, id))
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        in_tx!(self, |t| list(&t, req))
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        in_tx!(self, |t| count_by_state(&t))
+    }
 }

@@ -2,14 +2,13 @@
 
 use std::time::Duration;
 
-use control_plane_core::{
-    AccountId, Circuit, CircuitMode, DeliveryId, Endpoint, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, Secret, SigningSecrets, StoreError, StoreResult, Timestamp,
-};
-use tokio_postgres::{Row, Transaction};
+use async_trait::async_trait;
+use control_plane_core::*;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
@@ -40,16 +39,12 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
     })
 }
 
-pub(crate) async fn create(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    req: EndpointCreateRequest,
-) -> StoreResult<Endpoint> {
+pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
     req.validate()?;
     let id = EndpointId::new();
     let types = serde_json::to_value(&req.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
-    tx.execute(
+    t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
          description, created_at, updated_at, max_in_flight) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10)",
         &[
@@ -61,33 +56,29 @@ pub(crate) async fn create(
             &req.rate_limit_per_s.map(i64::from),
             &req.ordered,
             &req.description,
-            &now.as_millis(),
+            &t.now.as_millis(),
             &req.max_in_flight.map(i64::from),
         ],
     )
     .await
     .db()?;
-    tx.execute(
+    t.execute(
         "INSERT INTO circuits (endpoint_id, mode, failures, reopen_count) VALUES ($1, 'closed', 0, 0)",
         &[&id.0],
     )
     .await
     .db()?;
-    tx.execute(
+    t.execute(
         "INSERT INTO endpoint_flow (endpoint_id) VALUES ($1)",
         &[&id.0],
     )
     .await
     .db()?;
-    get(tx, &req.account, id).await
+    get(t, &req.account, id).await
 }
 
-pub(crate) async fn get(
-    tx: &Transaction<'_>,
-    account: &AccountId,
-    id: EndpointId,
-) -> StoreResult<Endpoint> {
-    let row = tx
+pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+    let row = t
         .query_opt(
             &format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1 AND account = $2 AND deleted_at IS NULL"),
             &[&id.0, &account.as_str()],
@@ -98,8 +89,8 @@ pub(crate) async fn get(
     row_to_endpoint(&row)
 }
 
-pub(crate) async fn list(tx: &Transaction<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
-    let rows = tx
+pub(crate) async fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+    let rows = t
         .query(
             &format!(
                 "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
@@ -112,17 +103,16 @@ pub(crate) async fn list(tx: &Transaction<'_>, account: &AccountId) -> StoreResu
 }
 
 pub(crate) async fn update(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
     req: EndpointUpdateRequest,
 ) -> StoreResult<Endpoint> {
-    let mut e = get(tx, account, id).await?;
+    let mut e = get(t, account, id).await?;
     req.apply_to(&mut e)?;
     let types = serde_json::to_value(&e.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
-    tx.execute(
+    t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6, max_in_flight = $8 WHERE id = $7",
         &[
@@ -131,92 +121,80 @@ pub(crate) async fn update(
             &e.ordered,
             &e.rate_limit_per_s.map(i64::from),
             &e.description,
-            &now.as_millis(),
+            &t.now.as_millis(),
             &id.0,
             &e.max_in_flight.map(i64::from),
         ],
     )
     .await
     .db()?;
-    get(tx, account, id).await
+    get(t, account, id).await
 }
 
 pub(crate) async fn rotate_secret(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
     secret: Secret,
     grace: Duration,
 ) -> StoreResult<Endpoint> {
-    let e = get(tx, account, id).await?;
-    tx.execute(
+    let e = get(t, account, id).await?;
+    t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
-        &[&secret.expose(), &e.secrets.current.expose(), &now.plus(grace).as_millis(), &now.as_millis(), &id.0],
+        &[&secret.expose(), &e.secrets.current.expose(), &t.now.plus(grace).as_millis(), &t.now.as_millis(), &id.0],
     )
     .await
     .db()?;
-    get(tx, account, id).await
+    get(t, account, id).await
 }
 
 pub(crate) async fn set_enabled(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
     enabled: bool,
     reason: Option<String>,
 ) -> StoreResult<Endpoint> {
-    get(tx, account, id).await?;
+    get(t, account, id).await?;
     let reason = if enabled {
         None
     } else {
         reason.or_else(|| Some("disabled by an operator".into()))
     };
-    tx.execute(
+    t.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
-        &[&enabled, &reason, &now.as_millis(), &id.0],
+        &[&enabled, &reason, &t.now.as_millis(), &id.0],
     )
     .await
     .db()?;
-    get(tx, account, id).await
+    get(t, account, id).await
 }
 
 /// Disables an endpoint for a reason the store found (410, failing window).
-pub(crate) async fn disable(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    id: EndpointId,
-    reason: &str,
-) -> StoreResult<bool> {
-    let n = tx
+pub(crate) async fn disable(t: &Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<bool> {
+    let n = t
         .execute(
             "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
-            &[&reason, &now.as_millis(), &id.0],
+            &[&reason, &t.now.as_millis(), &id.0],
         )
         .await
         .db()?;
     Ok(n == 1)
 }
 
-pub(crate) async fn delete(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    account: &AccountId,
-    id: EndpointId,
-) -> StoreResult<u64> {
-    get(tx, account, id).await?;
-    tx.execute(
+pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+    get(t, account, id).await?;
+    t.execute(
         "UPDATE endpoints SET deleted_at = $1, updated_at = $1 WHERE id = $2",
-        &[&now.as_millis(), &id.0],
+        &[&t.now.as_millis(), &id.0],
     )
     .await
     .db()?;
-    tx.execute(
+    t.execute(
         "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
          WHERE endpoint_id = $2 AND state IN ('pending', 'leased')",
-        &[&now.as_millis(), &id.0],
+        &[&t.now.as_millis(), &id.0],
     )
     .await
     .db()
@@ -237,14 +215,10 @@ fn row_to_circuit(r: &Row) -> Circuit {
 const CIRCUIT_COLS: &str = "mode, failures, open_until, reopen_count, failing_since, probe";
 
 /// The circuit of an endpoint; `lock` takes its row lock for a read-modify-write.
-pub(crate) async fn load_circuit(
-    tx: &Transaction<'_>,
-    id: EndpointId,
-    lock: bool,
-) -> StoreResult<Circuit> {
+pub(crate) async fn load_circuit(t: &Tx<'_>, id: EndpointId, lock: bool) -> StoreResult<Circuit> {
     let lock = if lock { " FOR UPDATE" } else { "" };
     let sql = format!("SELECT {CIRCUIT_COLS} FROM circuits WHERE endpoint_id = $1{lock}");
-    let row = tx
+    let row = t
         .query_opt(&sql, &[&id.0])
         .await
         .db()?
@@ -252,12 +226,8 @@ pub(crate) async fn load_circuit(
     Ok(row_to_circuit(&row))
 }
 
-pub(crate) async fn save_circuit(
-    tx: &Transaction<'_>,
-    id: EndpointId,
-    c: &Circuit,
-) -> StoreResult<()> {
-    tx.execute(
+pub(crate) async fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
+    t.execute(
         "UPDATE circuits SET mode = $1, failures = $2, open_until = $3, reopen_count = $4, failing_since = $5, \
          probe = $6 WHERE endpoint_id = $7",
         &[
@@ -275,11 +245,85 @@ pub(crate) async fn save_circuit(
     Ok(())
 }
 
+/// Circuits that are not closed, on live endpoints.
+async fn count_open(t: &Tx<'_>) -> StoreResult<u64> {
+    let row = t
+        .query_one(
+            "SELECT count(*) FROM circuits c JOIN endpoints e ON e.id = c.endpoint_id \
+             WHERE c.mode <> 'closed' AND e.deleted_at IS NULL",
+            &[],
+        )
+        .await
+        .db()?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
 pub(crate) async fn circuit_of(
-    tx: &Transaction<'_>,
+    t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
 ) -> StoreResult<Circuit> {
-    get(tx, account, id).await?;
-    load_circuit(tx, id, false).await
+    get(t, account, id).await?;
+    load_circuit(t, id, false).await
+}
+
+#[async_trait]
+impl EndpointStore for PostgresStore {
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+        in_tx!(self, |t| create(&t, req))
+    }
+
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
+        in_tx!(self, |t| get(&t, account, id))
+    }
+
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+        in_tx!(self, |t| list(&t, account))
+    }
+
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint> {
+        in_tx!(self, |t| update(&t, account, id, req))
+    }
+
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint> {
+        in_tx!(self, |t| rotate_secret(&t, account, id, secret, grace))
+    }
+
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enablement: Enablement,
+    ) -> StoreResult<Endpoint> {
+        let (enabled, reason) = enablement.into_row();
+        let out = in_tx!(self, |t| set_enabled(&t, account, id, enabled, reason))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
+        in_tx!(self, |t| delete(&t, account, id))
+    }
+}
+
+#[async_trait]
+impl CircuitStore for PostgresStore {
+    async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+        in_tx!(self, |t| circuit_of(&t, account, id))
+    }
+
+    async fn circuit_count_open(&self) -> StoreResult<u64> {
+        in_tx!(self, |t| count_open(&t))
+    }
 }

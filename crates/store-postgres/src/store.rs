@@ -1,11 +1,14 @@
 //! The pool, the schema, the migrations, and the transaction helper.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use control_plane_core::hash::fnv1a;
 use control_plane_core::migration::{self, Migration};
-use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use control_plane_core::{
+    Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, StatementCache};
 use tokio_postgres::NoTls;
 
 use crate::config::{valid_schema, PostgresConfig};
@@ -21,6 +24,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     ),
     (3, include_str!("migrations/0003_account_keys.sql")),
     (4, include_str!("migrations/0004_flow_control.sql")),
+    (
+        5,
+        include_str!("migrations/0005_tasks_scoped_by_account.sql"),
+    ),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
@@ -34,7 +41,7 @@ pub struct PostgresStore {
     pub(crate) channel: String,
     /// Claims sweep expired leases and look for due probes only when this
     /// gate is open.
-    pub(crate) housekeeping: Arc<control_plane_core::Housekeeping>,
+    pub(crate) housekeeping: Arc<Housekeeping>,
     _listener: Option<Arc<Listener>>,
 }
 
@@ -194,30 +201,84 @@ impl PostgresStore {
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }
+
+    /// Wakes workers here and, best effort, on every replica (polling covers
+    /// a lost notification); called after a commit that made work due.
+    pub(crate) async fn wake(&self) {
+        self.wakeup.notify();
+        if let Ok(client) = self.pool.get().await {
+            let _ = client
+                .execute("SELECT pg_notify($1, '')", &[&self.channel])
+                .await;
+        }
+    }
 }
 
-/// Runs `$body` (an expression using the transaction `$tx`) in one
-/// transaction from the pool; commits when it returns `Ok`.
-/// With `notify`, wakes workers here and on every replica after the commit.
+/// One transaction with the store time, options and housekeeping gate it
+/// runs with: the context every area function takes, as in the embedded
+/// adapter.
+pub(crate) struct Tx<'a> {
+    tx: &'a tokio_postgres::Transaction<'a>,
+    /// The pool's per-connection statement cache; `None` for a caller's own
+    /// transaction ([`PostgresStore::publish_in`]).
+    statements: Option<&'a StatementCache>,
+    /// The clock's reading when the transaction began.
+    pub now: Timestamp,
+    /// Store-side policy.
+    pub options: &'a StoreOptions,
+    /// The gate of claim-time sweeps and probe searches.
+    pub housekeeping: &'a Housekeeping,
+}
+
+impl<'a> Tx<'a> {
+    pub(crate) fn new(
+        tx: &'a tokio_postgres::Transaction<'a>,
+        statements: Option<&'a StatementCache>,
+        store: &'a PostgresStore,
+    ) -> Self {
+        Tx {
+            tx,
+            statements,
+            now: store.now(),
+            options: &store.options,
+            housekeeping: &store.housekeeping,
+        }
+    }
+
+    /// A statement prepared once per connection (planned at every run,
+    /// see [`PostgresStore::open`]).
+    pub(crate) async fn prepare_cached(
+        &self,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        match self.statements {
+            Some(cache) => cache.prepare(self.tx.client(), sql).await,
+            None => self.tx.prepare(sql).await,
+        }
+    }
+}
+
+impl<'a> Deref for Tx<'a> {
+    type Target = tokio_postgres::Transaction<'a>;
+    fn deref(&self) -> &Self::Target {
+        self.tx
+    }
+}
+
+/// Runs `$body` (an expression using the context `$t`, a [`Tx`]) in one
+/// transaction from the pool and commits when it returns `Ok`. An async
+/// closure cannot name the `Send` bound the trait's futures need, hence a
+/// macro.
 macro_rules! in_tx {
-    ($store:expr, |$tx:ident| $body:expr) => {{
+    ($store:expr, |$t:ident| $body:expr) => {{
         let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
-        let $tx = client.transaction().await.map_err($crate::error::map)?;
-        let out = $body.await?;
-        $tx.commit().await.map_err($crate::error::map)?;
-        Ok(out)
-    }};
-    ($store:expr, notify, |$tx:ident| $body:expr) => {{
-        let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
-        let $tx = client.transaction().await.map_err($crate::error::map)?;
-        let out = $body.await?;
-        $tx.commit().await.map_err($crate::error::map)?;
-        $store.wakeup.notify();
-        // Best effort: polling covers a lost notification.
-        let _ = client
-            .execute("SELECT pg_notify($1, '')", &[&$store.channel])
-            .await;
-        Ok(out)
+        let tx = client.transaction().await.map_err($crate::error::map)?;
+        let out = {
+            let $t = $crate::store::Tx::new(&tx, Some(&tx.statement_cache), $store);
+            $body.await?
+        };
+        tx.commit().await.map_err($crate::error::map)?;
+        Ok::<_, control_plane_core::StoreError>(out)
     }};
 }
 pub(crate) use in_tx;

@@ -2,16 +2,14 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use control_plane_core::policy::repeat_verdict;
-use control_plane_core::{
-    AccountId, ClaimedTask, LeaseToken, Page, PageRequest, StoreError, StoreOptions, StoreResult,
-    Task, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailure, TaskId, TaskLease,
-    TaskState, Timestamp,
-};
-use tokio_postgres::{Row, Transaction};
+use control_plane_core::*;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
 
 const TASK_COLS: &str =
@@ -41,12 +39,8 @@ fn row_to_task(r: &Row) -> StoreResult<Task> {
     })
 }
 
-pub(crate) async fn get(
-    tx: &Transaction<'_>,
-    account: &AccountId,
-    id: &TaskId,
-) -> StoreResult<Task> {
-    let row = tx
+pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+    let row = t
         .query_opt(
             &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1 AND account = $2"),
             &[&id.as_str(), &account.as_str()],
@@ -57,29 +51,24 @@ pub(crate) async fn get(
     row_to_task(&row)
 }
 
-pub(crate) async fn enqueue(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
-    req: TaskEnqueueRequest,
-) -> StoreResult<TaskEnqueued> {
+pub(crate) async fn enqueue(t: &Tx<'_>, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
     req.validate()?;
-    let run_at = req.run_at.unwrap_or(now).as_millis();
-    let inserted = tx
+    let run_at = req.run_at.unwrap_or(t.now).as_millis();
+    let inserted = t
         .query_opt(
             &format!(
                 "INSERT INTO tasks (id, account, kind, payload, state, attempts, max_attempts, run_at, seq, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, nextval('task_seq'), $7, $7) \
-                 ON CONFLICT (id) DO NOTHING RETURNING {TASK_COLS}"
+                 ON CONFLICT (account, id) DO NOTHING RETURNING {TASK_COLS}"
             ),
             &[
                 &req.id.as_str(),
                 &req.account.as_str(),
                 &req.kind,
                 &req.payload,
-                &i64::from(options.workflow.max_attempts),
+                &i64::from(t.options.workflow.max_attempts),
                 &run_at,
-                &now.as_millis(),
+                &t.now.as_millis(),
             ],
         )
         .await
@@ -90,20 +79,17 @@ pub(crate) async fn enqueue(
             created: true,
         });
     }
-    let row = tx
+    let row = t
         .query_one(
-            &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1"),
-            &[&req.id.as_str()],
+            &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1 AND account = $2"),
+            &[&req.id.as_str(), &req.account.as_str()],
         )
         .await
         .db()?;
     let existing = row_to_task(&row)?;
-    if existing.account != req.account
-        || existing.kind != req.kind
-        || existing.payload != req.payload
-    {
+    if existing.kind != req.kind || existing.payload != req.payload {
         return Err(StoreError::Conflict(format!(
-            "task {} already exists with a different account, kind or payload",
+            "task {} already exists with a different kind or payload",
             req.id
         )));
     }
@@ -115,9 +101,9 @@ pub(crate) async fn enqueue(
 
 /// The expired-lease sweep: staged results complete, exhausted tasks
 /// dead-letter, the rest are due again.
-async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp) -> StoreResult<()> {
-    tx.execute(
-        "WITH c AS (SELECT id FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
+async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
+    t.execute(
+        "WITH c AS (SELECT account, id FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
                     ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED) \
          UPDATE tasks t SET \
            state = CASE WHEN t.staged_result IS NOT NULL THEN 'completed' \
@@ -127,32 +113,28 @@ async fn sweep_expired(tx: &Transaction<'_>, now: Timestamp) -> StoreResult<()> 
                              ELSE 'lease expired before the worker reported' END, \
            run_at = CASE WHEN t.staged_result IS NULL AND t.attempts < t.max_attempts THEN $1 ELSE t.run_at END, \
            staged_result = NULL, lease_token = NULL, lease_expires_at = NULL, leased_by = NULL, updated_at = $1 \
-         FROM c WHERE t.id = c.id",
-        &[&now.as_millis()],
+         FROM c WHERE t.account = c.account AND t.id = c.id",
+        &[&t.now.as_millis()],
     )
     .await
     .db()?;
     Ok(())
 }
 
-pub(crate) async fn claim(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    req: TaskClaimRequest,
-) -> StoreResult<Vec<ClaimedTask>> {
+pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
     req.validate()?;
-    sweep_expired(tx, now).await?;
-    let expires = now.plus(req.lease_for);
-    let rows = tx
+    sweep_expired(t).await?;
+    let expires = t.now.plus(req.lease_for);
+    let rows = t
         .query(
             &format!(
-                "WITH c AS (SELECT id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind = ANY($2) \
+                "WITH c AS (SELECT account, id FROM tasks WHERE state = 'pending' AND run_at <= $1 AND kind = ANY($2) \
                             ORDER BY run_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
                  UPDATE tasks t SET state = 'leased', attempts = t.attempts + 1, lease_token = gen_random_uuid(), \
                    lease_expires_at = $4, leased_by = $5, last_outcome = NULL, updated_at = $1 \
-                 FROM c WHERE t.id = c.id RETURNING {TASK_COLS_OF_T}"
+                 FROM c WHERE t.account = c.account AND t.id = c.id RETURNING {TASK_COLS_OF_T}"
             ),
-            &[&now.as_millis(), &req.kinds, &i64::from(req.limit), &expires.as_millis(), &req.worker],
+            &[&t.now.as_millis(), &req.kinds, &i64::from(req.limit), &expires.as_millis(), &req.worker],
         )
         .await
         .db()?;
@@ -177,14 +159,14 @@ pub(crate) async fn claim(
 }
 
 /// The locked row of a lease's task, scoped to the lease's account.
-struct Locked {
+struct TaskRow {
     task: Task,
     token: Option<Uuid>,
     last_outcome: Option<String>,
 }
 
-async fn lock(tx: &Transaction<'_>, lease: &TaskLease) -> StoreResult<Locked> {
-    let row = tx
+async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
+    let row = t
         .query_opt(
             &format!("SELECT {TASK_COLS} FROM tasks WHERE id = $1 AND account = $2 FOR UPDATE"),
             &[&lease.task_id.as_str(), &lease.account.as_str()],
@@ -192,20 +174,20 @@ async fn lock(tx: &Transaction<'_>, lease: &TaskLease) -> StoreResult<Locked> {
         .await
         .db()?
         .ok_or_else(|| StoreError::not_found("task", &lease.task_id))?;
-    Ok(Locked {
+    Ok(TaskRow {
         task: row_to_task(&row)?,
         token: row.get(14),
         last_outcome: row.get(15),
     })
 }
 
-fn is_live(l: &Locked, lease: &TaskLease) -> bool {
+fn is_live(l: &TaskRow, lease: &TaskLease) -> bool {
     l.task.state == TaskState::Leased && l.token == Some(lease.token.0)
 }
 
 /// For a lease that no longer holds its task: the repeat of `kind` is a
 /// no-op, another outcome a conflict, anything else a lost lease.
-fn repeat(l: Locked, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
+fn repeat(l: TaskRow, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
     repeat_verdict(
         l.token == Some(lease.token.0),
         l.last_outcome.as_deref(),
@@ -215,22 +197,22 @@ fn repeat(l: Locked, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
 }
 
 pub(crate) async fn heartbeat(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     lease: &TaskLease,
     lease_for: Duration,
 ) -> StoreResult<TaskLease> {
-    let l = lock(tx, lease).await?;
-    if !is_live(&l, lease) || l.task.lease_expires_at.is_some_and(|e| e <= now) {
+    let l = lock(t, lease).await?;
+    if !is_live(&l, lease) || l.task.lease_expires_at.is_some_and(|e| e <= t.now) {
         return Err(StoreError::LeaseLost);
     }
-    let expires_at = now.plus(lease_for);
-    tx.execute(
-        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
+    let expires_at = t.now.plus(lease_for);
+    t.execute(
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $4 AND id = $3",
         &[
             &expires_at.as_millis(),
-            &now.as_millis(),
+            &t.now.as_millis(),
             &lease.task_id.as_str(),
+            &lease.account.as_str(),
         ],
     )
     .await
@@ -242,18 +224,22 @@ pub(crate) async fn heartbeat(
 }
 
 pub(crate) async fn stage(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     lease: &TaskLease,
     result: serde_json::Value,
 ) -> StoreResult<()> {
-    let l = lock(tx, lease).await?;
+    let l = lock(t, lease).await?;
     if !is_live(&l, lease) {
         return Err(StoreError::LeaseLost);
     }
-    tx.execute(
-        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE id = $3",
-        &[&result, &now.as_millis(), &lease.task_id.as_str()],
+    t.execute(
+        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $4 AND id = $3",
+        &[
+            &result,
+            &t.now.as_millis(),
+            &lease.task_id.as_str(),
+            &lease.account.as_str(),
+        ],
     )
     .await
     .db()?;
@@ -261,34 +247,31 @@ pub(crate) async fn stage(
 }
 
 pub(crate) async fn complete(
-    tx: &Transaction<'_>,
-    now: Timestamp,
+    t: &Tx<'_>,
     lease: &TaskLease,
     result: serde_json::Value,
 ) -> StoreResult<Task> {
-    let l = lock(tx, lease).await?;
+    let l = lock(t, lease).await?;
     if !is_live(&l, lease) {
         return repeat(l, lease, "complete");
     }
-    tx.execute(
+    t.execute(
         "UPDATE tasks SET state = 'completed', result = $1, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE id = $3",
-        &[&result, &now.as_millis(), &lease.task_id.as_str()],
+         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE account = $4 AND id = $3",
+        &[&result, &t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
     )
     .await
     .db()?;
-    get(tx, &lease.account, &lease.task_id).await
+    get(t, &lease.account, &lease.task_id).await
 }
 
 pub(crate) async fn fail(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
+    t: &Tx<'_>,
     lease: &TaskLease,
     error: String,
     failure: TaskFailure,
 ) -> StoreResult<Task> {
-    let l = lock(tx, lease).await?;
+    let l = lock(t, lease).await?;
     if !is_live(&l, lease) {
         return repeat(l, lease, "fail");
     }
@@ -298,32 +281,29 @@ pub(crate) async fn fail(
     } else {
         (
             TaskState::Pending,
-            now.plus(options.workflow.backoff(&l.task.id, l.task.attempts)),
+            t.now
+                .plus(t.options.workflow.backoff(&l.task.id, l.task.attempts)),
         )
     };
-    tx.execute(
+    t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE id = $5",
-        &[&state.as_str(), &run_at.as_millis(), &error, &now.as_millis(), &lease.task_id.as_str()],
+         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $6 AND id = $5",
+        &[&state.as_str(), &run_at.as_millis(), &error, &t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
     )
     .await
     .db()?;
-    get(tx, &lease.account, &lease.task_id).await
+    get(t, &lease.account, &lease.task_id).await
 }
 
-pub(crate) async fn release(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    lease: &TaskLease,
-) -> StoreResult<()> {
-    let l = lock(tx, lease).await?;
+pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
+    let l = lock(t, lease).await?;
     if !is_live(&l, lease) {
         return Err(StoreError::LeaseLost);
     }
-    tx.execute(
+    t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
-         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE id = $2",
-        &[&now.as_millis(), &lease.task_id.as_str()],
+         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $3 AND id = $2",
+        &[&t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
     )
     .await
     .db()?;
@@ -331,12 +311,12 @@ pub(crate) async fn release(
 }
 
 pub(crate) async fn list_dead(
-    tx: &Transaction<'_>,
+    t: &Tx<'_>,
     account: &AccountId,
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
     page.validate()?;
-    let rows = tx
+    let rows = t
         .query(
             &format!(
                 "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
@@ -353,26 +333,84 @@ pub(crate) async fn list_dead(
     Ok(Page::from_overfetch(items, page.limit, |(seq, _)| *seq).map(|(_, t)| t))
 }
 
-pub(crate) async fn retry_dead(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    options: &StoreOptions,
-    account: &AccountId,
-    id: &TaskId,
-) -> StoreResult<Task> {
-    let t = get(tx, account, id).await?;
-    if t.state != TaskState::DeadLettered {
+pub(crate) async fn retry_dead(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+    let task = get(t, account, id).await?;
+    if task.state != TaskState::DeadLettered {
         return Err(StoreError::Conflict(format!(
             "task {id} is {}; only dead-lettered tasks can be retried",
-            t.state.as_str()
+            task.state.as_str()
         )));
     }
-    tx.execute(
+    t.execute(
         "UPDATE tasks SET state = 'pending', run_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-         last_outcome = NULL, updated_at = $1 WHERE id = $3 AND state = 'dead_lettered'",
-        &[&now.as_millis(), &i64::from(options.workflow.max_attempts), &id.as_str()],
+         last_outcome = NULL, updated_at = $1 WHERE account = $4 AND id = $3 AND state = 'dead_lettered'",
+        &[&t.now.as_millis(), &i64::from(t.options.workflow.max_attempts), &id.as_str(), &account.as_str()],
     )
     .await
     .db()?;
-    get(tx, account, id).await
+    get(t, account, id).await
+}
+
+#[async_trait]
+impl WorkflowStore for PostgresStore {
+    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+        in_tx!(self, |t| enqueue(&t, req))
+    }
+
+    async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
+        in_tx!(self, |t| claim(&t, req))
+    }
+
+    async fn workflow_heartbeat(
+        &self,
+        lease: &TaskLease,
+        lease_for: Duration,
+    ) -> StoreResult<TaskLease> {
+        in_tx!(self, |t| heartbeat(&t, lease, lease_for))
+    }
+
+    async fn workflow_stage_result(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<()> {
+        in_tx!(self, |t| stage(&t, lease, result))
+    }
+
+    async fn workflow_complete(
+        &self,
+        lease: &TaskLease,
+        result: serde_json::Value,
+    ) -> StoreResult<Task> {
+        in_tx!(self, |t| complete(&t, lease, result))
+    }
+
+    async fn workflow_fail(
+        &self,
+        lease: &TaskLease,
+        error: String,
+        failure: TaskFailure,
+    ) -> StoreResult<Task> {
+        in_tx!(self, |t| fail(&t, lease, error, failure))
+    }
+
+    async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
+        in_tx!(self, |t| release(&t, lease))
+    }
+
+    async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        in_tx!(self, |t| get(&t, account, id))
+    }
+
+    async fn workflow_list_dead(
+        &self,
+        account: &AccountId,
+        page: PageRequest,
+    ) -> StoreResult<Page<Task>> {
+        in_tx!(self, |t| list_dead(&t, account, page))
+    }
+
+    async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {
+        in_tx!(self, |t| retry_dead(&t, account, id))
+    }
 }

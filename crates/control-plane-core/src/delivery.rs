@@ -1,0 +1,331 @@
+//! Events, deliveries, leases and outcomes.
+
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// A published event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// Identifier.
+    pub id: EventId,
+    /// Owning account.
+    pub account: AccountId,
+    /// Event type, e.g. `invoice.paid`.
+    pub event_type: String,
+    /// The exact body every attempt sends: `{"type","timestamp","data"}`.
+    pub body: String,
+    /// The idempotency key it was published with.
+    pub idempotency_key: Option<String>,
+    /// Publication time.
+    pub created_at: Timestamp,
+}
+
+/// Publishes one event.
+#[derive(Clone, Debug)]
+pub struct PublishRequest {
+    /// Owning account.
+    pub account: AccountId,
+    /// Event type, 1 to 255 characters.
+    pub event_type: String,
+    /// The payload, sent as `data`.
+    pub payload: serde_json::Value,
+    /// With a key, publishing again returns the first event and creates nothing.
+    pub idempotency_key: Option<String>,
+}
+
+impl PublishRequest {
+    /// Validates the event type and key.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.event_type.is_empty() || self.event_type.len() > 255 {
+            return Err(StoreError::InvalidInput(format!(
+                "event type must be 1 to 255 characters, got {} characters",
+                self.event_type.len()
+            )));
+        }
+        if let Some(k) = &self.idempotency_key {
+            if k.is_empty() || k.len() > 255 {
+                return Err(StoreError::InvalidInput(
+                    "idempotency key must be 1 to 255 characters".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The exact webhook body for this event published at `at`.
+    pub fn body(&self, at: Timestamp) -> String {
+        serde_json::json!({
+            "type": self.event_type,
+            "timestamp": at.to_rfc3339(),
+            "data": self.payload,
+        })
+        .to_string()
+    }
+}
+
+/// What a publish did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    /// The event (the first one, for a repeated idempotency key).
+    pub event: Event,
+    /// The deliveries of the event, ordered by endpoint id.
+    pub deliveries: Vec<DeliveryId>,
+    /// False when an earlier publish with the same key was returned.
+    pub created: bool,
+}
+
+/// The lifecycle state of a delivery.
+///
+/// `pending` → `leased` (claim) → `delivered` | `pending` (retry, release,
+/// lease expiry) | `dead` (attempts exhausted, give up, endpoint removed).
+/// `dead` → `pending` by replay. The claimer moves `pending` to `leased`; the
+/// lease holder moves `leased` on; the next claim sweeps expired leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// Waiting until `due_at`.
+    Pending,
+    /// Held by a live lease.
+    Leased,
+    /// Accepted by the receiver. Final.
+    Delivered,
+    /// Given up; kept, listable and replayable.
+    Dead,
+}
+
+impl DeliveryState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Leased => "leased",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Dead => "dead",
+        }
+    }
+
+    /// Whether nothing more happens to the delivery without a replay.
+    pub fn is_final(self) -> bool {
+        matches!(self, DeliveryState::Delivered | DeliveryState::Dead)
+    }
+}
+
+impl FromStr for DeliveryState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(DeliveryState::Pending),
+            "leased" => Ok(DeliveryState::Leased),
+            "delivered" => Ok(DeliveryState::Delivered),
+            "dead" => Ok(DeliveryState::Dead),
+            _ => Err(StoreError::InvalidInput(format!(
+                "delivery state must be pending, leased, delivered or dead, got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// One event to one endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Identifier and `webhook-id`.
+    pub id: DeliveryId,
+    /// Owning account.
+    pub account: AccountId,
+    /// Destination.
+    pub endpoint_id: EndpointId,
+    /// The event delivered.
+    pub event_id: EventId,
+    /// Sequence number, strictly increasing per endpoint.
+    pub seq: i64,
+    /// State.
+    pub state: DeliveryState,
+    /// Attempts started so far (incremented at claim).
+    pub attempts: u32,
+    /// Attempts allowed before the delivery is dead.
+    pub max_attempts: u32,
+    /// When it is next due.
+    pub due_at: Timestamp,
+    /// When the current lease expires, while leased.
+    pub lease_expires_at: Option<Timestamp>,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+/// Proof of a claim: the token fences every later write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The leased delivery.
+    pub delivery_id: DeliveryId,
+    /// The fencing token.
+    pub token: LeaseToken,
+    /// The attempt this lease runs.
+    pub attempt: u32,
+    /// When the lease expires unless extended.
+    pub expires_at: Timestamp,
+}
+
+/// A claimed delivery with everything needed to send it.
+#[derive(Clone, Debug)]
+pub struct ClaimedDelivery {
+    /// The lease to record the outcome with.
+    pub lease: Lease,
+    /// The delivery (state `leased`).
+    pub delivery: Delivery,
+    /// The event type.
+    pub event_type: String,
+    /// The exact body to send.
+    pub body: String,
+    /// Destination URL.
+    pub url: String,
+    /// Signing secrets.
+    pub secrets: SigningSecrets,
+    /// True when this attempt is the half-open circuit's single probe.
+    pub probe: bool,
+}
+
+/// Asks for due deliveries.
+#[derive(Clone, Debug)]
+pub struct ClaimRequest {
+    /// Who claims (for operators; ownership is the token).
+    pub worker: String,
+    /// At most this many deliveries (1 to 1000).
+    pub limit: u32,
+    /// Lease length.
+    pub lease_for: std::time::Duration,
+}
+
+impl ClaimRequest {
+    /// `InvalidInput` for a limit outside 1 to 1000 or a zero lease.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        validate_limit(self.limit)?;
+        validate_lease(self.lease_for)
+    }
+}
+
+/// Checks a lease length: longer than zero.
+pub fn validate_lease(lease_for: std::time::Duration) -> Result<(), StoreError> {
+    if lease_for.is_zero() {
+        return Err(StoreError::InvalidInput(
+            "lease_for must be longer than zero".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What one attempt observed.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct AttemptReport {
+    /// HTTP status, when a response arrived.
+    pub status_code: Option<u16>,
+    /// Error text, when the attempt failed.
+    pub error: Option<String>,
+    /// Time from send to response or failure.
+    pub latency_ms: u64,
+}
+
+/// The result of an attempt, one variant per legal transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The receiver accepted it: `delivered`.
+    Delivered(AttemptReport),
+    /// A retryable failure: `pending` due at `at`, or `dead` when attempts are exhausted.
+    Retry {
+        /// When to try again.
+        at: Timestamp,
+        /// What the attempt observed.
+        report: AttemptReport,
+    },
+    /// A failure not worth retrying: `dead`.
+    GiveUp(AttemptReport),
+    /// `410 Gone`: the endpoint is disabled and the delivery is held (`pending`)
+    /// until it is enabled again, or `dead` when attempts are exhausted.
+    Gone(AttemptReport),
+}
+
+impl DeliveryOutcome {
+    /// The attempt's report.
+    pub fn report(&self) -> &AttemptReport {
+        match self {
+            DeliveryOutcome::Delivered(r)
+            | DeliveryOutcome::GiveUp(r)
+            | DeliveryOutcome::Gone(r)
+            | DeliveryOutcome::Retry { report: r, .. } => r,
+        }
+    }
+
+    /// A short stable name, stored to recognise a repeated outcome.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeliveryOutcome::Delivered(_) => "delivered",
+            DeliveryOutcome::Retry { .. } => "retry",
+            DeliveryOutcome::GiveUp(_) => "give_up",
+            DeliveryOutcome::Gone(_) => "gone",
+        }
+    }
+
+    /// Whether the attempt succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self, DeliveryOutcome::Delivered(_))
+    }
+}
+
+/// What recording an outcome did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeRecorded {
+    /// The delivery's state afterwards.
+    pub state: DeliveryState,
+    /// True when this exact outcome had already been recorded; nothing changed.
+    pub duplicate: bool,
+}
+
+/// Filters a delivery listing (newest first, by sequence).
+#[derive(Clone, Debug)]
+pub struct DeliveryListRequest {
+    /// The account.
+    pub account: AccountId,
+    /// Only this state.
+    pub state: Option<DeliveryState>,
+    /// Only this endpoint.
+    pub endpoint_id: Option<EndpointId>,
+    /// Only this event.
+    pub event_id: Option<EventId>,
+    /// The page.
+    pub page: PageRequest,
+}
+
+/// Result of an insert-wins enqueue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The delivery of `(endpoint, event)`.
+    pub delivery_id: DeliveryId,
+    /// True only for the caller whose insert created it.
+    pub won: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_type_timestamp_data() {
+        let r = PublishRequest {
+            account: AccountId::new("a").unwrap(),
+            event_type: "invoice.paid".into(),
+            payload: serde_json::json!({"n": 1}),
+            idempotency_key: None,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body(Timestamp::from_millis(0))).unwrap();
+        assert_eq!(v["type"], "invoice.paid");
+        assert_eq!(v["timestamp"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["data"]["n"], 1);
+    }
+}

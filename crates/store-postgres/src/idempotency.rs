@@ -1,0 +1,109 @@
+//! Request idempotency records.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::*;
+use uuid::Uuid;
+
+use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
+
+pub(crate) async fn begin(
+    t: &Tx<'_>,
+    scope: &str,
+    key: &str,
+    request_hash: &str,
+    ttl: Duration,
+) -> StoreResult<IdempotencyBegin> {
+    validate_short_text("idempotency scope", scope)?;
+    validate_short_text("idempotency key", key)?;
+    let token = Uuid::new_v4();
+    let started = t
+        .query_opt(
+            "INSERT INTO idempotency (scope, key, request_hash, state, token, expires_at) \
+             VALUES ($1, $2, $3, 'in_progress', $4, $5) \
+             ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'in_progress', \
+               token = EXCLUDED.token, status = NULL, body = NULL, expires_at = EXCLUDED.expires_at \
+             WHERE idempotency.expires_at <= $6 RETURNING token",
+            &[&scope, &key, &request_hash, &token, &t.now.plus(ttl).as_millis(), &t.now.as_millis()],
+        )
+        .await
+        .db()?;
+    if started.is_some() {
+        return Ok(IdempotencyBegin::Started(IdempotencyToken {
+            scope: scope.to_string(),
+            key: key.to_string(),
+            token: LeaseToken(token),
+        }));
+    }
+    let row = t
+        .query_one("SELECT request_hash, state, status, body FROM idempotency WHERE scope = $1 AND key = $2", &[&scope, &key])
+        .await
+        .db()?;
+    let record = IdempotencyRecord {
+        request_hash: row.get(0),
+        state: row.get(1),
+        status: row.get(2),
+        body: row.get(3),
+    };
+    Ok(record.verdict(request_hash))
+}
+
+pub(crate) async fn complete(
+    t: &Tx<'_>,
+    token: &IdempotencyToken,
+    r: StoredResponse,
+) -> StoreResult<()> {
+    let n = t
+        .execute(
+            "UPDATE idempotency SET state = 'completed', status = $1, body = $2 \
+             WHERE scope = $3 AND key = $4 AND token = $5 AND state = 'in_progress'",
+            &[
+                &i64::from(r.status),
+                &r.body,
+                &token.scope,
+                &token.key,
+                &token.token.0,
+            ],
+        )
+        .await
+        .db()?;
+    fenced(n)
+}
+
+pub(crate) async fn abandon(t: &Tx<'_>, token: &IdempotencyToken) -> StoreResult<()> {
+    let n = t
+        .execute(
+            "DELETE FROM idempotency WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'",
+            &[&token.scope, &token.key, &token.token.0],
+        )
+        .await
+        .db()?;
+    fenced(n)
+}
+
+#[async_trait]
+impl IdempotencyStore for PostgresStore {
+    async fn idempotency_begin(
+        &self,
+        scope: &str,
+        key: &str,
+        request_hash: &str,
+        ttl: Duration,
+    ) -> StoreResult<IdempotencyBegin> {
+        in_tx!(self, |t| begin(&t, scope, key, request_hash, ttl))
+    }
+
+    async fn idempotency_complete(
+        &self,
+        token: &IdempotencyToken,
+        response: StoredResponse,
+    ) -> StoreResult<()> {
+        in_tx!(self, |t| complete(&t, token, response))
+    }
+
+    async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()> {
+        in_tx!(self, |t| abandon(&t, token))
+    }
+}

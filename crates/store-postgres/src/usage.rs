@@ -1,0 +1,77 @@
+//! Usage counters.
+
+use async_trait::async_trait;
+use control_plane_core::*;
+
+use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
+
+pub(crate) async fn record(t: &Tx<'_>, batch: UsageBatch) -> StoreResult<bool> {
+    validate_short_text("usage batch id", &batch.batch_id)?;
+    let fresh = t
+        .query_opt(
+            "INSERT INTO usage_batches (batch_id, recorded_at) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING batch_id",
+            &[&batch.batch_id, &t.now.as_millis()],
+        )
+        .await
+        .db()?;
+    if fresh.is_none() {
+        return Ok(false);
+    }
+    // One write per counter row, however many entries the batch holds.
+    for (account, metric, window, amount) in batch.totals() {
+        let (account, metric, window) = (account.as_str(), metric.as_str(), window.as_millis());
+        t.execute(
+            "INSERT INTO usage_counters (account, metric, window_start, amount) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (account, metric, window_start) DO UPDATE SET amount = usage_counters.amount + EXCLUDED.amount",
+            &[&account, &metric, &window, &amount],
+        )
+        .await
+        .db()?;
+    }
+    Ok(true)
+}
+
+pub(crate) async fn query(
+    t: &Tx<'_>,
+    account: &AccountId,
+    from: Timestamp,
+    to: Timestamp,
+) -> StoreResult<Vec<UsageRow>> {
+    let rows = t
+        .query(
+            "SELECT metric, window_start, amount FROM usage_counters \
+             WHERE account = $1 AND window_start >= $2 AND window_start < $3 ORDER BY window_start, metric",
+            &[&account.as_str(), &from.as_millis(), &to.as_millis()],
+        )
+        .await
+        .db()?;
+    let mut out: Vec<UsageRow> = rows
+        .iter()
+        .map(|r| {
+            Ok(UsageRow {
+                metric: r.get::<_, String>(0).parse()?,
+                window_start: Timestamp::from_millis(r.get(1)),
+                amount: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            })
+        })
+        .collect::<StoreResult<_>>()?;
+    out.sort_by_key(|r| (r.window_start, r.metric));
+    Ok(out)
+}
+
+#[async_trait]
+impl UsageStore for PostgresStore {
+    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
+        in_tx!(self, |t| record(&t, batch))
+    }
+
+    async fn usage_query(
+        &self,
+        account: &AccountId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> StoreResult<Vec<UsageRow>> {
+        in_tx!(self, |t| query(&t, account, from, to))
+    }
+}
