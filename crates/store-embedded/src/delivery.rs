@@ -538,59 +538,86 @@ fn candidates_of(
 }
 
 /// One endpoint's share of a claim as the flow rule sees it, with the
-/// refilled bucket when it has a rate limit.
+/// refilled bucket when it has a rate limit, and its due deliveries oldest
+/// first, as many as the claim could take (for an ordered endpoint its head
+/// alone).
 struct Flow {
     candidate: FlowCandidate,
     budget: Option<(u32, RateBudget)>,
+    heads: Vec<Candidate>,
 }
 
-/// After a `due` CTE (one row per endpoint with due work on a closed
-/// circuit): its account, oldest due `(due_at, seq)`, due count (up to `$2`),
-/// live leases, cap, rate limit and bucket.
-const FLOW_OF_DUE: &str = "fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
-     WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
-     SELECT e.id, e.account, due.due_at, due.seq, least(due.n, $2), coalesce(fl.n, 0), e.max_in_flight, \
-     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered \
-     FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id";
+/// The flows of unordered endpoints on closed circuits, in one scan of the
+/// live rows (`$1` now, `$2` the claim's limit): per endpoint its oldest
+/// due `(due_at, seq)`, due count (up to `$2`) and live leases, with the
+/// endpoint's cap, rate limit and bucket, and its `$2` oldest due
+/// deliveries ([`flows`] reads the columns).
+const FLOWS_UNORDERED: &str = "WITH g AS (SELECT d.endpoint_id, \
+     count(*) FILTER (WHERE d.state = 'pending' AND d.due_at <= $1) AS n, \
+     count(*) FILTER (WHERE d.state = 'leased' AND d.lease_expires_at > $1) AS leased, \
+     min_by({'id': d.id, 'due': d.due_at, 'seq': d.seq}, {'due': d.due_at, 'seq': d.seq}, $2) \
+       FILTER (WHERE d.state = 'pending' AND d.due_at <= $1) AS heads \
+     FROM deliveries d WHERE d.state IN ('pending', 'leased') GROUP BY d.endpoint_id) \
+     SELECT e.id, e.account, g.heads[1].due, g.heads[1].seq, least(g.n, $2), g.leased, e.max_in_flight, \
+     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered, g.heads, \
+     (SELECT count(*) FROM endpoints o WHERE o.enabled AND o.deleted_at IS NULL AND o.ordered \
+       AND o.circuit_mode = 'closed') AS ordered_endpoints \
+     FROM g JOIN endpoints e ON e.id = g.endpoint_id \
+     WHERE g.n > 0 AND e.enabled AND e.deleted_at IS NULL AND NOT e.ordered AND e.circuit_mode = 'closed'";
 
-/// The rows of the endpoints' shares (`$2` endpoints, `$3` counts), each
-/// endpoint's oldest first; completed by a condition and [`SHARE_RANK`].
-const SHARE_ROWS: &str = "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d \
-     JOIN endpoints e ON e.id = d.endpoint_id \
-     JOIN (SELECT unnest($2::VARCHAR[]) AS endpoint_id, unnest($3::BIGINT[]) AS n) q ON q.endpoint_id = d.endpoint_id";
-
-/// Up to this many endpoints in a claim take one top-N query each.
-const FEW_ENDPOINTS: usize = 2;
-
-/// One endpoint's share (`$2` the endpoint, `$3` the count), completed by a
-/// condition and [`ONE_SHARE_ORDER`].
-const ONE_SHARE: &str = "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d \
-     JOIN endpoints e ON e.id = d.endpoint_id WHERE d.endpoint_id = $2 AND d.state = 'pending' \
-     AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
-
-/// Its oldest first.
-const ONE_SHARE_ORDER: &str = "ORDER BY d.due_at, d.seq LIMIT $3";
-
-/// Keeps each endpoint's first `q.n` rows.
-const SHARE_RANK: &str =
-    "QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) <= q.n";
-
-/// The due rows of unordered endpoints, grouped (`$1` now).
-const DUE_UNORDERED: &str = "SELECT d.endpoint_id, min([d.due_at, d.seq])[1] AS due_at, \
-     min([d.due_at, d.seq])[2] AS seq, count(*) AS n FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-     AND NOT e.ordered AND e.circuit_mode = 'closed' GROUP BY d.endpoint_id";
-
-/// The due heads of ordered endpoints (`$1` now).
-const DUE_ORDERED: &str = "SELECT d.endpoint_id, d.due_at, d.seq, 1 AS n FROM deliveries d \
+/// The flows of ordered endpoints on closed circuits whose head (the oldest
+/// pending or leased delivery) is pending and due: the same columns as
+/// [`FLOWS_UNORDERED`], the head being the one delivery it may hand out.
+const FLOWS_ORDERED: &str = "WITH due AS (SELECT d.endpoint_id, d.id, d.due_at, d.seq FROM deliveries d \
      JOIN endpoints e ON e.id = d.endpoint_id \
      WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
      AND e.ordered AND e.circuit_mode = 'closed' AND d.seq = (SELECT min(h.seq) FROM deliveries h \
-     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased'))";
+     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased'))), \
+     fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
+     WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
+     SELECT e.id, e.account, due.due_at, due.seq, least(1, $2), coalesce(fl.n, 0), e.max_in_flight, \
+     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered, \
+     [{'id': due.id, 'due': due.due_at, 'seq': due.seq}], 1 \
+     FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id";
 
-fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<Vec<Flow>> {
+/// A list of `{id, due, seq}` structs as claim candidates of `endpoint`.
+fn heads_of(endpoint: EndpointId, v: duckdb::types::Value) -> duckdb::Result<Vec<Candidate>> {
+    use duckdb::types::Value;
+    let bad = || {
+        duckdb::Error::FromSqlConversionFailure(
+            11,
+            duckdb::types::Type::Any,
+            "a due delivery is not an {id, due, seq} struct".into(),
+        )
+    };
+    let Value::List(items) = v else {
+        return Err(bad());
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Struct(fields) = item else {
+                return Err(bad());
+            };
+            let int = |k: &str| match fields.get(&k.to_string()) {
+                Some(Value::BigInt(n)) => Ok(*n),
+                _ => Err(bad()),
+            };
+            let id = match fields.get(&"id".to_string()) {
+                Some(Value::Text(s)) => uuid::Uuid::parse_str(s).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            };
+            Ok((DeliveryId(id), endpoint, int("due")?, int("seq")?))
+        })
+        .collect()
+}
+
+/// The flows of one of the statements above, and whether any ordered
+/// endpoint is live (the unordered statement counts them on the way).
+fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<(Vec<Flow>, bool)> {
     let now = t.now;
     let default_cap = t.options.endpoint_concurrency;
+    let mut any_ordered = false;
     let mut st = t.prepare(sql).db()?;
     let rows = st
         .query_map(params![now.as_millis(), limit], |r| {
@@ -607,86 +634,75 @@ fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<Vec<Flow>> {
             };
             let budget = rate.map(|rate| (rate, RateBudget::refilled(stored, rate, now)));
             let account: String = r.get(1)?;
-            Ok(Flow {
-                candidate: FlowCandidate {
-                    endpoint: EndpointId(col_uuid(r, 0)?),
-                    account: AccountId::new(account).map_err(|e| {
-                        duckdb::Error::FromSqlConversionFailure(
-                            1,
-                            duckdb::types::Type::Text,
-                            Box::new(e),
-                        )
-                    })?,
-                    oldest: (r.get(2)?, r.get(3)?),
-                    due: count(4)?,
-                    in_flight: count(5)?,
-                    cap: r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap),
-                    rate_room: budget.map(|(_, b)| b.whole()),
-                    ordered: r.get(10)?,
+            let endpoint = EndpointId(col_uuid(r, 0)?);
+            let ordered_endpoints: i64 = r.get(12)?;
+            Ok((
+                Flow {
+                    candidate: FlowCandidate {
+                        endpoint,
+                        account: AccountId::new(account).map_err(|e| {
+                            duckdb::Error::FromSqlConversionFailure(
+                                1,
+                                duckdb::types::Type::Text,
+                                Box::new(e),
+                            )
+                        })?,
+                        oldest: (r.get(2)?, r.get(3)?),
+                        due: count(4)?,
+                        in_flight: count(5)?,
+                        cap: r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap),
+                        rate_room: budget.map(|(_, b)| b.whole()),
+                        ordered: r.get(10)?,
+                    },
+                    budget,
+                    heads: heads_of(endpoint, r.get(11)?)?,
                 },
-                budget,
-            })
+                ordered_endpoints > 0,
+            ))
         })
         .db()?;
-    rows.collect::<Result<Vec<_>, _>>().db()
+    let mut out = Vec::new();
+    for row in rows {
+        let (flow, ordered) = row.db()?;
+        any_ordered |= ordered;
+        out.push(flow);
+    }
+    Ok((out, any_ordered))
 }
 
 /// The ordinary deliveries of a claim of `limit`: the endpoints' shares
 /// (`flow::share_claim`), each endpoint's oldest due first; spends the rate
-/// budgets of the endpoints that get any.
+/// budgets of the endpoints that get any. One scan finds the unordered
+/// endpoints' flows with their oldest due deliveries; ordered endpoints
+/// take a second one, only when there are any.
 fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
-    let mut all = flows(
-        t,
-        &format!("WITH due AS ({DUE_UNORDERED}), {FLOW_OF_DUE}"),
-        limit,
-    )?;
-    let any_ordered = any_endpoint(t, ANY_ORDERED, [])?;
+    let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit)?;
+    // With no unordered flow there was no row to count ordered endpoints on.
+    let any_ordered = if all.is_empty() {
+        any_endpoint(t, ANY_ORDERED, [])?
+    } else {
+        counted
+    };
     if any_ordered {
-        all.extend(flows(
-            t,
-            &format!("WITH due AS ({DUE_ORDERED}), {FLOW_OF_DUE}"),
-            limit,
-        )?);
+        all.extend(flows(t, FLOWS_ORDERED, limit)?.0);
     }
     let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
     let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
-    if shares.is_empty() {
-        return Ok(Vec::new());
-    }
-    // The ordered-head condition costs a scan; add it only when needed. A
-    // few endpoints take a top-N each; many, one ranked scan.
-    let mut picked = Vec::new();
-    if shares.len() <= FEW_ENDPOINTS {
-        let sql = if any_ordered {
-            format!("{ONE_SHARE} AND {HEAD} {ONE_SHARE_ORDER}")
-        } else {
-            format!("{ONE_SHARE} {ONE_SHARE_ORDER}")
-        };
-        for (endpoint, n) in &shares {
-            picked.extend(candidates_of(
-                t,
-                &sql,
-                params![t.now.as_millis(), endpoint.to_string(), i64::from(*n)],
-            )?);
+    let mut picked: Vec<Candidate> = Vec::new();
+    for (endpoint, n) in shares {
+        if let Some(f) = all.iter().find(|f| f.candidate.endpoint == endpoint) {
+            picked.extend(f.heads.iter().take(n as usize).copied());
         }
-    } else {
-        let sql = if any_ordered {
-            format!("{SHARE_ROWS} WHERE {DUE} AND {HEAD} {SHARE_RANK}")
-        } else {
-            format!("{SHARE_ROWS} WHERE {DUE} {SHARE_RANK}")
-        };
-        picked = candidates_of(
-            t,
-            &sql,
-            params![
-                t.now.as_millis(),
-                list::text(shares.iter().map(|(e, _)| e.to_string())),
-                list::int(shares.iter().map(|(_, n)| i64::from(*n)))
-            ],
-        )?;
     }
     picked.sort_by_key(|(_, _, due, seq)| (*due, *seq));
-    for f in &all {
+    spend_budgets(t, &all, &picked)?;
+    Ok(picked)
+}
+
+/// Spends one token per picked delivery from each rate-limited endpoint's
+/// bucket.
+fn spend_budgets(t: &Tx<'_>, flows: &[Flow], picked: &[Candidate]) -> StoreResult<()> {
+    for f in flows {
         let Some((_, budget)) = f.budget else {
             continue;
         };
@@ -708,7 +724,7 @@ fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
         )
         .db()?;
     }
-    Ok(picked)
+    Ok(())
 }
 
 /// Whether any live endpoint has a circuit due for a probe (`$1` now).
@@ -728,46 +744,55 @@ fn any_endpoint(t: &Tx<'_>, sql: &str, params: impl duckdb::Params) -> StoreResu
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     req.validate()?;
-    let now = t.now.as_millis();
     let limit = i64::from(req.limit);
     // Every few hundred milliseconds: free expired leases, then probes first
     // (one per circuit whose cooldown is over).
     let mut picks: Vec<(Candidate, bool)> = Vec::new();
     if t.housekeeping.due(t.now) {
         sweep_expired(t)?;
-        if any_endpoint(t, ANY_PROBE_DUE, params![now])? {
-            let sql = format!(
-                "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE {DUE} AND {HEAD} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
-                 QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
-                 ORDER BY d.due_at, d.seq LIMIT $2"
-            );
-            picks.extend(
-                candidates(t, &sql, now, limit)?
-                    .into_iter()
-                    .map(|c| (c, true)),
-            );
-        }
+        picks.extend(due_probes(t, limit)?.into_iter().map(|c| (c, true)));
     }
     // Then ordinary deliveries on closed circuits fill the rest, shared
     // fairly among endpoints and accounts within each endpoint's cap and
     // rate budget (ADR 0009).
     let rest = limit - picks.len() as i64;
-    let ordinary = if rest > 0 {
-        fair_candidates(t, rest)?
-    } else {
-        Vec::new()
-    };
-    picks.extend(ordinary.into_iter().map(|c| (c, false)));
+    if rest > 0 {
+        picks.extend(fair_candidates(t, rest)?.into_iter().map(|c| (c, false)));
+    }
     if picks.is_empty() {
         return Ok(Vec::new());
     }
     picks.sort_by_key(|((_, _, due, seq), _)| (*due, *seq));
+    lease(t, &picks, &req)
+}
 
+/// The head of each endpoint whose circuit is due for a probe, oldest first.
+fn due_probes(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
+    let now = t.now.as_millis();
+    if !any_endpoint(t, ANY_PROBE_DUE, params![now])? {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+         WHERE {DUE} AND {HEAD} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
+         QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
+         ORDER BY d.due_at, d.seq LIMIT $2"
+    );
+    candidates(t, &sql, now, limit)
+}
+
+/// Leases the picks (a probe starts its circuit's probe) and reads them back
+/// with what a send needs, in the picks' order.
+fn lease(
+    t: &mut Tx<'_>,
+    picks: &[(Candidate, bool)],
+    req: &ClaimRequest,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let now = t.now.as_millis();
     let mut circuits = Circuits::default();
     let mut leases = HashMap::with_capacity(picks.len());
     let mut tokens = Vec::with_capacity(picks.len());
-    for ((id, endpoint_id, _, _), probe) in &picks {
+    for ((id, endpoint_id, _, _), probe) in picks {
         if *probe {
             circuits.get(t, *endpoint_id)?.start_probe(*id);
         }
@@ -801,17 +826,16 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
             .prepare(&format!(
                 "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
                  FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE d.seq BETWEEN $2 AND $3 AND d.seq IN (SELECT unnest($1::BIGINT[]))"
+                 WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
             ))
             .db()?;
         let rows = st
-            .query_map(params![seqs(), lo, hi], |r| {
+            .query_map(params![lo, hi, expires.as_millis(), now], |r| {
                 let delivery = row_to_delivery(r)?;
-                let (token, probe) = leases
-                    .get(&delivery.id)
-                    .copied()
-                    .ok_or(duckdb::Error::QueryReturnedNoRows)?;
-                Ok(ClaimedDelivery {
+                let Some((token, probe)) = leases.get(&delivery.id).copied() else {
+                    return Ok(None);
+                };
+                Ok(Some(ClaimedDelivery {
                     lease: Lease {
                         delivery_id: delivery.id,
                         token,
@@ -828,10 +852,11 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
                         previous_expires_at: ts_opt(r, 18)?,
                     },
                     probe,
-                })
+                }))
             })
             .db()?;
-        rows.map(|r| r.map(|c| (c.delivery.id, c)))
+        rows.filter_map(|r| r.transpose())
+            .map(|r| r.map(|c| (c.delivery.id, c)))
             .collect::<Result<_, _>>()
             .db()?
     };

@@ -343,3 +343,54 @@ impl Drop for EmbeddedStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use duckdb::params;
+
+    use super::*;
+
+    /// Version 5 rebuilds the tasks table (its key becomes `(account, id)`):
+    /// a file written by version 4 keeps every task, and afterwards another
+    /// account may use the same id while the same account still may not.
+    #[test]
+    fn migration_5_keeps_tasks_and_scopes_their_ids_by_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("v4.duckdb")).unwrap();
+        conn.execute_batch("CREATE TABLE schema_version (version BIGINT NOT NULL)")
+            .unwrap();
+        for (version, sql) in &MIGRATIONS[..4] {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_version VALUES ($1)", [version])
+                .unwrap();
+        }
+        let insert = "INSERT INTO tasks (id, account, kind, payload, state, attempts, max_attempts, run_at, \
+                      seq, created_at, updated_at) VALUES ($1, $2, 'k', '{}', 'pending', 0, 5, 0, $3, 0, 0)";
+        conn.execute(insert, params!["t1", "a", 1]).unwrap();
+        conn.execute(insert, params!["t2", "a", 2]).unwrap();
+        assert!(
+            conn.execute(insert, params!["t1", "b", 3]).is_err(),
+            "before version 5 ids are global"
+        );
+
+        migrate(&mut conn).unwrap();
+
+        let kept: Vec<(String, String, i64)> = conn
+            .prepare("SELECT account, id, seq FROM tasks ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            kept,
+            vec![("a".into(), "t1".into(), 1), ("a".into(), "t2".into(), 2)]
+        );
+        conn.execute(insert, params!["t1", "b", 3]).unwrap();
+        assert!(conn.execute(insert, params!["t1", "a", 4]).is_err());
+        let version: i64 = conn
+            .query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+    }
+}
