@@ -256,6 +256,20 @@ pub fn answer_ok() -> Answer {
     Arc::new(|_, _| Box::pin(async { axum::response::IntoResponse::into_response("ok") }))
 }
 
+/// An [`Answer`] of `status` after `delay` to everything: a slow or failing
+/// endpoint.
+pub fn answer_after(delay: Duration, status: u16) -> Answer {
+    let status = axum::http::StatusCode::from_u16(status).unwrap();
+    Arc::new(move |_, _| {
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            axum::response::IntoResponse::into_response((status, "ok"))
+        })
+    })
+}
+
 /// An HTTP server on a free loopback port that records every POST (before
 /// answering it) and answers with an [`Answer`].
 pub struct Receiver {
@@ -292,6 +306,26 @@ impl Receiver {
     /// How many requests have arrived.
     pub fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
+    }
+
+    /// When the first request of `webhook-id` arrived, if one has.
+    pub fn arrival_of(&self, webhook_id: &str) -> Option<Instant> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.webhook_id() == webhook_id)
+            .map(|r| r.at)
+    }
+
+    /// Each request's `webhook-id` and arrival, in arrival order.
+    pub fn arrivals(&self) -> Vec<(String, Instant)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| (r.webhook_id().to_string(), r.at))
+            .collect()
     }
 
     /// Requests per `webhook-id`.

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::config::{Cidr, DatabaseUrl};
@@ -16,6 +16,7 @@ use dispatcher::{Dispatcher, DispatcherConfig};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
 use tokio::sync::watch;
+use workspace_tests::{answer_after, Receiver};
 
 type BenchResult<T> = Result<T, String>;
 
@@ -657,48 +658,17 @@ async fn steady_state(
 
 // --------------------------------------------------------------- end to end
 
-/// A receiver answering 200 (after `delay`), recording arrival times by webhook-id.
-async fn receiver(delay: Duration) -> BenchResult<(String, Arc<Mutex<Vec<(String, Instant)>>>)> {
+/// A receiver (the test-support one) at `/hook` that answers `200` after
+/// `delay`.
+async fn receiver(delay: Duration) -> BenchResult<(String, Arc<Receiver>)> {
     receiver_answering(delay, 200).await
 }
 
-/// A receiver that logs each request's `webhook-id` and arrival, waits
-/// `delay`, then answers `status`.
-async fn receiver_answering(
-    delay: Duration,
-    status: u16,
-) -> BenchResult<(String, Arc<Mutex<Vec<(String, Instant)>>>)> {
-    use axum::http::{HeaderMap, StatusCode};
-    let status = StatusCode::from_u16(status).map_err(fail)?;
-    let seen: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
-    let log = seen.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: HeaderMap| {
-            let log = log.clone();
-            async move {
-                let at = Instant::now();
-                let id = headers
-                    .get("webhook-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                if let Ok(mut l) = log.lock() {
-                    l.push((id, at));
-                }
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                (status, "ok")
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(fail)?;
-    let url = format!("http://{}/hook", listener.local_addr().map_err(fail)?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, seen))
+/// A receiver at `/hook` that records each request, waits `delay`, then
+/// answers `status`.
+async fn receiver_answering(delay: Duration, status: u16) -> BenchResult<(String, Arc<Receiver>)> {
+    let (r, base) = Receiver::start(answer_after(delay, status)).await;
+    Ok((format!("{base}/hook"), r))
 }
 
 fn dispatcher_for(store: DynControlPlaneStore, poll: Duration) -> BenchResult<Dispatcher> {
@@ -757,7 +727,7 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             let rate = total as f64 / start.elapsed().as_secs_f64();
             let _ = stop.send(true);
             let _ = run.await;
-            let received = seen.lock().map(|s| s.len()).unwrap_or(0);
+            let received = seen.count();
             if received < total {
                 return Err(format!("the receiver got {received} of {total}"));
             }
@@ -843,7 +813,7 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             let deadline = Instant::now() + Duration::from_secs(120);
             let mut lat = Vec::new();
             while Instant::now() < deadline {
-                let arrived = seen.lock().map(|s| s.clone()).unwrap_or_default();
+                let arrived = seen.arrivals();
                 lat = sent
                     .iter()
                     .filter_map(|(id, at)| {
@@ -907,11 +877,7 @@ async fn wakeup_latency(a: &Args) -> BenchResult<String> {
                 .map_err(fail)?;
             let id = p.deliveries.first().ok_or("no delivery")?.to_string();
             let arrived = loop {
-                let found = seen
-                    .lock()
-                    .ok()
-                    .and_then(|s| s.iter().find(|(d, _)| *d == id).map(|(_, at)| *at));
-                if let Some(at) = found {
+                if let Some(at) = seen.arrival_of(&id) {
                     break at;
                 }
                 if t0.elapsed() > Duration::from_secs(10) {
@@ -1064,7 +1030,7 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let start = Instant::now();
     let mut in_flight_max = 0;
     while start.elapsed() < Duration::from_secs(120) {
-        let got = seen.lock().map(|s| s.len()).unwrap_or(0);
+        let got = seen.count();
         in_flight_max = in_flight_max.max(got);
         if got >= n {
             break;

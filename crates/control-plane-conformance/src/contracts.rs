@@ -1505,6 +1505,132 @@ pub async fn outcome_batches_agree_with_single_outcomes(f: &dyn StoreFactory) {
         .is_empty());
 }
 
+/// `DeliveryStore::delivery_record_outcomes`: a success recorded in a batch
+/// of successes (a set statement on PostgreSQL) and one recorded beside a
+/// repeat of its own lease (the general transition) leave the same
+/// delivery, attempt-log row and circuit.
+pub async fn a_success_is_recorded_alike_on_every_path(f: &dyn StoreFactory) {
+    let h = f.open(with_breaker(5, 30, 600)).await;
+    let e = endpoint(&h, "a", false).await;
+    for _ in 0..3 {
+        publish(&h, "a").await;
+    }
+    let c = claim(&h, 10).await;
+    assert_eq!(c.len(), 3);
+    let report = AttemptReport {
+        status_code: Some(204),
+        error: None,
+        latency_ms: 17,
+    };
+    let failing = AttemptReport {
+        status_code: Some(503),
+        error: Some("unavailable".into()),
+        latency_ms: 5,
+    };
+    // One failure on the circuit first, so both paths must reset it.
+    let retry_at = h.clock.now().plus(Duration::from_secs(60));
+    record(
+        &h,
+        &c[2],
+        DeliveryOutcome::Retry {
+            at: retry_at,
+            report: failing,
+        },
+    )
+    .await;
+    assert_eq!(
+        h.store
+            .circuit_get(&acct("a"), e.id)
+            .await
+            .unwrap()
+            .consecutive_failures,
+        1
+    );
+    h.clock.advance(Duration::from_secs(1));
+    let fast = h
+        .store
+        .delivery_record_outcomes(vec![(
+            c[0].lease.clone(),
+            DeliveryOutcome::Delivered(report.clone()),
+        )])
+        .await
+        .unwrap();
+    let circuit_after_fast = h.store.circuit_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(circuit_after_fast.consecutive_failures, 0);
+    let general = h
+        .store
+        .delivery_record_outcomes(vec![
+            (
+                c[1].lease.clone(),
+                DeliveryOutcome::Delivered(report.clone()),
+            ),
+            (c[1].lease.clone(), DeliveryOutcome::Delivered(report)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        fast[0].as_ref().unwrap(),
+        general[0].as_ref().unwrap(),
+        "the same answer"
+    );
+    assert!(general[1].as_ref().unwrap().duplicate);
+    let shape = |d: Delivery| {
+        (
+            d.state,
+            d.attempts,
+            d.due_at,
+            d.lease_expires_at,
+            d.last_error,
+            d.updated_at,
+        )
+    };
+    let d0 = h
+        .store
+        .delivery_get(&acct("a"), c[0].delivery.id)
+        .await
+        .unwrap();
+    let d1 = h
+        .store
+        .delivery_get(&acct("a"), c[1].delivery.id)
+        .await
+        .unwrap();
+    assert_eq!(d0.state, DeliveryState::Delivered);
+    assert_eq!(shape(d0), shape(d1), "the same delivery row");
+    let log = |a: Vec<AttemptRecord>| -> Vec<_> {
+        a.into_iter()
+            .map(|r| {
+                (
+                    r.attempt,
+                    r.result,
+                    r.status_code,
+                    r.error,
+                    r.latency_ms,
+                    r.will_retry,
+                    r.next_attempt_at,
+                    r.recorded_at,
+                )
+            })
+            .collect()
+    };
+    let l0 = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), c[0].delivery.id)
+        .await
+        .unwrap();
+    let l1 = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), c[1].delivery.id)
+        .await
+        .unwrap();
+    assert_eq!(l0.len(), 1);
+    assert_eq!(log(l0), log(l1), "the same attempt-log row");
+    assert_eq!(
+        h.store.circuit_get(&acct("a"), e.id).await.unwrap(),
+        circuit_after_fast,
+        "the same circuit"
+    );
+}
+
 /// An endpoint receiving only `ty`, with the given flow limits.
 async fn limited_endpoint(
     h: &Harness,

@@ -96,6 +96,7 @@ macro_rules! conformance_suite {
             accounts_never_see_each_others_deliveries,
             publish_wakes_idle_workers,
             outcome_batches_agree_with_single_outcomes,
+            a_success_is_recorded_alike_on_every_path,
             workflow_enqueue_is_idempotent_and_conflicts_on_difference,
             workflow_claim_takes_due_tasks_of_given_kinds,
             workflow_claim_is_exclusive_under_concurrent_claimers,

@@ -269,6 +269,11 @@ pub trait DeliveryStore: Send + Sync {
     /// # Behavior
     /// - Per-item results agree with single calls, repeats and stale leases
     ///   included (`outcome_batches_agree_with_single_outcomes`).
+    /// - A success leaves the same delivery, attempt-log row and circuit
+    ///   whichever path records it: alone in a batch of successes (which an
+    ///   adapter may write with one set statement) or beside a repeat of its
+    ///   own lease (which takes the general transition)
+    ///   (`a_success_is_recorded_alike_on_every_path`).
     ///
     /// # Errors
     /// A backend failure fails the call; items may or may not have been

@@ -16,6 +16,10 @@ use tokio::task::JoinSet;
 use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
 use crate::signing::signature_header;
 
+/// How long the loop may wait for more free send slots before it claims
+/// for the few it has (see [`Dispatcher::run`]).
+const GATHER: Duration = Duration::from_millis(2);
+
 /// How a dispatcher runs.
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -131,6 +135,7 @@ impl Dispatcher {
         let mut inflight: JoinSet<Sent> = JoinSet::new();
         let mut wake = self.store.delivery_wakeups();
         let mut report = DispatchReport::default();
+        let mut gathering: Option<Instant> = None;
         let (recorder, batcher) = Recorder::start(self.store.clone());
         let tally = |report: &mut DispatchReport, r: Sent| match r {
             Sent::Delivered => report.delivered += 1,
@@ -149,6 +154,22 @@ impl Dispatcher {
                 }
                 continue;
             }
+            // With only a few slots free and sends finishing, let more free
+            // up for a moment: a claim costs the store a scan whatever its
+            // size, so one claim for many slots beats many for one.
+            if free < self.gather_below() && !inflight.is_empty() {
+                let since = *gathering.get_or_insert_with(Instant::now);
+                let left = GATHER.saturating_sub(since.elapsed());
+                if !left.is_zero() {
+                    tokio::select! {
+                        done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
+                        _ = tokio::time::sleep(left) => {}
+                        _ = stop.changed() => {}
+                    }
+                    continue;
+                }
+            }
+            gathering = None;
             wake.borrow_and_update();
             let req = ClaimRequest {
                 worker: self.config.worker.clone(),
@@ -195,6 +216,15 @@ impl Dispatcher {
         let _ = batcher.await;
         report.released += self.release_all(&leases).await;
         report
+    }
+
+    /// Below this many free slots (a quarter of a full claim) the loop waits
+    /// up to [`GATHER`] for more before it claims.
+    fn gather_below(&self) -> u32 {
+        let full = u32::try_from(self.config.concurrency)
+            .unwrap_or(u32::MAX)
+            .min(self.config.max_batch);
+        (full / 4).max(1)
     }
 
     /// Sends one claimed delivery in its own task, holding a send slot and
