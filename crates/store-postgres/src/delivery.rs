@@ -901,7 +901,7 @@ impl PostgresStore {
         tx: &tokio_postgres::Transaction<'_>,
         reqs: Vec<PublishRequest>,
     ) -> StoreResult<Vec<Published>> {
-        publish(&Tx::new(tx, None, self), reqs).await
+        publish(&Tx::new(tx, None, self, self.now()), reqs).await
     }
 
     /// Wakes workers on every replica; call it after committing a
@@ -1011,7 +1011,8 @@ impl DeliveryStore for PostgresStore {
                 .collect());
         }
         let tx = client.transaction().await.map_err(crate::error::map)?;
-        let t = Tx::new(&tx, Some(&tx.statement_cache), self);
+        // The same store time as the fast path's statement above.
+        let t = Tx::new(&tx, Some(&tx.statement_cache), self, now);
         let mut out = Vec::with_capacity(batch.len());
         for (lease, outcome) in batch {
             if done.contains(&lease.delivery_id) {

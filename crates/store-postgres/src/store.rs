@@ -205,12 +205,7 @@ impl PostgresStore {
     /// Wakes workers here and, best effort, on every replica (polling covers
     /// a lost notification); called after a commit that made work due.
     pub(crate) async fn wake(&self) {
-        self.wakeup.notify();
-        if let Ok(client) = self.pool.get().await {
-            let _ = client
-                .execute("SELECT pg_notify($1, '')", &[&self.channel])
-                .await;
-        }
+        let _ = self.notify_committed().await;
     }
 }
 
@@ -231,15 +226,17 @@ pub(crate) struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
+    /// The context of `tx` at store time `now`.
     pub(crate) fn new(
         tx: &'a tokio_postgres::Transaction<'a>,
         statements: Option<&'a StatementCache>,
         store: &'a PostgresStore,
+        now: Timestamp,
     ) -> Self {
         Tx {
             tx,
             statements,
-            now: store.now(),
+            now,
             options: &store.options,
             housekeeping: &store.housekeeping,
         }
@@ -274,7 +271,7 @@ macro_rules! in_tx {
         let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
         let tx = client.transaction().await.map_err($crate::error::map)?;
         let out = {
-            let $t = $crate::store::Tx::new(&tx, Some(&tx.statement_cache), $store);
+            let $t = $crate::store::Tx::new(&tx, Some(&tx.statement_cache), $store, $store.now());
             $body.await?
         };
         tx.commit().await.map_err($crate::error::map)?;
