@@ -275,3 +275,31 @@ fn is_contract_name(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
+
+/// README's configuration table has a row for every variable the resolver
+/// accepts, with the same default, and no row for a variable it refuses.
+#[test]
+fn readme_documents_every_variable_with_its_default() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    for v in control_plane_core::config::VARIABLES {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", v.name)))
+            .unwrap_or_else(|| panic!("README has no row for {}", v.name));
+        if !v.default.starts_with('(') {
+            assert!(
+                row.contains(&format!("| `{}` |", v.default)),
+                "README's default for {} differs from `{}`: {row}",
+                v.name,
+                v.default
+            );
+        }
+    }
+    for row in readme.lines().filter(|l| l.starts_with("| `CONTROLPLANE_")) {
+        let name = row.split('`').nth(1).unwrap_or_default();
+        assert!(
+            control_plane_core::config::is_known(name) || name.starts_with("CONTROLPLANE_TEST"),
+            "README documents {name}, which the resolver refuses"
+        );
+    }
+}

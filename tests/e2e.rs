@@ -84,8 +84,14 @@ impl Service {
     /// Starts `serve` on `profile`: short retries (1 s), a 4 s lease (so a
     /// 2 s request timeout), loopback allowed as a destination.
     fn start(profile: &Profile) -> Service {
+        Service::start_with(profile, &[])
+    }
+
+    /// As [`Service::start`], with `extra` variables.
+    fn start_with(profile: &Profile, extra: &[(&'static str, &str)]) -> Service {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut env = profile.env();
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         env.extend([
             ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
             ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
@@ -213,11 +219,29 @@ fn delivered(d: &Value) -> bool {
 
 // ----------------------------------------------------------------- the cases
 
+/// How the service under test writes its log.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Logs {
+    /// The default: text at `info`.
+    Text,
+    /// `CONTROLPLANE_LOG_FORMAT=json` at `debug`, so every attempt is logged.
+    JsonDebug,
+}
+
 /// Every case of issue 5 against one running service, concurrently.
-async fn every_case(profile: Profile) {
+async fn every_case(profile: Profile, logs: Logs) {
     let down_switch = Arc::new(AtomicBool::new(false));
     let (rx, hooks) = Receiver::start(cases(down_switch.clone())).await;
-    let mut svc = Service::start(&profile);
+    let mut svc = match logs {
+        Logs::Text => Service::start(&profile),
+        Logs::JsonDebug => Service::start_with(
+            &profile,
+            &[
+                ("CONTROLPLANE_LOG_FORMAT", "json"),
+                ("CONTROLPLANE_LOG", "debug"),
+            ],
+        ),
+    };
     let long = Duration::from_secs(40);
 
     let (ok_ep, ok_secret) = svc.endpoint(&format!("{hooks}/ok"), &["case.ok"]).await;
@@ -427,6 +451,9 @@ async fn every_case(profile: Profile) {
         !svc.log().contains(ADMIN),
         "the admin token reached the log"
     );
+    if logs == Logs::JsonDebug {
+        json_log_names_each_attempt(&svc.process.log());
+    }
     drop(profile);
 }
 
@@ -462,12 +489,33 @@ async fn sigterm_during_a_slow_send(profile: Profile) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_profile_delivers_every_case() {
-    every_case(Profile::embedded()).await;
+    every_case(Profile::embedded(), Logs::Text).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_profile_delivers_every_case() {
-    every_case(Profile::postgres()).await;
+    every_case(Profile::postgres(), Logs::JsonDebug).await;
+}
+
+/// Every line of a JSON log is one JSON object with a level and a message,
+/// and the attempts' lines carry the account, endpoint, delivery and attempt.
+fn json_log_names_each_attempt(log: &str) {
+    let mut attempts = 0;
+    for line in log.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"));
+        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+        if v["message"] == "attempt recorded" {
+            let span = &v["span"];
+            for field in ["account", "endpoint_id", "delivery_id"] {
+                assert!(span[field].is_string(), "no {field}: {line}");
+            }
+            assert!(span["attempt"].is_u64(), "no attempt: {line}");
+            assert!(v["result"].is_string() && v["state"].is_string(), "{line}");
+            attempts += 1;
+        }
+    }
+    assert!(attempts >= 10, "{attempts} attempt lines in:\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -141,6 +141,17 @@ pub struct Process {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+/// The message of one log line: the line itself in the text format, its
+/// `message` field in the JSON format (`CONTROLPLANE_LOG_FORMAT=json`).
+pub fn log_message(line: &str) -> String {
+    if line.starts_with('{') {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+            return v["message"].as_str().unwrap_or_default().to_string();
+        }
+    }
+    line.to_string()
+}
+
 impl Process {
     /// Starts `bin command` with no `CONTROLPLANE_*` variable of the test's
     /// own environment, the API on a free loopback port, then `env`; waits
@@ -159,14 +170,25 @@ impl Process {
         }
         let mut child = c.spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let ready = lines.next().and_then(Result::ok).unwrap_or_default();
-        if !ready.contains("ready") {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`{command}` did not start: {ready:?}");
-        }
-        let api = ready.split("API on ").nth(1).map(|a| a.trim().to_string());
-        let log = Arc::new(Mutex::new(vec![ready]));
+        // Lines before "ready" (dependencies' notices, debug detail) are kept.
+        let mut before = Vec::new();
+        let ready = loop {
+            match lines.next().and_then(Result::ok) {
+                Some(line) if log_message(&line).contains(" ready on the ") => break line,
+                Some(line) => before.push(line),
+                None => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("`{command}` did not start:\n{}", before.join("\n"));
+                }
+            }
+        };
+        let api = log_message(&ready)
+            .split("API on ")
+            .nth(1)
+            .map(|a| a.trim().to_string());
+        before.push(ready);
+        let log = Arc::new(Mutex::new(before));
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {

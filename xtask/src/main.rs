@@ -7,7 +7,9 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci           fmt check, clippy (warnings denied), every test, docs (warnings
-               denied), then `bench --quick` as a smoke test
+               denied), the postgres-only build (no DuckDB; refuses the
+               embedded profile), then `bench --quick` as a smoke test
+  postgres-only  that build and its checks alone
   test         every test of the workspace; the postgres tests use
                CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
                from the installed PostgreSQL server binaries
@@ -369,6 +371,65 @@ fn chaos() -> Result<(), String> {
     )
 }
 
+/// Builds `control-plane` with the postgres profile alone, in a target
+/// directory of its own (so the default binary the tests use stays), checks
+/// that no DuckDB is in its dependency tree, and that it refuses
+/// `CONTROLPLANE_STORE=embedded` with status 2 naming the missing feature.
+fn postgres_only() -> Result<(), String> {
+    let dir = target_dir().join("postgres-only");
+    let features = ["--no-default-features", "--features", "postgres"];
+    let started = std::time::Instant::now();
+    let mut build = vec!["build", "-p", "control-plane"];
+    build.extend(features);
+    build.extend([
+        "--target-dir",
+        dir.to_str().ok_or("target dir is not UTF-8")?,
+    ]);
+    cargo(&build, &[])?;
+    eprintln!(
+        "xtask: the postgres-only binary built in {:.0?}",
+        started.elapsed()
+    );
+    let mut tree = vec![
+        "tree",
+        "-p",
+        "control-plane",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ];
+    tree.extend(features);
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(&tree)
+        .output()
+        .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+    let deps = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || deps.contains("duckdb") {
+        return Err(format!(
+            "the postgres-only dependency tree is wrong (status {}):\n{deps}",
+            out.status
+        ));
+    }
+    let mut run = Command::new(dir.join("debug").join("control-plane"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        run.env_remove(k);
+    }
+    let out = run
+        .arg("status")
+        .env("CONTROLPLANE_STORE", "embedded")
+        .output()
+        .map_err(|e| format!("cannot run the postgres-only binary: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(2) || !stderr.contains("`embedded` cargo feature") {
+        return Err(format!(
+            "the postgres-only binary must refuse the embedded profile with status 2, got {}: {stderr}",
+            out.status
+        ));
+    }
+    Ok(())
+}
+
 fn docs() -> Result<(), String> {
     cargo(
         &["doc", "--workspace", "--no-deps"],
@@ -382,6 +443,7 @@ fn main() -> ExitCode {
         "ci" => tidy()
             .and_then(|_| test())
             .and_then(|_| docs())
+            .and_then(|_| postgres_only())
             .and_then(|_| bench(true)),
         "pg" => Cluster::start().map(|c| {
             eprintln!(
@@ -397,6 +459,7 @@ fn main() -> ExitCode {
         "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
         "tidy" => tidy(),
         "conformance" => conformance(),
+        "postgres-only" => postgres_only(),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

@@ -2,6 +2,7 @@
 //! stored as its SHA-256 hash, reaches only its own account.
 
 use std::sync::Arc;
+use subtle::ConstantTimeEq;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -112,7 +113,7 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .filter(|t| !t.is_empty() && t.len() <= 256)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
         let hash = hash_token(token);
-        if hash == state.admin_hash {
+        if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
             return Ok(Caller::Admin);
         }
         match state.store.account_key_find(&hash).await? {

@@ -92,7 +92,7 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m)
             }
             other => {
-                eprintln!("api: store error: {other}");
+                tracing::error!("store error: {other}");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "the store failed; the details are in the service log",

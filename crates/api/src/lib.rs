@@ -12,10 +12,10 @@
 
 pub mod auth;
 pub mod error;
+pub mod metrics;
 mod routes;
 mod views;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,11 +26,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, Telemetry, UsageMeter};
-use tokio::sync::watch;
+use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, UsageMeter};
+use tokio_util::sync::CancellationToken;
 
 pub use auth::{generate_secret, generate_token, hash_token, Caller};
 pub use error::ApiError;
+pub use metrics::Metrics;
 
 /// How the API runs.
 #[derive(Clone, Debug)]
@@ -58,24 +59,24 @@ impl ApiConfig {
 pub struct ApiState {
     pub(crate) store: DynControlPlaneStore,
     pub(crate) admin_hash: String,
-    pub(crate) telemetry: Arc<Telemetry>,
+    pub(crate) metrics: Arc<Metrics>,
     pub(crate) usage: Arc<UsageMeter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
 }
 
-/// The API's router. `telemetry` is rendered at `/metrics`; `usage` is fed
+/// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
 /// with published events.
 pub fn router(
     store: DynControlPlaneStore,
     config: &ApiConfig,
-    telemetry: Arc<Telemetry>,
+    metrics: Arc<Metrics>,
     usage: Arc<UsageMeter>,
 ) -> Router {
     let state = Arc::new(ApiState {
         store,
         admin_hash: hash_token(&config.admin_token),
-        telemetry,
+        metrics,
         usage,
         clock: Arc::new(SystemClock),
         rotation_grace: config.rotation_grace,
@@ -84,7 +85,7 @@ pub fn router(
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(render_metrics))
         .route(&format!("{v1}/keys"), post(routes::key_create))
         .route(
             &format!("{v1}/keys/{{id}}"),
@@ -128,7 +129,7 @@ pub fn router(
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `stop` turns true; requests in
+/// Serves `router` on `listener` until `stop` is cancelled; requests in
 /// progress finish.
 ///
 /// # Errors
@@ -136,16 +137,10 @@ pub fn router(
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> std::io::Result<()> {
     axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            while !*stop.borrow_and_update() {
-                if stop.changed().await.is_err() {
-                    break;
-                }
-            }
-        })
+        .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }
 
@@ -199,30 +194,16 @@ async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse,
     }
 }
 
-async fn metrics(State(state): State<Arc<ApiState>>, caller: Caller) -> Result<Response, ApiError> {
+async fn render_metrics(
+    State(state): State<Arc<ApiState>>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
     caller.admin_only()?;
-    let depth = state.store.delivery_count_by_state().await?;
-    let open = state.store.circuit_count_open().await?;
-    let mut out = String::new();
-    out.push_str("# HELP controlplane_deliveries Deliveries by state (queue depth).\n");
-    out.push_str("# TYPE controlplane_deliveries gauge\n");
-    for (s, n) in depth {
-        let _ = writeln!(
-            out,
-            "controlplane_deliveries{{state=\"{}\"}} {n}",
-            s.as_str()
-        );
-    }
-    out.push_str(
-        "# HELP controlplane_open_circuits Endpoints whose circuit is open or half-open.\n",
-    );
-    out.push_str("# TYPE controlplane_open_circuits gauge\n");
-    let _ = writeln!(out, "controlplane_open_circuits {open}");
-    state.telemetry.render(&mut out);
+    let out = state.metrics.render(&state.store).await?;
     let mut r = out.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     Ok(r)
 }

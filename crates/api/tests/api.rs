@@ -7,7 +7,7 @@ use std::sync::Arc;
 use api::{router, ApiConfig};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use control_plane_core::{DynControlPlaneStore, SystemClock, Telemetry, UsageMeter};
+use control_plane_core::{DynControlPlaneStore, SystemClock, UsageMeter};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -35,7 +35,7 @@ async fn api() -> Api {
     let app = router(
         store.clone(),
         &config,
-        Arc::new(Telemetry::default()),
+        Arc::new(api::Metrics::default()),
         Arc::new(UsageMeter::default()),
     );
     Api {

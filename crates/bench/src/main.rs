@@ -15,7 +15,7 @@ use control_plane_core::*;
 use dispatcher::{Dispatcher, DispatcherConfig};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use workspace_tests::{answer_after, Receiver};
 
 type BenchResult<T> = Result<T, String>;
@@ -705,7 +705,8 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 None => prefill(store.as_ref(), total).await?,
             }
             let d = dispatcher_for(store.clone(), Duration::from_millis(50))?;
-            let (stop, stopped) = watch::channel(false);
+            let stop = CancellationToken::new();
+            let stopped = stop.clone();
             let start = Instant::now();
             let run = tokio::spawn(async move { d.run(stopped).await });
             loop {
@@ -725,7 +726,7 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let rate = total as f64 / start.elapsed().as_secs_f64();
-            let _ = stop.send(true);
+            stop.cancel();
             let _ = run.await;
             let received = seen.count();
             if received < total {
@@ -790,7 +791,8 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                     ..DispatcherConfig::default()
                 },
             )?;
-            let (stop, stopped) = watch::channel(false);
+            let stop = CancellationToken::new();
+            let stopped = stop.clone();
             let run = tokio::spawn(async move { d.run(stopped).await });
             // Let the neighbour fill its share of the send slots first.
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -828,7 +830,7 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let _ = stop.send(true);
+            stop.cancel();
             let _ = run.await;
             if let Some(s) = schema {
                 drop_schema(&a.url, &s).await?;
@@ -860,7 +862,8 @@ async fn wakeup_latency(a: &Args) -> BenchResult<String> {
         let (url, seen) = receiver(Duration::ZERO).await?;
         endpoint(&publisher, &url).await?;
         let d = dispatcher_for(worker.clone(), Duration::from_secs(1))?;
-        let (stop, stopped) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
         let run = tokio::spawn(async move { d.run(stopped).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut lat = Vec::with_capacity(n);
@@ -889,7 +892,7 @@ async fn wakeup_latency(a: &Args) -> BenchResult<String> {
             // Spread publishes so that each one meets an idle worker.
             tokio::time::sleep(Duration::from_millis(if listen { 20 } else { 137 })).await;
         }
-        let _ = stop.send(true);
+        stop.cancel();
         let _ = run.await;
         let p50 = percentile(&mut lat, 0.5);
         let p99 = percentile(&mut lat, 0.99);

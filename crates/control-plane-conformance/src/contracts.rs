@@ -1246,6 +1246,8 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
         (d.enabled, d.disabled_reason.as_deref()),
         (false, Some("maintenance"))
     );
+    endpoint(&h, "b", false).await;
+    assert_eq!(h.store.endpoint_count_disabled().await.unwrap(), 1);
     let during = publish(&h, "a").await.deliveries[0];
     h.clock.advance(Duration::from_secs(3600));
     assert!(claim(&h, 10).await.is_empty());
@@ -1257,7 +1259,55 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
         .await
         .unwrap();
     assert_eq!((d.enabled, d.disabled_reason), (true, None));
+    assert_eq!(h.store.endpoint_count_disabled().await.unwrap(), 0);
     assert_eq!(ids(&claim(&h, 10).await), vec![before, during]);
+}
+
+/// `DeliveryStore::delivery_count_by_account_and_state`: exact counts per
+/// account and state, which sum to `delivery_count_by_state`.
+pub async fn deliveries_are_counted_by_account_and_state(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    endpoint(&h, "b", false).await;
+    for _ in 0..3 {
+        publish(&h, "a").await;
+    }
+    publish(&h, "b").await;
+    let c = claim(&h, 2).await;
+    record(&h, &c[0], ok()).await;
+    let mut counts = h.store.delivery_count_by_account_and_state().await.unwrap();
+    counts.sort_by(|x, y| (x.0.as_str(), x.1.as_str()).cmp(&(y.0.as_str(), y.1.as_str())));
+    let leased_account = c[1].delivery.account.as_str().to_string();
+    let delivered_account = c[0].delivery.account.as_str().to_string();
+    let mut expected: Vec<(String, DeliveryState, u64)> = Vec::new();
+    for account in ["a", "b"] {
+        let total = if account == "a" { 3 } else { 1 };
+        let delivered = u64::from(account == delivered_account);
+        let leased = u64::from(account == leased_account);
+        for (state, n) in [
+            (DeliveryState::Delivered, delivered),
+            (DeliveryState::Leased, leased),
+            (DeliveryState::Pending, total - delivered - leased),
+        ] {
+            if n > 0 {
+                expected.push((account.to_string(), state, n));
+            }
+        }
+    }
+    expected.sort_by(|x, y| (x.0.as_str(), x.1.as_str()).cmp(&(y.0.as_str(), y.1.as_str())));
+    let got: Vec<(String, DeliveryState, u64)> = counts
+        .iter()
+        .map(|(a, s, n)| (a.as_str().to_string(), *s, *n))
+        .collect();
+    assert_eq!(got, expected);
+    let mut by_state = h.store.delivery_count_by_state().await.unwrap();
+    by_state.sort_by_key(|(s, _)| s.as_str());
+    let mut summed: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (_, s, n) in &counts {
+        *summed.entry(s.as_str()).or_default() += n;
+    }
+    let by_state: Vec<(&str, u64)> = by_state.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    assert_eq!(by_state, summed.into_iter().collect::<Vec<_>>());
 }
 
 /// `EndpointStore::endpoint_delete`: undelivered deliveries are parked as dead.

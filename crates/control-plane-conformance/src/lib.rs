@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             circuit_reopens_longer_after_failed_probe,
             endpoint_is_disabled_after_failing_for_the_window,
             disabled_endpoint_holds_deliveries_until_enabled,
+            deliveries_are_counted_by_account_and_state,
             deleting_endpoint_parks_deliveries_as_dead,
             ordered_endpoint_has_one_delivery_in_flight_lowest_first,
             accounts_never_see_each_others_deliveries,
@@ -119,6 +120,10 @@ macro_rules! conformance_suite {
             alerts_are_published_to_endpoints_that_subscribe_by_name,
             account_keys_are_found_by_hash_and_revoked,
             maintenance_purges_old_history_in_batches,
+            retention_purges_events_left_without_deliveries,
+            retention_purges_completed_tasks_only,
+            retention_purges_old_alerts,
+            retention_purges_ended_usage_windows,
             maintenance_runs_on_a_single_flight_tick,
         );
 

@@ -40,6 +40,30 @@ fn with_workflow(max_attempts: u32) -> StoreOptions {
     }
 }
 
+/// An endpoint of `account` that receives every event.
+async fn endpoint_for_all(h: &Harness, account: &str) -> Endpoint {
+    h.store
+        .endpoint_create(EndpointCreateRequest::new(
+            acct(account),
+            "https://example.com/x",
+            Secret::new("whsec_eA=="),
+        ))
+        .await
+        .unwrap()
+}
+
+/// Claims up to `limit` due deliveries.
+async fn claim_deliveries(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
+    h.store
+        .delivery_claim(ClaimRequest {
+            worker: "w".into(),
+            limit,
+            lease_for: LEASE,
+        })
+        .await
+        .unwrap()
+}
+
 async fn claim_kinds(h: &Harness, kinds: &[&str], limit: u32) -> Vec<ClaimedTask> {
     h.store
         .workflow_claim(TaskClaimRequest {
@@ -826,15 +850,7 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
         ..StoreOptions::default()
     };
     let h = f.open(opts).await;
-    let e = h
-        .store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct("a"),
-            "https://example.com/x",
-            Secret::new("whsec_eA=="),
-        ))
-        .await
-        .unwrap();
+    let e = endpoint_for_all(&h, "a").await;
     let publish = || {
         h.store.event_publish(PublishRequest {
             account: acct("a"),
@@ -945,15 +961,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         .await
         .unwrap();
     assert_eq!(p.deliveries.len(), 2, "failing + catch-all");
-    let mut claimed = h
-        .store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 10,
-            lease_for: LEASE,
-        })
-        .await
-        .unwrap();
+    let mut claimed = claim_deliveries(&h, 10).await;
     let c = claimed
         .iter()
         .position(|c| c.delivery.endpoint_id == failing.id)
@@ -1064,14 +1072,7 @@ pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
 /// `MaintenanceStore::maintenance_purge`: old delivered history goes in batches; live work stays.
 pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct("a"),
-            "https://example.com/x",
-            Secret::new("whsec_eA=="),
-        ))
-        .await
-        .unwrap();
+    endpoint_for_all(&h, "a").await;
     let reqs = (0..5)
         .map(|i| PublishRequest {
             account: acct("a"),
@@ -1081,15 +1082,7 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
         })
         .collect();
     h.store.event_publish_batch(reqs).await.unwrap();
-    let claimed = h
-        .store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 4,
-            lease_for: LEASE,
-        })
-        .await
-        .unwrap();
+    let claimed = claim_deliveries(&h, 4).await;
     for c in &claimed[..3] {
         let ok = DeliveryOutcome::Delivered(AttemptReport::default());
         h.store.delivery_record_outcome(&c.lease, ok).await.unwrap();
@@ -1163,5 +1156,161 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
             .await
             .unwrap(),
         Some(PurgeReport::default())
+    );
+}
+
+/// Purges with `retention` until a batch removes nothing; the sum.
+async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
+    let mut total = PurgeReport::default();
+    loop {
+        let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+        if r.total() == 0 {
+            return total;
+        }
+        total.add(&r);
+    }
+}
+
+fn event(account: &str, n: i64) -> PublishRequest {
+    PublishRequest {
+        account: acct(account),
+        event_type: "t".into(),
+        payload: json!(n),
+        idempotency_key: None,
+    }
+}
+
+/// `MaintenanceStore::maintenance_purge`: an old event goes once no delivery
+/// refers to it (delivered and purged, or never fanned out); an event with a
+/// pending or dead delivery stays, and so does a recent one.
+pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let retention = Duration::from_secs(3600);
+    let orphan = h.store.event_publish(event("a", 0)).await.unwrap();
+    assert!(orphan.deliveries.is_empty(), "no endpoint yet");
+    endpoint_for_all(h, "a").await;
+    let delivered = h.store.event_publish(event("a", 1)).await.unwrap();
+    let waiting = h.store.event_publish(event("a", 2)).await.unwrap();
+    let c = claim_deliveries(h, 1).await.remove(0);
+    assert_eq!(c.delivery.event_id, delivered.event.id);
+    h.store
+        .delivery_record_outcome(
+            &c.lease,
+            DeliveryOutcome::Delivered(AttemptReport::default()),
+        )
+        .await
+        .unwrap();
+    h.clock.advance(retention);
+    let recent = h.store.event_publish(event("a", 3)).await.unwrap();
+    let r = purge_all(h, retention).await;
+    assert_eq!((r.events, r.deliveries), (2, 1), "{r:?}");
+    let exists = |id| async move { h.store.event_get(&acct("a"), id).await.is_ok() };
+    assert!(!exists(orphan.event.id).await, "never fanned out");
+    assert!(!exists(delivered.event.id).await, "its delivery was purged");
+    assert!(exists(waiting.event.id).await, "its delivery is pending");
+    assert!(exists(recent.event.id).await, "recent");
+}
+
+/// `MaintenanceStore::maintenance_purge`: old completed tasks go; pending,
+/// leased and dead-lettered ones stay whatever their age.
+pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {
+    let h = &f.open(with_workflow(1)).await;
+    let retention = Duration::from_secs(3600);
+    for id in ["done", "dead", "leased", "pending"] {
+        h.store.workflow_enqueue(task(id, "a", "k")).await.unwrap();
+    }
+    let claimed = claim_kinds(h, &["k"], 3).await;
+    let by_id = |id: &str| claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
+    h.store
+        .workflow_complete(&by_id("done").lease, json!(1))
+        .await
+        .unwrap();
+    h.store
+        .workflow_fail(&by_id("dead").lease, "no".into(), TaskFailure::Permanent)
+        .await
+        .unwrap();
+    h.clock.advance(retention);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.tasks, 1, "{r:?}");
+    let get = |id: &'static str| async move { h.store.workflow_get(&acct("a"), &tid(id)).await };
+    assert!(matches!(
+        get("done").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(get("dead").await.unwrap().state, TaskState::DeadLettered);
+    assert!(get("leased").await.is_ok() && get("pending").await.is_ok());
+}
+
+/// `MaintenanceStore::maintenance_purge`: alerts older than the retention go;
+/// recent ones stay.
+pub async fn retention_purges_old_alerts(f: &dyn StoreFactory) {
+    let opts = StoreOptions {
+        max_attempts: 1,
+        ..StoreOptions::default()
+    };
+    let h = &f.open(opts).await;
+    let retention = Duration::from_secs(3600);
+    endpoint_for_all(h, "a").await;
+    let dead_letter = |n| async move {
+        h.store.event_publish(event("a", n)).await.unwrap();
+        let c = claim_deliveries(h, 1).await.remove(0);
+        let fail = DeliveryOutcome::GiveUp(AttemptReport::default());
+        h.store
+            .delivery_record_outcome(&c.lease, fail)
+            .await
+            .unwrap();
+    };
+    dead_letter(1).await;
+    let alerts = || async {
+        h.store
+            .alert_list(&acct("a"), PageRequest::first(100))
+            .await
+            .unwrap()
+            .items
+    };
+    let old = alerts().await;
+    assert!(!old.is_empty(), "a dead letter raises an alert");
+    h.clock.advance(retention);
+    dead_letter(2).await;
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.alerts, old.len() as u64, "{r:?}");
+    let left = alerts().await;
+    assert!(!left.is_empty(), "the recent alert stays");
+    assert!(left.iter().all(|a| old.iter().all(|o| o.id != a.id)));
+}
+
+/// `MaintenanceStore::maintenance_purge`: usage windows that ended before the
+/// cutoff go with the batch ids recorded before it; the current window stays.
+pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let hour = Duration::from_secs(3600);
+    let retention = hour * 2;
+    let record = |id: &'static str| async move {
+        let batch = UsageBatch {
+            batch_id: id.into(),
+            entries: vec![UsageEntry {
+                account: acct("a"),
+                metric: UsageMetric::Attempts,
+                at: h.clock.now(),
+                amount: 1,
+            }],
+        };
+        h.store.usage_record(batch).await.unwrap()
+    };
+    let t0 = usage_window(h.clock.now());
+    assert!(record("old").await);
+    h.clock.advance(retention + hour);
+    assert!(record("new").await);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.usage, 2, "one window and one batch id: {r:?}");
+    let rows = h
+        .store
+        .usage_query(&acct("a"), t0, h.clock.now().plus(hour))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the current window: {rows:?}");
+    assert!(
+        record("old").await,
+        "the purged batch id is forgotten, so it counts again"
     );
 }

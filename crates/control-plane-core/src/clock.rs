@@ -40,38 +40,22 @@ impl Timestamp {
     }
 
     /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-30T09:43:48.123Z`.
+    ///
+    /// Clamped to years 1970 to 9999, the range RFC 3339 and the formatter
+    /// cover; a store never holds a time outside it.
     pub fn to_rfc3339(self) -> String {
-        let secs = self.0.div_euclid(1000);
-        let ms = self.0.rem_euclid(1000);
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let (y, m, d) = civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-            rem / 3600,
-            (rem % 3600) / 60,
-            rem % 60
-        )
+        let ms = self.0.clamp(0, LAST_RFC3339_MILLIS);
+        let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        humantime::format_rfc3339_millis(at).to_string()
     }
 }
+
+/// 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can write.
+const LAST_RFC3339_MILLIS: i64 = 253_402_300_799_999;
 
 /// Milliseconds in `d`, saturating at `i64::MAX`.
 pub fn duration_millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// The store's source of time. Adapters read it for every time-dependent
@@ -144,6 +128,8 @@ mod tests {
             Timestamp(951_782_400_123).to_rfc3339(),
             "2000-02-29T00:00:00.123Z"
         );
+        assert_eq!(Timestamp(-5).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(Timestamp(i64::MAX).to_rfc3339(), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub struct Published {
 /// lease expiry) | `dead` (attempts exhausted, give up, endpoint removed).
 /// `dead` → `pending` by replay. The claimer moves `pending` to `leased`; the
 /// lease holder moves `leased` on; the next claim sweeps expired leases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryState {
     /// Waiting until `due_at`.

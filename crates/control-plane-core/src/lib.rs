@@ -18,7 +18,6 @@ pub mod migration;
 pub mod model;
 pub mod policy;
 pub mod store;
-pub mod telemetry;
 pub mod tick;
 pub mod types;
 pub mod usage;
@@ -42,7 +41,6 @@ pub use store::{
     DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, TickStore, UsageStore,
     WorkflowStore,
 };
-pub use telemetry::{Telemetry, UsageMeter};
 pub use tick::*;
 pub use types::*;
 pub use usage::*;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::clock::Timestamp;
 use crate::error::{StoreError, StoreResult};
 use crate::store::ControlPlaneStore;
 
@@ -30,20 +31,50 @@ pub async fn run_maintenance(
     let mut total = PurgeReport::default();
     for _ in 0..1000 {
         let r = store.maintenance_purge(retention, batch).await?;
-        total.deliveries += r.deliveries;
-        total.attempts += r.attempts;
-        total.idempotency_records += r.idempotency_records;
+        total.add(&r);
         if r.total() == 0 {
             break;
         }
     }
-    let state = serde_json::json!({
-        "deliveries": total.deliveries,
-        "attempts": total.attempts,
-        "idempotency_records": total.idempotency_records,
-    });
+    let state = serde_json::to_value(total).unwrap_or_default();
     store.tick_complete(&lease, state).await?;
     Ok(Some(total))
+}
+
+/// What one purge statement removes. Each adapter keeps one statement per
+/// kind, `DELETE`s at most `$2` rows whose age column is at or before `$1`,
+/// and `$1` is [`Purged::cutoff`]: the rule is written once, here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purged {
+    /// Delivered deliveries, by their last update.
+    Deliveries,
+    /// Attempt-log rows, by when they were recorded.
+    Attempts,
+    /// Events that no delivery refers to, by creation.
+    Events,
+    /// Completed workflow tasks, by their last update.
+    Tasks,
+    /// Alerts, by creation.
+    Alerts,
+    /// Usage windows, by their start: an hour before the cutoff, so a window
+    /// goes only once it ended before the cutoff.
+    UsageWindows,
+    /// Usage batch ids, by when they were recorded.
+    UsageBatches,
+    /// Idempotency records, by their expiry: the cutoff is now.
+    IdempotencyRecords,
+}
+
+impl Purged {
+    /// `$1` of the purge statement, in milliseconds.
+    pub fn cutoff(self, now: Timestamp, retention: Duration) -> i64 {
+        let age = now.minus(retention).as_millis();
+        match self {
+            Purged::IdempotencyRecords => now.as_millis(),
+            Purged::UsageWindows => age.saturating_sub(3_600_000),
+            _ => age,
+        }
+    }
 }
 
 /// Checks a purge batch size: 1 to 10,000 rows per table and call.
@@ -56,13 +87,22 @@ pub fn validate_purge_batch(batch: u32) -> StoreResult<()> {
     Ok(())
 }
 
-/// Rows removed by one maintenance batch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Rows removed by one maintenance batch, per table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PurgeReport {
     /// Delivered deliveries older than the retention.
     pub deliveries: u64,
     /// Attempt-log rows older than the retention.
     pub attempts: u64,
+    /// Events older than the retention that no delivery refers to.
+    pub events: u64,
+    /// Completed workflow tasks older than the retention.
+    pub tasks: u64,
+    /// Alerts older than the retention.
+    pub alerts: u64,
+    /// Usage windows that ended before the cutoff, and usage batch ids
+    /// recorded before it.
+    pub usage: u64,
     /// Expired idempotency records.
     pub idempotency_records: u64,
 }
@@ -70,6 +110,37 @@ pub struct PurgeReport {
 impl PurgeReport {
     /// Total rows removed.
     pub fn total(&self) -> u64 {
-        self.deliveries + self.attempts + self.idempotency_records
+        self.deliveries
+            + self.attempts
+            + self.events
+            + self.tasks
+            + self.alerts
+            + self.usage
+            + self.idempotency_records
+    }
+
+    /// Counts `n` rows removed by a statement of kind `what`.
+    pub fn count(&mut self, what: Purged, n: u64) {
+        let field = match what {
+            Purged::Deliveries => &mut self.deliveries,
+            Purged::Attempts => &mut self.attempts,
+            Purged::Events => &mut self.events,
+            Purged::Tasks => &mut self.tasks,
+            Purged::Alerts => &mut self.alerts,
+            Purged::UsageWindows | Purged::UsageBatches => &mut self.usage,
+            Purged::IdempotencyRecords => &mut self.idempotency_records,
+        };
+        *field += n;
+    }
+
+    /// Adds another batch's counts to this one.
+    pub fn add(&mut self, other: &PurgeReport) {
+        self.deliveries += other.deliveries;
+        self.attempts += other.attempts;
+        self.events += other.events;
+        self.tasks += other.tasks;
+        self.alerts += other.alerts;
+        self.usage += other.usage;
+        self.idempotency_records += other.idempotency_records;
     }
 }

@@ -58,6 +58,9 @@ pub struct StoreOptions {
     /// In-flight cap of an endpoint that sets no `max_in_flight`, across
     /// every replica (`CONTROLPLANE_ENDPOINT_CONCURRENCY`).
     pub endpoint_concurrency: u32,
+    /// Whether opening the store applies its pending migrations
+    /// (`CONTROLPLANE_AUTO_MIGRATE`).
+    pub migrations: crate::migration::Migrations,
 }
 
 /// The default in-flight cap per endpoint: a quarter of a worker's default
@@ -74,6 +77,7 @@ impl Default for StoreOptions {
             disable_after: Duration::from_secs(5 * 24 * 3600),
             workflow: crate::workflow::WorkflowPolicy::default(),
             endpoint_concurrency: DEFAULT_ENDPOINT_CONCURRENCY,
+            migrations: crate::migration::Migrations::Apply,
         }
     }
 }

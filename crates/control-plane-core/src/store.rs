@@ -112,6 +112,16 @@ pub trait EndpointStore: Send + Sync {
     /// # Cancellation safety
     /// Cancelling may or may not delete; it never deletes half.
     async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64>;
+
+    /// Disabled endpoints that are not deleted, across accounts (`status`).
+    ///
+    /// # Behavior
+    /// - Counts an endpoint from its disabling to its enabling
+    ///   (`disabled_endpoint_holds_deliveries_until_enabled`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_count_disabled(&self) -> StoreResult<u64>;
 }
 
 /// Events, fan-out and the delivery queue.
@@ -339,9 +349,25 @@ pub trait DeliveryStore: Send + Sync {
 
     /// Counts all deliveries by state (for `status` and metrics).
     ///
+    /// # Behavior
+    /// - Agrees with the per-account counts (`deliveries_are_counted_by_account_and_state`).
+    ///
     /// # Cancellation safety
     /// Safe.
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>>;
+
+    /// Counts all deliveries by account and state, ordered by account then
+    /// state, in one scan (for metrics, which bound the accounts they show).
+    ///
+    /// # Behavior
+    /// - Every (account, state) with deliveries, exactly
+    ///   (`deliveries_are_counted_by_account_and_state`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn delivery_count_by_account_and_state(
+        &self,
+    ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>>;
 }
 
 /// The append-only attempt log.
@@ -710,13 +736,21 @@ pub trait AccountKeyStore: Send + Sync {
 /// Retention.
 #[async_trait]
 pub trait MaintenanceStore: Send + Sync {
-    /// Removes one small batch (at most `batch` rows per table) of delivered
-    /// deliveries and attempt-log rows older than `retention`, and of expired
-    /// idempotency records; each table in its own short transaction.
+    /// Removes one small batch (at most `batch` rows per table) of finished
+    /// history older than `retention`: delivered deliveries, attempt-log
+    /// rows, events left without deliveries, completed tasks, alerts, usage
+    /// windows (and their batch ids), and expired idempotency records.
     ///
     /// # Behavior
     /// - Only old delivered history goes; live deliveries stay
     ///   (`maintenance_purges_old_history_in_batches`).
+    /// - An old event goes once no delivery refers to it; one with a pending
+    ///   or dead delivery stays (`retention_purges_events_left_without_deliveries`).
+    /// - Old completed tasks go; pending, leased and dead ones stay
+    ///   (`retention_purges_completed_tasks_only`).
+    /// - Old alerts go (`retention_purges_old_alerts`).
+    /// - Usage windows that ended before the cutoff go, with the batch ids
+    ///   recorded before it (`retention_purges_ended_usage_windows`).
     /// - Expired idempotency records go (`idempotency_records_expire_and_are_swept`).
     /// - `maintenance::run_maintenance` runs it on one replica per interval,
     ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).

@@ -3,45 +3,87 @@
 
 use std::process::ExitCode;
 
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use control_plane_core::config::VARIABLES;
 use control_plane_core::{Config, DynControlPlaneStore};
 
+mod logs;
 mod wiring;
 
-const USAGE: &str = "usage: control-plane <command>
+/// The durable control plane for webhook delivery and leased work.
+#[derive(Parser)]
+#[command(
+    name = "control-plane",
+    version,
+    about,
+    after_help = "Configuration comes from CONTROLPLANE_* environment variables (an unknown one \
+                  stops the boot); `control-plane <command> --help` lists those a command reads."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Role,
+}
 
-commands:
-  serve    run the HTTP API and the workers (webhook delivery, workflow
-           tasks, maintenance) until SIGINT or SIGTERM
-  api      the HTTP API alone (needs CONTROLPLANE_STORE=postgres and
-           CONTROLPLANE_ADMIN_TOKEN)
-  worker   the workers alone (needs CONTROLPLANE_STORE=postgres)
-  migrate  create or upgrade the store's schema, then exit
-  status   print delivery counts by state as JSON, then exit
-  help     print this text
+/// What the process does.
+#[derive(Subcommand, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Run the HTTP API and the workers (webhook delivery, workflow tasks,
+    /// maintenance) until SIGINT or SIGTERM.
+    Serve,
+    /// Run the HTTP API alone (postgres; needs CONTROLPLANE_ADMIN_TOKEN).
+    Api,
+    /// Run the workers alone (postgres).
+    Worker,
+    /// Create or upgrade the store's schema, then exit.
+    Migrate,
+    /// Print deliveries by state, open circuits and disabled endpoints as JSON, then exit.
+    Status,
+}
 
-configuration: CONTROLPLANE_* environment variables, see README.md";
+impl Role {
+    /// The command's name as typed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Serve => "serve",
+            Role::Api => "api",
+            Role::Worker => "worker",
+            Role::Migrate => "migrate",
+            Role::Status => "status",
+        }
+    }
+}
+
+/// The variables `command` reads, with their defaults, for its `--help`.
+fn variables_help(command: &str) -> String {
+    let mut out = String::from("Environment (default in brackets):\n");
+    for v in VARIABLES.iter().filter(|v| v.commands.contains(&command)) {
+        out.push_str(&format!("  {} [{}]\n      {}\n", v.name, v.default, v.help));
+    }
+    out
+}
+
+/// The parsed command line; clap prints help, version and usage errors itself.
+fn parse_args() -> Role {
+    let mut cmd = Cli::command();
+    for role in [
+        Role::Serve,
+        Role::Api,
+        Role::Worker,
+        Role::Migrate,
+        Role::Status,
+    ] {
+        let name = role.name();
+        cmd = cmd.mut_subcommand(name, |c| c.after_help(variables_help(name)));
+    }
+    let matches = cmd.get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli.command,
+        Err(e) => e.exit(),
+    }
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = match args.as_slice() {
-        [c] => c.as_str(),
-        [] => {
-            eprintln!("control-plane: a command is required\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-        _ => {
-            eprintln!("control-plane: expected exactly one command, got {args:?}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    if matches!(command, "help" | "--help" | "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    if !matches!(command, "serve" | "api" | "worker" | "migrate" | "status") {
-        eprintln!("control-plane: unknown command {command:?}\n\n{USAGE}");
-        return ExitCode::from(2);
-    }
+    let role = parse_args();
     let config = match Config::from_vars(std::env::vars()) {
         Ok(c) => c,
         Err(e) => {
@@ -49,48 +91,59 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = wiring::check_compiled(&config).and_then(|()| logs::init(&config)) {
+        eprintln!("control-plane: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("control-plane: cannot start the async runtime: {e}");
+            tracing::error!("cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(command, config)) {
+    match runtime.block_on(run(role, config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("control-plane: {e}");
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(command: &str, config: Config) -> Result<(), String> {
-    wiring::check_role(command, &config)?;
-    let store: DynControlPlaneStore = wiring::open_store(&config).await?;
-    match command {
-        "migrate" => {
+async fn run(role: Role, config: Config) -> Result<(), String> {
+    wiring::check_role(role, &config)?;
+    let store: DynControlPlaneStore = wiring::open_store(role, &config).await?;
+    match role {
+        Role::Migrate => {
             println!("schema of the {} store is up to date", store.backend_name());
             Ok(())
         }
-        "status" => {
-            let counts = store
-                .delivery_count_by_state()
-                .await
-                .map_err(|e| e.to_string())?;
-            let map: serde_json::Map<String, serde_json::Value> = counts
-                .into_iter()
-                .map(|(s, n)| (s.as_str().to_string(), n.into()))
-                .collect();
-            println!(
-                "{}",
-                serde_json::json!({ "store": store.backend_name(), "deliveries": map })
-            );
+        Role::Status => {
+            let status = store_status(&store).await.map_err(|e| e.to_string())?;
+            println!("{status}");
             Ok(())
         }
-        _ => {
+        Role::Serve | Role::Api | Role::Worker => {
             store.ping().await.map_err(|e| e.to_string())?;
-            wiring::run_service(command, &config, store).await
+            wiring::run_service(role, &config, store).await
         }
     }
+}
+
+/// Deliveries by state, open circuits and disabled endpoints, across accounts.
+async fn store_status(
+    store: &DynControlPlaneStore,
+) -> control_plane_core::StoreResult<serde_json::Value> {
+    let counts = store.delivery_count_by_state().await?;
+    let deliveries: serde_json::Map<String, serde_json::Value> = counts
+        .into_iter()
+        .map(|(s, n)| (s.as_str().to_string(), n.into()))
+        .collect();
+    Ok(serde_json::json!({
+        "store": store.backend_name(),
+        "deliveries": deliveries,
+        "open_circuits": store.circuit_count_open().await?,
+        "disabled_endpoints": store.endpoint_count_disabled().await?,
+    }))
 }

@@ -1,72 +1,131 @@
-//! The only place that knows the adapters: profile to store.
+//! The only place that knows the adapters: profile to store, and the
+//! supervision of one process's components.
 
+use std::future::Future;
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;
+use control_plane_core::migration::Migrations;
 use control_plane_core::{
     Clock, Config, DynControlPlaneStore, PublishRequest, StoreOptions, StoreProfile, SystemClock,
-    Telemetry, UsageMeter,
+    UsageMeter,
 };
 use dispatcher::{
-    Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner, TaskRunnerConfig,
+    DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner,
+    TaskRunnerConfig,
 };
-use store_embedded::{EmbeddedConfig, EmbeddedStore};
-use store_postgres::{PostgresConfig, PostgresStore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::Role;
+
+/// Refuses, before anything starts, a profile this binary was built without
+/// (cargo features `embedded` and `postgres`).
+pub fn check_compiled(config: &Config) -> Result<(), String> {
+    let (feature, compiled) = match config.store {
+        StoreProfile::Embedded { .. } => ("embedded", cfg!(feature = "embedded")),
+        StoreProfile::Postgres { .. } => ("postgres", cfg!(feature = "postgres")),
+    };
+    if compiled {
+        return Ok(());
+    }
+    Err(format!(
+        "CONTROLPLANE_STORE={feature}, but this control-plane was built without the `{feature}` cargo feature; \
+         build it with `--features {feature}` (both profiles are default features) or choose another store"
+    ))
+}
 
 /// Refuses role splits the profile cannot serve.
-pub fn check_role(command: &str, config: &Config) -> Result<(), String> {
-    if matches!(command, "api" | "worker") && matches!(config.store, StoreProfile::Embedded { .. })
+pub fn check_role(role: Role, config: &Config) -> Result<(), String> {
+    if matches!(role, Role::Api | Role::Worker)
+        && matches!(config.store, StoreProfile::Embedded { .. })
     {
         return Err(format!(
-            "the {command} role alone needs CONTROLPLANE_STORE=postgres: one embedded DuckDB file serves one process, so run `control-plane serve` for both roles"
+            "the {} role alone needs CONTROLPLANE_STORE=postgres: one embedded DuckDB file serves one process, so run `control-plane serve` for both roles",
+            role.name()
         ));
     }
     Ok(())
 }
 
-/// The store's policy: one attempt, then one per delay of the retry schedule.
-fn store_options(config: &Config) -> StoreOptions {
+/// The store's policy: one attempt, then one per delay of the retry schedule;
+/// `migrate` always applies the migrations, whatever `CONTROLPLANE_AUTO_MIGRATE` says.
+fn store_options(role: Role, config: &Config) -> StoreOptions {
     StoreOptions {
         max_attempts: u32::try_from(config.retry_schedule.len())
             .unwrap_or(u32::MAX)
             .saturating_add(1),
         endpoint_concurrency: config.endpoint_concurrency,
+        migrations: match role {
+            Role::Migrate => Migrations::Apply,
+            _ => config.migrations,
+        },
         ..StoreOptions::default()
     }
 }
 
 /// Opens the store the profile names.
-pub async fn open_store(config: &Config) -> Result<DynControlPlaneStore, String> {
+pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneStore, String> {
+    let options = store_options(role, config);
     match &config.store {
-        StoreProfile::Embedded { path } => {
-            let cfg = EmbeddedConfig {
-                path: path.clone(),
-                options: store_options(config),
-            };
-            let store = EmbeddedStore::open(cfg, Arc::new(SystemClock))
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Arc::new(store))
-        }
+        StoreProfile::Embedded { path } => open_embedded(path, options).await,
         StoreProfile::Postgres {
             url,
             pool_size,
             schema,
-        } => {
-            let mut cfg = PostgresConfig::new(url.clone());
-            cfg.pool_size = *pool_size;
-            cfg.schema = Some(schema.clone());
-            cfg.options = store_options(config);
-            let store = PostgresStore::open(cfg, Arc::new(SystemClock))
-                .await
-                .map_err(|e| {
-                    format!("cannot open the postgres store at {}: {e}", url.redacted())
-                })?;
-            Ok(Arc::new(store))
-        }
+        } => open_postgres(url, *pool_size, schema, options).await,
     }
+}
+
+#[cfg(feature = "embedded")]
+async fn open_embedded(
+    path: &std::path::Path,
+    options: StoreOptions,
+) -> Result<DynControlPlaneStore, String> {
+    let cfg = store_embedded::EmbeddedConfig {
+        path: path.to_path_buf(),
+        options,
+    };
+    let store = store_embedded::EmbeddedStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "embedded"))]
+async fn open_embedded(
+    _: &std::path::Path,
+    _: StoreOptions,
+) -> Result<DynControlPlaneStore, String> {
+    Err("built without the `embedded` feature".into())
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &control_plane_core::config::DatabaseUrl,
+    pool_size: u32,
+    schema: &str,
+    options: StoreOptions,
+) -> Result<DynControlPlaneStore, String> {
+    let mut cfg = store_postgres::PostgresConfig::new(url.clone());
+    cfg.pool_size = pool_size;
+    cfg.schema = Some(schema.to_string());
+    cfg.options = options;
+    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .map_err(|e| format!("cannot open the postgres store at {}: {e}", url.redacted()))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    _: &control_plane_core::config::DatabaseUrl,
+    _: u32,
+    _: &str,
+    _: StoreOptions,
+) -> Result<DynControlPlaneStore, String> {
+    Err("built without the `postgres` feature".into())
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -103,22 +162,24 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
 }
 
 /// Runs maintenance on its tick every minute (a single replica does the
-/// work): delivered deliveries and attempts older than 30 days, expired
-/// idempotency records.
+/// work): purges finished history older than `retention`, in batches.
 pub async fn maintenance_loop(
     store: DynControlPlaneStore,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    retention: Duration,
+    stop: CancellationToken,
 ) {
     let every = Duration::from_secs(60);
-    while !*stop.borrow() {
-        if let Err(e) =
-            run_maintenance(store.as_ref(), Duration::from_secs(30 * 86_400), 500, every).await
-        {
-            eprintln!("control-plane: maintenance failed: {e}");
+    while !stop.is_cancelled() {
+        match run_maintenance(store.as_ref(), retention, 500, every).await {
+            Ok(Some(report)) if report.total() > 0 => {
+                tracing::info!(?report, "maintenance purged finished history");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("maintenance failed: {e}"),
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = stop.changed() => {}
+            _ = stop.cancelled() => {}
         }
     }
 }
@@ -167,30 +228,30 @@ pub fn task_runner(store: DynControlPlaneStore) -> TaskRunner {
 pub async fn usage_loop(
     store: DynControlPlaneStore,
     usage: Arc<UsageMeter>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     loop {
-        let stopping = *stop.borrow();
+        let stopping = stop.is_cancelled();
         if let Err(e) = usage.flush(store.as_ref(), SystemClock.now()).await {
-            eprintln!("control-plane: usage not recorded yet (kept for the next try): {e}");
+            tracing::warn!("usage not recorded yet (kept for the next try): {e}");
         }
         if stopping {
             return;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.changed() => {}
+            _ = stop.cancelled() => {}
         }
     }
 }
 
 /// The admin token: the configured one, or for `serve` a fresh one printed
 /// once. `api` alone refuses to start without one, since replicas must agree.
-fn admin_token(command: &str, config: &Config) -> Result<String, String> {
+fn admin_token(role: Role, config: &Config) -> Result<String, String> {
     if let Some(t) = &config.admin_token {
         return Ok(t.expose().to_string());
     }
-    if command == "api" {
+    if role == Role::Api {
         return Err("the api role needs CONTROLPLANE_ADMIN_TOKEN (every replica must accept the same token)".into());
     }
     let token = api::generate_token("cpa_");
@@ -198,26 +259,125 @@ fn admin_token(command: &str, config: &Config) -> Result<String, String> {
     Ok(token)
 }
 
-/// The meters every component of one process shares.
-#[derive(Clone, Default)]
+/// The meters every component of one process shares: the dispatcher's
+/// attempt metrics live in the registry the API renders.
 struct Meters {
-    telemetry: Arc<Telemetry>,
+    deliveries: Arc<DeliveryMetrics>,
+    metrics: Arc<api::Metrics>,
     usage: Arc<UsageMeter>,
 }
 
-/// The components of one process; each ends with a line saying what it did.
-type Components = tokio::task::JoinSet<String>;
+impl Default for Meters {
+    fn default() -> Self {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let deliveries = Arc::new(DeliveryMetrics::register(&mut registry));
+        Meters {
+            deliveries,
+            metrics: Arc::new(api::Metrics::new(registry)),
+            usage: Arc::default(),
+        }
+    }
+}
+
+/// The components of one process under one cancellation token: when any of
+/// them ends before the token is cancelled, the process stops them all and
+/// fails, naming it. Each component ends with a line saying what it did.
+pub struct Supervisor {
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    ended: tokio::sync::mpsc::UnboundedSender<String>,
+    reports: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        let (ended, reports) = tokio::sync::mpsc::unbounded_channel();
+        Supervisor {
+            stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            ended,
+            reports,
+        }
+    }
+}
+
+impl Supervisor {
+    /// The token every component watches.
+    pub fn token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Runs `work` as the component `name`; a panic is reported like an end.
+    pub fn spawn<F>(&self, name: &'static str, work: F)
+    where
+        F: Future<Output = String> + Send + 'static,
+    {
+        let ended = self.ended.clone();
+        let inner = tokio::spawn(work);
+        self.tracker.spawn(async move {
+            let what = match inner.await {
+                Ok(what) => what,
+                Err(e) => format!("{name} (panicked: {e})"),
+            };
+            let _ = ended.send(what);
+        });
+    }
+
+    /// Waits for `signal` or for a component to end, then cancels the token
+    /// and drains every component (a second `signal` exits at once).
+    ///
+    /// # Errors
+    /// When a component ended before `signal`: the error names it.
+    pub async fn run<S, Fut>(mut self, signal: S) -> Result<(), String>
+    where
+        S: Fn() -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        drop(self.ended);
+        self.tracker.close();
+        let early = tokio::select! {
+            () = signal() => {
+                tracing::info!("shutting down (a second signal exits at once)");
+                None
+            }
+            what = self.reports.recv() => {
+                let what = what.unwrap_or_else(|| "every component".into());
+                tracing::error!(component = %what, "a component stopped before any signal; stopping the others");
+                Some(what)
+            }
+        };
+        self.stop.cancel();
+        loop {
+            tokio::select! {
+                what = self.reports.recv() => match what {
+                    Some(what) => tracing::info!("stopped {what}"),
+                    None => break,
+                },
+                () = signal() => {
+                    tracing::warn!("second signal, exiting now");
+                    std::process::exit(130);
+                }
+            }
+        }
+        self.tracker.wait().await;
+        match early {
+            None => Ok(()),
+            Some(what) => Err(format!(
+                "{what} stopped unexpectedly; the service shut down"
+            )),
+        }
+    }
+}
 
 /// Binds the API's listener and starts serving; returns its address.
 async fn spawn_api(
-    components: &mut Components,
-    command: &str,
+    supervisor: &Supervisor,
+    role: Role,
     config: &Config,
     store: &DynControlPlaneStore,
     meters: &Meters,
-    stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<std::net::SocketAddr, String> {
-    let token = admin_token(command, config)?;
+    let token = admin_token(role, config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| {
@@ -230,11 +390,12 @@ async fn spawn_api(
     let router = api::router(
         store.clone(),
         &api::ApiConfig::new(token),
-        meters.telemetry.clone(),
+        meters.metrics.clone(),
         meters.usage.clone(),
     );
-    components.spawn(async move {
-        match api::serve(listener, router, stopped).await {
+    let stop = supervisor.token();
+    supervisor.spawn("api", async move {
+        match api::serve(listener, router, stop).await {
             Ok(()) => "api".to_string(),
             Err(e) => format!("api (failed: {e})"),
         }
@@ -244,34 +405,33 @@ async fn spawn_api(
 
 /// Starts the delivery dispatcher, the workflow task runner and maintenance.
 fn spawn_workers(
-    components: &mut Components,
+    supervisor: &Supervisor,
     config: &Config,
     store: &DynControlPlaneStore,
     meters: &Meters,
-    stopped: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
     let dispatcher = dispatcher(store.clone(), config)?
-        .with_meters(meters.telemetry.clone(), meters.usage.clone());
-    let s = stopped.clone();
-    components.spawn(async move {
-        let r = dispatcher.run(s).await;
+        .with_meters(meters.deliveries.clone(), meters.usage.clone());
+    let stop = supervisor.token();
+    supervisor.spawn("dispatcher", async move {
+        let r = dispatcher.run(stop).await;
         format!(
             "dispatcher: {} delivered, {} failed attempts, {} leases released",
             r.delivered, r.failed, r.released
         )
     });
     let runner = task_runner(store.clone());
-    let s = stopped.clone();
-    components.spawn(async move {
-        let r = runner.run(s).await;
+    let stop = supervisor.token();
+    supervisor.spawn("tasks", async move {
+        let r = runner.run(stop).await;
         format!(
             "tasks: {} completed, {} failed, {} released",
             r.completed, r.failed, r.released
         )
     });
-    let (s, st) = (stopped.clone(), store.clone());
-    components.spawn(async move {
-        maintenance_loop(st, s).await;
+    let (stop, st, retention) = (supervisor.token(), store.clone(), config.retention);
+    supervisor.spawn("maintenance", async move {
+        maintenance_loop(st, retention, stop).await;
         "maintenance".to_string()
     });
     Ok(())
@@ -281,86 +441,195 @@ fn spawn_workers(
 /// once. A component that ends before any signal stops the others: the
 /// process then drains and fails, naming it, instead of running half alive.
 pub async fn run_service(
-    command: &str,
+    role: Role,
     config: &Config,
     store: DynControlPlaneStore,
 ) -> Result<(), String> {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let supervisor = Supervisor::default();
     let meters = Meters::default();
-    let mut components = Components::new();
-    let api_addr = if command != "worker" {
-        Some(
-            spawn_api(
-                &mut components,
-                command,
-                config,
-                &store,
-                &meters,
-                stopped.clone(),
-            )
-            .await?,
-        )
-    } else {
+    let api_addr = if role == Role::Worker {
         None
+    } else {
+        Some(spawn_api(&supervisor, role, config, &store, &meters).await?)
     };
-    if command != "api" {
-        spawn_workers(&mut components, config, &store, &meters, &stopped)?;
+    if role != Role::Api {
+        spawn_workers(&supervisor, config, &store, &meters)?;
     }
-    let (s, st, usage) = (stopped.clone(), store.clone(), meters.usage.clone());
-    components.spawn(async move {
-        usage_loop(st, usage, s).await;
+    let (stop, st, usage) = (supervisor.token(), store.clone(), meters.usage.clone());
+    supervisor.spawn("usage", async move {
+        usage_loop(st, usage, stop).await;
         "usage".to_string()
     });
-    eprintln!(
-        "control-plane: {command} ready on the {} store ({:?}){}",
+    tracing::info!(
+        "{} ready on the {} store ({:?}){}",
+        role.name(),
         store.backend_name(),
         config.store,
         api_addr
             .map(|a| format!(", API on http://{a}"))
             .unwrap_or_default()
     );
-    let early = tokio::select! {
-        _ = shutdown_signal() => {
-            eprintln!("control-plane: shutting down (a second signal exits at once)");
-            None
-        }
-        done = components.join_next() => {
-            let what = ended(done);
-            eprintln!("control-plane: {what} stopped before any signal; stopping the others");
-            Some(what)
-        }
-    };
-    let _ = stop.send(true);
-    drain(&mut components).await;
-    match early {
-        None => Ok(()),
-        Some(what) => Err(format!(
-            "{what} stopped unexpectedly; the service shut down"
-        )),
-    }
+    supervisor.run(shutdown_signal).await
 }
 
-/// What a finished component reported.
-fn ended(done: Option<Result<String, tokio::task::JoinError>>) -> String {
-    match done {
-        Some(Ok(what)) => what,
-        Some(Err(e)) => format!("a component (panicked or was cancelled: {e})"),
-        None => "every component".to_string(),
-    }
-}
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Waits for every component to finish its drain; a second signal exits at once.
-async fn drain(components: &mut Components) {
-    loop {
-        tokio::select! {
-            done = components.join_next() => match done {
-                None => break,
-                done => eprintln!("control-plane: stopped {}", ended(done)),
-            },
-            _ = shutdown_signal() => {
-                eprintln!("control-plane: second signal, exiting now");
-                std::process::exit(130);
+    use super::*;
+
+    fn no_signal() -> std::future::Pending<()> {
+        std::future::pending()
+    }
+
+    /// A component that runs until the token is cancelled, then notes that
+    /// it drained.
+    fn patient(supervisor: &Supervisor, drained: &Arc<AtomicBool>) {
+        let (stop, drained) = (supervisor.token(), drained.clone());
+        supervisor.spawn("patient", async move {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drained.store(true, Ordering::SeqCst);
+            "patient".to_string()
+        });
+    }
+
+    #[tokio::test]
+    async fn a_component_that_ends_early_stops_the_others_and_fails_naming_it() {
+        let supervisor = Supervisor::default();
+        let drained = Arc::new(AtomicBool::new(false));
+        patient(&supervisor, &drained);
+        supervisor.spawn("api", async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            "api (failed: listener closed)".to_string()
+        });
+        let r = tokio::time::timeout(Duration::from_secs(5), supervisor.run(no_signal))
+            .await
+            .expect("the supervisor stops within seconds");
+        let e = r.unwrap_err();
+        assert!(e.contains("api (failed: listener closed)"), "{e}");
+        assert!(drained.load(Ordering::SeqCst), "the others drained first");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_component_is_reported_by_name() {
+        let supervisor = Supervisor::default();
+        let drained = Arc::new(AtomicBool::new(false));
+        patient(&supervisor, &drained);
+        supervisor.spawn("tasks", async { panic!("boom") });
+        let e = supervisor.run(no_signal).await.unwrap_err();
+        assert!(e.contains("tasks (panicked"), "{e}");
+        assert!(drained.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_signal_drains_every_component_and_succeeds() {
+        let supervisor = Supervisor::default();
+        let drained = Arc::new(AtomicBool::new(false));
+        patient(&supervisor, &drained);
+        // One signal only: a second would exit the process at once.
+        let sent = Arc::new(AtomicBool::new(false));
+        let signal = || {
+            let first = !sent.swap(true, Ordering::SeqCst);
+            async move {
+                if first {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
             }
-        }
+        };
+        supervisor.run(signal).await.unwrap();
+        assert!(drained.load(Ordering::SeqCst));
+    }
+
+    /// The dispatcher holds a lease on a send that never answers; another
+    /// component fails; the dispatcher releases the lease as it drains, so
+    /// the delivery is pending again at once, not after the lease expires.
+    #[cfg(feature = "embedded")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_component_makes_the_dispatcher_release_its_leases() {
+        use control_plane_core::{
+            AccountId, DeliveryState, EndpointCreateRequest, PublishRequest, Secret,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store: DynControlPlaneStore = Arc::new(
+            store_embedded::EmbeddedStore::open(
+                store_embedded::EmbeddedConfig::new(dir.path().join("s.duckdb")),
+                Arc::new(SystemClock),
+            )
+            .await
+            .unwrap(),
+        );
+        // Accepts connections and never answers.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", silent.local_addr().unwrap());
+        let _held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((sock, _)) = silent.accept().await {
+                open.push(sock);
+            }
+        });
+        let account = AccountId::new("a").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                &url,
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        let published = store
+            .event_publish(PublishRequest {
+                account: account.clone(),
+                event_type: "t".into(),
+                payload: serde_json::json!({}),
+                idempotency_key: None,
+            })
+            .await
+            .unwrap();
+        let id = published.deliveries[0];
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            DispatcherConfig {
+                lease: Duration::from_secs(60),
+                request_timeout: Duration::from_secs(30),
+                grace: Duration::from_millis(100),
+                allowed_targets: vec![
+                    control_plane_core::config::Cidr::parse("127.0.0.0/8").unwrap()
+                ],
+                ..DispatcherConfig::default()
+            },
+        )
+        .unwrap();
+        let supervisor = Supervisor::default();
+        let stop = supervisor.token();
+        supervisor.spawn("dispatcher", async move {
+            let r = dispatcher.run(stop).await;
+            format!("dispatcher: {} leases released", r.released)
+        });
+        let watched = store.clone();
+        supervisor.spawn("maintenance", async move {
+            loop {
+                let d = watched.delivery_get(&account, id).await.unwrap();
+                if d.state == DeliveryState::Leased {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            "maintenance (failed: test)".to_string()
+        });
+        let e = tokio::time::timeout(Duration::from_secs(10), supervisor.run(no_signal))
+            .await
+            .expect("the supervisor stops within seconds")
+            .unwrap_err();
+        assert!(e.contains("maintenance (failed: test)"), "{e}");
+        let d = store
+            .delivery_get(&AccountId::new("a").unwrap(), id)
+            .await
+            .unwrap();
+        assert_eq!(d.state, DeliveryState::Pending, "the lease was released");
+        assert_eq!(d.attempts, 0, "a released lease costs no attempt");
     }
 }

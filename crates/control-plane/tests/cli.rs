@@ -85,9 +85,110 @@ fn split_roles_on_embedded_fail_closed() {
 fn unknown_command_prints_usage() {
     let o = bin().arg("frobnicate").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("usage: control-plane"));
+    assert!(
+        stderr(&o).contains("Usage: control-plane"),
+        "{}",
+        stderr(&o)
+    );
     let o = bin().output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn help_and_version_describe_every_command_and_its_variables() {
+    let o = bin().arg("--help").output().unwrap();
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout).into_owned();
+    for command in ["serve", "api", "worker", "migrate", "status"] {
+        assert!(help.contains(command), "{command} missing from:\n{help}");
+    }
+    let o = bin().arg("--version").output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("control-plane {}", env!("CARGO_PKG_VERSION"))
+    );
+    let o = bin().args(["serve", "--help"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let serve = String::from_utf8_lossy(&o.stdout).into_owned();
+    for (var, default) in [
+        ("CONTROLPLANE_CONCURRENCY", "[64]"),
+        ("CONTROLPLANE_STORE", "[embedded]"),
+        ("CONTROLPLANE_RETENTION", "[30d]"),
+        ("CONTROLPLANE_LOG_FORMAT", "[text]"),
+    ] {
+        let line = serve.lines().find(|l| l.trim_start().starts_with(var));
+        assert!(
+            line.is_some_and(|l| l.contains(default)),
+            "{var} {default} missing from:\n{serve}"
+        );
+    }
+    let o = bin().args(["migrate", "--help"]).output().unwrap();
+    let migrate = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(migrate.contains("CONTROLPLANE_DATABASE_URL"), "{migrate}");
+    assert!(
+        !migrate.contains("CONTROLPLANE_CONCURRENCY"),
+        "migrate lists only what it reads:\n{migrate}"
+    );
+}
+
+#[test]
+fn a_malformed_log_filter_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .arg("status")
+        .current_dir(dir.path())
+        .env("CONTROLPLANE_LOG", "info,=[")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("CONTROLPLANE_LOG"), "{}", stderr(&o));
+}
+
+/// With `CONTROLPLANE_AUTO_MIGRATE=false`, a store whose schema is behind
+/// refuses to start and names `control-plane migrate`; `migrate` applies the
+/// migrations whatever the setting, and then the store opens.
+fn operator_owned_migrations(env: &[(String, String)]) {
+    let run = |cmd: &str| {
+        bin()
+            .arg(cmd)
+            .envs(env.iter().cloned())
+            .env("CONTROLPLANE_AUTO_MIGRATE", "false")
+            .output()
+            .unwrap()
+    };
+    let refused = run("status");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("run `control-plane migrate`"),
+        "{}",
+        stderr(&refused)
+    );
+    let m = run("migrate");
+    assert!(m.status.success(), "{}", stderr(&m));
+    let s = run("status");
+    assert!(s.status.success(), "{}", stderr(&s));
+}
+
+#[test]
+fn embedded_store_behind_its_schema_refuses_to_start_without_auto_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    operator_owned_migrations(&[(
+        "CONTROLPLANE_EMBEDDED_PATH".into(),
+        path.to_string_lossy().into_owned(),
+    )]);
+}
+
+#[test]
+fn postgres_store_behind_its_schema_refuses_to_start_without_auto_migrate() {
+    let schema = Schema::new("cp_cli_mig");
+    let env: Vec<(String, String)> = schema
+        .env(2)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    operator_owned_migrations(&env);
 }
 
 #[test]
@@ -102,6 +203,13 @@ fn status_reports_counts_on_the_embedded_default() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["store"], "embedded");
     assert!(v["deliveries"].as_object().unwrap().is_empty());
+    assert_eq!(
+        (
+            v["open_circuits"].as_u64(),
+            v["disabled_endpoints"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
     assert!(
         dir.path().join("control-plane.duckdb").exists(),
         "the default path is ./control-plane.duckdb"

@@ -6,6 +6,7 @@ use base64::Engine;
 use control_plane_core::Secret;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
 /// A secret that is not `whsec_` followed by base64.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,11 +75,7 @@ pub fn verify(secret: &Secret, header: &str, id: &str, timestamp: i64, body: &[u
     };
     header
         .split(' ')
-        .any(|s| constant_time_eq(s.as_bytes(), expected.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        .any(|s| bool::from(s.as_bytes().ct_eq(expected.as_bytes())))
 }
 
 /// A new random secret, `whsec_` + base64 of 24 random bytes.

@@ -11,8 +11,10 @@ use std::time::Duration;
 use control_plane_core::{
     ClaimedTask, DynControlPlaneStore, StoreError, Task, TaskClaimRequest, TaskFailure, TaskLease,
 };
-use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::pump::{Pump, Work};
 
 /// Why a handler failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +89,7 @@ pub struct TaskReport {
     pub released: u64,
 }
 
+#[derive(Debug)]
 enum Ended {
     Completed,
     Failed,
@@ -129,89 +132,96 @@ impl TaskRunner {
         k
     }
 
-    /// Claims and runs tasks until `stop` turns true; then stops claiming,
+    /// Claims and runs tasks until `stop` is cancelled; then stops claiming,
     /// gives running handlers the grace period and releases the rest.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> TaskReport {
+    pub async fn run(&self, stop: CancellationToken) -> TaskReport {
         let mut report = TaskReport::default();
         let kinds = self.kinds();
         if kinds.is_empty() {
             return report;
         }
-        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
-        let (halt_tx, halt) = watch::channel(false);
-        let mut running: JoinSet<Ended> = JoinSet::new();
-        let tally = |report: &mut TaskReport, ended: Option<Ended>| match ended {
-            Some(Ended::Completed) => report.completed += 1,
-            Some(Ended::Failed) => report.failed += 1,
-            Some(Ended::Lost) => report.lost += 1,
-            Some(Ended::Released) => report.released += 1,
-            None => {}
+        let pump = Pump {
+            concurrency: self.config.concurrency,
+            max_batch: 100,
+            poll_interval: self.config.poll_interval,
+            grace: self.config.grace,
+            gather_below: 0,
+            gather: Duration::ZERO,
         };
-        while !*stop.borrow() {
-            while let Some(done) = running.try_join_next() {
-                tally(&mut report, done.ok());
-            }
-            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
-            if free == 0 {
-                tokio::select! {
-                    done = running.join_next() => tally(&mut report, done.and_then(|d| d.ok())),
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            let claimed = self
+        let work = Tasks {
+            runner: self,
+            kinds,
+        };
+        pump.run(&work, stop, |ended| match ended {
+            Ended::Completed => report.completed += 1,
+            Ended::Failed => report.failed += 1,
+            Ended::Lost => report.lost += 1,
+            Ended::Released => report.released += 1,
+        })
+        .await;
+        report
+    }
+}
+
+/// The runner's work for the loop: claim tasks of the registered kinds, run
+/// each handler.
+struct Tasks<'a> {
+    runner: &'a TaskRunner,
+    kinds: Vec<String>,
+}
+
+impl Work for Tasks<'_> {
+    type Item = ClaimedTask;
+    type Ended = Ended;
+
+    fn claim(&self, limit: u32) -> impl Future<Output = Vec<ClaimedTask>> + Send {
+        let req = TaskClaimRequest {
+            worker: self.runner.config.worker.clone(),
+            kinds: self.kinds.clone(),
+            limit,
+            lease_for: self.runner.config.lease,
+        };
+        async move {
+            self.runner
                 .store
-                .workflow_claim(TaskClaimRequest {
-                    worker: self.config.worker.clone(),
-                    kinds: kinds.clone(),
-                    limit: free.min(100),
-                    lease_for: self.config.lease,
-                })
+                .workflow_claim(req)
                 .await
                 .unwrap_or_else(|e| {
-                    eprintln!("tasks: claim failed: {e}");
+                    tracing::warn!("task claim failed: {e}");
                     Vec::new()
-                });
-            if claimed.is_empty() {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.config.poll_interval) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            for c in claimed {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
-                let Some(handler) = self.handlers.get(&c.task.kind).cloned() else {
-                    let _ = self.store.workflow_release(&c.lease).await;
-                    continue;
-                };
-                let store = self.store.clone();
-                let lease_for = self.config.lease;
-                let halt = halt.clone();
-                running.spawn(async move {
-                    let ended = run_one(&store, handler, c, lease_for, halt).await;
-                    drop(permit);
-                    ended
-                });
-            }
+                })
         }
-        let deadline = tokio::time::sleep(self.config.grace);
-        tokio::pin!(deadline);
-        while !running.is_empty() {
-            tokio::select! {
-                done = running.join_next() => tally(&mut report, done.and_then(|d| d.ok())),
-                _ = &mut deadline => break,
-            }
+    }
+
+    fn run(
+        &self,
+        c: ClaimedTask,
+        halt: CancellationToken,
+    ) -> impl Future<Output = Ended> + Send + 'static {
+        let store = self.runner.store.clone();
+        let handler = self.runner.handlers.get(&c.task.kind).cloned();
+        let lease_for = self.runner.config.lease;
+        let span = tracing::info_span!(
+            "task",
+            account = %c.task.account,
+            task_id = %c.task.id,
+            kind = %c.task.kind,
+            attempt = c.task.attempts,
+        );
+        async move {
+            let Some(handler) = handler else {
+                let _ = store.workflow_release(&c.lease).await;
+                return Ended::Released;
+            };
+            let ended = run_one(&store, handler, c, lease_for, halt).await;
+            tracing::debug!(ended = ?ended, "task ended");
+            ended
         }
-        // Past the grace period: each remaining task stops its handler and
-        // releases its own lease.
-        let _ = halt_tx.send(true);
-        while let Some(done) = running.join_next().await {
-            tally(&mut report, done.ok());
-        }
-        report
+        .instrument(span)
+    }
+
+    fn lost(&self) -> Ended {
+        Ended::Lost
     }
 }
 
@@ -222,7 +232,7 @@ async fn run_one(
     handler: BoxedHandler,
     c: ClaimedTask,
     lease_for: Duration,
-    mut halt: watch::Receiver<bool>,
+    halt: CancellationToken,
 ) -> Ended {
     let ClaimedTask { mut lease, task } = c;
     let mut work = tokio::spawn(handler(task));
@@ -237,9 +247,9 @@ async fn run_one(
                     work.abort();
                     return Ended::Lost;
                 }
-                Err(e) => eprintln!("tasks: heartbeat of {} failed: {e}", lease.task_id.as_str()),
+                Err(e) => tracing::warn!(task_id = %lease.task_id, "heartbeat failed: {e}"),
             },
-            _ = halt.changed() => {
+            _ = halt.cancelled() => {
                 work.abort();
                 let _ = store.workflow_release(&lease).await;
                 return Ended::Released;
@@ -271,10 +281,7 @@ async fn run_one(
         Ok(ended) => ended,
         Err(StoreError::LeaseLost) => Ended::Lost,
         Err(e) => {
-            eprintln!(
-                "tasks: cannot record the outcome of {}: {e}",
-                lease.task_id.as_str()
-            );
+            tracing::warn!("cannot record the task's outcome: {e}");
             Ended::Lost
         }
     }

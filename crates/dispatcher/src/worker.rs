@@ -2,18 +2,20 @@
 //! concurrently with one shared client, records outcomes, and drains on
 //! shutdown.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DynControlPlaneStore, Lease,
-    OutcomeRecorded, StoreError, SystemClock, Telemetry, UsageMeter, UsageMetric,
+    ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DeliveryState,
+    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
 };
-use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
+use crate::metrics::DeliveryMetrics;
+use crate::pump::{Pump, Work};
 use crate::signing::signature_header;
 
 /// How long the loop may wait for more free send slots before it claims
@@ -83,7 +85,7 @@ struct SendContext {
     clock: Arc<dyn Clock>,
     policy: RetryPolicy,
     allowed: Vec<control_plane_core::config::Cidr>,
-    telemetry: Arc<Telemetry>,
+    metrics: Arc<DeliveryMetrics>,
     usage: Arc<UsageMeter>,
 }
 
@@ -111,161 +113,116 @@ impl Dispatcher {
             clock: Arc::new(SystemClock),
             policy: config.retry.clone(),
             allowed: config.allowed_targets.clone(),
-            telemetry: Arc::default(),
+            metrics: Arc::default(),
             usage: Arc::default(),
         });
         Ok(Dispatcher { store, config, ctx })
     }
 
-    /// Records attempts into `telemetry` (for `/metrics`) and per-account
+    /// Records attempts into `metrics` (for `/metrics`) and per-account
     /// usage (attempts, bytes sent) into `usage`.
-    pub fn with_meters(mut self, telemetry: Arc<Telemetry>, usage: Arc<UsageMeter>) -> Self {
+    pub fn with_meters(mut self, metrics: Arc<DeliveryMetrics>, usage: Arc<UsageMeter>) -> Self {
         if let Some(ctx) = Arc::get_mut(&mut self.ctx) {
-            ctx.telemetry = telemetry;
+            ctx.metrics = metrics;
             ctx.usage = usage;
         }
         self
     }
 
-    /// Runs until `stop` turns true, then stops claiming, lets in-flight sends
-    /// finish within the grace period and releases the rest.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> DispatchReport {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
-        let leases: Arc<Mutex<HashMap<DeliveryId, Lease>>> = Arc::default();
-        let mut inflight: JoinSet<Sent> = JoinSet::new();
-        let mut wake = self.store.delivery_wakeups();
-        let mut report = DispatchReport::default();
-        let mut gathering: Option<Instant> = None;
+    /// Runs until `stop` is cancelled, then stops claiming, lets in-flight
+    /// sends finish within the grace period and releases the leases of the
+    /// rest, so another worker takes them at once.
+    pub async fn run(&self, stop: CancellationToken) -> DispatchReport {
         let (recorder, batcher) = Recorder::start(self.store.clone());
-        let tally = |report: &mut DispatchReport, r: Sent| match r {
-            Sent::Delivered => report.delivered += 1,
-            Sent::Failed => report.failed += 1,
-            Sent::NotRecorded => {}
+        let sends = Sends {
+            store: self.store.clone(),
+            ctx: self.ctx.clone(),
+            recorder,
+            worker: self.config.worker.clone(),
+            lease: self.config.lease,
         };
-        while !*stop.borrow() {
-            while let Some(done) = inflight.try_join_next() {
-                tally(&mut report, done.unwrap_or(Sent::NotRecorded));
-            }
-            let free = permits.available_permits() as u32;
-            if free == 0 {
-                tokio::select! {
-                    done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            // With only a few slots free and sends finishing, let more free
-            // up for a moment: a claim costs the store a scan whatever its
-            // size, so one claim for many slots beats many for one.
-            if free < self.gather_below() && !inflight.is_empty() {
-                let since = *gathering.get_or_insert_with(Instant::now);
-                let left = GATHER.saturating_sub(since.elapsed());
-                if !left.is_zero() {
-                    tokio::select! {
-                        done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
-                        _ = tokio::time::sleep(left) => {}
-                        _ = stop.changed() => {}
-                    }
-                    continue;
-                }
-            }
-            gathering = None;
-            wake.borrow_and_update();
-            let req = ClaimRequest {
-                worker: self.config.worker.clone(),
-                limit: free.min(self.config.max_batch).max(1),
-                lease_for: self.config.lease,
-            };
-            let claimed = match self.store.delivery_claim(req).await {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("dispatcher: claim failed: {e}");
-                    Vec::new()
-                }
-            };
-            if claimed.is_empty() {
-                // A finished send frees a slot of its endpoint's in-flight
-                // cap, so it is worth a new claim as much as a publish is.
-                tokio::select! {
-                    done = inflight.join_next(), if !inflight.is_empty() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
-                    _ = wake.changed() => {}
-                    _ = tokio::time::sleep(self.config.poll_interval) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            for c in claimed {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
-                self.spawn_send(&mut inflight, &leases, &recorder, permit, c);
-            }
-        }
-        // Shutdown: no more claims; in-flight sends get the grace period.
-        let deadline = tokio::time::sleep(self.config.grace);
-        tokio::pin!(deadline);
-        while !inflight.is_empty() {
-            tokio::select! {
-                done = inflight.join_next() => tally(&mut report, done.and_then(|d| d.ok()).unwrap_or(Sent::NotRecorded)),
-                _ = &mut deadline => break,
-            }
-        }
-        inflight.abort_all();
-        while inflight.join_next().await.is_some() {}
-        drop(recorder);
+        let mut report = DispatchReport::default();
+        self.pump()
+            .run(&sends, stop, |sent| match sent {
+                Sent::Delivered => report.delivered += 1,
+                Sent::Failed => report.failed += 1,
+                Sent::Released => report.released += 1,
+                Sent::NotRecorded => {}
+            })
+            .await;
+        drop(sends);
         let _ = batcher.await;
-        report.released += self.release_all(&leases).await;
         report
     }
 
-    /// Below this many free slots (a quarter of a full claim) the loop waits
-    /// up to [`GATHER`] for more before it claims.
-    fn gather_below(&self) -> u32 {
+    /// The loop's settings: with fewer free slots than a quarter of a full
+    /// claim and sends finishing, it waits up to [`GATHER`] for more.
+    fn pump(&self) -> Pump {
         let full = u32::try_from(self.config.concurrency)
             .unwrap_or(u32::MAX)
             .min(self.config.max_batch);
-        (full / 4).max(1)
+        Pump {
+            concurrency: self.config.concurrency,
+            max_batch: self.config.max_batch,
+            poll_interval: self.config.poll_interval,
+            grace: self.config.grace,
+            gather_below: (full / 4).max(1),
+            gather: GATHER,
+        }
+    }
+}
+
+/// The dispatcher's work for the loop: claim deliveries, send each.
+struct Sends {
+    store: DynControlPlaneStore,
+    ctx: Arc<SendContext>,
+    recorder: Recorder,
+    worker: String,
+    lease: Duration,
+}
+
+impl Work for Sends {
+    type Item = ClaimedDelivery;
+    type Ended = Sent;
+
+    fn claim(&self, limit: u32) -> impl Future<Output = Vec<ClaimedDelivery>> + Send {
+        let req = ClaimRequest {
+            worker: self.worker.clone(),
+            limit,
+            lease_for: self.lease,
+        };
+        async move {
+            self.store.delivery_claim(req).await.unwrap_or_else(|e| {
+                tracing::warn!("claim failed: {e}");
+                Vec::new()
+            })
+        }
     }
 
-    /// Sends one claimed delivery in its own task, holding a send slot and
-    /// keeping its lease known until it is recorded.
-    fn spawn_send(
+    fn run(
         &self,
-        inflight: &mut JoinSet<Sent>,
-        leases: &Arc<Mutex<HashMap<DeliveryId, Lease>>>,
-        recorder: &Recorder,
-        permit: tokio::sync::OwnedSemaphorePermit,
         c: ClaimedDelivery,
-    ) {
-        if let Ok(mut l) = leases.lock() {
-            l.insert(c.delivery.id, c.lease.clone());
-        }
-        let (ctx, leases, recorder) = (self.ctx.clone(), leases.clone(), recorder.clone());
-        inflight.spawn(async move {
-            let id = c.delivery.id;
-            let r = deliver(&ctx, &recorder, c).await;
-            if let Ok(mut l) = leases.lock() {
-                l.remove(&id);
+        halt: CancellationToken,
+    ) -> impl Future<Output = Sent> + Send + 'static {
+        let (store, ctx, recorder) = (self.store.clone(), self.ctx.clone(), self.recorder.clone());
+        async move {
+            let lease = c.lease.clone();
+            tokio::select! {
+                sent = deliver(&ctx, &recorder, c) => sent,
+                () = halt.cancelled() => match store.delivery_release(&lease).await {
+                    Ok(()) => Sent::Released,
+                    Err(_) => Sent::NotRecorded,
+                },
             }
-            drop(permit);
-            r
-        });
+        }
     }
 
-    /// Releases the leases of sends that did not finish within the grace
-    /// period, so another worker takes them at once; returns how many.
-    async fn release_all(&self, leases: &Mutex<HashMap<DeliveryId, Lease>>) -> u64 {
-        let left: Vec<Lease> = leases
-            .lock()
-            .map(|l| l.values().cloned().collect())
-            .unwrap_or_default();
-        let mut released = 0;
-        for lease in left {
-            if self.store.delivery_release(&lease).await.is_ok() {
-                released += 1;
-            }
-        }
-        released
+    fn lost(&self) -> Sent {
+        Sent::NotRecorded
+    }
+
+    fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.store.delivery_wakeups())
     }
 }
 
@@ -284,24 +241,73 @@ enum Sent {
     Failed,
     /// Not recorded: the lease was lost or the store refused.
     NotRecorded,
+    /// Halted at shutdown and its lease released.
+    Released,
 }
 
-/// Sends one claimed delivery and records its outcome.
+/// Sends one claimed delivery and records its outcome, logging in a span
+/// that names the account, endpoint, delivery and attempt (never the URL,
+/// whose query may hold a credential, nor the secret).
 async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Sent {
-    let outcome = attempt(ctx, &c).await;
-    let delivered = outcome.is_success();
-    match recorder.record(c.lease.clone(), outcome).await {
-        Ok(_) if delivered => Sent::Delivered,
-        Ok(_) => Sent::Failed,
-        Err(StoreError::LeaseLost) => Sent::NotRecorded,
-        Err(e) => {
-            eprintln!(
-                "dispatcher: cannot record the outcome of delivery {}: {e}",
-                c.delivery.id
-            );
-            Sent::NotRecorded
+    // A `debug` span: at the default `info` level it is never built, which
+    // matters at thousands of sends a second; the dead-letter line names the
+    // delivery itself.
+    let span = tracing::debug_span!(
+        "delivery",
+        account = %c.delivery.account,
+        endpoint_id = %c.delivery.endpoint_id,
+        delivery_id = %c.delivery.id,
+        attempt = c.lease.attempt,
+    );
+    async move {
+        tracing::debug!("sending");
+        let outcome = attempt(ctx, &c).await;
+        let (result, report) = (outcome.kind(), outcome.report().clone());
+        let delivered = outcome.is_success();
+        match recorder.record(c.lease.clone(), outcome).await {
+            Ok(r) => {
+                let state = r.state.as_str();
+                let (status, latency_ms) = (report.status_code, report.latency_ms);
+                if r.state == DeliveryState::Dead {
+                    tracing::warn!(
+                        account = %c.delivery.account,
+                        endpoint_id = %c.delivery.endpoint_id,
+                        delivery_id = %c.delivery.id,
+                        attempt = c.lease.attempt,
+                        result,
+                        status,
+                        latency_ms,
+                        error = report.error,
+                        "delivery is dead"
+                    );
+                } else {
+                    tracing::debug!(
+                        result,
+                        state,
+                        status,
+                        latency_ms,
+                        error = report.error,
+                        "attempt recorded"
+                    );
+                }
+                if delivered {
+                    Sent::Delivered
+                } else {
+                    Sent::Failed
+                }
+            }
+            Err(StoreError::LeaseLost) => {
+                tracing::debug!("the lease was lost; another worker owns the delivery");
+                Sent::NotRecorded
+            }
+            Err(e) => {
+                tracing::warn!("cannot record the outcome: {e}");
+                Sent::NotRecorded
+            }
         }
     }
+    .instrument(span)
+    .await
 }
 
 /// One attempt and its classified outcome. A destination outside the
@@ -347,7 +353,7 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
         &ctx.policy,
         ctx.clock.now(),
     );
-    ctx.telemetry.record_attempt(outcome.kind(), took);
+    ctx.metrics.record(account, outcome.kind(), took);
     outcome
 }
 

@@ -156,7 +156,8 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let d = Dispatcher::new(s.store.clone(), cfg).unwrap();
-    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tx = tokio_util::sync::CancellationToken::new();
+    let rx = tx.clone();
     let run = tokio::spawn(async move { d.run(rx).await });
     let start = Instant::now();
     while !done().await {
@@ -166,7 +167,7 @@ where
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    tx.send(true).unwrap();
+    tx.cancel();
     run.await.unwrap()
 }
 

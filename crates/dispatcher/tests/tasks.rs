@@ -12,7 +12,7 @@ use control_plane_core::*;
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use serde_json::json;
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 async fn store(dir: &tempfile::TempDir, max_attempts: u32) -> DynControlPlaneStore {
     let mut cfg = EmbeddedConfig::new(dir.path().join("tasks.duckdb"));
@@ -97,7 +97,8 @@ async fn results_errors_and_panics_are_recorded_and_the_worker_lives_on() {
     enqueue(&store, "f1", "flaky").await;
     enqueue(&store, "b1", "broken").await;
     enqueue(&store, "x1", "nobody-handles-this").await;
-    let (stop, stopped) = watch::channel(false);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let run = tokio::spawn(async move { runner.run(stopped).await });
 
     let t = until(&store, "e1", |t| t.state == TaskState::Completed).await;
@@ -125,7 +126,7 @@ async fn results_errors_and_panics_are_recorded_and_the_worker_lives_on() {
         TaskState::Pending,
         "unknown kinds are left alone"
     );
-    stop.send(true).unwrap();
+    stop.cancel();
     let report = run.await.unwrap();
     assert_eq!(report.completed, 2);
     assert_eq!(report.failed, 5, "2 panics, 2 retryable errors, 1 fatal");
@@ -147,7 +148,8 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
         }
     });
     enqueue(&store, "l1", "long").await;
-    let (stop, stopped) = watch::channel(false);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let run = tokio::spawn(async move { runner.run(stopped).await });
     tokio::time::sleep(Duration::from_millis(600)).await;
     let rival = store
@@ -166,7 +168,7 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
     let t = until(&store, "l1", |t| t.state == TaskState::Completed).await;
     assert_eq!(t.attempts, 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    stop.send(true).unwrap();
+    stop.cancel();
     run.await.unwrap();
 }
 
@@ -180,10 +182,11 @@ async fn shutdown_releases_a_handler_that_outlives_the_grace_period() {
         Ok(json!(null))
     });
     enqueue(&store, "s1", "stuck").await;
-    let (stop, stopped) = watch::channel(false);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let run = tokio::spawn(async move { runner.run(stopped).await });
     until(&store, "s1", |t| t.state == TaskState::Leased).await;
-    stop.send(true).unwrap();
+    stop.cancel();
     let report = tokio::time::timeout(Duration::from_secs(10), run)
         .await
         .unwrap()

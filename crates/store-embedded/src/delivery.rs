@@ -1082,6 +1082,35 @@ pub(crate) fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)
     Ok(out)
 }
 
+pub(crate) fn count_by_account_and_state(
+    t: &Tx<'_>,
+) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+    let mut st = t
+        .prepare(
+            "SELECT account, state, count(*) FROM deliveries GROUP BY account, state ORDER BY account, state",
+        )
+        .db()?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .db()?;
+    let mut out = Vec::new();
+    for r in rows {
+        let (a, s, n) = r.db()?;
+        out.push((
+            AccountId::new(a)?,
+            s.parse()?,
+            u64::try_from(n).unwrap_or(0),
+        ));
+    }
+    Ok(out)
+}
+
 #[async_trait]
 impl DeliveryStore for EmbeddedStore {
     async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
@@ -1174,5 +1203,11 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
         self.tx(|t| count_by_state(t)).await
+    }
+
+    async fn delivery_count_by_account_and_state(
+        &self,
+    ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+        self.tx(|t| count_by_account_and_state(t)).await
     }
 }

@@ -250,6 +250,17 @@ fn count_open(t: &Tx<'_>) -> StoreResult<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
+fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
+    let n: i64 = t
+        .query_row(
+            "SELECT count(*) FROM endpoints WHERE NOT enabled AND deleted_at IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .db()?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 pub(crate) fn circuit_of(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
     get(t, account, id)?;
     load_circuit(t, id)
@@ -313,6 +324,10 @@ impl EndpointStore for EmbeddedStore {
     async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
         let account = account.clone();
         self.tx(move |t| delete(t, &account, id)).await
+    }
+
+    async fn endpoint_count_disabled(&self) -> StoreResult<u64> {
+        self.tx(|t| count_disabled(t)).await
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::maintenance::{validate_purge_batch, Purged};
 use control_plane_core::*;
 use duckdb::params;
 
@@ -10,36 +11,64 @@ use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
 
+/// One statement per kind of row: at most `$2` rows at or before the cutoff `$1`.
+const PURGES: &[(Purged, &str)] = &[
+    (
+        Purged::Deliveries,
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state = 'delivered' \
+         AND updated_at <= $1 ORDER BY updated_at LIMIT $2)",
+    ),
+    (
+        Purged::Attempts,
+        "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE recorded_at <= $1 \
+         ORDER BY recorded_at, id LIMIT $2)",
+    ),
+    (
+        Purged::Events,
+        "DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.created_at <= $1 \
+         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) ORDER BY e.created_at LIMIT $2)",
+    ),
+    (
+        Purged::Tasks,
+        "DELETE FROM tasks WHERE (account, id) IN (SELECT (account, id) FROM tasks \
+         WHERE state = 'completed' AND updated_at <= $1 ORDER BY updated_at LIMIT $2)",
+    ),
+    (
+        Purged::Alerts,
+        "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE created_at <= $1 ORDER BY id LIMIT $2)",
+    ),
+    (
+        Purged::UsageWindows,
+        "DELETE FROM usage_counters WHERE (account, metric, window_start) IN \
+         (SELECT (account, metric, window_start) FROM usage_counters WHERE window_start <= $1 LIMIT $2)",
+    ),
+    (
+        Purged::UsageBatches,
+        "DELETE FROM usage_batches WHERE batch_id IN \
+         (SELECT batch_id FROM usage_batches WHERE recorded_at <= $1 LIMIT $2)",
+    ),
+    (
+        Purged::IdempotencyRecords,
+        "DELETE FROM idempotency WHERE (scope, key) IN \
+         (SELECT (scope, key) FROM idempotency WHERE expires_at <= $1 LIMIT $2)",
+    ),
+];
+
 /// One small batch per table. The embedded store has one writer, so the
 /// batch bounds how long that writer is busy.
 pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-    control_plane_core::maintenance::validate_purge_batch(batch)?;
-    let cutoff = t.now.minus(retention).as_millis();
-    let n = i64::from(batch);
-    let deliveries = t
-        .execute(
-            "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state = 'delivered' \
-             AND updated_at <= $1 ORDER BY updated_at LIMIT $2)",
-            params![cutoff, n],
-        )
-        .db()?;
-    let attempts = t
-        .execute(
-            "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE recorded_at <= $1 ORDER BY recorded_at, id LIMIT $2)",
-            params![cutoff, n],
-        )
-        .db()?;
-    let idempotency_records = t
-        .execute(
-            "DELETE FROM idempotency WHERE (scope, key) IN (SELECT (scope, key) FROM idempotency WHERE expires_at <= $1 LIMIT $2)",
-            params![t.now.as_millis(), n],
-        )
-        .db()?;
-    Ok(PurgeReport {
-        deliveries: deliveries as u64,
-        attempts: attempts as u64,
-        idempotency_records: idempotency_records as u64,
-    })
+    validate_purge_batch(batch)?;
+    let mut report = PurgeReport::default();
+    for (what, sql) in PURGES {
+        let n = t
+            .execute(
+                sql,
+                params![what.cutoff(t.now, retention), i64::from(batch)],
+            )
+            .db()?;
+        report.count(*what, n as u64);
+    }
+    Ok(report)
 }
 
 #[async_trait]

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use control_plane_core::migration::{self, Migration};
+use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
 use duckdb::Connection;
 use tokio::sync::oneshot;
@@ -200,7 +200,7 @@ fn open_connection(path: &Path) -> StoreResult<Connection> {
     })
 }
 
-fn migrate(conn: &mut Connection) -> StoreResult<()> {
+fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<()> {
     conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
         .db()?;
     let current: i64 = conn
@@ -210,7 +210,9 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
             |r| r.get(0),
         )
         .db()?;
-    for (version, sql) in migration::pending("the embedded store file", current, MIGRATIONS)? {
+    for (version, sql) in
+        migration::pending("the embedded store file", current, MIGRATIONS, policy)?
+    {
         let tx = conn.transaction().db()?;
         tx.execute_batch(sql).db()?;
         tx.execute("INSERT INTO schema_version VALUES ($1)", [version])
@@ -250,7 +252,7 @@ impl EmbeddedStore {
             .spawn(move || {
                 let writer = (|| {
                     let mut conn = open_connection(&config.path)?;
-                    migrate(&mut conn)?;
+                    migrate(&mut conn, config.options.migrations)?;
                     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
                     let mut counters = Counters::new();
                     {
@@ -373,7 +375,7 @@ mod tests {
             "before version 5 ids are global"
         );
 
-        migrate(&mut conn).unwrap();
+        migrate(&mut conn, Migrations::Apply).unwrap();
 
         let kept: Vec<(String, String, i64)> = conn
             .prepare("SELECT account, id, seq FROM tasks ORDER BY seq")

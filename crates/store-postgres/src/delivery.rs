@@ -887,6 +887,27 @@ pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState
         .collect()
 }
 
+pub(crate) async fn count_by_account_and_state(
+    t: &Tx<'_>,
+) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+    let rows = t
+        .query(
+            "SELECT account, state, count(*) FROM deliveries GROUP BY account, state ORDER BY account, state",
+            &[],
+        )
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                AccountId::new(r.get::<_, String>(0))?,
+                r.get::<_, String>(1).parse()?,
+                u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            ))
+        })
+        .collect()
+}
+
 impl PostgresStore {
     /// The outbox: publishes inside the caller's own transaction, so the
     /// event and its deliveries commit or roll back with the caller's
@@ -1053,5 +1074,11 @@ impl DeliveryStore for PostgresStore {
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
         in_tx!(self, |t| count_by_state(&t))
+    }
+
+    async fn delivery_count_by_account_and_state(
+        &self,
+    ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+        in_tx!(self, |t| count_by_account_and_state(&t))
     }
 }

@@ -258,6 +258,17 @@ async fn count_open(t: &Tx<'_>) -> StoreResult<u64> {
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
 
+async fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
+    let row = t
+        .query_one(
+            "SELECT count(*) FROM endpoints WHERE NOT enabled AND deleted_at IS NULL",
+            &[],
+        )
+        .await
+        .db()?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
 pub(crate) async fn circuit_of(
     t: &Tx<'_>,
     account: &AccountId,
@@ -314,6 +325,10 @@ impl EndpointStore for PostgresStore {
 
     async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64> {
         in_tx!(self, |t| delete(&t, account, id))
+    }
+
+    async fn endpoint_count_disabled(&self) -> StoreResult<u64> {
+        in_tx!(self, |t| count_disabled(&t))
     }
 }
 

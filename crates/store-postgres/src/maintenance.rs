@@ -3,46 +3,73 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::maintenance::{validate_purge_batch, Purged};
 use control_plane_core::*;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 
-/// One batch per table, each its own short autocommit statement.
+/// One statement per kind of row: at most `$2` rows at or before the cutoff
+/// `$1`, skipping rows another transaction holds where live work may.
+const PURGES: &[(Purged, &str)] = &[
+    (
+        Purged::Deliveries,
+        "WITH c AS (SELECT id FROM deliveries WHERE state = 'delivered' AND updated_at <= $1 \
+                    ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM deliveries d USING c WHERE d.id = c.id",
+    ),
+    (
+        Purged::Attempts,
+        "WITH c AS (SELECT id FROM attempts WHERE recorded_at <= $1 ORDER BY recorded_at, id LIMIT $2) \
+         DELETE FROM attempts a USING c WHERE a.id = c.id",
+    ),
+    (
+        Purged::Events,
+        "WITH c AS (SELECT e.id FROM events e WHERE e.created_at <= $1 \
+                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) \
+                    ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM events e USING c WHERE e.id = c.id",
+    ),
+    (
+        Purged::Tasks,
+        "WITH c AS (SELECT account, id FROM tasks WHERE state = 'completed' AND updated_at <= $1 \
+                    ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM tasks t USING c WHERE t.account = c.account AND t.id = c.id",
+    ),
+    (
+        Purged::Alerts,
+        "WITH c AS (SELECT id FROM alerts WHERE created_at <= $1 ORDER BY created_at LIMIT $2) \
+         DELETE FROM alerts a USING c WHERE a.id = c.id",
+    ),
+    (
+        Purged::UsageWindows,
+        "WITH c AS (SELECT account, metric, window_start FROM usage_counters WHERE window_start <= $1 \
+                    ORDER BY window_start LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM usage_counters u USING c \
+         WHERE u.account = c.account AND u.metric = c.metric AND u.window_start = c.window_start",
+    ),
+    (
+        Purged::UsageBatches,
+        "WITH c AS (SELECT batch_id FROM usage_batches WHERE recorded_at <= $1 ORDER BY recorded_at LIMIT $2) \
+         DELETE FROM usage_batches b USING c WHERE b.batch_id = c.batch_id",
+    ),
+    (
+        Purged::IdempotencyRecords,
+        "WITH c AS (SELECT scope, key FROM idempotency WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM idempotency i USING c WHERE i.scope = c.scope AND i.key = c.key",
+    ),
+];
+
+/// One batch per table, in one short transaction.
 pub(crate) async fn purge(t: &Tx<'_>, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-    control_plane_core::maintenance::validate_purge_batch(batch)?;
-    let cutoff = t.now.minus(retention).as_millis();
+    validate_purge_batch(batch)?;
     let n = i64::from(batch);
-    let deliveries = t
-        .execute(
-            "WITH c AS (SELECT id FROM deliveries WHERE state = 'delivered' AND updated_at <= $1 \
-                        ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM deliveries d USING c WHERE d.id = c.id",
-            &[&cutoff, &n],
-        )
-        .await
-        .db()?;
-    let attempts = t
-        .execute(
-            "WITH c AS (SELECT id FROM attempts WHERE recorded_at <= $1 ORDER BY recorded_at, id LIMIT $2) \
-             DELETE FROM attempts a USING c WHERE a.id = c.id",
-            &[&cutoff, &n],
-        )
-        .await
-        .db()?;
-    let idempotency_records = t
-        .execute(
-            "WITH c AS (SELECT scope, key FROM idempotency WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             DELETE FROM idempotency i USING c WHERE i.scope = c.scope AND i.key = c.key",
-            &[&t.now.as_millis(), &n],
-        )
-        .await
-        .db()?;
-    Ok(PurgeReport {
-        deliveries,
-        attempts,
-        idempotency_records,
-    })
+    let mut report = PurgeReport::default();
+    for (what, sql) in PURGES {
+        let cutoff = what.cutoff(t.now, retention);
+        report.count(*what, t.execute(*sql, &[&cutoff, &n]).await.db()?);
+    }
+    Ok(report)
 }
 
 #[async_trait]

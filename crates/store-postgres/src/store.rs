@@ -28,6 +28,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         5,
         include_str!("migrations/0005_tasks_scoped_by_account.sql"),
     ),
+    (6, include_str!("migrations/0006_retention_indexes.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
@@ -160,7 +161,9 @@ impl PostgresStore {
             .db()?
             .get(0);
         let schema = format!("schema {}", self.schema);
-        for (version, sql) in migration::pending(&schema, current, MIGRATIONS)? {
+        for (version, sql) in
+            migration::pending(&schema, current, MIGRATIONS, self.options.migrations)?
+        {
             tx.batch_execute(sql).await.map_err(|e| {
                 StoreError::Backend(format!(
                     "migration {version} failed: {}",

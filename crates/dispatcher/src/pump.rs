@@ -1,0 +1,158 @@
+//! The one claim/run/drain loop behind both workers: the webhook dispatcher
+//! and the workflow task runner. It claims as many items as it has free
+//! slots, runs each in its own task, and on stop claims no more, gives the
+//! running items the grace period, then halts the rest (each gives its claim
+//! back) and waits for them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// What the loop claims and runs.
+pub(crate) trait Work: Send + Sync {
+    /// One claimed item.
+    type Item: Send + 'static;
+    /// How running one item ended.
+    type Ended: Send + 'static;
+
+    /// Claims up to `limit` items; an error is logged by the implementation
+    /// and given as none.
+    fn claim(&self, limit: u32) -> impl Future<Output = Vec<Self::Item>> + Send;
+
+    /// Runs one item. When `halt` is cancelled (the grace period ended) the
+    /// run stops its work, gives its claim back and ends.
+    fn run(
+        &self,
+        item: Self::Item,
+        halt: CancellationToken,
+    ) -> impl Future<Output = Self::Ended> + Send + 'static;
+
+    /// How an item that did not end normally (it panicked) is counted.
+    fn lost(&self) -> Self::Ended;
+
+    /// Wake-ups that make an idle loop claim before its poll interval.
+    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// How the loop runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pump {
+    /// Items running at most.
+    pub concurrency: usize,
+    /// Largest claim.
+    pub max_batch: u32,
+    /// Wait between empty claims when no wake-up arrives.
+    pub poll_interval: Duration,
+    /// On stop, how long running items may finish before they are halted.
+    pub grace: Duration,
+    /// With fewer free slots than this and items running, wait up to
+    /// `gather` for more to free up before claiming: one claim costs the
+    /// store a scan whatever its size. `0` never waits.
+    pub gather_below: u32,
+    /// The longest such wait.
+    pub gather: Duration,
+}
+
+impl Pump {
+    /// Runs `work` until `stop`, then drains; `ended` sees how each item ended.
+    pub(crate) async fn run<W: Work>(
+        &self,
+        work: &W,
+        stop: CancellationToken,
+        mut ended: impl FnMut(W::Ended),
+    ) {
+        let permits = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let halt = CancellationToken::new();
+        let mut running: JoinSet<W::Ended> = JoinSet::new();
+        let mut wake = work.wakeups();
+        let mut gathering: Option<Instant> = None;
+        let mut tally = |done: Option<Result<W::Ended, tokio::task::JoinError>>| match done {
+            Some(Ok(e)) => ended(e),
+            Some(Err(_)) => ended(work.lost()),
+            None => {}
+        };
+        while !stop.is_cancelled() {
+            while let Some(done) = running.try_join_next() {
+                tally(Some(done));
+            }
+            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+            if free == 0 {
+                tokio::select! {
+                    done = running.join_next() => tally(done),
+                    _ = stop.cancelled() => {}
+                }
+                continue;
+            }
+            if free < self.gather_below && !running.is_empty() {
+                let since = *gathering.get_or_insert_with(Instant::now);
+                let left = self.gather.saturating_sub(since.elapsed());
+                if !left.is_zero() {
+                    tokio::select! {
+                        done = running.join_next() => tally(done),
+                        _ = tokio::time::sleep(left) => {}
+                        _ = stop.cancelled() => {}
+                    }
+                    continue;
+                }
+            }
+            gathering = None;
+            if let Some(w) = wake.as_mut() {
+                w.borrow_and_update();
+            }
+            let claimed = work.claim(free.min(self.max_batch).max(1)).await;
+            if claimed.is_empty() {
+                // A finished item frees a slot (and, for deliveries, a slot of
+                // its endpoint's in-flight cap): worth a claim as much as a
+                // wake-up is.
+                tokio::select! {
+                    done = running.join_next(), if !running.is_empty() => tally(done),
+                    _ = changed(&mut wake) => {}
+                    _ = tokio::time::sleep(self.poll_interval) => {}
+                    _ = stop.cancelled() => {}
+                }
+                continue;
+            }
+            for item in claimed {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                let run = work.run(item, halt.clone());
+                running.spawn(async move {
+                    let e = run.await;
+                    drop(permit);
+                    e
+                });
+            }
+        }
+        let deadline = tokio::time::sleep(self.grace);
+        tokio::pin!(deadline);
+        while !running.is_empty() {
+            tokio::select! {
+                done = running.join_next() => tally(done),
+                _ = &mut deadline => break,
+            }
+        }
+        halt.cancel();
+        while let Some(done) = running.join_next().await {
+            tally(Some(done));
+        }
+    }
+}
+
+/// Resolves when `wake` changes; never without one.
+async fn changed(wake: &mut Option<watch::Receiver<u64>>) {
+    match wake {
+        Some(w) => {
+            if w.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
