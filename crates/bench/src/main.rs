@@ -226,12 +226,7 @@ async fn prefill(store: &dyn ControlPlaneStore, n: usize) -> BenchResult<()> {
     while left > 0 {
         let b = left.min(500);
         let reqs = (0..b)
-            .map(|i| PublishRequest {
-                account: acct(),
-                event_type: "bench.event".into(),
-                payload: serde_json::json!({"i": i}),
-                idempotency_key: None,
-            })
+            .map(|i| PublishRequest::new(acct(), "bench.event", serde_json::json!({"i": i})))
             .collect();
         store.event_publish_batch(reqs).await.map_err(fail)?;
         left -= b;
@@ -285,11 +280,11 @@ async fn drain_port(
             let mut idle = 0;
             loop {
                 let claimed = store
-                    .delivery_claim(ClaimRequest {
-                        worker: format!("w{w}"),
-                        limit: batch,
-                        lease_for: Duration::from_secs(60),
-                    })
+                    .delivery_claim(ClaimRequest::new(
+                        format!("w{w}"),
+                        batch,
+                        Duration::from_secs(60),
+                    ))
                     .await
                     .map_err(fail)?;
                 if claimed.is_empty() {
@@ -430,18 +425,28 @@ async fn drain_raw(
 
 async fn machine(a: &Args) -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let version = match raw_client(&a.url, "public").await {
-        Ok(c) => c
-            .query_one("SHOW server_version", &[])
-            .await
-            .map(|r| r.get::<_, String>(0))
-            .unwrap_or_default(),
-        Err(e) => e,
+    // Read back from the server: a throwaway cluster runs with fsync off.
+    let (version, fsync_on, sync_commit) = match raw_client(&a.url, "public").await {
+        Ok(c) => (
+            show(&c, "server_version").await,
+            show(&c, "fsync").await,
+            show(&c, "synchronous_commit").await,
+        ),
+        Err(e) => (e, "unknown".into(), "unknown".into()),
     };
     let fsync = pg_test_fsync().unwrap_or_else(|| "not measured (pg_test_fsync not found)".into());
     format!(
-        "| cores | PostgreSQL | pg_test_fsync fdatasync (one 8 kB write) |\n| --- | --- | --- |\n| {cores} | {version} | {fsync} |\n"
+        "| cores | PostgreSQL | fsync | synchronous_commit | pg_test_fsync fdatasync (one 8 kB write) |\n\
+         | --- | --- | --- | --- | --- |\n| {cores} | {version} | {fsync_on} | {sync_commit} | {fsync} |\n"
     )
+}
+
+/// A server setting as the server reports it.
+async fn show(c: &tokio_postgres::Client, name: &str) -> String {
+    c.query_one(&format!("SHOW {name}"), &[])
+        .await
+        .map(|r| r.get::<_, String>(0))
+        .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
 fn pg_test_fsync() -> Option<String> {
@@ -590,11 +595,11 @@ async fn steady_state(
         tasks.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let claimed = store
-                    .delivery_claim(ClaimRequest {
-                        worker: format!("w{w}"),
-                        limit: 100,
-                        lease_for: Duration::from_secs(60),
-                    })
+                    .delivery_claim(ClaimRequest::new(
+                        format!("w{w}"),
+                        100,
+                        Duration::from_secs(60),
+                    ))
                     .await
                     .map_err(fail)?;
                 if claimed.is_empty() {
@@ -769,11 +774,8 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 for chunk in 0..backlog.div_ceil(500) {
                     let n = 500.min(backlog - chunk * 500);
                     let reqs = (0..n)
-                        .map(|i| PublishRequest {
-                            account: acct(),
-                            event_type: "noisy".into(),
-                            payload: serde_json::json!({ "i": i }),
-                            idempotency_key: None,
+                        .map(|i| {
+                            PublishRequest::new(acct(), "noisy", serde_json::json!({ "i": i }))
                         })
                         .collect();
                     store.event_publish_batch(reqs).await.map_err(fail)?;
@@ -799,12 +801,11 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             let mut sent = Vec::new();
             for i in 0..samples {
                 let p = store
-                    .event_publish(PublishRequest {
-                        account: acct(),
-                        event_type: "healthy".into(),
-                        payload: serde_json::json!({ "i": i }),
-                        idempotency_key: None,
-                    })
+                    .event_publish(PublishRequest::new(
+                        acct(),
+                        "healthy",
+                        serde_json::json!({ "i": i }),
+                    ))
                     .await
                     .map_err(fail)?;
                 for id in p.deliveries {
@@ -870,12 +871,11 @@ async fn wakeup_latency(a: &Args) -> BenchResult<String> {
         for _ in 0..n {
             let t0 = Instant::now();
             let p = publisher
-                .event_publish(PublishRequest {
-                    account: acct(),
-                    event_type: "bench.latency".into(),
-                    payload: serde_json::json!({}),
-                    idempotency_key: None,
-                })
+                .event_publish(PublishRequest::new(
+                    acct(),
+                    "bench.latency",
+                    serde_json::json!({}),
+                ))
                 .await
                 .map_err(fail)?;
             let id = p.deliveries.first().ok_or("no delivery")?.to_string();
@@ -953,11 +953,7 @@ async fn growth(a: &Args) -> BenchResult<String> {
             prefill(&store, 1).await?;
             let t = Instant::now();
             let got = store
-                .delivery_claim(ClaimRequest {
-                    worker: "g".into(),
-                    limit: 1,
-                    lease_for: Duration::from_secs(60),
-                })
+                .delivery_claim(ClaimRequest::new("g", 1, Duration::from_secs(60)))
                 .await
                 .map_err(fail)?;
             claim_ms.push(t.elapsed().as_secs_f64() * 1000.0);

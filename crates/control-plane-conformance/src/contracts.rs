@@ -67,12 +67,7 @@ async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
 }
 
 fn publish_req(account: &str, ty: &str) -> PublishRequest {
-    PublishRequest {
-        account: acct(account),
-        event_type: ty.to_string(),
-        payload: json!({"n": 1}),
-        idempotency_key: None,
-    }
+    PublishRequest::new(acct(account), ty.to_string(), json!({"n": 1}))
 }
 
 async fn publish(h: &Harness, account: &str) -> Published {
@@ -360,13 +355,7 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_eq!(again.deliveries, first.deliveries);
     let page = h
         .store
-        .delivery_list(DeliveryListRequest {
-            account: acct("a"),
-            state: None,
-            endpoint_id: None,
-            event_id: None,
-            page: PageRequest::first(100),
-        })
+        .delivery_list(DeliveryListRequest::all(acct("a"), PageRequest::first(100)))
         .await
         .unwrap();
     assert_eq!(page.items.len(), 1);
@@ -528,11 +517,7 @@ pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) 
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .delivery_claim(ClaimRequest {
-                            worker: format!("w{w}"),
-                            limit: 3,
-                            lease_for: LEASE,
-                        })
+                        .delivery_claim(ClaimRequest::new(format!("w{w}"), 3, LEASE))
                         .await
                         .unwrap();
                     if c.is_empty() {
@@ -1129,13 +1114,9 @@ pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactor
         .into_iter()
         .map(|s| {
             tokio::spawn(async move {
-                s.delivery_claim(ClaimRequest {
-                    worker: "w".into(),
-                    limit: 10,
-                    lease_for: LEASE,
-                })
-                .await
-                .unwrap()
+                s.delivery_claim(ClaimRequest::new("w", 10, LEASE))
+                    .await
+                    .unwrap()
             })
         })
         .collect();
@@ -1769,13 +1750,7 @@ pub async fn claim_respects_the_in_flight_cap_under_concurrent_claimers(f: &dyn 
     assert_eq!(count_for(&after, &default), 3);
     let all = h
         .store
-        .delivery_list(DeliveryListRequest {
-            account: acct("a"),
-            state: None,
-            endpoint_id: None,
-            event_id: None,
-            page: PageRequest::first(100),
-        })
+        .delivery_list(DeliveryListRequest::all(acct("a"), PageRequest::first(100)))
         .await
         .unwrap();
     let spent: u32 = all.items.iter().map(|d| d.attempts).sum();

@@ -139,12 +139,11 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let expected = model.publish();
                 let p = h
                     .store
-                    .event_publish(PublishRequest {
-                        account: account.clone(),
-                        event_type: "t".into(),
-                        payload: serde_json::json!({"step": step}),
-                        idempotency_key: None,
-                    })
+                    .event_publish(PublishRequest::new(
+                        account.clone(),
+                        "t",
+                        serde_json::json!({"step": step}),
+                    ))
                     .await
                     .map_err(|e| e.to_string())?;
                 if p.deliveries.len() != expected.len() {
@@ -249,13 +248,10 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
         }
         let listed = h
             .store
-            .delivery_list(DeliveryListRequest {
-                account: account.clone(),
-                state: None,
-                endpoint_id: None,
-                event_id: None,
-                page: PageRequest::first(1000),
-            })
+            .delivery_list(DeliveryListRequest::all(
+                account.clone(),
+                PageRequest::first(1000),
+            ))
             .await
             .map_err(|e| e.to_string())?;
         let by_id: std::collections::HashMap<DeliveryId, Delivery> =

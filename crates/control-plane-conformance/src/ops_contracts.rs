@@ -852,21 +852,11 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
     let h = f.open(opts).await;
     let e = endpoint_for_all(&h, "a").await;
     let publish = || {
-        h.store.event_publish(PublishRequest {
-            account: acct("a"),
-            event_type: "t".into(),
-            payload: json!(1),
-            idempotency_key: None,
-        })
+        h.store
+            .event_publish(PublishRequest::new(acct("a"), "t", json!(1)))
     };
     publish().await.unwrap();
-    let claim = || {
-        h.store.delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 1,
-            lease_for: LEASE,
-        })
-    };
+    let claim = || h.store.delivery_claim(ClaimRequest::new("w", 1, LEASE));
     let c = claim().await.unwrap().remove(0);
     let fail = DeliveryOutcome::Retry {
         at: h.clock.now(),
@@ -952,12 +942,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
     let other_account = create("b", vec!["delivery.dead"]).await.unwrap();
     let p = h
         .store
-        .event_publish(PublishRequest {
-            account: acct("a"),
-            event_type: "order.paid".into(),
-            payload: json!(1),
-            idempotency_key: None,
-        })
+        .event_publish(PublishRequest::new(acct("a"), "order.paid", json!(1)))
         .await
         .unwrap();
     assert_eq!(p.deliveries.len(), 2, "failing + catch-all");
@@ -1074,12 +1059,7 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     endpoint_for_all(&h, "a").await;
     let reqs = (0..5)
-        .map(|i| PublishRequest {
-            account: acct("a"),
-            event_type: "t".into(),
-            payload: json!(i),
-            idempotency_key: None,
-        })
+        .map(|i| PublishRequest::new(acct("a"), "t", json!(i)))
         .collect();
     h.store.event_publish_batch(reqs).await.unwrap();
     let claimed = claim_deliveries(&h, 4).await;
@@ -1172,12 +1152,7 @@ async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
 }
 
 fn event(account: &str, n: i64) -> PublishRequest {
-    PublishRequest {
-        account: acct(account),
-        event_type: "t".into(),
-        payload: json!(n),
-        idempotency_key: None,
-    }
+    PublishRequest::new(acct(account), "t", json!(n))
 }
 
 /// `MaintenanceStore::maintenance_purge`: an old event goes once no delivery

@@ -52,25 +52,36 @@ impl AlertKind {
     }
 }
 
-/// The event that publishes an alert to the account's endpoints (see
-/// [`crate::fan_out`] for who receives it). Its payload names the endpoint,
-/// the delivery when there is one, and the message.
-pub fn alert_event(
-    account: &AccountId,
-    kind: AlertKind,
-    endpoint: EndpointId,
-    delivery: Option<DeliveryId>,
-    message: &str,
-) -> PublishRequest {
-    PublishRequest {
-        account: account.clone(),
-        event_type: kind.as_str().to_string(),
-        payload: serde_json::json!({
-            "endpoint_id": endpoint.to_string(),
-            "delivery_id": delivery.map(|d| d.to_string()),
-            "message": message,
-        }),
-        idempotency_key: None,
+/// An alert a transition raises, before the store records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewAlert {
+    /// Account.
+    pub account: AccountId,
+    /// Kind.
+    pub kind: AlertKind,
+    /// The endpoint concerned.
+    pub endpoint_id: EndpointId,
+    /// The delivery concerned (dead letters only).
+    pub delivery_id: Option<DeliveryId>,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl NewAlert {
+    /// The event that publishes the alert to the account's endpoints (see
+    /// [`crate::fan_out`] for who receives it). Its payload names the
+    /// endpoint, the delivery when there is one, and the message.
+    pub fn event(&self) -> PublishRequest {
+        PublishRequest {
+            account: self.account.clone(),
+            event_type: self.kind.as_str().to_string(),
+            payload: serde_json::json!({
+                "endpoint_id": self.endpoint_id.to_string(),
+                "delivery_id": self.delivery_id.map(|d| d.to_string()),
+                "message": self.message,
+            }),
+            idempotency_key: None,
+        }
     }
 }
 

@@ -37,6 +37,20 @@ pub struct PublishRequest {
 }
 
 impl PublishRequest {
+    /// An event with no idempotency key.
+    pub fn new(
+        account: AccountId,
+        event_type: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Self {
+        PublishRequest {
+            account,
+            event_type: event_type.into(),
+            payload,
+            idempotency_key: None,
+        }
+    }
+
     /// Validates the event type and key.
     pub fn validate(&self) -> Result<(), StoreError> {
         if self.event_type.is_empty() || self.event_type.len() > 255 {
@@ -203,6 +217,15 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
+    /// Up to `limit` deliveries for `worker`, leased for `lease_for`.
+    pub fn new(worker: impl Into<String>, limit: u32, lease_for: std::time::Duration) -> Self {
+        ClaimRequest {
+            worker: worker.into(),
+            limit,
+            lease_for,
+        }
+    }
+
     /// `InvalidInput` for a limit outside 1 to 1000 or a zero lease.
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_limit(self.limit)?;
@@ -299,6 +322,19 @@ pub struct DeliveryListRequest {
     pub event_id: Option<EventId>,
     /// The page.
     pub page: PageRequest,
+}
+
+impl DeliveryListRequest {
+    /// Every delivery of `account`, one page.
+    pub fn all(account: AccountId, page: PageRequest) -> Self {
+        DeliveryListRequest {
+            account,
+            state: None,
+            endpoint_id: None,
+            event_id: None,
+            page,
+        }
+    }
 }
 
 /// Result of an insert-wins enqueue.

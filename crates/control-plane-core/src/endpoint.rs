@@ -134,11 +134,15 @@ pub enum Enablement {
 }
 
 impl Enablement {
-    /// `(enabled, disabled_reason)`, as the endpoint's row keeps them.
+    /// `(enabled, disabled_reason)`, as the endpoint's row keeps them: a
+    /// disabled endpoint always shows a reason.
     pub fn into_row(self) -> (bool, Option<String>) {
         match self {
             Enablement::Enabled => (true, None),
-            Enablement::Disabled { reason } => (false, reason),
+            Enablement::Disabled { reason } => (
+                false,
+                Some(reason.unwrap_or_else(|| "disabled by an operator".into())),
+            ),
         }
     }
 }

@@ -417,7 +417,13 @@ pub fn repeat_verdict(
 
 /// The alerts a transition raises, with their messages. `disabled` says
 /// whether the endpoint was enabled until this transition disabled it.
-pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::AlertKind, String)> {
+pub fn alerts_for(
+    tr: &Transition,
+    disabled: bool,
+    account: &crate::AccountId,
+    endpoint_id: crate::EndpointId,
+    delivery_id: DeliveryId,
+) -> Vec<crate::NewAlert> {
     use crate::AlertKind;
     let mut out = Vec::new();
     match tr.circuit_change {
@@ -439,7 +445,15 @@ pub fn alerts_for(tr: &Transition, disabled: bool) -> Vec<(crate::AlertKind, Str
             .unwrap_or_else(|| "given up".to_string());
         out.push((AlertKind::DeliveryDead, why));
     }
-    out
+    out.into_iter()
+        .map(|(kind, message)| crate::NewAlert {
+            account: account.clone(),
+            kind,
+            endpoint_id,
+            delivery_id: (kind == AlertKind::DeliveryDead).then_some(delivery_id),
+            message,
+        })
+        .collect()
 }
 
 #[cfg(test)]

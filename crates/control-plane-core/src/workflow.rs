@@ -206,6 +206,24 @@ impl TaskFailure {
     pub fn dead_letters(self, attempts: u32, max_attempts: u32) -> bool {
         self == TaskFailure::Permanent || attempts >= max_attempts
     }
+
+    /// Where `task` goes after this failure at `now`: dead-lettered (its run
+    /// time kept), or pending again after its backoff.
+    pub fn next(
+        self,
+        task: &Task,
+        now: Timestamp,
+        policy: &WorkflowPolicy,
+    ) -> (TaskState, Timestamp) {
+        if self.dead_letters(task.attempts, task.max_attempts) {
+            (TaskState::DeadLettered, task.run_at)
+        } else {
+            (
+                TaskState::Pending,
+                now.plus(policy.backoff(&task.id, task.attempts)),
+            )
+        }
+    }
 }
 
 /// Proof of a task claim; it carries the account, so every write is scoped.

@@ -581,12 +581,11 @@ mod tests {
             .await
             .unwrap();
         let published = store
-            .event_publish(PublishRequest {
-                account: account.clone(),
-                event_type: "t".into(),
-                payload: serde_json::json!({}),
-                idempotency_key: None,
-            })
+            .event_publish(PublishRequest::new(
+                account.clone(),
+                "t",
+                serde_json::json!({}),
+            ))
             .await
             .unwrap();
         let id = published.deliveries[0];

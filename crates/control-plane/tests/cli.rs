@@ -355,12 +355,11 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
             .await
             .unwrap();
         let p = store
-            .event_publish(PublishRequest {
-                account: acct,
-                event_type: "order.created".into(),
-                payload: serde_json::json!({"id": 7}),
-                idempotency_key: None,
-            })
+            .event_publish(PublishRequest::new(
+                acct,
+                "order.created",
+                serde_json::json!({"id": 7}),
+            ))
             .await
             .unwrap();
         p.deliveries[0]

@@ -138,12 +138,11 @@ fn config(schedule_s: u64) -> DispatcherConfig {
 async fn publish(s: &Setup) -> DeliveryId {
     let p = s
         .store
-        .event_publish(PublishRequest {
-            account: AccountId::new("acme").unwrap(),
-            event_type: "invoice.paid".into(),
-            payload: serde_json::json!({"amount": 42}),
-            idempotency_key: None,
-        })
+        .event_publish(PublishRequest::new(
+            AccountId::new("acme").unwrap(),
+            "invoice.paid",
+            serde_json::json!({"amount": 42}),
+        ))
         .await
         .unwrap();
     p.deliveries[0]

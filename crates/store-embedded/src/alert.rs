@@ -9,24 +9,17 @@ use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{col_uuid, ts};
 
-pub(crate) fn insert(
-    t: &mut Tx<'_>,
-    account: &AccountId,
-    kind: AlertKind,
-    endpoint: EndpointId,
-    delivery: Option<DeliveryId>,
-    message: &str,
-) -> StoreResult<()> {
+pub(crate) fn insert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let id = t.next("alert_id");
     t.execute(
         "INSERT INTO alerts VALUES ($1, $2, $3, $4, $5, $6, $7)",
         params![
             id,
-            account.as_str(),
-            kind.as_str(),
-            endpoint.to_string(),
-            delivery.map(|d| d.to_string()),
-            message,
+            alert.account.as_str(),
+            alert.kind.as_str(),
+            alert.endpoint_id.to_string(),
+            alert.delivery_id.map(|d| d.to_string()),
+            alert.message,
             t.now.as_millis()
         ],
     )

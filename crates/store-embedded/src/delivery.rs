@@ -240,20 +240,14 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
 }
 
 /// Records an alert and publishes it as an event, in the caller's transaction.
-pub(crate) fn raise_alert(
-    t: &mut Tx<'_>,
-    account: &AccountId,
-    kind: AlertKind,
-    endpoint: EndpointId,
-    delivery: Option<DeliveryId>,
-    message: &str,
-) -> StoreResult<()> {
-    crate::alert::insert(t, account, kind, endpoint, delivery, message)?;
-    let req = alert_event(account, kind, endpoint, delivery, message);
-    let endpoints = endpoint::list(t, account)?;
-    if !fan_out(&endpoints, &req.event_type, Some(endpoint)).is_empty() {
+pub(crate) fn raise_alert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
+    crate::alert::insert(t, alert)?;
+    let req = alert.event();
+    let endpoints = endpoint::list(t, &alert.account)?;
+    let concerned = Some(alert.endpoint_id);
+    if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
         let mut rows = NewRows::default();
-        rows.event(t, &req, &endpoints, Some(endpoint));
+        rows.event(t, &req, &endpoints, concerned);
         rows.write(t)?;
     }
     Ok(())
@@ -444,9 +438,8 @@ impl Transitions {
         if let Some(reason) = &tr.disable_reason {
             disabled = endpoint::disable(t, row.endpoint_id, reason)?;
         }
-        for (kind, message) in alerts_for(tr, disabled) {
-            let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-            raise_alert(t, &row.account, kind, row.endpoint_id, delivery, &message)?;
+        for alert in alerts_for(tr, disabled, &row.account, row.endpoint_id, row.id) {
+            raise_alert(t, &alert)?;
         }
         Ok(())
     }

@@ -147,15 +147,10 @@ pub(crate) fn set_enabled(
     t: &mut Tx<'_>,
     account: &AccountId,
     id: EndpointId,
-    enabled: bool,
-    reason: Option<String>,
+    enablement: Enablement,
 ) -> StoreResult<Endpoint> {
     get(t, account, id)?;
-    let reason = if enabled {
-        None
-    } else {
-        reason.or_else(|| Some("disabled by an operator".into()))
-    };
+    let (enabled, reason) = enablement.into_row();
     t.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
         params![enabled, reason, t.now.as_millis(), id.to_string()],
@@ -310,10 +305,10 @@ impl EndpointStore for EmbeddedStore {
         id: EndpointId,
         enablement: Enablement,
     ) -> StoreResult<Endpoint> {
-        let (enabled, reason) = enablement.into_row();
+        let enabled = enablement == Enablement::Enabled;
         let account = account.clone();
         let e = self
-            .tx(move |t| set_enabled(t, &account, id, enabled, reason))
+            .tx(move |t| set_enabled(t, &account, id, enablement))
             .await?;
         if enabled {
             self.wakeup.notify();

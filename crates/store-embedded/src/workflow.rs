@@ -281,16 +281,7 @@ pub(crate) fn fail(
     if !is_live(&r, lease) {
         return repeat(r, lease, "fail");
     }
-    let dead = failure.dead_letters(r.task.attempts, r.task.max_attempts);
-    let (state, run_at) = if dead {
-        (TaskState::DeadLettered, r.task.run_at)
-    } else {
-        (
-            TaskState::Pending,
-            t.now
-                .plus(t.options.workflow.backoff(&r.task.id, r.task.attempts)),
-        )
-    };
+    let (state, run_at) = failure.next(&r.task, t.now, &t.options.workflow);
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
          leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $5 AND id = $6",

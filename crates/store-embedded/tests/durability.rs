@@ -54,11 +54,7 @@ async fn committed_state_survives_close_and_reopen() {
         published.push(store.event_publish(publish_req(n)).await.unwrap());
     }
     let c = store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 1,
-            lease_for: Duration::from_secs(30),
-        })
+        .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)))
         .await
         .unwrap();
     store
@@ -161,11 +157,7 @@ async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
         );
     }
     let claimed = store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 1000,
-            lease_for: Duration::from_secs(30),
-        })
+        .delivery_claim(ClaimRequest::new("w", 1000, Duration::from_secs(30)))
         .await
         .unwrap();
     assert!(

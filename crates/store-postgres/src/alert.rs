@@ -7,17 +7,17 @@ use uuid::Uuid;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 
-pub(crate) async fn insert(
-    t: &Tx<'_>,
-    account: &AccountId,
-    kind: AlertKind,
-    endpoint: EndpointId,
-    delivery: Option<DeliveryId>,
-    message: &str,
-) -> StoreResult<()> {
+pub(crate) async fn insert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     t.execute(
         "INSERT INTO alerts (account, kind, endpoint_id, delivery_id, message, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&account.as_str(), &kind.as_str(), &endpoint.0, &delivery.map(|d| d.0), &message, &t.now.as_millis()],
+        &[
+            &alert.account.as_str(),
+            &alert.kind.as_str(),
+            &alert.endpoint_id.0,
+            &alert.delivery_id.map(|d| d.0),
+            &alert.message,
+            &t.now.as_millis(),
+        ],
     )
     .await
     .db()?;

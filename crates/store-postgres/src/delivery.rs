@@ -197,18 +197,13 @@ async fn publish_new(
 
 /// Records an alert and publishes it as an event to the endpoints that name
 /// its type (see [`fan_out`]), in the caller's transaction.
-async fn raise_alert(
-    t: &Tx<'_>,
-    row: &LeaseRow,
-    kind: AlertKind,
-    message: &str,
-) -> StoreResult<()> {
-    let delivery = (kind == AlertKind::DeliveryDead).then_some(row.id);
-    alert::insert(t, &row.account, kind, row.endpoint_id, delivery, message).await?;
-    let req = alert_event(&row.account, kind, row.endpoint_id, delivery, message);
-    let endpoints = endpoint::list(t, &row.account).await?;
-    if !fan_out(&endpoints, &req.event_type, Some(row.endpoint_id)).is_empty() {
-        publish_new(t, &req, Some(row.endpoint_id)).await?;
+async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
+    alert::insert(t, alert).await?;
+    let req = alert.event();
+    let endpoints = endpoint::list(t, &alert.account).await?;
+    let concerned = Some(alert.endpoint_id);
+    if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
+        publish_new(t, &req, concerned).await?;
     }
     Ok(())
 }
@@ -340,8 +335,8 @@ async fn apply(
     if let Some(reason) = &tr.disable_reason {
         disabled = endpoint::disable(t, row.endpoint_id, reason).await?;
     }
-    for (kind, message) in alerts_for(tr, disabled) {
-        raise_alert(t, row, kind, &message).await?;
+    for alert in alerts_for(tr, disabled, &row.account, row.endpoint_id, row.id) {
+        raise_alert(t, &alert).await?;
     }
     Ok(())
 }

@@ -152,15 +152,10 @@ pub(crate) async fn set_enabled(
     t: &Tx<'_>,
     account: &AccountId,
     id: EndpointId,
-    enabled: bool,
-    reason: Option<String>,
+    enablement: Enablement,
 ) -> StoreResult<Endpoint> {
     get(t, account, id).await?;
-    let reason = if enabled {
-        None
-    } else {
-        reason.or_else(|| Some("disabled by an operator".into()))
-    };
+    let (enabled, reason) = enablement.into_row();
     t.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
         &[&enabled, &reason, &t.now.as_millis(), &id.0],
@@ -317,8 +312,7 @@ impl EndpointStore for PostgresStore {
         id: EndpointId,
         enablement: Enablement,
     ) -> StoreResult<Endpoint> {
-        let (enabled, reason) = enablement.into_row();
-        let out = in_tx!(self, |t| set_enabled(&t, account, id, enabled, reason))?;
+        let out = in_tx!(self, |t| set_enabled(&t, account, id, enablement))?;
         self.wake().await;
         Ok(out)
     }

@@ -275,16 +275,7 @@ pub(crate) async fn fail(
     if !is_live(&l, lease) {
         return repeat(l, lease, "fail");
     }
-    let dead = failure.dead_letters(l.task.attempts, l.task.max_attempts);
-    let (state, run_at) = if dead {
-        (TaskState::DeadLettered, l.task.run_at)
-    } else {
-        (
-            TaskState::Pending,
-            t.now
-                .plus(t.options.workflow.backoff(&l.task.id, l.task.attempts)),
-        )
-    };
+    let (state, run_at) = failure.next(&l.task, t.now, &t.options.workflow);
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
          leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $6 AND id = $5",

@@ -42,12 +42,7 @@ async fn add_endpoint(store: &PostgresStore) -> Endpoint {
 }
 
 fn req(n: usize) -> PublishRequest {
-    PublishRequest {
-        account: acct(),
-        event_type: "t".into(),
-        payload: serde_json::json!({ "n": n }),
-        idempotency_key: None,
-    }
+    PublishRequest::new(acct(), "t", serde_json::json!({ "n": n }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,11 +68,11 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
             tasks.push(tokio::spawn(async move {
                 loop {
                     let claimed = store
-                        .delivery_claim(ClaimRequest {
-                            worker: format!("r{r}w{w}"),
-                            limit: 50,
-                            lease_for: Duration::from_secs(300),
-                        })
+                        .delivery_claim(ClaimRequest::new(
+                            format!("r{r}w{w}"),
+                            50,
+                            Duration::from_secs(300),
+                        ))
                         .await
                         .unwrap();
                     if claimed.is_empty() {
@@ -168,11 +163,7 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
             .unwrap();
         if round == 0 {
             let c = stores[1]
-                .delivery_claim(ClaimRequest {
-                    worker: "w".into(),
-                    limit: 1,
-                    lease_for: Duration::from_secs(60),
-                })
+                .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(60)))
                 .await
                 .unwrap();
             let fail = DeliveryOutcome::Retry {
@@ -189,11 +180,11 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
         for i in 0..8 {
             let s = stores[i % 4].clone();
             tasks.push(tokio::spawn(async move {
-                s.delivery_claim(ClaimRequest {
-                    worker: format!("w{i}"),
-                    limit: 10,
-                    lease_for: Duration::from_secs(60),
-                })
+                s.delivery_claim(ClaimRequest::new(
+                    format!("w{i}"),
+                    10,
+                    Duration::from_secs(60),
+                ))
                 .await
                 .unwrap()
             }));
@@ -298,11 +289,7 @@ async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
         Err(StoreError::NotFound { .. })
     ));
     let claimed = store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit: 10,
-            lease_for: Duration::from_secs(30),
-        })
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
         .await
         .unwrap();
     assert_eq!(
@@ -556,11 +543,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
             let mut at = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let claimed = store
-                    .delivery_claim(ClaimRequest {
-                        worker: "r".into(),
-                        limit: 10,
-                        lease_for: lease,
-                    })
+                    .delivery_claim(ClaimRequest::new("r", 10, lease))
                     .await
                     .unwrap();
                 for c in &claimed {
