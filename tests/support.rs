@@ -451,13 +451,7 @@ pub fn assert_rate_kept(what: &str, at: &[i64], rate: usize, seconds: usize, at_
 /// `n` events of `event_type` for `account`, payloads `{"i": 0..n}`.
 pub fn events(account: &AccountId, event_type: &str, n: usize) -> Vec<PublishRequest> {
     (0..n)
-        .map(|i| {
-            PublishRequest::new(
-                account.clone(),
-                event_type,
-                serde_json::json!({ "i": i }),
-            )
-        })
+        .map(|i| PublishRequest::new(account.clone(), event_type, serde_json::json!({ "i": i })))
         .collect()
 }
 

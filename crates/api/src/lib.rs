@@ -112,6 +112,10 @@ pub fn router(
         .route(&format!("{v1}/events"), post(routes::event_publish))
         .route(&format!("{v1}/deliveries"), get(routes::delivery_list))
         .route(
+            &format!("{v1}/deliveries/replay"),
+            post(routes::delivery_replay_dead),
+        )
+        .route(
             &format!("{v1}/deliveries/{{id}}"),
             get(routes::delivery_get),
         )

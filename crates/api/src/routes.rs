@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
     AlertKind, DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventId, KeyId, PageRequest, PublishRequest, Secret, TaskEnqueueRequest,
-    TaskId, Timestamp, UsageMetric,
+    EndpointUpdateRequest, EventId, KeyId, PageRequest, PublishRequest, ReplayFilter, Secret,
+    TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
@@ -383,6 +383,48 @@ pub(crate) async fn delivery_replay(
         .delivery_replay(&account, id("delivery", &delivery)?)
         .await?;
     ok(StatusCode::OK, views::delivery(&d))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayBody {
+    endpoint_id: Option<String>,
+    dead_since: Option<i64>,
+    dead_until: Option<i64>,
+}
+
+fn unix_seconds(name: &str, secs: Option<i64>) -> Result<Option<Timestamp>, ApiError> {
+    secs.map(|s| {
+        s.checked_mul(1000)
+            .filter(|ms| *ms >= 0)
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| ApiError::invalid(format!("{name} must be Unix seconds, got {s}")))
+    })
+    .transpose()
+}
+
+/// Replays every dead delivery the body's filter matches (all of the
+/// account's without a body); answers how many.
+pub(crate) async fn delivery_replay_dead(
+    State(s): Shared,
+    Scope(account): Scope,
+    body: Option<Json<ReplayBody>>,
+) -> Answer {
+    let mut filter = ReplayFilter::all(account);
+    if let Some(Json(b)) = body {
+        filter.endpoint_id = b
+            .endpoint_id
+            .map(|e| {
+                e.parse().map_err(|_| {
+                    ApiError::invalid(format!("endpoint_id is not an endpoint id: {e:?}"))
+                })
+            })
+            .transpose()?;
+        filter.dead_since = unix_seconds("dead_since", b.dead_since)?;
+        filter.dead_until = unix_seconds("dead_until", b.dead_until)?;
+    }
+    let replayed = s.store.delivery_replay_dead(filter).await?;
+    ok(StatusCode::OK, json!({ "replayed": replayed }))
 }
 
 #[derive(Deserialize)]

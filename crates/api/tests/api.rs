@@ -7,7 +7,10 @@ use std::sync::Arc;
 use api::{router, ApiConfig};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use control_plane_core::{DynControlPlaneStore, SystemClock, UsageMeter};
+use control_plane_core::{
+    AccountId, AttemptReport, ClaimRequest, DeliveryId, DeliveryOutcome, DeliveryState,
+    DynControlPlaneStore, SystemClock, UsageMeter,
+};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -460,6 +463,69 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
     .await;
     assert_eq!(s, StatusCode::CONFLICT, "only dead deliveries replay: {v}");
     assert_error(&v, "conflict");
+}
+
+#[tokio::test]
+async fn dead_deliveries_are_replayed_in_bulk_once() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let endpoint = e["id"].as_str().unwrap();
+    let (_, published) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.paid", "payload": {}}))
+        .send(&api)
+        .await;
+    // The delivery dies through the store: the worker gives up on it.
+    let acme = AccountId::new("acme").unwrap();
+    let delivery: DeliveryId = published["deliveries"][0]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let c = api
+        .store
+        .delivery_claim(ClaimRequest::new(
+            "w",
+            1,
+            std::time::Duration::from_secs(30),
+        ))
+        .await
+        .unwrap();
+    api.store
+        .delivery_record_outcome(
+            &c[0].lease,
+            DeliveryOutcome::GiveUp(AttemptReport {
+                status_code: Some(400),
+                error: None,
+                latency_ms: 1,
+            }),
+        )
+        .await
+        .unwrap();
+    let replay = |body: Value| call("POST", "/v1/accounts/acme/deliveries/replay").json(body);
+    for bad in [
+        json!({"endpoint_id": "nope"}),
+        json!({"dead_since": -1}),
+        json!({"dead_before": 1}),
+    ] {
+        let (s, v) = replay(bad).send(&api).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert_error(&v, "invalid_input");
+    }
+    assert_eq!(
+        api.store.delivery_get(&acme, delivery).await.unwrap().state,
+        DeliveryState::Dead,
+        "bad input replays nothing"
+    );
+    let (s, v) = replay(json!({"endpoint_id": endpoint, "dead_since": 0}))
+        .send(&api)
+        .await;
+    assert_eq!((s, &v), (StatusCode::OK, &json!({"replayed": 1})));
+    let d = api.store.delivery_get(&acme, delivery).await.unwrap();
+    assert_eq!(d.state, DeliveryState::Pending);
+    let (s, v) = call("POST", "/v1/accounts/acme/deliveries/replay")
+        .send(&api)
+        .await;
+    assert_eq!((s, &v), (StatusCode::OK, &json!({"replayed": 0})), "once");
 }
 
 #[tokio::test]

@@ -849,6 +849,105 @@ pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
     assert!(matches!(r, Err(StoreError::NotFound { .. })));
 }
 
+/// Claims every due delivery and fails it for good (one attempt each);
+/// returns (delivery, endpoint) pairs.
+async fn kill_all(h: &Harness) -> Vec<(DeliveryId, EndpointId)> {
+    let mut dead = Vec::new();
+    for c in claim(h, 10).await {
+        let state = record(h, &c, fail_at(h.clock.now())).await.state;
+        assert_eq!(state, DeliveryState::Dead);
+        dead.push((c.delivery.id, c.delivery.endpoint_id));
+    }
+    dead
+}
+
+/// `DeliveryStore::delivery_replay_dead`: the filter's dead deliveries, once.
+pub async fn bulk_replay_revives_matching_dead_deliveries_once(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    let (e1, e2) = (
+        endpoint(&h, "a", false).await,
+        endpoint(&h, "a", false).await,
+    );
+    endpoint(&h, "b", false).await;
+    publish(&h, "a").await;
+    let b_dead = publish(&h, "b").await.deliveries[0];
+    let early = kill_all(&h).await;
+    assert_eq!(early.len(), 3);
+    h.clock.advance(Duration::from_secs(60));
+    let cut = h.clock.now();
+    publish(&h, "a").await;
+    let late = kill_all(&h).await;
+    let on = |dead: &[(DeliveryId, EndpointId)], e: &Endpoint| {
+        dead.iter()
+            .find(|(_, ep)| *ep == e.id)
+            .map(|(id, _)| *id)
+            .unwrap()
+    };
+    let (late_e1, late_e2) = (on(&late, &e1), on(&late, &e2));
+
+    // One endpoint, died since the cut: one delivery, with a fresh budget.
+    let mut filter = ReplayFilter::all(acct("a"));
+    filter.endpoint_id = Some(e1.id);
+    filter.dead_since = Some(cut);
+    assert_eq!(
+        h.store.delivery_replay_dead(filter.clone()).await.unwrap(),
+        1
+    );
+    let d = get(&h, "a", late_e1).await;
+    assert_eq!(
+        (d.state, d.max_attempts, d.due_at),
+        (DeliveryState::Pending, 2, h.clock.now())
+    );
+    assert_eq!(
+        get(&h, "a", on(&early, &e1)).await.state,
+        DeliveryState::Dead
+    );
+    assert_eq!(get(&h, "a", late_e2).await.state, DeliveryState::Dead);
+    assert_eq!(
+        h.store.delivery_replay_dead(filter).await.unwrap(),
+        0,
+        "once"
+    );
+
+    // Died before the cut, every endpoint of the account: not account b's.
+    let mut filter = ReplayFilter::all(acct("a"));
+    filter.dead_until = Some(cut);
+    assert_eq!(h.store.delivery_replay_dead(filter).await.unwrap(), 2);
+    assert_eq!(
+        get(&h, "a", on(&early, &e2)).await.state,
+        DeliveryState::Pending
+    );
+    assert_eq!(get(&h, "b", b_dead).await.state, DeliveryState::Dead);
+
+    // A deleted endpoint's dead deliveries stay dead.
+    h.store.endpoint_delete(&acct("a"), e2.id).await.unwrap();
+    let left = h
+        .store
+        .delivery_replay_dead(ReplayFilter::all(acct("a")))
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a deleted endpoint's deliveries stay dead");
+    assert_eq!(get(&h, "a", late_e2).await.state, DeliveryState::Dead);
+    assert_eq!(
+        get(&h, "a", on(&early, &e2)).await.state,
+        DeliveryState::Dead
+    );
+
+    // The revived deliveries are claimed again, on their second attempt.
+    assert_eq!(
+        h.store
+            .delivery_replay_dead(ReplayFilter::all(acct("b")))
+            .await
+            .unwrap(),
+        1
+    );
+    let again = claim(&h, 10).await;
+    assert!(again
+        .iter()
+        .any(|c| c.delivery.id == late_e1 && c.lease.attempt == 2));
+    assert!(again.iter().any(|c| c.delivery.id == b_dead));
+}
+
 /// `DeliveryStore::delivery_release`: release keeps the attempt budget.
 pub async fn release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_attempts(1)).await;

@@ -337,6 +337,31 @@ impl DeliveryListRequest {
     }
 }
 
+/// Which dead deliveries of an account a bulk replay revives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayFilter {
+    /// The account.
+    pub account: AccountId,
+    /// Only this endpoint's.
+    pub endpoint_id: Option<EndpointId>,
+    /// Only those that died at or after this time.
+    pub dead_since: Option<Timestamp>,
+    /// Only those that died before this time.
+    pub dead_until: Option<Timestamp>,
+}
+
+impl ReplayFilter {
+    /// Every dead delivery of `account`.
+    pub fn all(account: AccountId) -> Self {
+        ReplayFilter {
+            account,
+            endpoint_id: None,
+            dead_since: None,
+            dead_until: None,
+        }
+    }
+}
+
 /// Result of an insert-wins enqueue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Enqueued {

@@ -315,6 +315,23 @@ pub trait DeliveryStore: Send + Sync {
     /// Cancelling may or may not replay.
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
 
+    /// Replays, as [`DeliveryStore::delivery_replay`] does, every dead
+    /// delivery of the filter's account that matches it (its endpoint; the
+    /// time it died, in `[dead_since, dead_until)`), in one transaction, and
+    /// returns how many. Deliveries of deleted endpoints stay dead.
+    ///
+    /// # Behavior
+    /// - Only matching dead deliveries of that account are revived, each with
+    ///   a fresh budget; replaying again revives none
+    ///   (`bulk_replay_revives_matching_dead_deliveries_once`).
+    ///
+    /// # Errors
+    /// None beyond the backend's.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not replay (all or none).
+    async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64>;
+
     /// Reads a delivery of `account`.
     ///
     /// # Behavior

@@ -1033,6 +1033,27 @@ pub(crate) fn replay(t: &mut Tx<'_>, account: &AccountId, id: DeliveryId) -> Sto
     get(t, account, id)
 }
 
+pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
+    let n = t
+        .execute(
+            "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+             last_outcome = NULL, updated_at = $1 \
+             WHERE account = $3 AND state = 'dead' AND ($4::VARCHAR IS NULL OR endpoint_id = $4) \
+             AND ($5::BIGINT IS NULL OR updated_at >= $5) AND ($6::BIGINT IS NULL OR updated_at < $6) \
+             AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL)",
+            params![
+                t.now.as_millis(),
+                t.options.max_attempts,
+                f.account.as_str(),
+                f.endpoint_id.map(|e| e.to_string()),
+                f.dead_since.map(Timestamp::as_millis),
+                f.dead_until.map(Timestamp::as_millis)
+            ],
+        )
+        .db()?;
+    Ok(n as u64)
+}
+
 pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
     req.page.validate()?;
     let mut st = t
@@ -1179,6 +1200,14 @@ impl DeliveryStore for EmbeddedStore {
         let d = self.tx(move |t| replay(t, &account, id)).await?;
         self.wakeup.notify();
         Ok(d)
+    }
+
+    async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64> {
+        let n = self.tx(move |t| replay_dead(t, &filter)).await?;
+        if n > 0 {
+            self.wakeup.notify();
+        }
+        Ok(n)
     }
 
     async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {

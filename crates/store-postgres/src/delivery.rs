@@ -836,6 +836,26 @@ pub(crate) async fn replay(
     get(t, account, id).await
 }
 
+pub(crate) async fn replay_dead(t: &Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
+    t.execute(
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+         last_outcome = NULL, updated_at = $1 \
+         WHERE account = $3 AND state = 'dead' AND ($4::uuid IS NULL OR endpoint_id = $4) \
+         AND ($5::bigint IS NULL OR updated_at >= $5) AND ($6::bigint IS NULL OR updated_at < $6) \
+         AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL)",
+        &[
+            &t.now.as_millis(),
+            &i64::from(t.options.max_attempts),
+            &f.account.as_str(),
+            &f.endpoint_id.map(|e| e.0),
+            &f.dead_since.map(Timestamp::as_millis),
+            &f.dead_until.map(Timestamp::as_millis),
+        ],
+    )
+    .await
+    .db()
+}
+
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
     req.page.validate()?;
     let rows = t
@@ -1053,6 +1073,14 @@ impl DeliveryStore for PostgresStore {
         let out = in_tx!(self, |t| replay(&t, account, id))?;
         self.wake().await;
         Ok(out)
+    }
+
+    async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64> {
+        let n = in_tx!(self, |t| replay_dead(&t, &filter))?;
+        if n > 0 {
+            self.wake().await;
+        }
+        Ok(n)
     }
 
     async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
