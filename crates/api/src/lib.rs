@@ -109,7 +109,12 @@ pub fn router(
             &format!("{v1}/endpoints/{{id}}/enable"),
             post(routes::endpoint_enable),
         )
+        .route(
+            &format!("{v1}/endpoints/{{id}}/disable"),
+            post(routes::endpoint_disable),
+        )
         .route(&format!("{v1}/events"), post(routes::event_publish))
+        .route(&format!("{v1}/events/{{id}}"), get(routes::event_get))
         .route(&format!("{v1}/deliveries"), get(routes::delivery_list))
         .route(
             &format!("{v1}/deliveries/replay"),
@@ -125,6 +130,11 @@ pub fn router(
         )
         .route(&format!("{v1}/tasks"), post(routes::task_enqueue))
         .route(&format!("{v1}/tasks/{{id}}"), get(routes::task_get))
+        .route(
+            &format!("{v1}/tasks/{{id}}/retry"),
+            post(routes::task_retry),
+        )
+        .route(&format!("{v1}/dead-tasks"), get(routes::task_list_dead))
         .route(&format!("{v1}/usage"), get(routes::usage))
         .route(&format!("{v1}/alerts"), get(routes::alerts))
         .fallback(|| async { ApiError::not_found("route") })

@@ -31,6 +31,15 @@ fn ok(status: StatusCode, body: Value) -> Answer {
     Ok((status, Json(body)).into_response())
 }
 
+/// One page of a listing: its items and the cursor of the next page.
+fn listed<T>(p: &control_plane_core::Page<T>, view: fn(&T) -> Value) -> Answer {
+    let items: Vec<Value> = p.items.iter().map(view).collect();
+    ok(
+        StatusCode::OK,
+        json!({"items": items, "next_cursor": p.next.map(|n| n.to_string())}),
+    )
+}
+
 /// Parses a path id; a malformed one cannot exist, so it is `404`.
 fn id<T: FromStr>(what: &str, s: &str) -> Result<T, ApiError> {
     s.parse().map_err(|_| ApiError::not_found(what))
@@ -238,6 +247,47 @@ pub(crate) async fn endpoint_enable(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct DisableBody {
+    reason: Option<String>,
+}
+
+/// Holds the endpoint's deliveries (never drops them) until it is enabled.
+pub(crate) async fn endpoint_disable(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path((_, endpoint)): Path<(String, String)>,
+    body: Option<Json<DisableBody>>,
+) -> Answer {
+    let endpoint = id("endpoint", &endpoint)?;
+    let reason = body.and_then(|Json(b)| b.reason);
+    if reason
+        .as_ref()
+        .is_some_and(|r| r.is_empty() || r.len() > 500)
+    {
+        return Err(ApiError::invalid("reason must be 1 to 500 characters"));
+    }
+    let e = s
+        .store
+        .endpoint_set_enabled(
+            &account,
+            endpoint,
+            control_plane_core::Enablement::Disabled { reason },
+        )
+        .await?;
+    ok(StatusCode::OK, views::endpoint(&e))
+}
+
+pub(crate) async fn event_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path((_, event)): Path<(String, String)>,
+) -> Answer {
+    let e = s.store.event_get(&account, id("event", &event)?).await?;
+    ok(StatusCode::OK, views::event(&e))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct PublishBody {
     #[serde(rename = "type")]
     event_type: String,
@@ -347,11 +397,7 @@ pub(crate) async fn delivery_list(
             page: page(&q)?,
         })
         .await?;
-    let items: Vec<Value> = p.items.iter().map(views::delivery).collect();
-    ok(
-        StatusCode::OK,
-        json!({"items": items, "next_cursor": p.next.map(|n| n.to_string())}),
-    )
+    listed(&p, views::delivery)
 }
 
 pub(crate) async fn delivery_get(
@@ -477,6 +523,25 @@ pub(crate) async fn task_get(
     ok(StatusCode::OK, views::task(&t))
 }
 
+pub(crate) async fn task_list_dead(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<HashMap<String, String>>,
+) -> Answer {
+    let p = s.store.workflow_list_dead(&account, page(&q)?).await?;
+    listed(&p, views::task)
+}
+
+pub(crate) async fn task_retry(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path((_, task)): Path<(String, String)>,
+) -> Answer {
+    let task = TaskId::new(task).map_err(|_| ApiError::not_found("task"))?;
+    let t = s.store.workflow_retry_dead(&account, &task).await?;
+    ok(StatusCode::OK, views::task(&t))
+}
+
 fn query_time(q: &HashMap<String, String>, name: &str) -> Result<Option<Timestamp>, ApiError> {
     q.get(name)
         .map(|v| {
@@ -509,9 +574,5 @@ pub(crate) async fn alerts(
     Query(q): Query<HashMap<String, String>>,
 ) -> Answer {
     let p = s.store.alert_list(&account, page(&q)?).await?;
-    let items: Vec<Value> = p.items.iter().map(views::alert).collect();
-    ok(
-        StatusCode::OK,
-        json!({"items": items, "next_cursor": p.next.map(|n| n.to_string())}),
-    )
+    listed(&p, views::alert)
 }

@@ -1,7 +1,9 @@
 //! The JSON shapes of the API's answers. Secrets appear only where a route
 //! says so (endpoint creation and rotation).
 
-use control_plane_core::{Alert, AttemptRecord, Delivery, Endpoint, Task, Timestamp, UsageRow};
+use control_plane_core::{
+    Alert, AttemptRecord, Delivery, Endpoint, Event, Task, Timestamp, UsageRow,
+};
 use serde_json::{json, Value};
 
 fn time(t: Timestamp) -> String {
@@ -22,6 +24,18 @@ pub(crate) fn endpoint(e: &Endpoint) -> Value {
         "description": e.description,
         "created_at": time(e.created_at),
         "updated_at": time(e.updated_at),
+    })
+}
+
+/// The event with the exact body its deliveries send.
+pub(crate) fn event(e: &Event) -> Value {
+    json!({
+        "id": e.id,
+        "account": e.account.as_str(),
+        "type": e.event_type,
+        "body": e.body,
+        "idempotency_key": e.idempotency_key,
+        "created_at": time(e.created_at),
     })
 }
 

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use control_plane_core::{
     AccountId, AttemptReport, ClaimRequest, DeliveryId, DeliveryOutcome, DeliveryState,
-    DynControlPlaneStore, SystemClock, UsageMeter,
+    DynControlPlaneStore, SystemClock, TaskClaimRequest, TaskFailure, UsageMeter,
 };
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -559,6 +559,94 @@ async fn tasks_are_enqueued_idempotently_and_read_back() {
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
 
+#[tokio::test]
+async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let endpoint = e["id"].as_str().unwrap();
+    let claim = || {
+        api.store.delivery_claim(ClaimRequest::new(
+            "w",
+            10,
+            std::time::Duration::from_secs(30),
+        ))
+    };
+
+    // Disabled: deliveries are held, not dropped, until it is enabled.
+    let disable = format!("/v1/accounts/acme/endpoints/{endpoint}/disable");
+    let (s, v) = call("POST", &disable)
+        .json(json!({"reason": ""}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let (s, v) = call("POST", &disable)
+        .json(json!({"reason": "customer maintenance"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["enabled"], &v["disabled_reason"]),
+        (&json!(false), &json!("customer maintenance"))
+    );
+    let (_, published) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.paid", "payload": {"<script>": 1}}))
+        .send(&api)
+        .await;
+    assert!(claim().await.unwrap().is_empty(), "held while disabled");
+    let (s, _) = call(
+        "POST",
+        format!("/v1/accounts/acme/endpoints/{endpoint}/enable"),
+    )
+    .send(&api)
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(claim().await.unwrap().len(), 1, "released on enable");
+
+    // An event reads back with the exact body its deliveries send.
+    let event = published["id"].as_str().unwrap();
+    let (s, v) = call("GET", format!("/v1/accounts/acme/events/{event}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["type"], "order.paid");
+    let body: Value = serde_json::from_str(v["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["data"], json!({"<script>": 1}));
+    let (s, _) = call("GET", format!("/v1/accounts/other/events/{event}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "another account's event");
+
+    // A dead-lettered task is listed, retried once, then gone from the list.
+    call("POST", "/v1/accounts/acme/tasks")
+        .json(json!({"id": "job-9", "kind": "report", "payload": {}}))
+        .send(&api)
+        .await;
+    let leased = api
+        .store
+        .workflow_claim(TaskClaimRequest {
+            worker: "w".into(),
+            kinds: vec!["report".into()],
+            limit: 1,
+            lease_for: std::time::Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    api.store
+        .workflow_fail(&leased[0].lease, "bad input".into(), TaskFailure::Permanent)
+        .await
+        .unwrap();
+    let (s, dead) = call("GET", "/v1/accounts/acme/dead-tasks").send(&api).await;
+    assert_eq!(s, StatusCode::OK, "{dead}");
+    assert_eq!(dead["items"][0]["id"], "job-9");
+    let retry = "/v1/accounts/acme/tasks/job-9/retry";
+    let (s, t) = call("POST", retry).send(&api).await;
+    assert_eq!((s, &t["state"]), (StatusCode::OK, &json!("pending")), "{t}");
+    let (s, v) = call("POST", retry).send(&api).await;
+    assert_eq!(s, StatusCode::CONFLICT, "only dead tasks retry: {v}");
+    let (_, dead) = call("GET", "/v1/accounts/acme/dead-tasks").send(&api).await;
+    assert_eq!(dead["items"], json!([]));
+}
+
 /// Random bodies, headers and path segments on every route: never a 500,
 /// never a panic, every error in the API's shape.
 #[test]
@@ -588,6 +676,10 @@ fn malformed_input_never_causes_a_500() {
         Just("kind"),
         Just("id"),
         Just("delay_seconds"),
+        Just("reason"),
+        Just("endpoint_id"),
+        Just("dead_since"),
+        Just("dead_until"),
         Just("other"),
     ];
     let object = proptest::collection::vec((field, json_value), 0..6).prop_map(|kv| {
@@ -610,7 +702,12 @@ fn malformed_input_never_causes_a_500() {
             "POST",
             format!("/v1/accounts/{{a}}/endpoints/{eid}/rotate-secret")
         )),
+        Just((
+            "POST",
+            format!("/v1/accounts/{{a}}/endpoints/{eid}/disable")
+        )),
         Just(("POST", "/v1/accounts/{a}/events".to_string())),
+        Just(("POST", "/v1/accounts/{a}/deliveries/replay".to_string())),
         Just(("POST", "/v1/accounts/{a}/tasks".to_string())),
         Just((
             "GET",
