@@ -110,6 +110,10 @@ pub fn router(
             post(routes::endpoint_enable),
         )
         .route(
+            &format!("{v1}/endpoints/{{id}}/stats"),
+            get(routes::endpoint_stats),
+        )
+        .route(
             &format!("{v1}/endpoints/{{id}}/disable"),
             post(routes::endpoint_disable),
         )

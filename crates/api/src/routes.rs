@@ -277,6 +277,24 @@ pub(crate) async fn endpoint_disable(
     ok(StatusCode::OK, views::endpoint(&e))
 }
 
+/// Attempts of the last hour and the last day: counts by result, success
+/// rate, p50 and p95 response time.
+pub(crate) async fn endpoint_stats(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path((_, endpoint)): Path<(String, String)>,
+) -> Answer {
+    let endpoint = id("endpoint", &endpoint)?;
+    let now = s.clock.now();
+    let mut view = serde_json::Map::new();
+    for (name, span) in [("last_hour", 3600), ("last_day", 86_400)] {
+        let since = now.minus(Duration::from_secs(span));
+        let stats = s.store.attempt_stats(&account, endpoint, since).await?;
+        view.insert(name.into(), views::attempt_stats(&stats));
+    }
+    ok(StatusCode::OK, Value::Object(view))
+}
+
 pub(crate) async fn event_get(
     State(s): Shared,
     Scope(account): Scope,

@@ -2,7 +2,7 @@
 //! says so (endpoint creation and rotation).
 
 use control_plane_core::{
-    Alert, AttemptRecord, Delivery, Endpoint, Event, Task, Timestamp, UsageRow,
+    Alert, AttemptRecord, AttemptStats, Delivery, Endpoint, Event, Task, Timestamp, UsageRow,
 };
 use serde_json::{json, Value};
 
@@ -24,6 +24,19 @@ pub(crate) fn endpoint(e: &Endpoint) -> Value {
         "description": e.description,
         "created_at": time(e.created_at),
         "updated_at": time(e.updated_at),
+    })
+}
+
+pub(crate) fn attempt_stats(s: &AttemptStats) -> Value {
+    json!({
+        "attempts": {
+            "delivered": s.delivered,
+            "failed": s.failed,
+            "lease_expired": s.lease_expired,
+        },
+        "success_rate": s.success_rate(),
+        "p50_latency_ms": s.p50_latency_ms,
+        "p95_latency_ms": s.p95_latency_ms,
     })
 }
 

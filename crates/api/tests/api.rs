@@ -600,7 +600,31 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
     .send(&api)
     .await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(claim().await.unwrap().len(), 1, "released on enable");
+    let released = claim().await.unwrap();
+    assert_eq!(released.len(), 1, "released on enable");
+    api.store
+        .delivery_record_outcome(
+            &released[0].lease,
+            DeliveryOutcome::Delivered(AttemptReport {
+                status_code: Some(200),
+                error: None,
+                latency_ms: 42,
+            }),
+        )
+        .await
+        .unwrap();
+    let (s, stats) = call(
+        "GET",
+        format!("/v1/accounts/acme/endpoints/{endpoint}/stats"),
+    )
+    .send(&api)
+    .await;
+    assert_eq!(s, StatusCode::OK, "{stats}");
+    for window in ["last_hour", "last_day"] {
+        assert_eq!(stats[window]["attempts"]["delivered"], 1);
+        assert_eq!(stats[window]["success_rate"], 1.0);
+        assert_eq!(stats[window]["p95_latency_ms"], 42);
+    }
 
     // An event reads back with the exact body its deliveries send.
     let event = published["id"].as_str().unwrap();

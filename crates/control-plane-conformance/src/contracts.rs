@@ -948,6 +948,77 @@ pub async fn bulk_replay_revives_matching_dead_deliveries_once(f: &dyn StoreFact
     assert!(again.iter().any(|c| c.delivery.id == b_dead));
 }
 
+/// `AttemptLogStore::attempt_stats`: one endpoint's window, nearest-rank latencies.
+pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let quiet = endpoint_for(&h, "a", &["other.type"]).await;
+    let answered = |latency_ms: u64| AttemptReport {
+        status_code: Some(200),
+        error: None,
+        latency_ms,
+    };
+    // One attempt two hours ago, then four in the last hour.
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, DeliveryOutcome::Delivered(answered(1000))).await;
+    h.clock.advance(Duration::from_secs(2 * 3600));
+    for _ in 0..4 {
+        publish(&h, "a").await;
+    }
+    let recent = claim(&h, 10).await;
+    assert_eq!(recent.len(), 4);
+    for (c, ms) in recent.iter().zip([40, 10, 30, 20]) {
+        let outcome = if ms == 30 {
+            DeliveryOutcome::Retry {
+                at: h.clock.now().plus(Duration::from_secs(60)),
+                report: answered(ms),
+            }
+        } else {
+            DeliveryOutcome::Delivered(answered(ms))
+        };
+        record(&h, c, outcome).await;
+    }
+    let now = h.clock.now();
+    let hour = h
+        .store
+        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(
+        hour,
+        AttemptStats {
+            delivered: 3,
+            failed: 1,
+            lease_expired: 0,
+            p50_latency_ms: Some(20),
+            p95_latency_ms: Some(40),
+        }
+    );
+    assert_eq!(hour.success_rate(), Some(0.75));
+    let day = h
+        .store
+        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    assert_eq!((day.delivered, day.failed), (4, 1));
+    assert_eq!(
+        (day.p50_latency_ms, day.p95_latency_ms),
+        (Some(30), Some(1000))
+    );
+    let none = h
+        .store
+        .attempt_stats(&acct("a"), quiet.id, now.minus(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    assert_eq!(none, AttemptStats::default());
+    let r = h
+        .store
+        .attempt_stats(&acct("b"), e.id, now.minus(Duration::from_secs(86_400)))
+        .await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+}
+
 /// `DeliveryStore::delivery_release`: release keeps the attempt budget.
 pub async fn release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_attempts(1)).await;

@@ -417,6 +417,26 @@ pub trait AttemptLogStore: Send + Sync {
         id: EndpointId,
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>>;
+
+    /// The endpoint's attempts recorded at or after `since`: counts by
+    /// result and the response time's p50 and p95 (nearest rank, see
+    /// [`crate::nearest_rank`]).
+    ///
+    /// # Behavior
+    /// - Counts and ranks only that endpoint's attempts in the window
+    ///   (`attempt_stats_count_results_and_rank_latencies`).
+    ///
+    /// # Errors
+    /// `NotFound` for an endpoint of another account.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn attempt_stats(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        since: Timestamp,
+    ) -> StoreResult<AttemptStats>;
 }
 
 /// Circuit-breaker state.

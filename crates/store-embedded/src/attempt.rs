@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use control_plane_core::policy::AttemptDraft;
 use control_plane_core::*;
-use duckdb::{params, Row};
+use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
@@ -134,16 +134,7 @@ pub(crate) fn list_for_endpoint(
     page: PageRequest,
 ) -> StoreResult<Page<AttemptRecord>> {
     page.validate()?;
-    let known: i64 = t
-        .query_row(
-            "SELECT count(*) FROM endpoints WHERE id = $1 AND account = $2",
-            params![id.to_string(), account.as_str()],
-            |r| r.get(0),
-        )
-        .db()?;
-    if known == 0 {
-        return Err(StoreError::not_found("endpoint", id));
-    }
+    ensure_endpoint(t, account, id)?;
     let mut st = t
         .prepare(&format!(
             "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::BIGINT IS NULL OR id < $2) \
@@ -158,6 +149,70 @@ pub(crate) fn list_for_endpoint(
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
     Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+}
+
+/// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
+fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<()> {
+    let known: i64 = t
+        .query_row(
+            "SELECT count(*) FROM endpoints WHERE id = $1 AND account = $2",
+            params![id.to_string(), account.as_str()],
+            |r| r.get(0),
+        )
+        .db()?;
+    if known == 0 {
+        return Err(StoreError::not_found("endpoint", id));
+    }
+    Ok(())
+}
+
+/// The response time at 0-based `rank` in the endpoint's window, fastest first.
+fn latency_at(
+    t: &Tx<'_>,
+    endpoint: &str,
+    since: i64,
+    rank: Option<u64>,
+) -> StoreResult<Option<u64>> {
+    let Some(rank) = rank else { return Ok(None) };
+    let ms: Option<i64> = t
+        .query_row(
+            "SELECT latency_ms FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 \
+             AND result <> 'lease_expired' ORDER BY latency_ms LIMIT 1 OFFSET $3",
+            params![endpoint, since, i64::try_from(rank).unwrap_or(i64::MAX)],
+            |r| r.get(0),
+        )
+        .optional()
+        .db()?;
+    Ok(ms.and_then(|ms| u64::try_from(ms).ok()))
+}
+
+pub(crate) fn stats(
+    t: &Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    since: Timestamp,
+) -> StoreResult<AttemptStats> {
+    ensure_endpoint(t, account, id)?;
+    let (endpoint, since) = (id.to_string(), since.as_millis());
+    let mut st = t
+        .prepare(
+            "SELECT result, count(*) FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 GROUP BY result",
+        )
+        .db()?;
+    let rows = st
+        .query_map(params![endpoint, since], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })
+        .db()?;
+    let mut stats = AttemptStats::default();
+    for row in rows {
+        let (result, n) = row.db()?;
+        stats.count(result.parse()?, u64::try_from(n).unwrap_or(0));
+    }
+    let answered = stats.answered();
+    stats.p50_latency_ms = latency_at(t, &endpoint, since, nearest_rank(50, answered))?;
+    stats.p95_latency_ms = latency_at(t, &endpoint, since, nearest_rank(95, answered))?;
+    Ok(stats)
 }
 
 #[async_trait]
@@ -180,5 +235,15 @@ impl AttemptLogStore for EmbeddedStore {
         let account = account.clone();
         self.tx(move |t| list_for_endpoint(t, &account, id, page))
             .await
+    }
+
+    async fn attempt_stats(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        since: Timestamp,
+    ) -> StoreResult<AttemptStats> {
+        let account = account.clone();
+        self.tx(move |t| stats(t, &account, id, since)).await
     }
 }

@@ -85,16 +85,7 @@ pub(crate) async fn list_for_endpoint(
     page: PageRequest,
 ) -> StoreResult<Page<AttemptRecord>> {
     page.validate()?;
-    let known = t
-        .query_opt(
-            "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
-            &[&id.0, &account.as_str()],
-        )
-        .await
-        .db()?;
-    if known.is_none() {
-        return Err(StoreError::not_found("endpoint", id));
-    }
+    ensure_endpoint(t, account, id).await?;
     let rows = t
         .query(
             &format!(
@@ -110,6 +101,66 @@ pub(crate) async fn list_for_endpoint(
         .map(row_to_attempt)
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+}
+
+/// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
+async fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<()> {
+    let known = t
+        .query_opt(
+            "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?;
+    if known.is_none() {
+        return Err(StoreError::not_found("endpoint", id));
+    }
+    Ok(())
+}
+
+/// The response time at 0-based `rank` in the endpoint's window, fastest first.
+async fn latency_at(
+    t: &Tx<'_>,
+    id: EndpointId,
+    since: i64,
+    rank: Option<u64>,
+) -> StoreResult<Option<u64>> {
+    let Some(rank) = rank else { return Ok(None) };
+    let row = t
+        .query_opt(
+            "SELECT latency_ms FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 \
+             AND result <> 'lease_expired' ORDER BY latency_ms LIMIT 1 OFFSET $3",
+            &[&id.0, &since, &i64::try_from(rank).unwrap_or(i64::MAX)],
+        )
+        .await
+        .db()?;
+    Ok(row.and_then(|r| u64::try_from(r.get::<_, i64>(0)).ok()))
+}
+
+pub(crate) async fn stats(
+    t: &Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+    since: Timestamp,
+) -> StoreResult<AttemptStats> {
+    ensure_endpoint(t, account, id).await?;
+    let since = since.as_millis();
+    let rows = t
+        .query(
+            "SELECT result, count(*) FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 GROUP BY result",
+            &[&id.0, &since],
+        )
+        .await
+        .db()?;
+    let mut stats = AttemptStats::default();
+    for row in &rows {
+        let (result, n): (String, i64) = (row.get(0), row.get(1));
+        stats.count(result.parse()?, u64::try_from(n).unwrap_or(0));
+    }
+    let answered = stats.answered();
+    stats.p50_latency_ms = latency_at(t, id, since, nearest_rank(50, answered)).await?;
+    stats.p95_latency_ms = latency_at(t, id, since, nearest_rank(95, answered)).await?;
+    Ok(stats)
 }
 
 #[async_trait]
@@ -129,5 +180,14 @@ impl AttemptLogStore for PostgresStore {
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>> {
         in_tx!(self, |t| list_for_endpoint(&t, account, id, page))
+    }
+
+    async fn attempt_stats(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        since: Timestamp,
+    ) -> StoreResult<AttemptStats> {
+        in_tx!(self, |t| stats(&t, account, id, since))
     }
 }
