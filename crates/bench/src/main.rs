@@ -474,7 +474,7 @@ fn pg_test_fsync() -> Option<String> {
 
 async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
     let mut out = String::from(
-        "| connections | batch | deliveries drained | raw SQL (deliveries/s) | adapter (deliveries/s) | adapter / raw |\n| --- | --- | --- | --- | --- | --- |\n",
+        "| connections | batch | deliveries drained | raw SQL (deliveries/s, median of the runs) | adapter (deliveries/s, median of the runs) | adapter / raw |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for conns in [1usize, 16] {
         for batch in [1u32, 10, 100] {
@@ -518,7 +518,7 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
 
 async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
-        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s) | steady state: completed while publishing (deliveries/s) | backlog start → end |\n| --- | --- | --- | --- |\n",
+        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- |\n",
     );
     for &profile in &a.profiles {
         // Debug builds run DuckDB unoptimised: quick runs keep embedded tiny.
@@ -693,7 +693,7 @@ fn dispatcher_for(store: DynControlPlaneStore, poll: Duration) -> BenchResult<Di
 
 async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
-        "| adapter | deliveries through the dispatcher to a local receiver (deliveries/s) |\n| --- | --- |\n",
+        "| adapter | deliveries through the dispatcher to a local receiver (deliveries/s, median of the runs) |\n| --- | --- |\n",
     );
     for &profile in &a.profiles {
         let total = match (a.quick, profile) {
@@ -889,8 +889,15 @@ async fn wakeup_latency(a: &Args) -> BenchResult<String> {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             };
             lat.push((arrived - t0).as_secs_f64() * 1000.0);
-            // Spread publishes so that each one meets an idle worker.
-            tokio::time::sleep(Duration::from_millis(if listen { 20 } else { 137 })).await;
+            // Spread publishes so that each one meets an idle worker; against
+            // polling, at a random phase of the 1 s period (a fixed spacing
+            // would sample a few phases only).
+            let phase = if listen {
+                0
+            } else {
+                u64::try_from(uuid::Uuid::new_v4().as_u128() % 1000).unwrap_or(0)
+            };
+            tokio::time::sleep(Duration::from_millis(20 + phase)).await;
         }
         stop.cancel();
         let _ = run.await;
@@ -1073,7 +1080,7 @@ async fn run(a: &Args) -> BenchResult<String> {
         if a.quick {
             "Quick run (`--quick`): sizes shrunk, one run each; no figure here means anything."
         } else {
-            "Medians of 3 runs unless a table says otherwise."
+            "Medians of the runs (3 by default) where a table says so; the others are one run each."
         },
         machine(a).await
     );
@@ -1102,22 +1109,22 @@ async fn run(a: &Args) -> BenchResult<String> {
     if want("fairness") {
         let _ = writeln!(
             out,
-            "## Fairness (a healthy endpoint beside a noisy neighbour, one dispatcher of 64 slots)\n\n{}",
+            "## Fairness (a healthy endpoint beside a noisy neighbour, one dispatcher of 64 slots; one run, percentiles over its samples)\n\n{}",
             fairness(a, &dir).await?
         );
     }
     if want("latency") {
         let _ = writeln!(
             out,
-            "## Enqueue to first attempt (postgres, across two replicas)\n\n{}",
+            "## Enqueue to first attempt (postgres, across two replicas; one run, percentiles over its samples)\n\n{}",
             wakeup_latency(a).await?
         );
     }
     if want("growth") {
-        let _ = writeln!(out, "## Growth (postgres)\n\n{}", growth(a).await?);
+        let _ = writeln!(out, "## Growth (postgres; one run)\n\n{}", growth(a).await?);
     }
     if want("memory") {
-        let _ = writeln!(out, "## Memory\n\n{}", memory(a, &dir).await?);
+        let _ = writeln!(out, "## Memory (one run)\n\n{}", memory(a, &dir).await?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
