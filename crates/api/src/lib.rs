@@ -117,7 +117,10 @@ pub fn router(
             &format!("{v1}/endpoints/{{id}}/disable"),
             post(routes::endpoint_disable),
         )
-        .route(&format!("{v1}/events"), post(routes::event_publish))
+        .route(
+            &format!("{v1}/events"),
+            post(routes::event_publish).get(routes::event_list),
+        )
         .route(&format!("{v1}/events/{{id}}"), get(routes::event_get))
         .route(&format!("{v1}/deliveries"), get(routes::delivery_list))
         .route(

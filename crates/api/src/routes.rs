@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
     AlertKind, DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventId, KeyId, PageRequest, PublishRequest, ReplayFilter, Secret,
-    TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
+    EndpointUpdateRequest, EventId, EventListRequest, KeyId, PageRequest, PublishRequest,
+    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
@@ -293,6 +293,23 @@ pub(crate) async fn endpoint_stats(
         view.insert(name.into(), views::attempt_stats(&stats));
     }
     ok(StatusCode::OK, Value::Object(view))
+}
+
+/// Newest first; filters `type`, `since` and `until` (Unix seconds).
+pub(crate) async fn event_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<HashMap<String, String>>,
+) -> Answer {
+    let req = EventListRequest {
+        account,
+        event_type: q.get("type").cloned(),
+        since: query_time(&q, "since")?,
+        until: query_time(&q, "until")?,
+        page: page(&q)?,
+    };
+    let p = s.store.event_list(req).await?;
+    listed(&p, views::event)
 }
 
 pub(crate) async fn event_get(

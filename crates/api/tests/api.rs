@@ -639,6 +639,20 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
         .send(&api)
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "another account's event");
+    let (s, listed) = call("GET", "/v1/accounts/acme/events?type=order.paid&limit=10")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{listed}");
+    assert_eq!(listed["items"][0]["id"], event);
+    assert!(listed["next_cursor"].is_null());
+    let (s, none) = call("GET", "/v1/accounts/acme/events?type=other")
+        .send(&api)
+        .await;
+    assert_eq!((s, &none["items"]), (StatusCode::OK, &json!([])));
+    let (s, v) = call("GET", "/v1/accounts/acme/events?since=yesterday")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 
     // A dead-lettered task is listed, retried once, then gone from the list.
     call("POST", "/v1/accounts/acme/tasks")

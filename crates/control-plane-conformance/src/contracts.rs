@@ -1019,6 +1019,103 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
     assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
 }
 
+/// `DeliveryStore::event_list`: filters, newest first, pages that keep one
+/// millisecond's events together.
+pub async fn event_list_filters_and_pages_newest_first(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    // Seven events: three in one millisecond, then one a second for four seconds.
+    let mut published = Vec::new();
+    for ty in ["a.one", "a.two", "a.one"] {
+        published.push(
+            h.store
+                .event_publish(publish_req("a", ty))
+                .await
+                .unwrap()
+                .event,
+        );
+    }
+    let start = h.clock.now();
+    for ty in ["a.two", "a.one", "a.two", "a.one"] {
+        h.clock.advance(Duration::from_secs(1));
+        published.push(
+            h.store
+                .event_publish(publish_req("a", ty))
+                .await
+                .unwrap()
+                .event,
+        );
+    }
+    h.store
+        .event_publish(publish_req("b", "a.one"))
+        .await
+        .unwrap();
+    let list = |event_type: Option<&str>, since, until, page| {
+        h.store.event_list(EventListRequest {
+            account: acct("a"),
+            event_type: event_type.map(str::to_string),
+            since,
+            until,
+            page,
+        })
+    };
+    // Pages of two: the first millisecond's three events come together.
+    let (mut seen, mut after, mut sizes) = (Vec::new(), None, Vec::new());
+    loop {
+        let p = list(None, None, None, PageRequest { limit: 2, after })
+            .await
+            .unwrap();
+        sizes.push(p.items.len());
+        seen.extend(p.items);
+        match p.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(
+        sizes,
+        vec![2, 2, 3],
+        "the last page holds one millisecond's three"
+    );
+    let times: Vec<_> = seen.iter().map(|e| e.created_at).collect();
+    let mut newest_first = times.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(times, newest_first);
+    let mut ids: Vec<_> = seen.iter().map(|e| e.id).collect();
+    ids.sort();
+    let mut want: Vec<_> = published.iter().map(|e| e.id).collect();
+    want.sort();
+    assert_eq!(ids, want, "every event of the account once, none of b's");
+    assert_eq!(seen[0], published[6]);
+
+    // By type, and by time: [start + 1 s, start + 3 s).
+    let ones = list(Some("a.one"), None, None, PageRequest::first(100))
+        .await
+        .unwrap();
+    assert_eq!(ones.items.len(), 4);
+    assert!(ones.items.iter().all(|e| e.event_type == "a.one"));
+    let window = list(
+        None,
+        Some(start.plus(Duration::from_secs(1))),
+        Some(start.plus(Duration::from_secs(3))),
+        PageRequest::first(100),
+    )
+    .await
+    .unwrap();
+    let window_ids: Vec<_> = window.items.iter().map(|e| e.id).collect();
+    assert_eq!(window_ids, vec![published[4].id, published[3].id]);
+    let bad = list(
+        None,
+        None,
+        None,
+        PageRequest {
+            limit: 0,
+            after: None,
+        },
+    )
+    .await;
+    assert!(matches!(bad, Err(StoreError::InvalidInput(_))), "{bad:?}");
+}
+
 /// `DeliveryStore::delivery_release`: release keeps the attempt budget.
 pub async fn release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_attempts(1)).await;

@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             replay_gives_a_dead_delivery_a_fresh_budget,
             bulk_replay_revives_matching_dead_deliveries_once,
             attempt_stats_count_results_and_rank_latencies,
+            event_list_filters_and_pages_newest_first,
             release_keeps_the_attempt_budget,
             extend_renews_a_live_lease,
             delivery_list_filters_and_paginates,

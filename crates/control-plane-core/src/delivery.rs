@@ -337,6 +337,54 @@ impl DeliveryListRequest {
     }
 }
 
+/// Filters an event listing (newest first).
+#[derive(Clone, Debug)]
+pub struct EventListRequest {
+    /// The account.
+    pub account: AccountId,
+    /// Only this type.
+    pub event_type: Option<String>,
+    /// Only events published at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only events published before this time.
+    pub until: Option<Timestamp>,
+    /// The page; its cursor is a publication time in milliseconds.
+    pub page: PageRequest,
+}
+
+/// Where a newest-first page keyed by time ends.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TimeCut<T> {
+    /// Every row fitted: the last page.
+    Last(Vec<T>),
+    /// More may follow. `newer` holds the rows after `boundary`; the page
+    /// is those plus every row at `boundary` (fetched whole, so that rows of
+    /// one millisecond never straddle two pages), and the next page, when
+    /// an older row exists, starts before `boundary`.
+    More {
+        /// The rows strictly after the boundary.
+        newer: Vec<T>,
+        /// The time of the page's last row, in milliseconds.
+        boundary: i64,
+    },
+}
+
+/// Cuts `rows` (newest first, at most `limit + 1` of them) into a page.
+pub fn cut_by_time<T>(mut rows: Vec<T>, limit: u32, at: impl Fn(&T) -> i64) -> TimeCut<T> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if rows.len() <= limit {
+        return TimeCut::Last(rows);
+    }
+    let Some(boundary) = rows.get(limit.saturating_sub(1)).map(&at) else {
+        return TimeCut::Last(rows);
+    };
+    rows.retain(|r| at(r) > boundary);
+    TimeCut::More {
+        newer: rows,
+        boundary,
+    }
+}
+
 /// Which dead deliveries of an account a bulk replay revives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayFilter {

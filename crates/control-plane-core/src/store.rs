@@ -163,6 +163,22 @@ pub trait DeliveryStore: Send + Sync {
     /// Safe.
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event>;
 
+    /// The account's events, newest first, filtered by type and publication
+    /// time. A page may hold more than `limit` events: those published in
+    /// the same millisecond as its last one come with it (see
+    /// [`crate::TimeCut`]).
+    ///
+    /// # Behavior
+    /// - Filters by type and time; following `next` visits every event once
+    ///   (`event_list_filters_and_pages_newest_first`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad page.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>>;
+
     /// Creates the delivery of `(endpoint, event)` if it does not exist.
     ///
     /// # Behavior

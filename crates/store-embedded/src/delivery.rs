@@ -72,6 +72,58 @@ pub(crate) fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreRe
     .ok_or_else(|| StoreError::not_found("event", id))
 }
 
+/// Events of the request, newest first: before `before`, or exactly `at`.
+fn events_where(
+    t: &Tx<'_>,
+    req: &EventListRequest,
+    before: Option<i64>,
+    at: Option<i64>,
+    limit: i64,
+) -> StoreResult<Vec<Event>> {
+    let mut st = t
+        .prepare(&format!(
+            "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND ($2::VARCHAR IS NULL OR event_type = $2) \
+             AND ($3::BIGINT IS NULL OR created_at >= $3) AND ($4::BIGINT IS NULL OR created_at < $4) \
+             AND ($5::BIGINT IS NULL OR created_at < $5) AND ($6::BIGINT IS NULL OR created_at = $6) \
+             ORDER BY created_at DESC, id DESC LIMIT $7"
+        ))
+        .db()?;
+    let rows = st
+        .query_map(
+            params![
+                req.account.as_str(),
+                req.event_type,
+                req.since.map(Timestamp::as_millis),
+                req.until.map(Timestamp::as_millis),
+                before,
+                at,
+                limit
+            ],
+            row_to_event,
+        )
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+pub(crate) fn event_list(t: &Tx<'_>, req: &EventListRequest) -> StoreResult<Page<Event>> {
+    req.page.validate()?;
+    let rows = events_where(t, req, req.page.after, None, i64::from(req.page.limit) + 1)?;
+    match cut_by_time(rows, req.page.limit, |e| e.created_at.as_millis()) {
+        TimeCut::Last(items) => Ok(Page { items, next: None }),
+        TimeCut::More {
+            mut newer,
+            boundary,
+        } => {
+            newer.extend(events_where(t, req, None, Some(boundary), i64::MAX)?);
+            let older = events_where(t, req, Some(boundary), None, 1)?;
+            Ok(Page {
+                items: newer,
+                next: (!older.is_empty()).then_some(boundary),
+            })
+        }
+    }
+}
+
 fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
     let mut st = t
         .prepare("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id")
@@ -1142,6 +1194,10 @@ impl DeliveryStore for EmbeddedStore {
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
         let account = account.clone();
         self.tx(move |t| event_get(t, &account, id)).await
+    }
+
+    async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
+        self.tx(move |t| event_list(t, &req)).await
     }
 
     async fn delivery_enqueue(

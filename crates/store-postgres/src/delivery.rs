@@ -65,6 +65,56 @@ pub(crate) async fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> S
     row_to_event(&row)
 }
 
+/// Events of the request, newest first: before `before`, or exactly `at`.
+async fn events_where(
+    t: &Tx<'_>,
+    req: &EventListRequest,
+    before: Option<i64>,
+    at: Option<i64>,
+    limit: i64,
+) -> StoreResult<Vec<Event>> {
+    let rows = t
+        .query(
+            &format!(
+                "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND ($2::text IS NULL OR event_type = $2) \
+                 AND ($3::bigint IS NULL OR created_at >= $3) AND ($4::bigint IS NULL OR created_at < $4) \
+                 AND ($5::bigint IS NULL OR created_at < $5) AND ($6::bigint IS NULL OR created_at = $6) \
+                 ORDER BY created_at DESC, id DESC LIMIT $7"
+            ),
+            &[
+                &req.account.as_str(),
+                &req.event_type,
+                &req.since.map(Timestamp::as_millis),
+                &req.until.map(Timestamp::as_millis),
+                &before,
+                &at,
+                &limit,
+            ],
+        )
+        .await
+        .db()?;
+    rows.iter().map(row_to_event).collect()
+}
+
+pub(crate) async fn event_list(t: &Tx<'_>, req: &EventListRequest) -> StoreResult<Page<Event>> {
+    req.page.validate()?;
+    let rows = events_where(t, req, req.page.after, None, i64::from(req.page.limit) + 1).await?;
+    match cut_by_time(rows, req.page.limit, |e| e.created_at.as_millis()) {
+        TimeCut::Last(items) => Ok(Page { items, next: None }),
+        TimeCut::More {
+            mut newer,
+            boundary,
+        } => {
+            newer.extend(events_where(t, req, None, Some(boundary), i64::MAX).await?);
+            let older = events_where(t, req, Some(boundary), None, 1).await?;
+            Ok(Page {
+                items: newer,
+                next: (!older.is_empty()).then_some(boundary),
+            })
+        }
+    }
+}
+
 async fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec<DeliveryId>> {
     let rows = t
         .query(
@@ -972,6 +1022,10 @@ impl DeliveryStore for PostgresStore {
 
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
         in_tx!(self, |t| event_get(&t, account, id))
+    }
+
+    async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
+        in_tx!(self, |t| event_list(&t, &req))
     }
 
     async fn delivery_enqueue(

@@ -29,6 +29,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         include_str!("migrations/0005_tasks_scoped_by_account.sql"),
     ),
     (6, include_str!("migrations/0006_retention_indexes.sql")),
+    (7, include_str!("migrations/0007_events_by_account.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
