@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use control_plane_core::{AccountId, DeliveryState, DynControlPlaneStore, StoreResult};
+use control_plane_core::{
+    AccountId, DeliveryState, DynControlPlaneStore, StoreResult, OTHER_ACCOUNTS,
+};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,9 +16,6 @@ use prometheus_client::registry::Registry;
 /// with the most deliveries not yet delivered; the rest are summed under
 /// [`OTHER_ACCOUNTS`].
 pub const TOP_ACCOUNTS: usize = 20;
-
-/// The label summing every account beyond the [`TOP_ACCOUNTS`].
-pub const OTHER_ACCOUNTS: &str = "_other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {

@@ -74,6 +74,11 @@ uuid_id!(
 #[serde(try_from = "String", into = "String")]
 pub struct AccountId(String);
 
+/// The label under which per-account metrics count every account beyond
+/// their bound (the API's queue-depth gauges, the dispatcher's attempt
+/// counters): one name across the `/metrics` page.
+pub const OTHER_ACCOUNTS: &str = "_other";
+
 impl AccountId {
     /// Validates `s` as an account name.
     pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use control_plane_core::AccountId;
+use control_plane_core::{AccountId, OTHER_ACCOUNTS};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,9 +23,6 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
 /// of any further account are counted under [`OTHER_ACCOUNTS`]. Endpoints
 /// never get a label: their number is unbounded.
 pub const ACCOUNT_LABELS: usize = 100;
-
-/// The label of every account beyond the first [`ACCOUNT_LABELS`].
-pub const OTHER_ACCOUNTS: &str = "_other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
