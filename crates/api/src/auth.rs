@@ -112,15 +112,29 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 256)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
-        let hash = hash_token(token);
-        if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
-            return Ok(Caller::Admin);
-        }
-        match state.store.account_key_find(&hash).await? {
-            Some(key) => Ok(Caller::Account(key.account)),
-            None => Err(unauthorized("the token is not valid")),
-        }
+        caller_for_token(state, token)
+            .await?
+            .ok_or_else(|| unauthorized("the token is not valid"))
     }
+}
+
+/// Who `token` is: the admin, an account's key, or nobody (`None`).
+///
+/// # Errors
+/// When the store cannot be asked.
+pub(crate) async fn caller_for_token(
+    state: &ApiState,
+    token: &str,
+) -> Result<Option<Caller>, ApiError> {
+    let hash = hash_token(token);
+    if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
+        return Ok(Some(Caller::Admin));
+    }
+    Ok(state
+        .store
+        .account_key_find(&hash)
+        .await?
+        .map(|key| Caller::Account(key.account)))
 }
 
 /// The account a request may act on: the `{account}` of the path, checked

@@ -3,7 +3,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use control_plane_core::StoreError;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 /// An error answer.
 #[derive(Debug)]
@@ -59,9 +60,31 @@ pub fn code_for(status: StatusCode) -> &'static str {
     }
 }
 
+/// The body of every error answer.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The code and message of an error answer.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, one per status (`not_found`, `invalid_input`, ...).
+    pub code: String,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
 /// The error body.
 pub fn body(code: &str, message: &str) -> String {
-    json!({"error": {"code": code, "message": message}}).to_string()
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: code.to_string(),
+            message: message.to_string(),
+        },
+    };
+    serde_json::to_string(&body).unwrap_or_default()
 }
 
 impl IntoResponse for ApiError {

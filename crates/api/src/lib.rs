@@ -13,7 +13,9 @@
 pub mod auth;
 pub mod error;
 pub mod metrics;
+mod openapi;
 mod routes;
+mod ui;
 mod views;
 
 use std::sync::Arc;
@@ -24,7 +26,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, UsageMeter};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use auth::{generate_secret, generate_token, hash_token, Caller};
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use openapi::document as openapi_document;
 
 /// How the API runs.
 #[derive(Clone, Debug)]
@@ -63,6 +65,7 @@ pub struct ApiState {
     pub(crate) usage: Arc<UsageMeter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
+    pub(crate) openapi: utoipa::openapi::OpenApi,
 }
 
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
@@ -80,70 +83,11 @@ pub fn router(
         usage,
         clock: Arc::new(SystemClock),
         rotation_grace: config.rotation_grace,
+        openapi: openapi::document(),
     });
-    let v1 = "/v1/accounts/{account}";
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(render_metrics))
-        .route(&format!("{v1}/keys"), post(routes::key_create))
-        .route(
-            &format!("{v1}/keys/{{id}}"),
-            axum::routing::delete(routes::key_revoke),
-        )
-        .route(
-            &format!("{v1}/endpoints"),
-            post(routes::endpoint_create).get(routes::endpoint_list),
-        )
-        .route(
-            &format!("{v1}/endpoints/{{id}}"),
-            get(routes::endpoint_get)
-                .patch(routes::endpoint_update)
-                .delete(routes::endpoint_delete),
-        )
-        .route(
-            &format!("{v1}/endpoints/{{id}}/rotate-secret"),
-            post(routes::endpoint_rotate),
-        )
-        .route(
-            &format!("{v1}/endpoints/{{id}}/enable"),
-            post(routes::endpoint_enable),
-        )
-        .route(
-            &format!("{v1}/endpoints/{{id}}/stats"),
-            get(routes::endpoint_stats),
-        )
-        .route(
-            &format!("{v1}/endpoints/{{id}}/disable"),
-            post(routes::endpoint_disable),
-        )
-        .route(
-            &format!("{v1}/events"),
-            post(routes::event_publish).get(routes::event_list),
-        )
-        .route(&format!("{v1}/events/{{id}}"), get(routes::event_get))
-        .route(&format!("{v1}/deliveries"), get(routes::delivery_list))
-        .route(
-            &format!("{v1}/deliveries/replay"),
-            post(routes::delivery_replay_dead),
-        )
-        .route(
-            &format!("{v1}/deliveries/{{id}}"),
-            get(routes::delivery_get),
-        )
-        .route(
-            &format!("{v1}/deliveries/{{id}}/replay"),
-            post(routes::delivery_replay),
-        )
-        .route(&format!("{v1}/tasks"), post(routes::task_enqueue))
-        .route(&format!("{v1}/tasks/{{id}}"), get(routes::task_get))
-        .route(
-            &format!("{v1}/tasks/{{id}}/retry"),
-            post(routes::task_retry),
-        )
-        .route(&format!("{v1}/dead-tasks"), get(routes::task_list_dead))
-        .route(&format!("{v1}/usage"), get(routes::usage))
-        .route(&format!("{v1}/alerts"), get(routes::alerts))
+    let (routes, _) = openapi::routes().split_for_parts();
+    routes
+        .merge(ui::router())
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(uniform_errors))
@@ -170,11 +114,14 @@ pub async fn serve(
 async fn uniform_errors(req: Request<Body>, next: Next) -> Response {
     let response = next.run(req).await;
     let status = response.status();
-    let is_json = response
+    // JSON errors are the API's own; HTML ones are the dashboard's pages.
+    let is_ours = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json") || v.as_bytes().starts_with(b"text/html")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || is_ours {
         return response;
     }
     let (parts, body) = response.into_parts();
@@ -194,16 +141,57 @@ async fn uniform_errors(req: Request<Body>, next: Next) -> Response {
     out
 }
 
+/// The process is up (no token needed).
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "service",
+    responses((status = 200, description = "Up", body = Health)),
+)]
 async fn healthz() -> impl IntoResponse {
-    axum::Json(serde_json::json!({"status": "ok"}))
+    axum::Json(Health { status: "ok" })
 }
 
+/// The answer of `/healthz`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Health {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+/// The answer of `/readyz`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Ready {
+    /// Always `ready`.
+    status: &'static str,
+    /// `embedded` or `postgres`.
+    store: &'static str,
+}
+
+/// This API's OpenAPI 3.1 document (no token needed).
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "service",
+    responses((status = 200, description = "The document", body = Object)),
+)]
+async fn serve_openapi(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
+    axum::Json(state.openapi.clone())
+}
+
+/// The store answers (no token needed); `503` when it does not within 2 s.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "service",
+    responses((status = 200, description = "Ready", body = Ready)),
+)]
 async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse, ApiError> {
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
-        Ok(Ok(())) => Ok(axum::Json(serde_json::json!({
-            "status": "ready",
-            "store": state.store.backend_name(),
-        }))),
+        Ok(Ok(())) => Ok(axum::Json(Ready {
+            status: "ready",
+            store: state.store.backend_name(),
+        })),
         Ok(Err(e)) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the store is not reachable: {e}"),
@@ -215,6 +203,18 @@ async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse,
     }
 }
 
+/// Prometheus metrics in the OpenMetrics text format (admin only).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "service",
+    responses((
+        status = 200,
+        description = "Every metric",
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body = String,
+    )),
+)]
 async fn render_metrics(
     State(state): State<Arc<ApiState>>,
     caller: Caller,

@@ -1,7 +1,8 @@
-//! The v1 handlers. Each one resolves the caller's reach first, so a key of
-//! one account gets `404` for every route of another.
+//! The v1 handlers, each with its OpenAPI description beside it
+//! (`utoipa::path`): the router and the document are built from one list
+//! (`crate::openapi`). Each handler resolves the caller's reach first, so a
+//! key of one account gets `404` for every route of another.
 
-use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,29 +16,81 @@ use control_plane_core::{
     EndpointUpdateRequest, EventId, EventListRequest, KeyId, PageRequest, PublishRequest,
     ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
-use serde::{Deserialize, Deserializer};
-use serde_json::{json, Value};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{
     generate_secret, generate_token, hash_token, validate_secret, AdminScope, Scope,
 };
 use crate::error::ApiError;
-use crate::{views, ApiState};
+use crate::views::{
+    self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
+    EndpointStats, EndpointView, EndpointWithSecret, EventView, KeyCreated, Listing, Published,
+    Replayed, TaskView, UsageList, UsageView,
+};
+use crate::ApiState;
 
 type Shared = State<Arc<ApiState>>;
 type Answer = Result<Response, ApiError>;
 
-fn ok(status: StatusCode, body: Value) -> Answer {
+fn ok<T: Serialize>(status: StatusCode, body: T) -> Answer {
     Ok((status, Json(body)).into_response())
 }
 
-/// One page of a listing: its items and the cursor of the next page.
-fn listed<T>(p: &control_plane_core::Page<T>, view: fn(&T) -> Value) -> Answer {
-    let items: Vec<Value> = p.items.iter().map(view).collect();
-    ok(
-        StatusCode::OK,
-        json!({"items": items, "next_cursor": p.next.map(|n| n.to_string())}),
-    )
+/// The account a route works in.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct AccountPath {
+    /// The account (tenant) name.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[allow(dead_code)]
+    account: String,
+}
+
+/// One item of an account.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ItemPath {
+    /// The account (tenant) name.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[allow(dead_code)]
+    account: String,
+    /// The item's id.
+    id: String,
+}
+
+/// Paging of a listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Items per page, 1 to 1000 (default 50).
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+impl PageQuery {
+    fn request(&self) -> Result<PageRequest, ApiError> {
+        page(self.limit, self.cursor.as_deref())
+    }
+}
+
+/// A page request from a listing's `limit` and `cursor` parameters.
+/// (Listings with filters repeat the two fields: `serde(flatten)` cannot
+/// parse numbers out of a query string.)
+pub(crate) fn page(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
+    let after = cursor
+        .map(|v| {
+            v.parse().map_err(|_| {
+                ApiError::bad_request(format!("cursor {v:?} is not one this API gave"))
+            })
+        })
+        .transpose()?;
+    Ok(PageRequest {
+        limit: limit.unwrap_or(50),
+        after,
+    })
 }
 
 /// Parses a path id; a malformed one cannot exist, so it is `404`.
@@ -60,6 +113,29 @@ fn double<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// Unix seconds as a time; `what` names the field in the error.
+fn unix_seconds(
+    what: &str,
+    secs: Option<i64>,
+    err: fn(String) -> ApiError,
+) -> Result<Option<Timestamp>, ApiError> {
+    secs.map(|s| {
+        s.checked_mul(1000)
+            .filter(|ms| *ms >= 0)
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| err(format!("{what} must be Unix seconds, got {s}")))
+    })
+    .transpose()
+}
+
+/// Creates an account key (admin only); the key is shown this once.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/keys",
+    tag = "keys",
+    params(AccountPath),
+    responses((status = 201, description = "The new key", body = KeyCreated)),
+)]
 pub(crate) async fn key_create(State(s): Shared, AdminScope(account): AdminScope) -> Answer {
     let token = generate_token("cpk_");
     let key = s
@@ -68,39 +144,63 @@ pub(crate) async fn key_create(State(s): Shared, AdminScope(account): AdminScope
         .await?;
     ok(
         StatusCode::CREATED,
-        json!({
-            "id": key.id,
-            "account": key.account.as_str(),
-            "key": token,
-            "created_at": key.created_at.to_rfc3339(),
-        }),
+        KeyCreated {
+            id: key.id,
+            account: key.account.as_str().to_string(),
+            key: token,
+            created_at: views::time(key.created_at),
+        },
     )
 }
 
+/// Revokes an account key (admin only).
+#[utoipa::path(
+    delete,
+    path = "/v1/accounts/{account}/keys/{id}",
+    tag = "keys",
+    params(ItemPath),
+    responses((status = 204, description = "Revoked")),
+)]
 pub(crate) async fn key_revoke(
     State(s): Shared,
     AdminScope(account): AdminScope,
-    Path((_, key)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let key: KeyId = id("account key", &key)?;
+    let key: KeyId = id("account key", &p.id)?;
     s.store.account_key_revoke(&account, key).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-#[derive(Deserialize)]
+/// A new endpoint.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointCreateBody {
+    /// `http` or `https` URL the deliveries are sent to.
     url: String,
+    /// Event types it receives; empty or absent means every type.
     #[serde(default)]
     event_types: Vec<String>,
+    /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
     secret: Option<String>,
+    /// One delivery in flight at a time, in publish order.
     #[serde(default)]
     ordered: bool,
+    /// Requests per second at most, across every worker.
     rate_limit_per_s: Option<u32>,
+    /// Deliveries in flight at most; absent means the service default.
     max_in_flight: Option<u32>,
     description: Option<String>,
 }
 
+/// Creates an endpoint; the answer shows its signing secret, this once.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints",
+    tag = "endpoints",
+    params(AccountPath),
+    request_body = EndpointCreateBody,
+    responses((status = 201, description = "Created", body = EndpointWithSecret)),
+)]
 pub(crate) async fn endpoint_create(
     State(s): Shared,
     Scope(account): Scope,
@@ -114,59 +214,83 @@ pub(crate) async fn endpoint_create(
     req.max_in_flight = body.max_in_flight;
     req.description = body.description;
     let e = s.store.endpoint_create(req).await?;
-    let mut view = views::endpoint(&e);
-    view["secret"] = json!(secret);
-    ok(StatusCode::CREATED, view)
+    ok(
+        StatusCode::CREATED,
+        EndpointWithSecret::new(&e, secret, false),
+    )
 }
 
+/// Lists the account's endpoints.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints",
+    tag = "endpoints",
+    params(AccountPath),
+    responses((status = 200, description = "Every endpoint", body = EndpointList)),
+)]
 pub(crate) async fn endpoint_list(State(s): Shared, Scope(account): Scope) -> Answer {
-    let items: Vec<Value> = s
+    let items = s
         .store
         .endpoint_list(&account)
         .await?
         .iter()
-        .map(views::endpoint)
+        .map(EndpointView::from)
         .collect();
-    ok(StatusCode::OK, json!({ "items": items }))
+    ok(StatusCode::OK, EndpointList { items })
 }
 
+/// An endpoint and its circuit.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint", body = EndpointDetail)),
+)]
 pub(crate) async fn endpoint_get(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
     let e = s
         .store
-        .endpoint_get(&account, id("endpoint", &endpoint)?)
+        .endpoint_get(&account, id("endpoint", &p.id)?)
         .await?;
     let circuit = s.store.circuit_get(&account, e.id).await?;
-    let mut view = views::endpoint(&e);
-    view["circuit"] = json!({
-        "mode": circuit.mode.as_str(),
-        "consecutive_failures": circuit.consecutive_failures,
-        "open_until": circuit.open_until.map(|t| t.to_rfc3339()),
-    });
-    ok(StatusCode::OK, view)
+    ok(StatusCode::OK, EndpointDetail::new(&e, &circuit))
 }
 
-#[derive(Deserialize)]
+/// Changes to an endpoint: absent fields stay, `null` clears an optional one.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointUpdateBody {
     url: Option<String>,
     event_types: Option<Vec<String>>,
     ordered: Option<bool>,
     #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<u32>)]
     rate_limit_per_s: Option<Option<u32>>,
     #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<u32>)]
     max_in_flight: Option<Option<u32>>,
     #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<String>)]
     description: Option<Option<String>>,
 }
 
+/// Changes an endpoint.
+#[utoipa::path(
+    patch,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body = EndpointUpdateBody,
+    responses((status = 200, description = "The endpoint as changed", body = EndpointView)),
+)]
 pub(crate) async fn endpoint_update(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
     Json(body): Json<EndpointUpdateBody>,
 ) -> Answer {
     let req = EndpointUpdateRequest {
@@ -179,39 +303,62 @@ pub(crate) async fn endpoint_update(
     };
     let e = s
         .store
-        .endpoint_update(&account, id("endpoint", &endpoint)?, req)
+        .endpoint_update(&account, id("endpoint", &p.id)?, req)
         .await?;
-    ok(StatusCode::OK, views::endpoint(&e))
+    ok(StatusCode::OK, EndpointView::from(&e))
 }
 
+/// Deletes an endpoint; its undelivered deliveries become dead.
+#[utoipa::path(
+    delete,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "Deleted", body = EndpointDeleted)),
+)]
 pub(crate) async fn endpoint_delete(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
     let parked = s
         .store
-        .endpoint_delete(&account, id("endpoint", &endpoint)?)
+        .endpoint_delete(&account, id("endpoint", &p.id)?)
         .await?;
     ok(
         StatusCode::OK,
-        json!({"deleted": true, "deliveries_parked_as_dead": parked}),
+        EndpointDeleted {
+            deleted: true,
+            deliveries_parked_as_dead: parked,
+        },
     )
 }
 
-#[derive(Deserialize, Default)]
+/// A secret to rotate to; a fresh one is generated without it.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RotateBody {
+    /// `whsec_` and the base64 of 24 to 64 bytes.
     secret: Option<String>,
 }
 
+/// Rotates the signing secret; the previous one keeps signing for the
+/// rotation grace period.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/rotate-secret",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body(content = Option<RotateBody>, description = "Optional"),
+    responses((status = 200, description = "The endpoint with its new secret", body = EndpointWithSecret)),
+)]
 pub(crate) async fn endpoint_rotate(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
     body: Option<Json<RotateBody>>,
 ) -> Answer {
-    let endpoint: EndpointId = id("endpoint", &endpoint)?;
+    let endpoint: EndpointId = id("endpoint", &p.id)?;
     let secret = given_or_new_secret(body.and_then(|Json(b)| b.secret))?;
     let e = s
         .store
@@ -222,43 +369,58 @@ pub(crate) async fn endpoint_rotate(
             s.rotation_grace,
         )
         .await?;
-    let mut view = views::endpoint(&e);
-    view["secret"] = json!(secret);
-    view["previous_secret_expires_at"] =
-        json!(e.secrets.previous_expires_at.map(|t| t.to_rfc3339()));
-    ok(StatusCode::OK, view)
+    ok(StatusCode::OK, EndpointWithSecret::new(&e, secret, true))
 }
 
+/// Enables an endpoint: its held deliveries resume.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/enable",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint", body = EndpointView)),
+)]
 pub(crate) async fn endpoint_enable(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
     let e = s
         .store
         .endpoint_set_enabled(
             &account,
-            id("endpoint", &endpoint)?,
+            id("endpoint", &p.id)?,
             control_plane_core::Enablement::Enabled,
         )
         .await?;
-    ok(StatusCode::OK, views::endpoint(&e))
+    ok(StatusCode::OK, EndpointView::from(&e))
 }
 
-#[derive(Deserialize)]
+/// Why an endpoint is disabled.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DisableBody {
+    /// 1 to 500 characters.
     reason: Option<String>,
 }
 
-/// Holds the endpoint's deliveries (never drops them) until it is enabled.
+/// Disables (pauses) an endpoint: its deliveries are held, never dropped,
+/// and cost no attempt, until it is enabled.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/disable",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body(content = Option<DisableBody>, description = "Optional"),
+    responses((status = 200, description = "The endpoint", body = EndpointView)),
+)]
 pub(crate) async fn endpoint_disable(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
     body: Option<Json<DisableBody>>,
 ) -> Answer {
-    let endpoint = id("endpoint", &endpoint)?;
+    let endpoint = id("endpoint", &p.id)?;
     let reason = body.and_then(|Json(b)| b.reason);
     if reason
         .as_ref()
@@ -274,61 +436,121 @@ pub(crate) async fn endpoint_disable(
             control_plane_core::Enablement::Disabled { reason },
         )
         .await?;
-    ok(StatusCode::OK, views::endpoint(&e))
+    ok(StatusCode::OK, EndpointView::from(&e))
 }
 
 /// Attempts of the last hour and the last day: counts by result, success
 /// rate, p50 and p95 response time.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints/{id}/stats",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint's attempt statistics", body = EndpointStats)),
+)]
 pub(crate) async fn endpoint_stats(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, endpoint)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let endpoint = id("endpoint", &endpoint)?;
+    let endpoint = id("endpoint", &p.id)?;
     let now = s.clock.now();
-    let mut view = serde_json::Map::new();
-    for (name, span) in [("last_hour", 3600), ("last_day", 86_400)] {
-        let since = now.minus(Duration::from_secs(span));
-        let stats = s.store.attempt_stats(&account, endpoint, since).await?;
-        view.insert(name.into(), views::attempt_stats(&stats));
-    }
-    ok(StatusCode::OK, Value::Object(view))
+    let hour = now.minus(Duration::from_secs(3600));
+    let day = now.minus(Duration::from_secs(86_400));
+    let last_hour = s.store.attempt_stats(&account, endpoint, hour).await?;
+    let last_day = s.store.attempt_stats(&account, endpoint, day).await?;
+    ok(
+        StatusCode::OK,
+        EndpointStats {
+            last_hour: (&last_hour).into(),
+            last_day: (&last_day).into(),
+        },
+    )
 }
 
-/// Newest first; filters `type`, `since` and `until` (Unix seconds).
+/// Filters of the event listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct EventQuery {
+    /// Only events of this type.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    event_type: Option<String>,
+    /// Only events created at or after this time (Unix seconds).
+    since: Option<i64>,
+    /// Only events created before this time (Unix seconds).
+    until: Option<i64>,
+    /// Items per page, 1 to 1000 (default 50).
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// The account's events, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/events",
+    tag = "events",
+    params(AccountPath, EventQuery),
+    responses((status = 200, description = "One page of events", body = Listing<EventView>)),
+)]
 pub(crate) async fn event_list(
     State(s): Shared,
     Scope(account): Scope,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<EventQuery>,
 ) -> Answer {
     let req = EventListRequest {
         account,
-        event_type: q.get("type").cloned(),
-        since: query_time(&q, "since")?,
-        until: query_time(&q, "until")?,
-        page: page(&q)?,
+        event_type: q.event_type,
+        since: unix_seconds("since", q.since, ApiError::bad_request)?,
+        until: unix_seconds("until", q.until, ApiError::bad_request)?,
+        page: page(q.limit, q.cursor.as_deref())?,
     };
     let p = s.store.event_list(req).await?;
-    listed(&p, views::event)
+    ok(StatusCode::OK, Listing::<EventView>::of(&p))
 }
 
+/// One event with the exact body its deliveries send.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/events/{id}",
+    tag = "events",
+    params(ItemPath),
+    responses((status = 200, description = "The event", body = EventView)),
+)]
 pub(crate) async fn event_get(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, event)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let e = s.store.event_get(&account, id("event", &event)?).await?;
-    ok(StatusCode::OK, views::event(&e))
+    let e = s.store.event_get(&account, id("event", &p.id)?).await?;
+    ok(StatusCode::OK, EventView::from(&e))
 }
 
-#[derive(Deserialize)]
+/// An event to publish.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PublishBody {
+    /// Its type; endpoints subscribe by type.
     #[serde(rename = "type")]
     event_type: String,
+    /// Any JSON value; sent as the `data` of every delivery.
     payload: Value,
 }
 
+/// Publishes an event: one delivery per subscribed endpoint, durable when
+/// this answers. An `Idempotency-Key` header makes a repeat a no-op.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/events",
+    tag = "events",
+    params(
+        AccountPath,
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters"),
+    ),
+    request_body = PublishBody,
+    responses((status = 202, description = "Accepted", body = Published)),
+)]
 pub(crate) async fn event_publish(
     State(s): Shared,
     Scope(account): Scope,
@@ -369,57 +591,58 @@ pub(crate) async fn event_publish(
     }
     ok(
         StatusCode::ACCEPTED,
-        json!({
-            "id": published.event.id,
-            "deliveries": published.deliveries,
-            "duplicate": !published.created,
-        }),
+        Published {
+            id: published.event.id,
+            deliveries: published.deliveries,
+            duplicate: !published.created,
+        },
     )
 }
 
-fn query_u32(q: &HashMap<String, String>, name: &str, default: u32) -> Result<u32, ApiError> {
-    match q.get(name) {
-        None => Ok(default),
-        Some(v) => v.parse().map_err(|_| {
-            ApiError::bad_request(format!("{name} must be a whole number, got {v:?}"))
-        }),
-    }
+/// Filters of the delivery listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeliveryQuery {
+    /// `pending`, `leased`, `delivered` or `dead`.
+    state: Option<String>,
+    /// Only deliveries to this endpoint (a UUID).
+    endpoint: Option<String>,
+    /// Only deliveries of this event (a UUID).
+    event: Option<String>,
+    /// Items per page, 1 to 1000 (default 50).
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
 }
 
-fn query_cursor(q: &HashMap<String, String>) -> Result<Option<i64>, ApiError> {
-    q.get("cursor")
-        .map(|v| {
-            v.parse().map_err(|_| {
-                ApiError::bad_request(format!("cursor {v:?} is not one this API gave"))
-            })
-        })
-        .transpose()
-}
-
-fn page(q: &HashMap<String, String>) -> Result<PageRequest, ApiError> {
-    Ok(PageRequest {
-        limit: query_u32(q, "limit", 50)?,
-        after: query_cursor(q)?,
-    })
-}
-
+/// The account's deliveries, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/deliveries",
+    tag = "deliveries",
+    params(AccountPath, DeliveryQuery),
+    responses((status = 200, description = "One page of deliveries", body = Listing<DeliveryView>)),
+)]
 pub(crate) async fn delivery_list(
     State(s): Shared,
     Scope(account): Scope,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<DeliveryQuery>,
 ) -> Answer {
     let state = q
-        .get("state")
-        .map(|v| v.parse::<DeliveryState>())
+        .state
+        .as_deref()
+        .map(str::parse::<DeliveryState>)
         .transpose()?;
     let bad =
         |what: &str, v: &str| ApiError::bad_request(format!("{what} must be a UUID, got {v:?}"));
     let endpoint_id = q
-        .get("endpoint")
+        .endpoint
+        .as_deref()
         .map(|v| v.parse::<EndpointId>().map_err(|_| bad("endpoint", v)))
         .transpose()?;
     let event_id = q
-        .get("event")
+        .event
+        .as_deref()
         .map(|v| v.parse::<EventId>().map_err(|_| bad("event", v)))
         .transpose()?;
     let p = s
@@ -429,63 +652,76 @@ pub(crate) async fn delivery_list(
             state,
             endpoint_id,
             event_id,
-            page: page(&q)?,
+            page: page(q.limit, q.cursor.as_deref())?,
         })
         .await?;
-    listed(&p, views::delivery)
+    ok(StatusCode::OK, Listing::<DeliveryView>::of(&p))
 }
 
+/// One delivery and its attempt log.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/deliveries/{id}",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery", body = DeliveryDetail)),
+)]
 pub(crate) async fn delivery_get(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, delivery)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let delivery: DeliveryId = id("delivery", &delivery)?;
+    let delivery: DeliveryId = id("delivery", &p.id)?;
     let d = s.store.delivery_get(&account, delivery).await?;
-    let attempts: Vec<Value> = s
+    let attempts = s
         .store
         .attempt_list_for_delivery(&account, delivery)
-        .await?
-        .iter()
-        .map(views::attempt)
-        .collect();
-    let mut view = views::delivery(&d);
-    view["attempt_log"] = json!(attempts);
-    ok(StatusCode::OK, view)
+        .await?;
+    ok(StatusCode::OK, DeliveryDetail::new(&d, &attempts))
 }
 
+/// Makes a dead delivery pending again with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/{id}/replay",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery, pending again", body = DeliveryView)),
+)]
 pub(crate) async fn delivery_replay(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, delivery)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
     let d = s
         .store
-        .delivery_replay(&account, id("delivery", &delivery)?)
+        .delivery_replay(&account, id("delivery", &p.id)?)
         .await?;
-    ok(StatusCode::OK, views::delivery(&d))
+    ok(StatusCode::OK, DeliveryView::from(&d))
 }
 
-#[derive(Deserialize)]
+/// Which dead deliveries to replay; every one of the account's without it.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayBody {
+    /// Only deliveries to this endpoint (a UUID).
     endpoint_id: Option<String>,
+    /// Only deliveries that died at or after this time (Unix seconds).
     dead_since: Option<i64>,
+    /// Only deliveries that died before this time (Unix seconds).
     dead_until: Option<i64>,
 }
 
-fn unix_seconds(name: &str, secs: Option<i64>) -> Result<Option<Timestamp>, ApiError> {
-    secs.map(|s| {
-        s.checked_mul(1000)
-            .filter(|ms| *ms >= 0)
-            .map(Timestamp::from_millis)
-            .ok_or_else(|| ApiError::invalid(format!("{name} must be Unix seconds, got {s}")))
-    })
-    .transpose()
-}
-
-/// Replays every dead delivery the body's filter matches (all of the
-/// account's without a body); answers how many.
+/// Replays every dead delivery the filter matches, in one statement;
+/// answers how many. A repeat finds nothing left to replay.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/replay",
+    tag = "deliveries",
+    params(AccountPath),
+    request_body(content = Option<ReplayBody>, description = "Optional"),
+    responses((status = 200, description = "How many were replayed", body = Replayed)),
+)]
 pub(crate) async fn delivery_replay_dead(
     State(s): Shared,
     Scope(account): Scope,
@@ -501,23 +737,41 @@ pub(crate) async fn delivery_replay_dead(
                 })
             })
             .transpose()?;
-        filter.dead_since = unix_seconds("dead_since", b.dead_since)?;
-        filter.dead_until = unix_seconds("dead_until", b.dead_until)?;
+        filter.dead_since = unix_seconds("dead_since", b.dead_since, ApiError::invalid)?;
+        filter.dead_until = unix_seconds("dead_until", b.dead_until, ApiError::invalid)?;
     }
     let replayed = s.store.delivery_replay_dead(filter).await?;
-    ok(StatusCode::OK, json!({ "replayed": replayed }))
+    ok(StatusCode::OK, Replayed { replayed })
 }
 
-#[derive(Deserialize)]
+/// A workflow task to enqueue.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskBody {
+    /// Its id, unique in the account; generated when absent. Enqueueing an
+    /// id again with the same content is a no-op.
     id: Option<String>,
+    /// What the task runner does with it.
     kind: String,
     #[serde(default)]
     payload: Value,
+    /// Runs no sooner than this many seconds from now.
     delay_seconds: Option<u32>,
 }
 
+/// Enqueues a workflow task: `201` when new, `200` when the same task
+/// was already enqueued.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/tasks",
+    tag = "tasks",
+    params(AccountPath),
+    request_body = TaskBody,
+    responses(
+        (status = 201, description = "Enqueued", body = TaskView),
+        (status = 200, description = "Already enqueued", body = TaskView),
+    ),
+)]
 pub(crate) async fn task_enqueue(
     State(s): Shared,
     Scope(account): Scope,
@@ -545,69 +799,107 @@ pub(crate) async fn task_enqueue(
     } else {
         StatusCode::OK
     };
-    ok(status, views::task(&enqueued.task))
+    ok(status, TaskView::from(&enqueued.task))
 }
 
+/// One workflow task.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/tasks/{id}",
+    tag = "tasks",
+    params(ItemPath),
+    responses((status = 200, description = "The task", body = TaskView)),
+)]
 pub(crate) async fn task_get(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, task)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let task = TaskId::new(task).map_err(|_| ApiError::not_found("task"))?;
+    let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
     let t = s.store.workflow_get(&account, &task).await?;
-    ok(StatusCode::OK, views::task(&t))
+    ok(StatusCode::OK, TaskView::from(&t))
 }
 
+/// The account's dead workflow tasks.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/dead-tasks",
+    tag = "tasks",
+    params(AccountPath, PageQuery),
+    responses((status = 200, description = "One page of dead tasks", body = Listing<TaskView>)),
+)]
 pub(crate) async fn task_list_dead(
     State(s): Shared,
     Scope(account): Scope,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<PageQuery>,
 ) -> Answer {
-    let p = s.store.workflow_list_dead(&account, page(&q)?).await?;
-    listed(&p, views::task)
+    let p = s.store.workflow_list_dead(&account, q.request()?).await?;
+    ok(StatusCode::OK, Listing::<TaskView>::of(&p))
 }
 
+/// Makes a dead task pending again with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/tasks/{id}/retry",
+    tag = "tasks",
+    params(ItemPath),
+    responses((status = 200, description = "The task, pending again", body = TaskView)),
+)]
 pub(crate) async fn task_retry(
     State(s): Shared,
     Scope(account): Scope,
-    Path((_, task)): Path<(String, String)>,
+    Path(p): Path<ItemPath>,
 ) -> Answer {
-    let task = TaskId::new(task).map_err(|_| ApiError::not_found("task"))?;
+    let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
     let t = s.store.workflow_retry_dead(&account, &task).await?;
-    ok(StatusCode::OK, views::task(&t))
+    ok(StatusCode::OK, TaskView::from(&t))
 }
 
-fn query_time(q: &HashMap<String, String>, name: &str) -> Result<Option<Timestamp>, ApiError> {
-    q.get(name)
-        .map(|v| {
-            v.parse::<i64>()
-                .ok()
-                .and_then(|secs| secs.checked_mul(1000))
-                .map(Timestamp::from_millis)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("{name} must be Unix seconds, got {v:?}"))
-                })
-        })
-        .transpose()
+/// The time range of a usage query.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct UsageQuery {
+    /// From this time (Unix seconds); default 24 h before `to`.
+    from: Option<i64>,
+    /// Until this time (Unix seconds); default now.
+    to: Option<i64>,
 }
 
+/// Usage counters by hour.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/usage",
+    tag = "usage",
+    params(AccountPath, UsageQuery),
+    responses((status = 200, description = "Hourly counters", body = UsageList)),
+)]
 pub(crate) async fn usage(
     State(s): Shared,
     Scope(account): Scope,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<UsageQuery>,
 ) -> Answer {
-    let to = query_time(&q, "to")?.unwrap_or_else(|| s.clock.now().plus(Duration::from_secs(1)));
-    let from = query_time(&q, "from")?.unwrap_or_else(|| to.minus(Duration::from_secs(24 * 3600)));
+    let to = unix_seconds("to", q.to, ApiError::bad_request)?
+        .unwrap_or_else(|| s.clock.now().plus(Duration::from_secs(1)));
+    let from = unix_seconds("from", q.from, ApiError::bad_request)?
+        .unwrap_or_else(|| to.minus(Duration::from_secs(24 * 3600)));
     let rows = s.store.usage_query(&account, from, to).await?;
-    let items: Vec<Value> = rows.iter().map(views::usage).collect();
-    ok(StatusCode::OK, json!({ "items": items }))
+    let items = rows.iter().map(UsageView::from).collect();
+    ok(StatusCode::OK, UsageList { items })
 }
 
+/// The account's operational alerts, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/alerts",
+    tag = "alerts",
+    params(AccountPath, PageQuery),
+    responses((status = 200, description = "One page of alerts", body = Listing<AlertView>)),
+)]
 pub(crate) async fn alerts(
     State(s): Shared,
     Scope(account): Scope,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<PageQuery>,
 ) -> Answer {
-    let p = s.store.alert_list(&account, page(&q)?).await?;
-    listed(&p, views::alert)
+    let p = s.store.alert_list(&account, q.request()?).await?;
+    ok(StatusCode::OK, Listing::<AlertView>::of(&p))
 }

@@ -1,116 +1,431 @@
-//! The JSON shapes of the API's answers. Secrets appear only where a route
-//! says so (endpoint creation and rotation).
+//! The JSON shapes of the API's answers, as types: the same types serialize
+//! the answers and describe them in the OpenAPI document, so the two cannot
+//! drift. Secrets appear only where a route says so (endpoint creation and
+//! rotation).
 
 use control_plane_core::{
-    Alert, AttemptRecord, AttemptStats, Delivery, Endpoint, Event, Task, Timestamp, UsageRow,
+    Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
+    EventId, Page, Task, Timestamp, UsageRow,
 };
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
-fn time(t: Timestamp) -> String {
+pub(crate) fn time(t: Timestamp) -> String {
     t.to_rfc3339()
 }
 
-pub(crate) fn endpoint(e: &Endpoint) -> Value {
-    json!({
-        "id": e.id,
-        "account": e.account.as_str(),
-        "url": e.url,
-        "event_types": e.event_types,
-        "enabled": e.enabled,
-        "disabled_reason": e.disabled_reason,
-        "ordered": e.ordered,
-        "rate_limit_per_s": e.rate_limit_per_s,
-        "max_in_flight": e.max_in_flight,
-        "description": e.description,
-        "created_at": time(e.created_at),
-        "updated_at": time(e.updated_at),
-    })
+/// An endpoint, without its secret.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointView {
+    #[schema(value_type = uuid::Uuid)]
+    id: EndpointId,
+    account: String,
+    url: String,
+    /// Event types it receives; empty means every type.
+    event_types: Vec<String>,
+    enabled: bool,
+    /// Why it was disabled (by an operator or by the circuit's policy).
+    disabled_reason: Option<String>,
+    /// One delivery in flight at a time, in publish order.
+    ordered: bool,
+    /// Requests per second at most, across every worker.
+    rate_limit_per_s: Option<u32>,
+    /// Deliveries in flight at most; unset means the service default.
+    max_in_flight: Option<u32>,
+    description: Option<String>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    updated_at: String,
 }
 
-pub(crate) fn attempt_stats(s: &AttemptStats) -> Value {
-    json!({
-        "attempts": {
-            "delivered": s.delivered,
-            "failed": s.failed,
-            "lease_expired": s.lease_expired,
-        },
-        "success_rate": s.success_rate(),
-        "p50_latency_ms": s.p50_latency_ms,
-        "p95_latency_ms": s.p95_latency_ms,
-    })
+impl From<&Endpoint> for EndpointView {
+    fn from(e: &Endpoint) -> Self {
+        EndpointView {
+            id: e.id,
+            account: e.account.as_str().to_string(),
+            url: e.url.clone(),
+            event_types: e.event_types.clone(),
+            enabled: e.enabled,
+            disabled_reason: e.disabled_reason.clone(),
+            ordered: e.ordered,
+            rate_limit_per_s: e.rate_limit_per_s,
+            max_in_flight: e.max_in_flight,
+            description: e.description.clone(),
+            created_at: time(e.created_at),
+            updated_at: time(e.updated_at),
+        }
+    }
 }
 
-/// The event with the exact body its deliveries send.
-pub(crate) fn event(e: &Event) -> Value {
-    json!({
-        "id": e.id,
-        "account": e.account.as_str(),
-        "type": e.event_type,
-        "body": e.body,
-        "idempotency_key": e.idempotency_key,
-        "created_at": time(e.created_at),
-    })
+/// An endpoint with the signing secret the caller just set or was given:
+/// the only answers that carry a secret.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointWithSecret {
+    #[serde(flatten)]
+    endpoint: EndpointView,
+    /// `whsec_` and the base64 of the key that signs from now on.
+    secret: String,
+    /// After a rotation: until when the previous secret also signs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    previous_secret_expires_at: Option<String>,
 }
 
-pub(crate) fn delivery(d: &Delivery) -> Value {
-    json!({
-        "id": d.id,
-        "endpoint_id": d.endpoint_id,
-        "event_id": d.event_id,
-        "state": d.state.as_str(),
-        "attempts": d.attempts,
-        "max_attempts": d.max_attempts,
-        "due_at": time(d.due_at),
-        "last_error": d.last_error,
-        "created_at": time(d.created_at),
-        "updated_at": time(d.updated_at),
-    })
+impl EndpointWithSecret {
+    pub(crate) fn new(e: &Endpoint, secret: String, rotated: bool) -> Self {
+        EndpointWithSecret {
+            endpoint: e.into(),
+            secret,
+            previous_secret_expires_at: if rotated {
+                e.secrets.previous_expires_at.map(time)
+            } else {
+                None
+            },
+        }
+    }
 }
 
-pub(crate) fn attempt(a: &AttemptRecord) -> Value {
-    json!({
-        "attempt": a.attempt,
-        "result": a.result.as_str(),
-        "status_code": a.status_code,
-        "error": a.error,
-        "latency_ms": a.latency_ms,
-        "will_retry": a.will_retry,
-        "next_attempt_at": a.next_attempt_at.map(time),
-        "recorded_at": time(a.recorded_at),
-    })
+/// The circuit breaker's state for one endpoint.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CircuitView {
+    /// `closed`, `open` or `half_open`.
+    mode: String,
+    consecutive_failures: u32,
+    #[schema(format = DateTime)]
+    open_until: Option<String>,
 }
 
-pub(crate) fn task(t: &Task) -> Value {
-    json!({
-        "id": t.id.as_str(),
-        "kind": t.kind,
-        "payload": t.payload,
-        "state": t.state.as_str(),
-        "attempts": t.attempts,
-        "max_attempts": t.max_attempts,
-        "run_at": time(t.run_at),
-        "last_error": t.last_error,
-        "result": t.result,
-        "created_at": time(t.created_at),
-        "updated_at": time(t.updated_at),
-    })
+/// An endpoint and its circuit.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointDetail {
+    #[serde(flatten)]
+    endpoint: EndpointView,
+    circuit: CircuitView,
 }
 
-pub(crate) fn usage(r: &UsageRow) -> Value {
-    json!({
-        "metric": r.metric.as_str(),
-        "window_start": time(r.window_start),
-        "amount": r.amount,
-    })
+impl EndpointDetail {
+    pub(crate) fn new(e: &Endpoint, c: &Circuit) -> Self {
+        EndpointDetail {
+            endpoint: e.into(),
+            circuit: CircuitView {
+                mode: c.mode.as_str().to_string(),
+                consecutive_failures: c.consecutive_failures,
+                open_until: c.open_until.map(time),
+            },
+        }
+    }
 }
 
-pub(crate) fn alert(a: &Alert) -> Value {
-    json!({
-        "id": a.id,
-        "kind": a.kind.as_str(),
-        "endpoint_id": a.endpoint_id,
-        "delivery_id": a.delivery_id,
-        "message": a.message,
-        "created_at": time(a.created_at),
-    })
+/// Every endpoint of an account.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointList {
+    pub(crate) items: Vec<EndpointView>,
+}
+
+/// What deleting an endpoint did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointDeleted {
+    pub(crate) deleted: bool,
+    /// Its deliveries not yet delivered, now dead (replayable elsewhere).
+    pub(crate) deliveries_parked_as_dead: u64,
+}
+
+/// Attempt counts by result.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AttemptCounts {
+    delivered: u64,
+    failed: u64,
+    lease_expired: u64,
+}
+
+/// Attempts of one time window.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct StatsWindow {
+    attempts: AttemptCounts,
+    /// Delivered over all attempts; `null` without attempts.
+    success_rate: Option<f64>,
+    /// Nearest-rank median response time, in milliseconds.
+    p50_latency_ms: Option<u64>,
+    /// Nearest-rank 95th percentile response time, in milliseconds.
+    p95_latency_ms: Option<u64>,
+}
+
+impl From<&AttemptStats> for StatsWindow {
+    fn from(s: &AttemptStats) -> Self {
+        StatsWindow {
+            attempts: AttemptCounts {
+                delivered: s.delivered,
+                failed: s.failed,
+                lease_expired: s.lease_expired,
+            },
+            success_rate: s.success_rate(),
+            p50_latency_ms: s.p50_latency_ms,
+            p95_latency_ms: s.p95_latency_ms,
+        }
+    }
+}
+
+/// An endpoint's attempts in the last hour and the last day.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EndpointStats {
+    pub(crate) last_hour: StatsWindow,
+    pub(crate) last_day: StatsWindow,
+}
+
+/// An event with the exact body its deliveries send.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EventView {
+    #[schema(value_type = uuid::Uuid)]
+    id: EventId,
+    account: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    /// The request body every delivery of this event sends.
+    body: String,
+    idempotency_key: Option<String>,
+    #[schema(format = DateTime)]
+    created_at: String,
+}
+
+impl From<&Event> for EventView {
+    fn from(e: &Event) -> Self {
+        EventView {
+            id: e.id,
+            account: e.account.as_str().to_string(),
+            event_type: e.event_type.clone(),
+            body: e.body.clone(),
+            idempotency_key: e.idempotency_key.clone(),
+            created_at: time(e.created_at),
+        }
+    }
+}
+
+/// What publishing did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Published {
+    #[schema(value_type = uuid::Uuid)]
+    pub(crate) id: EventId,
+    /// The deliveries created, one per subscribed endpoint.
+    #[schema(value_type = Vec<uuid::Uuid>)]
+    pub(crate) deliveries: Vec<DeliveryId>,
+    /// The Idempotency-Key was seen before: nothing new was created.
+    pub(crate) duplicate: bool,
+}
+
+/// One delivery of an event to an endpoint.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeliveryView {
+    #[schema(value_type = uuid::Uuid)]
+    id: DeliveryId,
+    #[schema(value_type = uuid::Uuid)]
+    endpoint_id: EndpointId,
+    #[schema(value_type = uuid::Uuid)]
+    event_id: EventId,
+    /// `pending`, `leased`, `delivered` or `dead`.
+    state: String,
+    attempts: u32,
+    max_attempts: u32,
+    #[schema(format = DateTime)]
+    due_at: String,
+    last_error: Option<String>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    updated_at: String,
+}
+
+impl From<&Delivery> for DeliveryView {
+    fn from(d: &Delivery) -> Self {
+        DeliveryView {
+            id: d.id,
+            endpoint_id: d.endpoint_id,
+            event_id: d.event_id,
+            state: d.state.as_str().to_string(),
+            attempts: d.attempts,
+            max_attempts: d.max_attempts,
+            due_at: time(d.due_at),
+            last_error: d.last_error.clone(),
+            created_at: time(d.created_at),
+            updated_at: time(d.updated_at),
+        }
+    }
+}
+
+/// One attempt of a delivery.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AttemptView {
+    attempt: u32,
+    /// `delivered`, `failed` or `lease_expired`.
+    result: String,
+    status_code: Option<u16>,
+    error: Option<String>,
+    latency_ms: u64,
+    will_retry: bool,
+    #[schema(format = DateTime)]
+    next_attempt_at: Option<String>,
+    #[schema(format = DateTime)]
+    recorded_at: String,
+}
+
+impl From<&AttemptRecord> for AttemptView {
+    fn from(a: &AttemptRecord) -> Self {
+        AttemptView {
+            attempt: a.attempt,
+            result: a.result.as_str().to_string(),
+            status_code: a.status_code,
+            error: a.error.clone(),
+            latency_ms: a.latency_ms,
+            will_retry: a.will_retry,
+            next_attempt_at: a.next_attempt_at.map(time),
+            recorded_at: time(a.recorded_at),
+        }
+    }
+}
+
+/// A delivery and its attempt log, oldest attempt first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeliveryDetail {
+    #[serde(flatten)]
+    delivery: DeliveryView,
+    attempt_log: Vec<AttemptView>,
+}
+
+impl DeliveryDetail {
+    pub(crate) fn new(d: &Delivery, attempts: &[AttemptRecord]) -> Self {
+        DeliveryDetail {
+            delivery: d.into(),
+            attempt_log: attempts.iter().map(AttemptView::from).collect(),
+        }
+    }
+}
+
+/// How many dead deliveries a bulk replay made pending again.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Replayed {
+    pub(crate) replayed: u64,
+}
+
+/// A workflow task.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct TaskView {
+    id: String,
+    kind: String,
+    payload: Value,
+    /// `pending`, `leased`, `succeeded` or `dead`.
+    state: String,
+    attempts: u32,
+    max_attempts: u32,
+    #[schema(format = DateTime)]
+    run_at: String,
+    last_error: Option<String>,
+    result: Option<Value>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    updated_at: String,
+}
+
+impl From<&Task> for TaskView {
+    fn from(t: &Task) -> Self {
+        TaskView {
+            id: t.id.as_str().to_string(),
+            kind: t.kind.clone(),
+            payload: t.payload.clone(),
+            state: t.state.as_str().to_string(),
+            attempts: t.attempts,
+            max_attempts: t.max_attempts,
+            run_at: time(t.run_at),
+            last_error: t.last_error.clone(),
+            result: t.result.clone(),
+            created_at: time(t.created_at),
+            updated_at: time(t.updated_at),
+        }
+    }
+}
+
+/// One usage counter of one hour.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct UsageView {
+    /// `events_published`, `deliveries_attempted` or `deliveries_succeeded`.
+    metric: String,
+    #[schema(format = DateTime)]
+    window_start: String,
+    amount: u64,
+}
+
+impl From<&UsageRow> for UsageView {
+    fn from(r: &UsageRow) -> Self {
+        UsageView {
+            metric: r.metric.as_str().to_string(),
+            window_start: time(r.window_start),
+            amount: r.amount,
+        }
+    }
+}
+
+/// Usage counters of a time range.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct UsageList {
+    pub(crate) items: Vec<UsageView>,
+}
+
+/// An operational alert (circuit opened, endpoint disabled, ...).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AlertView {
+    id: i64,
+    kind: String,
+    #[schema(value_type = uuid::Uuid)]
+    endpoint_id: EndpointId,
+    #[schema(value_type = Option<uuid::Uuid>)]
+    delivery_id: Option<DeliveryId>,
+    message: String,
+    #[schema(format = DateTime)]
+    created_at: String,
+}
+
+impl From<&Alert> for AlertView {
+    fn from(a: &Alert) -> Self {
+        AlertView {
+            id: a.id,
+            kind: a.kind.as_str().to_string(),
+            endpoint_id: a.endpoint_id,
+            delivery_id: a.delivery_id,
+            message: a.message.clone(),
+            created_at: time(a.created_at),
+        }
+    }
+}
+
+/// One page of a listing, newest or oldest first as the route says.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Listing<T: ToSchema> {
+    items: Vec<T>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    next_cursor: Option<String>,
+}
+
+impl<T: ToSchema> Listing<T> {
+    pub(crate) fn of<U>(p: &Page<U>) -> Self
+    where
+        for<'a> T: From<&'a U>,
+    {
+        Listing {
+            items: p.items.iter().map(T::from).collect(),
+            next_cursor: p.next.map(|n| n.to_string()),
+        }
+    }
+}
+
+/// A new account key: the only answer that shows the key.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct KeyCreated {
+    #[schema(value_type = uuid::Uuid)]
+    pub(crate) id: control_plane_core::KeyId,
+    pub(crate) account: String,
+    /// The bearer token; stored only as its hash, never shown again.
+    pub(crate) key: String,
+    #[schema(format = DateTime)]
+    pub(crate) created_at: String,
 }

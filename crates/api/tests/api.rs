@@ -817,3 +817,37 @@ fn malformed_input_never_causes_a_500() {
         )
         .unwrap();
 }
+
+/// The document is served without a token, is the one the code generates,
+/// and every operation in it is routed and answers a status it documents.
+#[tokio::test]
+async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
+    let api = api().await;
+    let (s, served) = call("GET", "/v1/openapi.json").token(None).send(&api).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        served,
+        serde_json::to_value(api::openapi_document()).unwrap()
+    );
+    assert!(served["openapi"].as_str().unwrap().starts_with("3.1"));
+    let mut operations = 0;
+    for (path, item) in served["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let method = method.to_uppercase();
+            let concrete = path
+                .replace("{account}", "acme")
+                .replace("{id}", "00000000-0000-0000-0000-000000000000");
+            let (s, v) = call(&method, concrete).send(&api).await;
+            let what = format!("{method} {path} answered {s}: {v}");
+            assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{what}");
+            assert_ne!(v["error"]["message"], "route not found", "{what}");
+            assert!(op["responses"].get(s.as_str()).is_some(), "{what}");
+            if path.starts_with("/v1/accounts/") {
+                assert!(op["security"].is_array(), "{what}: no security");
+                assert!(op["responses"].get("401").is_some(), "{what}: no 401");
+            }
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, 28, "every route is described");
+}

@@ -1,0 +1,152 @@
+//! The router and its OpenAPI 3.1 document, built from one list of
+//! handlers: a route cannot exist without its description, and every answer
+//! is serialized by the type its schema is generated from.
+//!
+//! What every authenticated operation shares (the bearer scheme and the
+//! error answers) is added here once instead of on each handler.
+
+use std::sync::Arc;
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi, PathItem, Ref, RefOr, ResponseBuilder};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{code_for, ErrorBody};
+use crate::{routes as r, ApiState};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "control-plane",
+        description = "Durable webhook delivery and workflow queue. Every route under \
+            `/v1/accounts/{account}` and `/metrics` needs `Authorization: Bearer <token>`: \
+            the admin token reaches every account, an account key only its own (anything \
+            else answers `404`). Every error has the shape `{\"error\": {\"code\", \"message\"}}`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "service", description = "Health, readiness, metrics and this document"),
+        (name = "keys", description = "Account keys (admin only)"),
+        (name = "endpoints", description = "Where deliveries go"),
+        (name = "events", description = "What is published"),
+        (name = "deliveries", description = "One event to one endpoint, with its attempts"),
+        (name = "tasks", description = "The leased workflow queue"),
+        (name = "usage", description = "Hourly usage counters"),
+        (name = "alerts", description = "Operational alerts"),
+    ),
+)]
+struct Doc;
+
+/// Every route with its description, before the state is given.
+pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::with_openapi(Doc::openapi())
+        .routes(routes!(crate::healthz))
+        .routes(routes!(crate::readyz))
+        .routes(routes!(crate::render_metrics))
+        .routes(routes!(crate::serve_openapi))
+        .routes(routes!(r::key_create))
+        .routes(routes!(r::key_revoke))
+        .routes(routes!(r::endpoint_create, r::endpoint_list))
+        .routes(routes!(
+            r::endpoint_get,
+            r::endpoint_update,
+            r::endpoint_delete
+        ))
+        .routes(routes!(r::endpoint_rotate))
+        .routes(routes!(r::endpoint_enable))
+        .routes(routes!(r::endpoint_disable))
+        .routes(routes!(r::endpoint_stats))
+        .routes(routes!(r::event_publish, r::event_list))
+        .routes(routes!(r::event_get))
+        .routes(routes!(r::delivery_list))
+        .routes(routes!(r::delivery_replay_dead))
+        .routes(routes!(r::delivery_get))
+        .routes(routes!(r::delivery_replay))
+        .routes(routes!(r::task_enqueue))
+        .routes(routes!(r::task_get))
+        .routes(routes!(r::task_retry))
+        .routes(routes!(r::task_list_dead))
+        .routes(routes!(r::usage))
+        .routes(routes!(r::alerts))
+}
+
+/// The statuses any authenticated operation may answer with an error.
+const ERRORS: [u16; 8] = [400, 401, 404, 409, 413, 415, 422, 503];
+
+/// Adds the bearer scheme, and the error answers and security requirement
+/// of every operation that needs a token.
+pub(crate) fn finish(mut doc: OpenApi) -> OpenApi {
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some("The admin token or an account key"))
+                .build(),
+        ),
+    );
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let secured = path.starts_with("/v1/accounts/") || path == "/metrics";
+        for op in operations(item) {
+            let statuses: &[u16] = if secured { &ERRORS } else { &[503] };
+            if secured {
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
+            }
+            for status in statuses {
+                op.responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| error_response(*status));
+            }
+        }
+    }
+    doc
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .filter_map(Option::as_mut)
+}
+
+fn error_response(status: u16) -> RefOr<utoipa::openapi::Response> {
+    let reason = axum::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(format!("{reason} (`{}`)", code_for_u16(status)))
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+fn code_for_u16(status: u16) -> &'static str {
+    axum::http::StatusCode::from_u16(status)
+        .map(code_for)
+        .unwrap_or("error")
+}
+
+/// The OpenAPI document of the API as it is built.
+pub fn document() -> OpenApi {
+    finish(routes().split_for_parts().1)
+}

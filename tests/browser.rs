@@ -1,0 +1,579 @@
+//! The dashboard in a real browser: Debian's headless Chromium driven over
+//! WebDriver (`chromedriver`) against the real binary on the embedded
+//! profile. Signs in, watches a delivery fail and then succeed, replays a
+//! dead letter (one, then in bulk), retries a dead task, checks that a
+//! payload holding `<script>` is shown as text and that an account key
+//! cannot open another account's pages. Screenshots of each page go to
+//! `<target>/debug/ui-screenshots/`.
+//!
+//! Needs `chromium` and `chromium-driver` (`apt-get install chromium
+//! chromium-driver`; `.ci/run` installs them); fails, never skips, without.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use base64::Engine;
+use serde_json::{json, Value};
+use workspace_tests::{Answer, Process, Received, Receiver};
+
+const ADMIN: &str = "cpa_browser_admin_token_0123456789abcdef";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// `flaky`: 500 on the first request, then 200; `broken`: always 500.
+fn answers() -> Answer {
+    std::sync::Arc::new(|r: Received, n: usize| {
+        Box::pin(async move {
+            match (r.path.as_str(), n) {
+                ("flaky", 1) | ("broken", _) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                _ => StatusCode::OK.into_response(),
+            }
+        })
+    })
+}
+
+fn which(var: &str, default: &str) -> String {
+    let path = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is missing: install Debian's chromium and chromium-driver \
+         (apt-get install chromium chromium-driver) or set {var}"
+    );
+    path
+}
+
+/// `chromedriver` on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    async fn start(http: &reqwest::Client) -> Driver {
+        let bin = which("CHROMEDRIVER", "/usr/bin/chromedriver");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let driver = Driver {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let start = Instant::now();
+        while http
+            .get(format!("{}/status", driver.base))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        driver
+    }
+}
+
+/// One WebDriver session in headless Chromium.
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    async fn open(http: reqwest::Client, driver: &Driver) -> Browser {
+        let chromium = which("CHROMIUM", "/usr/bin/chromium");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,1000"]
+            }
+        }}});
+        let v = send(
+            &http,
+            "POST",
+            &format!("{}/session", driver.base),
+            Some(caps),
+        )
+        .await;
+        let session = v["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        // The test binary is <target>/debug/deps/browser-*.
+        let shots = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .and_then(|p| p.parent())
+            .unwrap()
+            .join("ui-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            session: format!("{}/session/{session}", driver.base),
+            http,
+            shots,
+        }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let v = send(&self.http, method, &format!("{}{path}", self.session), body).await;
+        v["value"].clone()
+    }
+
+    async fn go(&self, url: &str) {
+        self.cmd("POST", "/url", Some(json!({ "url": url }))).await;
+    }
+
+    async fn url(&self) -> String {
+        self.cmd("GET", "/url", None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn find_all(&self, css: &str) -> Vec<String> {
+        let v = self
+            .cmd(
+                "POST",
+                "/elements",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e[ELEMENT].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let found = self.find_all(css).await;
+        assert!(
+            !found.is_empty(),
+            "no {css} on {}:\n{}",
+            self.url().await,
+            self.text("body").await
+        );
+        found[0].clone()
+    }
+
+    async fn text(&self, css: &str) -> String {
+        match self.find_all(css).await.first() {
+            Some(e) => self
+                .cmd("GET", &format!("/element/{e}/text"), None)
+                .await
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            None => String::new(),
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.find(css).await;
+        self.cmd("POST", &format!("/element/{e}/click"), Some(json!({})))
+            .await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        self.cmd(
+            "POST",
+            &format!("/element/{e}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.cmd("GET", "/screenshot", None).await;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        std::fs::write(self.shots.join(format!("{name}.png")), bytes).unwrap();
+    }
+
+    /// Reloads `url` until `css` has text containing `want`.
+    async fn wait_text(&self, url: &str, css: &str, want: &str) -> String {
+        let start = Instant::now();
+        loop {
+            self.go(url).await;
+            let t = self.text(css).await;
+            if t.contains(want) {
+                return t;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{css} on {url} never showed {want:?}; last: {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn sign_in(&self, base: &str, token: &str) {
+        self.go(&format!("{base}/ui/login")).await;
+        self.type_into("#token", token).await;
+        self.click("#sign-in").await;
+    }
+
+    async fn close(&self) {
+        self.cmd("DELETE", "", None).await;
+    }
+}
+
+async fn send(http: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> Value {
+    let mut req = http.request(method.parse().unwrap(), url);
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let r = req.send().await.unwrap();
+    let bytes = r.bytes().await.unwrap();
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+/// The service's API as the admin.
+async fn api(
+    http: &reqwest::Client,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http
+        .request(method.parse().unwrap(), format!("{base}{path}"))
+        .header("authorization", format!("Bearer {ADMIN}"));
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn wait_api(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let (_, v) = api(http, base, "GET", path, None).await;
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{path} never got there: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_in_a_real_browser() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let driver = Driver::start(&http).await;
+    let (_receiver, hooks) = Receiver::start(answers()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Process::start(
+        env!("CARGO_BIN_EXE_control-plane"),
+        "serve",
+        &[
+            (
+                "CONTROLPLANE_EMBEDDED_PATH",
+                dir.path().join("ui.duckdb").to_string_lossy().into_owned(),
+            ),
+            ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
+            ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
+            ("CONTROLPLANE_RETRY_SCHEDULE", "1s".to_string()),
+            ("CONTROLPLANE_LEASE", "4s".to_string()),
+        ],
+    );
+    let base = service.api();
+
+    // Two endpoints of acme, one of another account, keys for both.
+    let mut ids = Vec::new();
+    for path in ["flaky", "broken"] {
+        let (s, v) = api(
+            &http,
+            &base,
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(
+                json!({"url": format!("{hooks}/{path}"), "description": format!("the {path} one")}),
+            ),
+        )
+        .await;
+        assert_eq!(s, 201, "{v}");
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    let (s, _) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/other/endpoints",
+        Some(json!({"url": format!("{hooks}/ok"), "description": "other-secret-endpoint"})),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let (_, key) = api(&http, &base, "POST", "/v1/accounts/acme/keys", None).await;
+    let acme_key = key["key"].as_str().unwrap().to_string();
+
+    // One event, to both endpoints, with markup in its payload.
+    let (s, published) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/events",
+        Some(json!({"type": "order.created", "payload": {"note": "<script>alert(1)</script>"}})),
+    )
+    .await;
+    assert_eq!(s, 202, "{published}");
+    let deliveries: Vec<String> = published["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect();
+    let mut flaky = None;
+    let mut broken = None;
+    for d in &deliveries {
+        let (_, v) = api(
+            &http,
+            &base,
+            "GET",
+            &format!("/v1/accounts/acme/deliveries/{d}"),
+            None,
+        )
+        .await;
+        if v["endpoint_id"] == ids[0] {
+            flaky = Some(d.clone());
+        } else {
+            broken = Some(d.clone());
+        }
+    }
+    let (flaky, broken) = (flaky.unwrap(), broken.unwrap());
+    // A task whose payload the publish handler refuses: dead at once.
+    let (s, _) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/tasks",
+        Some(json!({"id": "nightly/report", "kind": "control-plane.publish", "payload": {"nope": 1}})),
+    )
+    .await;
+    assert_eq!(s, 201);
+
+    let browser = Browser::open(http.clone(), &driver).await;
+
+    // Signing in with a wrong token stays on the sign-in page.
+    browser.sign_in(&base, "cpk_not_a_real_key").await;
+    let error = browser.text("#error").await;
+    assert!(
+        error.contains("not valid"),
+        "{}: {error:?} {}",
+        browser.url().await,
+        browser.text("body").await
+    );
+
+    // The admin signs in, picks the account, sees the overview.
+    browser.sign_in(&base, ADMIN).await;
+    assert!(
+        browser.url().await.ends_with("/ui"),
+        "{}",
+        browser.url().await
+    );
+    browser.type_into("#account", "acme").await;
+    browser.click("#open-account").await;
+    assert!(browser.url().await.ends_with("/ui/a/acme"));
+    let acme = format!("{base}/ui/a/acme");
+
+    // The flaky delivery fails once, then succeeds: both on its page.
+    let page = format!("{acme}/deliveries/{flaky}");
+    browser.wait_text(&page, "#fact-state", "delivered").await;
+    let attempts = browser.text("#attempts").await;
+    assert!(
+        attempts.contains("failed") && attempts.contains("500"),
+        "{attempts}"
+    );
+    assert!(
+        attempts.contains("delivered") && attempts.contains("200"),
+        "{attempts}"
+    );
+    // The payload's markup is text: shown literally, never a script element.
+    let request = browser.text("#request").await;
+    assert!(request.contains("<script>alert(1)</script>"), "{request}");
+    assert!(
+        request.contains(&format!("webhook-id: {flaky}")),
+        "{request}"
+    );
+    assert!(browser.find_all("script").await.is_empty());
+    assert!(!request.contains("whsec_"), "no secret on the page");
+    browser.screenshot("delivery").await;
+
+    // The broken one dies; replay it from its row on the dead-letter page.
+    wait_api(
+        &http,
+        &base,
+        &format!("/v1/accounts/acme/deliveries/{broken}"),
+        |v| v["state"] == "dead",
+    )
+    .await;
+    browser
+        .wait_text(&format!("{acme}/dead"), "#dead", &broken)
+        .await;
+    browser.screenshot("dead-letters").await;
+    browser.click(&format!("#replay-{broken}")).await;
+    assert!(browser.text("#notice").await.contains("Replayed"));
+    // A fresh budget: a third attempt follows, then it dies again.
+    wait_api(
+        &http,
+        &base,
+        &format!("/v1/accounts/acme/deliveries/{broken}"),
+        |v| v["state"] == "dead" && v["attempt_log"].as_array().is_some_and(|a| a.len() == 4),
+    )
+    .await;
+    // Bulk replay of everything dead for that endpoint.
+    browser.go(&format!("{acme}/dead")).await;
+    browser.click("#replay-all").await;
+    assert_eq!(browser.text("#notice").await, "Replayed 1 dead deliveries.");
+    wait_api(
+        &http,
+        &base,
+        &format!("/v1/accounts/acme/deliveries/{broken}"),
+        |v| v["attempt_log"].as_array().is_some_and(|a| a.len() >= 5),
+    )
+    .await;
+
+    // The overview counts, the endpoints page, the dead task and its retry.
+    browser.go(&acme).await;
+    assert_eq!(browser.text("#count-delivered").await, "1");
+    browser.screenshot("overview").await;
+    browser.go(&format!("{acme}/endpoints")).await;
+    let endpoints = browser.text("#endpoints").await;
+    assert!(
+        endpoints.contains("the flaky one") && endpoints.contains("closed"),
+        "{endpoints}"
+    );
+    assert!(!endpoints.contains("other-secret-endpoint"));
+    browser.screenshot("endpoints").await;
+    browser
+        .wait_text(&format!("{acme}/tasks"), "#dead-tasks", "nightly/report")
+        .await;
+    browser.screenshot("tasks").await;
+    browser.click("#retry-nightly\\/report").await;
+    assert!(browser.text("#notice").await.contains("Retried"));
+    assert!(browser.text("#task").await.contains("nightly/report"));
+
+    // Sign out; the pages need a session again.
+    browser.click(".signout button").await;
+    browser.go(&acme).await;
+    assert!(browser.url().await.ends_with("/ui/login"));
+
+    // An account key sees its own account only.
+    browser.sign_in(&base, &acme_key).await;
+    assert!(
+        browser.url().await.ends_with("/ui/a/acme"),
+        "{}",
+        browser.url().await
+    );
+    for page in ["", "/endpoints", "/dead", "/tasks"] {
+        browser.go(&format!("{base}/ui/a/other{page}")).await;
+        assert!(
+            browser.text("#error").await.contains("not found"),
+            "other{page}"
+        );
+        assert!(!browser.text("body").await.contains("other-secret-endpoint"));
+    }
+    browser.close().await;
+    drop(driver);
+
+    // Outside the browser: the cookie's attributes, the headers, and a
+    // POST without the session's CSRF token.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = no_redirects
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_string();
+    let r = no_redirects
+        .get(format!("{base}/ui/a/acme"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("unsafe"),
+        "{csp}"
+    );
+    for csrf in ["", "csrf=0123456789abcdef0123456789abcdef"] {
+        let r = no_redirects
+            .post(format!("{base}/ui/a/acme/dead/replay"))
+            .header("cookie", &session)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(csrf)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            matches!(r.status().as_u16(), 403 | 422),
+            "{csrf:?}: {}",
+            r.status()
+        );
+    }
+    let r = no_redirects
+        .post(format!("{base}/ui/login"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a sign-in posted from another site");
+}
