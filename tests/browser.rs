@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use base64::Engine;
 use serde_json::{json, Value};
-use workspace_tests::{Answer, Process, Received, Receiver};
+use workspace_tests::{api_call, Answer, Process, Received, Receiver};
 
 const ADMIN: &str = "cpa_browser_admin_token_0123456789abcdef";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -191,10 +191,41 @@ impl Browser {
         }
     }
 
+    /// Clicks a button that submits a form, and waits until the page it
+    /// leads to has replaced this one (a click does not wait for that).
     async fn click(&self, css: &str) {
         let e = self.find(css).await;
         self.cmd("POST", &format!("/element/{e}/click"), Some(json!({})))
             .await;
+        let start = Instant::now();
+        loop {
+            let v = self.cmd("GET", &format!("/element/{e}/name"), None).await;
+            // "stale element reference" (or "no such element" in some
+            // driver versions): the document it was in is gone.
+            if v.get("error").is_some() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "clicking {css} led nowhere: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        while self
+            .cmd(
+                "POST",
+                "/execute/sync",
+                Some(json!({"script": "return document.readyState", "args": []})),
+            )
+            .await
+            != "complete"
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the page never loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn type_into(&self, css: &str, text: &str) {
@@ -263,21 +294,7 @@ async fn api(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = http
-        .request(method.parse().unwrap(), format!("{base}{path}"))
-        .header("authorization", format!("Bearer {ADMIN}"));
-    if let Some(b) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(b.to_string());
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let bytes = r.bytes().await.unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    api_call(http, base, ADMIN, method, path, body).await
 }
 
 async fn wait_api(

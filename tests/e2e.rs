@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
-use workspace_tests::{signature_is_valid as verify, Answer, Process, Received, Receiver, Schema};
+use workspace_tests::{
+    api_call, signature_is_valid as verify, Answer, Process, Received, Receiver, Schema,
+};
 
 const ADMIN: &str = "cpa_e2e_admin_token_0123456789abcdef";
 
@@ -107,23 +109,7 @@ impl Service {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let mut req = self
-            .http
-            .request(method.parse().unwrap(), url)
-            .header("authorization", format!("Bearer {ADMIN}"));
-        if let Some(b) = body {
-            req = req
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let r = req.send().await.unwrap();
-        let status = r.status().as_u16();
-        let bytes = r.bytes().await.unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        api_call(&self.http, &self.base, ADMIN, method, path, body).await
     }
 
     async fn endpoint(&self, url: &str, types: &[&str]) -> (String, String) {

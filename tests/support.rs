@@ -20,6 +20,35 @@ use base64::Engine;
 use control_plane_core::{AccountId, PublishRequest};
 use hmac::{Hmac, Mac};
 
+// ---------------------------------------------------------------- api calls
+
+/// One call to the service's API at `base` with bearer `token`: the status
+/// and the JSON body (`null` when the body is not JSON).
+pub async fn api_call(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = http
+        .request(method.parse().unwrap(), format!("{base}{path}"))
+        .header("authorization", format!("Bearer {token}"));
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 // ---------------------------------------------------------------- workspace
 
 /// The workspace root, read at run time: cargo sets `CARGO_MANIFEST_DIR` for

@@ -65,8 +65,10 @@ pub(crate) struct ItemPath {
 #[into_params(parameter_in = Query)]
 pub(crate) struct PageQuery {
     /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
     cursor: Option<String>,
 }
 
@@ -401,6 +403,7 @@ pub(crate) async fn endpoint_enable(
 #[serde(deny_unknown_fields)]
 pub(crate) struct DisableBody {
     /// 1 to 500 characters.
+    #[schema(min_length = 1, max_length = 500)]
     reason: Option<String>,
 }
 
@@ -481,8 +484,10 @@ pub(crate) struct EventQuery {
     /// Only events created before this time (Unix seconds).
     until: Option<i64>,
     /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
     cursor: Option<String>,
 }
 
@@ -533,6 +538,7 @@ pub(crate) async fn event_get(
 pub(crate) struct PublishBody {
     /// Its type; endpoints subscribe by type.
     #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 255)]
     event_type: String,
     /// Any JSON value; sent as the `data` of every delivery.
     payload: Value,
@@ -604,14 +610,19 @@ pub(crate) async fn event_publish(
 #[into_params(parameter_in = Query)]
 pub(crate) struct DeliveryQuery {
     /// `pending`, `leased`, `delivered` or `dead`.
+    #[param(pattern = "^(pending|leased|delivered|dead)$")]
     state: Option<String>,
     /// Only deliveries to this endpoint (a UUID).
+    #[param(format = Uuid)]
     endpoint: Option<String>,
     /// Only deliveries of this event (a UUID).
+    #[param(format = Uuid)]
     event: Option<String>,
     /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
     cursor: Option<String>,
 }
 
@@ -705,6 +716,7 @@ pub(crate) async fn delivery_replay(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayBody {
     /// Only deliveries to this endpoint (a UUID).
+    #[schema(format = Uuid)]
     endpoint_id: Option<String>,
     /// Only deliveries that died at or after this time (Unix seconds).
     dead_since: Option<i64>,
@@ -750,8 +762,10 @@ pub(crate) async fn delivery_replay_dead(
 pub(crate) struct TaskBody {
     /// Its id, unique in the account; generated when absent. Enqueueing an
     /// id again with the same content is a no-op.
+    #[schema(min_length = 1, max_length = 255)]
     id: Option<String>,
     /// What the task runner does with it.
+    #[schema(min_length = 1, max_length = 255)]
     kind: String,
     #[serde(default)]
     payload: Value,

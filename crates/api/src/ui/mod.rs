@@ -26,6 +26,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use control_plane_core::AccountId;
+
 use crate::auth::{caller_for_token, Caller};
 use crate::error::ApiError;
 use crate::ApiState;
@@ -96,8 +98,22 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The account an action posted with `headers` and CSRF token `csrf`
+    /// may change: from this site, with this session's token, within the
+    /// session's reach.
+    pub(crate) fn act(
+        &self,
+        headers: &HeaderMap,
+        csrf: &str,
+        account: &str,
+    ) -> Result<AccountId, UiError> {
+        same_origin(headers)?;
+        self.check_csrf(csrf)?;
+        Ok(self.caller.reach(account)?)
+    }
+
     /// `Ok` when `given` is this session's CSRF token.
-    pub(crate) fn check_csrf(&self, given: &str) -> Result<(), UiError> {
+    fn check_csrf(&self, given: &str) -> Result<(), UiError> {
         if bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes())) {
             Ok(())
         } else {
@@ -163,7 +179,7 @@ impl FromRequestParts<Arc<ApiState>> for Session {
 }
 
 /// Refuses a `POST` that a browser says came from another site.
-pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
+fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
     let forbidden = || {
         UiError(ApiError::new(
             StatusCode::FORBIDDEN,

@@ -18,7 +18,7 @@ use control_plane_core::{
 use serde::Deserialize;
 
 use super::html::{self, bars, base, button, esc, link, notice, segment, table, time, Tab};
-use super::{same_origin, CsrfForm, Session, UiError};
+use super::{CsrfForm, Session, UiError};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::routes::page as page_request;
@@ -520,9 +520,7 @@ pub(crate) async fn delivery_replay(
     Path(p): Path<ItemPath>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    same_origin(&headers)?;
-    session.check_csrf(&form.csrf)?;
-    let account = session.caller.reach(&p.account)?;
+    let account = session.act(&headers, &form.csrf, &p.account)?;
     let id = p.id.parse().map_err(|_| ApiError::not_found("delivery"))?;
     let d = s.store.delivery_replay(&account, id).await?;
     Ok(Redirect::to(&format!(
@@ -613,9 +611,7 @@ pub(crate) async fn dead_replay(
     Path(p): Path<AccountPath>,
     Form(form): Form<BulkReplayForm>,
 ) -> Page {
-    same_origin(&headers)?;
-    session.check_csrf(&form.csrf)?;
-    let account = session.caller.reach(&p.account)?;
+    let account = session.act(&headers, &form.csrf, &p.account)?;
     let mut filter = ReplayFilter::all(account.clone());
     if let Some(e) = form.endpoint_id.as_deref().filter(|e| !e.is_empty()) {
         filter.endpoint_id = Some(
@@ -741,9 +737,7 @@ pub(crate) async fn task_retry(
     Path(p): Path<ItemPath>,
     Form(form): Form<CsrfForm>,
 ) -> Page {
-    same_origin(&headers)?;
-    session.check_csrf(&form.csrf)?;
-    let account = session.caller.reach(&p.account)?;
+    let account = session.act(&headers, &form.csrf, &p.account)?;
     let id = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
     let t = s.store.workflow_retry_dead(&account, &id).await?;
     Ok(Redirect::to(&format!(
