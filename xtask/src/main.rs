@@ -27,8 +27,9 @@ tasks:
   openapi      rewrite openapi.json from the code (a test fails while it differs)
   api-check    start `serve` on the embedded profile and run schemathesis (from
                PyPI, in a virtualenv under the target directory) against its
-               OpenAPI document with the admin token: no 5xx, every status,
-               content type and body as documented. `api-check --examples N`:
+               OpenAPI document with the admin token (examples, coverage,
+               fuzzing, and stateful sequences along the document's links):
+               no 5xx, every status, content type and body as documented. `api-check --examples N`:
                N cases per operation and phase (default 25)
   pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
@@ -557,7 +558,7 @@ fn api_check(examples: &str) -> Result<(), String> {
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
             "--phases",
-            "examples,coverage,fuzzing",
+            "examples,coverage,fuzzing,stateful",
             "--max-examples",
             examples,
             // One worker: with two, CPython 3.11's parser fails now and then

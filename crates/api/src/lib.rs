@@ -65,7 +65,7 @@ pub struct ApiState {
     pub(crate) usage: Arc<UsageMeter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
-    pub(crate) openapi: utoipa::openapi::OpenApi,
+    pub(crate) openapi: serde_json::Value,
 }
 
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed

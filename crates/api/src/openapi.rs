@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi, PathItem, Ref, RefOr, ResponseBuilder};
 use utoipa::OpenApi as _;
@@ -75,6 +76,79 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// The statuses any authenticated operation may answer with an error.
 const ERRORS: [u16; 8] = [400, 401, 404, 409, 413, 415, 422, 503];
+
+/// Where an answer's ids lead (OpenAPI links): the operations that take
+/// the id a response carries, so a client or a fuzzer (schemathesis's
+/// stateful phase) can follow a creation to the item it created.
+/// (path, method, status, where the id is, the operations it feeds.)
+const LINKS: &[(&str, &str, &str, &str, &[&str])] = &[
+    (
+        "/v1/accounts/{account}/endpoints",
+        "post",
+        "201",
+        "$response.body#/id",
+        &[
+            "endpoint_get",
+            "endpoint_update",
+            "endpoint_delete",
+            "endpoint_rotate",
+            "endpoint_enable",
+            "endpoint_disable",
+            "endpoint_stats",
+        ],
+    ),
+    (
+        "/v1/accounts/{account}/events",
+        "post",
+        "202",
+        "$response.body#/id",
+        &["event_get"],
+    ),
+    (
+        "/v1/accounts/{account}/tasks",
+        "post",
+        "201",
+        "$response.body#/id",
+        &["task_get", "task_retry"],
+    ),
+    (
+        "/v1/accounts/{account}/keys",
+        "post",
+        "201",
+        "$response.body#/id",
+        &["key_revoke"],
+    ),
+];
+
+/// Adds the links of [`LINKS`] to their responses. (Written into the JSON:
+/// `utoipa` 5.5 serializes a link's `operationId` as `operation_id`.)
+fn add_links(doc: &mut Value) {
+    for (path, method, status, id, targets) in LINKS {
+        let pointer = format!(
+            "/paths/{}/{method}/responses/{status}",
+            path.replace('~', "~0").replace('/', "~1")
+        );
+        let Some(Value::Object(response)) = doc.pointer_mut(&pointer) else {
+            continue;
+        };
+        let links = response
+            .entry("links")
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Value::Object(links) = links else {
+            continue;
+        };
+        for target in *targets {
+            let name = format!("{target}_{}", id.rsplit('/').next().unwrap_or("id"));
+            links.insert(
+                name,
+                json!({
+                    "operationId": target,
+                    "parameters": {"account": "$request.path.account", "id": id},
+                }),
+            );
+        }
+    }
+}
 
 /// Adds the bearer scheme, and the error answers and security requirement
 /// of every operation that needs a token.
@@ -146,7 +220,9 @@ fn code_for_u16(status: u16) -> &'static str {
         .unwrap_or("error")
 }
 
-/// The OpenAPI document of the API as it is built.
-pub fn document() -> OpenApi {
-    finish(routes().split_for_parts().1)
+/// The OpenAPI document of the API as it is built, as JSON.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(finish(routes().split_for_parts().1)).unwrap_or(Value::Null);
+    add_links(&mut doc);
+    doc
 }

@@ -850,4 +850,28 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
         }
     }
     assert_eq!(operations, 28, "every route is described");
+    // Every link leads to an operation of the document.
+    let ids: Vec<&Value> = served["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .map(|op| &op["operationId"])
+        .collect();
+    let mut links = 0;
+    for item in served["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            for response in op["responses"].as_object().unwrap().values() {
+                for link in response["links"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|l| l.values())
+                {
+                    assert!(ids.contains(&&link["operationId"]), "{link}");
+                    links += 1;
+                }
+            }
+        }
+    }
+    assert!(links >= 11, "creations link to what they created ({links})");
 }
