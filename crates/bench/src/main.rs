@@ -994,6 +994,179 @@ async fn growth(a: &Args) -> BenchResult<String> {
     Ok(out)
 }
 
+// -------------------------------------------------------------- user path
+
+/// `control-plane serve` on `profile`, its API's base address, and (on
+/// postgres) its schema. Its log goes to `dir/<name>.log`.
+async fn start_serve(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+    name: &str,
+) -> BenchResult<(tokio::process::Child, String, Option<String>)> {
+    use tokio::io::AsyncBufReadExt;
+    let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
+    let mut serve = tokio::process::Command::new(bin);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        serve.env_remove(k);
+    }
+    let schema = (profile == "postgres").then(|| unique("bench_http"));
+    match &schema {
+        Some(s) => serve
+            .env("CONTROLPLANE_STORE", "postgres")
+            .env("CONTROLPLANE_DATABASE_URL", &a.url)
+            .env("CONTROLPLANE_DATABASE_SCHEMA", s),
+        None => serve.env(
+            "CONTROLPLANE_EMBEDDED_PATH",
+            dir.join(format!("{name}.duckdb")),
+        ),
+    };
+    let mut child = serve
+        .arg("serve")
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_ADMIN_TOKEN", BENCH_ADMIN)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(fail)?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(fail)?;
+    let base = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .map_err(|_| "`control-plane serve` did not get ready within 60 s")?
+            .map_err(fail)?
+            .ok_or("`control-plane serve` exited before it was ready")?;
+        if let Some(addr) = line.split("API on ").nth(1) {
+            break addr.trim().to_string();
+        }
+    };
+    // Keep draining the log so that the service never blocks on stderr.
+    tokio::spawn(async move {
+        use std::io::Write;
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = writeln!(log, "{line}");
+        }
+    });
+    Ok((child, base, schema))
+}
+
+const BENCH_ADMIN: &str = "bench-admin-token-0123456789";
+
+/// One POST of JSON to the service as the admin: the status and the body.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> BenchResult<(u16, serde_json::Value)> {
+    let r = http
+        .post(url)
+        .header("authorization", format!("Bearer {BENCH_ADMIN}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(fail)?;
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.map_err(fail)?;
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or_default()))
+}
+
+/// The path a user drives: `clients` concurrent HTTP clients (keep-alive)
+/// each publishing one event per call to one endpoint for a while, delivered
+/// by the same process to a local receiver.
+async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut out = String::from(
+        "| adapter | clients | events accepted/s | deliveries completed/s | publish p50 (ms) | publish p99 (ms) | publish-to-arrival p50 (ms) | p99 (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let seconds = if a.quick { 1 } else { 10 };
+    for &profile in &a.profiles {
+        for clients in [1usize, 16, 64] {
+            let name = format!("http-{profile}-{clients}");
+            let (mut child, base, schema) = start_serve(a, profile, dir, &name).await?;
+            let (hook, seen) = receiver(Duration::ZERO).await?;
+            let http = reqwest::Client::new();
+            let (s, v) = post(
+                &http,
+                &format!("{base}/v1/accounts/bench/endpoints"),
+                &serde_json::json!({"url": hook, "max_in_flight": 64}),
+            )
+            .await?;
+            if s != 201 {
+                return Err(format!("creating the endpoint answered {s}: {v}"));
+            }
+            let events = format!("{base}/v1/accounts/bench/events");
+            let body = serde_json::json!({"type": "bench.http", "payload": {"n": 1}});
+            let start = Instant::now();
+            let until = start + Duration::from_secs(seconds);
+            let mut tasks = Vec::new();
+            for _ in 0..clients {
+                let (http, events, body) = (http.clone(), events.clone(), body.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut sent: Vec<(String, Instant, f64)> = Vec::new();
+                    while Instant::now() < until {
+                        let t0 = Instant::now();
+                        let (s, v) = post(&http, &events, &body).await?;
+                        if s != 202 {
+                            return Err(format!("publishing answered {s}: {v}"));
+                        }
+                        let id = v["deliveries"][0].as_str().unwrap_or_default().to_string();
+                        sent.push((id, t0, t0.elapsed().as_secs_f64() * 1000.0));
+                    }
+                    Ok::<_, String>(sent)
+                }));
+            }
+            let mut sent = Vec::new();
+            for t in tasks {
+                sent.extend(t.await.map_err(fail)??);
+            }
+            let publishing = start.elapsed().as_secs_f64();
+            let total = sent.len();
+            while seen.count() < total {
+                if start.elapsed() > Duration::from_secs(seconds + 120) {
+                    return Err(format!(
+                        "user path {profile} x{clients}: {} of {total} arrived",
+                        seen.count()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let arrivals: std::collections::HashMap<String, Instant> =
+                seen.arrivals().into_iter().collect();
+            let last = arrivals.values().max().copied().unwrap_or(start);
+            let mut publish: Vec<f64> = sent.iter().map(|(_, _, ms)| *ms).collect();
+            let mut to_arrival: Vec<f64> = sent
+                .iter()
+                .filter_map(|(id, t0, _)| {
+                    arrivals
+                        .get(id)
+                        .map(|at| (*at - *t0).as_secs_f64() * 1000.0)
+                })
+                .collect();
+            let accepted = total as f64 / publishing;
+            let completed = total as f64 / (last - start).as_secs_f64();
+            let _ = writeln!(
+                out,
+                "| {profile} | {clients} | {accepted:.0} | {completed:.0} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                percentile(&mut publish, 0.5),
+                percentile(&mut publish, 0.99),
+                percentile(&mut to_arrival, 0.5),
+                percentile(&mut to_arrival, 0.99),
+            );
+            eprintln!("bench: user path {profile} x{clients}: {accepted:.0} events/s accepted, {completed:.0} deliveries/s");
+            let _ = child.kill().await;
+            if let Some(s) = schema {
+                drop_schema(&a.url, &s).await?;
+            }
+        }
+    }
+    Ok(out)
+}
+
 // ------------------------------------------------------------------- memory
 
 /// Peak RSS of `control-plane serve` (postgres profile, so that 10,000
@@ -1023,7 +1196,7 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         .env("CONTROLPLANE_DATABASE_URL", &a.url)
         .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
         .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
-        .env("CONTROLPLANE_ADMIN_TOKEN", "bench-admin-token-0123456789")
+        .env("CONTROLPLANE_ADMIN_TOKEN", BENCH_ADMIN)
         .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
         .env("CONTROLPLANE_CONCURRENCY", n.to_string())
         .env("CONTROLPLANE_LEASE", "60s")
@@ -1105,6 +1278,13 @@ async fn run(a: &Args) -> BenchResult<String> {
     }
     if want("e2e") {
         let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
+    }
+    if want("http") {
+        let _ = writeln!(
+            out,
+            "## The user's path: HTTP publishes, one event per call, delivered by the same process (one run each)\n\n{}",
+            user_path(a, &dir).await?
+        );
     }
     if want("fairness") {
         let _ = writeln!(
