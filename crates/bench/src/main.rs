@@ -518,7 +518,7 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
 
 async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
-        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- |\n",
+        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | minimal queue, same size, 16 connections, batches of 100 (jobs/s, median; burn-down / minimal) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- | --- |\n",
     );
     for &profile in &a.profiles {
         // Debug builds run DuckDB unoptimised: quick runs keep embedded tiny.
@@ -550,10 +550,77 @@ async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<St
         })
         .await?;
         let (steady, backlog) = steady_state(a, profile, dir).await?;
-        let _ = writeln!(out, "| {profile} | {burn:.0} | {steady:.0} | {backlog} |");
+        let minimal = if profile == "postgres" {
+            let m = repeat(a.runs, || minimal_queue(a, prefilled, 16, 100)).await?;
+            format!("{m:.0} ({:.2})", burn / m)
+        } else {
+            "–".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {profile} | {burn:.0} | {minimal} | {steady:.0} | {backlog} |"
+        );
         eprintln!("bench: burn-down {profile}: {burn:.0}/s, steady {steady:.0}/s");
     }
     Ok(out)
+}
+
+/// The limit of this database on this machine, for comparison with the
+/// burn-down: a minimal queue (one table; a claim of `batch` rows with
+/// `FOR UPDATE SKIP LOCKED` that sets a lease, then a delete on completion;
+/// no attempt log, no accounts, no endpoints) drained by `conns` connections.
+async fn minimal_queue(a: &Args, total: usize, conns: usize, batch: i64) -> BenchResult<f64> {
+    let schema = unique("bench_minimal");
+    let setup = raw_client(&a.url, "public").await?;
+    setup
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema}; \
+             CREATE TABLE jobs (id bigserial PRIMARY KEY, payload jsonb NOT NULL, \
+             locked_until timestamptz NOT NULL DEFAULT '-infinity'); \
+             INSERT INTO jobs (payload) SELECT '{{}}' FROM generate_series(1, {total}); ANALYZE jobs"
+        ))
+        .await
+        .map_err(fail)?;
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let c = raw_client(&a.url, &schema).await?;
+        let done = done.clone();
+        tasks.spawn(async move {
+            let claim = c
+                .prepare(
+                    "UPDATE jobs SET locked_until = now() + interval '60 seconds' WHERE id IN \
+                     (SELECT id FROM jobs WHERE locked_until < now() ORDER BY id \
+                     FOR UPDATE SKIP LOCKED LIMIT $1) RETURNING id",
+                )
+                .await
+                .map_err(fail)?;
+            let complete = c
+                .prepare("DELETE FROM jobs WHERE id = ANY($1)")
+                .await
+                .map_err(fail)?;
+            loop {
+                let rows = c.query(&claim, &[&batch]).await.map_err(fail)?;
+                if rows.is_empty() {
+                    return Ok::<(), String>(());
+                }
+                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                c.execute(&complete, &[&ids]).await.map_err(fail)?;
+                done.fetch_add(ids.len() as u64, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    drop_schema(&a.url, &schema).await?;
+    let n = done.load(Ordering::Relaxed) as usize;
+    if n != total {
+        return Err(format!("the minimal queue drained {n} of {total}"));
+    }
+    Ok(rate)
 }
 
 async fn open_profile(
@@ -1167,6 +1234,75 @@ async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     Ok(out)
 }
 
+// ----------------------------------------------------------------- replicas
+
+/// One backlog on postgres drained by `control-plane worker` processes: one
+/// process of 64 sends against four of 16 each (the same total concurrency).
+async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
+    let total: usize = if a.quick { 1_000 } else { 20_000 };
+    let mut out = String::from(
+        "| worker processes | sends in flight each | deliveries/s (median of the runs) |\n| --- | --- | --- |\n",
+    );
+    let mut rates = Vec::new();
+    for (procs, each) in [(1usize, 64usize), (4, 16)] {
+        let rate = repeat(a.runs, || async {
+            let schema = unique("bench_replicas");
+            let store = pg_store(&a.url, &schema, 2, false).await?;
+            let (url, seen) = receiver(Duration::ZERO).await?;
+            let e = endpoint(&store, &url).await?;
+            pg_prefill(&a.url, &schema, &e, total).await?;
+            let start = Instant::now();
+            let mut children = Vec::new();
+            for i in 0..procs {
+                let mut w = tokio::process::Command::new(bin);
+                for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+                    w.env_remove(k);
+                }
+                children.push(
+                    w.arg("worker")
+                        .env("CONTROLPLANE_STORE", "postgres")
+                        .env("CONTROLPLANE_DATABASE_URL", &a.url)
+                        .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
+                        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+                        .env("CONTROLPLANE_CONCURRENCY", each.to_string())
+                        .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
+                        .stdout(std::process::Stdio::null())
+                        .stderr(
+                            std::fs::File::create(dir.join(format!("worker-{i}.log")))
+                                .map_err(fail)?,
+                        )
+                        .kill_on_drop(true)
+                        .spawn()
+                        .map_err(fail)?,
+                );
+            }
+            while seen.count() < total {
+                if start.elapsed() > Duration::from_secs(600) {
+                    return Err(format!(
+                        "replicas: {} of {total} after 10 min",
+                        seen.count()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let rate = total as f64 / start.elapsed().as_secs_f64();
+            for mut c in children {
+                let _ = c.kill().await;
+            }
+            drop(store);
+            drop_schema(&a.url, &schema).await?;
+            Ok(rate)
+        })
+        .await?;
+        let _ = writeln!(out, "| {procs} | {each} | {rate:.0} |");
+        eprintln!("bench: replicas {procs} x {each}: {rate:.0}/s");
+        rates.push(rate);
+    }
+    let _ = writeln!(out, "| ratio 4 / 1 | | {:.2} |", rates[1] / rates[0]);
+    Ok(out)
+}
+
 // ------------------------------------------------------------------- memory
 
 /// Peak RSS of `control-plane serve` (postgres profile, so that 10,000
@@ -1284,6 +1420,13 @@ async fn run(a: &Args) -> BenchResult<String> {
             out,
             "## The user's path: HTTP publishes, one event per call, delivered by the same process (one run each)\n\n{}",
             user_path(a, &dir).await?
+        );
+    }
+    if want("replicas") {
+        let _ = writeln!(
+            out,
+            "## Replicas (postgres, one backlog, equal total concurrency)\n\n{}",
+            replicas(a, &dir).await?
         );
     }
     if want("fairness") {
