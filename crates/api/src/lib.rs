@@ -14,6 +14,7 @@ pub mod auth;
 pub mod error;
 pub mod metrics;
 mod openapi;
+mod publisher;
 mod routes;
 mod ui;
 mod views;
@@ -66,6 +67,7 @@ pub struct ApiState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
     pub(crate) openapi: serde_json::Value,
+    pub(crate) publisher: publisher::Publisher,
 }
 
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
@@ -77,6 +79,7 @@ pub fn router(
     usage: Arc<UsageMeter>,
 ) -> Router {
     let state = Arc::new(ApiState {
+        publisher: publisher::Publisher::new(store.clone()),
         store,
         admin_hash: hash_token(&config.admin_token),
         metrics,

@@ -583,15 +583,18 @@ pub(crate) async fn event_publish(
                 .to_string(),
         ),
     };
-    let published = s
-        .store
-        .event_publish(PublishRequest {
-            account: account.clone(),
-            event_type: body.event_type,
-            payload: body.payload,
-            idempotency_key,
-        })
-        .await?;
+    let req = PublishRequest {
+        account: account.clone(),
+        event_type: body.event_type,
+        payload: body.payload,
+        idempotency_key,
+    };
+    // Keyed publishes go alone: the key's first answer is the one returned.
+    let published = if req.idempotency_key.is_some() {
+        s.store.event_publish(req).await?
+    } else {
+        s.publisher.publish(req).await?
+    };
     if published.created {
         s.usage.add(&account, UsageMetric::EventsPublished, 1);
     }

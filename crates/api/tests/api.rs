@@ -875,3 +875,45 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
     }
     assert!(links >= 11, "creations link to what they created ({links})");
 }
+
+/// Concurrent publishes are written in groups (one transaction each); a bad
+/// one among them fails alone and every good one is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_fail_only_the_bad_one() {
+    let api = api().await;
+    let too_long = "t".repeat(300);
+    let calls = (0..40).map(|i| {
+        let event_type = if i == 17 {
+            too_long.clone()
+        } else {
+            format!("order.{i}")
+        };
+        call("POST", "/v1/accounts/acme/events")
+            .json(json!({"type": event_type, "payload": {"i": i}}))
+            .send(&api)
+    });
+    let answers = futures::future::join_all(calls).await;
+    let mut ids = std::collections::HashSet::new();
+    for (i, (s, v)) in answers.iter().enumerate() {
+        if i == 17 {
+            assert_eq!(*s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        } else {
+            assert_eq!(*s, StatusCode::ACCEPTED, "{i}: {v}");
+            assert!(ids.insert(v["id"].as_str().unwrap().to_string()));
+        }
+    }
+    let (s, page) = call("GET", "/v1/accounts/acme/events?limit=1000")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let stored: std::collections::HashSet<String> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        stored, ids,
+        "every accepted event once, the bad one not at all"
+    );
+}
