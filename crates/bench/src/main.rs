@@ -1236,70 +1236,79 @@ async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
 
 // ----------------------------------------------------------------- replicas
 
-/// One backlog on postgres drained by `control-plane worker` processes: one
-/// process of 64 sends against four of 16 each (the same total concurrency).
+/// One backlog on postgres (on one endpoint, then spread over four) drained
+/// by `control-plane worker` processes: one process of 64 sends against four
+/// of 16 each (the same total concurrency).
 async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
     let total: usize = if a.quick { 1_000 } else { 20_000 };
     let mut out = String::from(
-        "| worker processes | sends in flight each | deliveries/s (median of the runs) |\n| --- | --- | --- |\n",
+        "| endpoints | worker processes | sends in flight each | deliveries/s (median of the runs) |\n| --- | --- | --- | --- |\n",
     );
-    let mut rates = Vec::new();
-    for (procs, each) in [(1usize, 64usize), (4, 16)] {
-        let rate = repeat(a.runs, || async {
-            let schema = unique("bench_replicas");
-            let store = pg_store(&a.url, &schema, 2, false).await?;
-            let (url, seen) = receiver(Duration::ZERO).await?;
-            let e = endpoint(&store, &url).await?;
-            pg_prefill(&a.url, &schema, &e, total).await?;
-            let start = Instant::now();
-            let mut children = Vec::new();
-            for i in 0..procs {
-                let mut w = tokio::process::Command::new(bin);
-                for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-                    w.env_remove(k);
+    for endpoints in [1usize, 4] {
+        let mut rates = Vec::new();
+        for (procs, each) in [(1usize, 64usize), (4, 16)] {
+            let rate = repeat(a.runs, || async {
+                let schema = unique("bench_replicas");
+                let store = pg_store(&a.url, &schema, 2, false).await?;
+                let (url, seen) = receiver(Duration::ZERO).await?;
+                for _ in 0..endpoints {
+                    let e = endpoint(&store, &url).await?;
+                    pg_prefill(&a.url, &schema, &e, total / endpoints).await?;
                 }
-                children.push(
-                    w.arg("worker")
-                        .env("CONTROLPLANE_STORE", "postgres")
-                        .env("CONTROLPLANE_DATABASE_URL", &a.url)
-                        .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
-                        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
-                        .env("CONTROLPLANE_CONCURRENCY", each.to_string())
-                        .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
-                        .stdout(std::process::Stdio::null())
-                        .stderr(
-                            std::fs::File::create(dir.join(format!("worker-{i}.log")))
-                                .map_err(fail)?,
-                        )
-                        .kill_on_drop(true)
-                        .spawn()
-                        .map_err(fail)?,
-                );
-            }
-            while seen.count() < total {
-                if start.elapsed() > Duration::from_secs(600) {
-                    return Err(format!(
-                        "replicas: {} of {total} after 10 min",
-                        seen.count()
-                    ));
+                let start = Instant::now();
+                let mut children = Vec::new();
+                for i in 0..procs {
+                    let mut w = tokio::process::Command::new(bin);
+                    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+                        w.env_remove(k);
+                    }
+                    children.push(
+                        w.arg("worker")
+                            .env("CONTROLPLANE_STORE", "postgres")
+                            .env("CONTROLPLANE_DATABASE_URL", &a.url)
+                            .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
+                            .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+                            .env("CONTROLPLANE_CONCURRENCY", each.to_string())
+                            .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
+                            .stdout(std::process::Stdio::null())
+                            .stderr(
+                                std::fs::File::create(dir.join(format!("worker-{i}.log")))
+                                    .map_err(fail)?,
+                            )
+                            .kill_on_drop(true)
+                            .spawn()
+                            .map_err(fail)?,
+                    );
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let rate = total as f64 / start.elapsed().as_secs_f64();
-            for mut c in children {
-                let _ = c.kill().await;
-            }
-            drop(store);
-            drop_schema(&a.url, &schema).await?;
-            Ok(rate)
-        })
-        .await?;
-        let _ = writeln!(out, "| {procs} | {each} | {rate:.0} |");
-        eprintln!("bench: replicas {procs} x {each}: {rate:.0}/s");
-        rates.push(rate);
+                while seen.count() < total {
+                    if start.elapsed() > Duration::from_secs(600) {
+                        return Err(format!(
+                            "replicas: {} of {total} after 10 min",
+                            seen.count()
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let rate = total as f64 / start.elapsed().as_secs_f64();
+                for mut c in children {
+                    let _ = c.kill().await;
+                }
+                drop(store);
+                drop_schema(&a.url, &schema).await?;
+                Ok(rate)
+            })
+            .await?;
+            let _ = writeln!(out, "| {endpoints} | {procs} | {each} | {rate:.0} |");
+            eprintln!("bench: replicas {endpoints} endpoints, {procs} x {each}: {rate:.0}/s");
+            rates.push(rate);
+        }
+        let _ = writeln!(
+            out,
+            "| {endpoints} | ratio 4 / 1 | | {:.2} |",
+            rates[1] / rates[0]
+        );
     }
-    let _ = writeln!(out, "| ratio 4 / 1 | | {:.2} |", rates[1] / rates[0]);
     Ok(out)
 }
 

@@ -136,6 +136,11 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn delivery_model_agrees_on_sequences_found_before() {
+            $crate::model_test::run_found(&$factory);
+        }
+
+        #[test]
         fn workflow_model_agrees_with_adapter() {
             $crate::model_test::run_workflow(&$factory);
         }

@@ -358,6 +358,45 @@ pub fn run(factory: &dyn StoreFactory) {
     run_cases("delivery", op(), |ops| run_case(factory, ops));
 }
 
+/// Sequences the random runs once found the adapters and the model to
+/// disagree on, replayed on every run.
+pub fn run_found(factory: &dyn StoreFactory) {
+    let found = vec![vec![
+        Op::Publish,
+        Op::Publish,
+        Op::Claim {
+            limit: 2,
+            lease_s: 5,
+        },
+        Op::Record { lease: 14, kind: 2 },
+        Op::Claim {
+            limit: 2,
+            lease_s: 57,
+        },
+        Op::Record { lease: 39, kind: 2 },
+        Op::Advance { secs: 58 },
+        Op::Claim {
+            limit: 2,
+            lease_s: 11,
+        },
+        Op::Replay { delivery: 60 },
+        Op::Claim {
+            limit: 1,
+            lease_s: 9,
+        },
+    ]];
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    for ops in found {
+        if let Err(e) = rt.block_on(run_case(factory, ops.clone())) {
+            panic!("the adapter disagrees with the delivery model on {ops:?}: {e}");
+        }
+    }
+}
+
 /// One random operation on the workflow queue.
 #[derive(Clone, Debug)]
 pub enum TaskOp {

@@ -164,12 +164,18 @@ impl Housekeeping {
     /// Whether the work is due at `now`; when it is, `now` is remembered.
     pub fn due(&self, now: Timestamp) -> bool {
         let last = self.0.load(Ordering::Relaxed);
-        let now = now.as_millis();
-        if now < last || now.saturating_sub(last) >= Self::EVERY_MS {
-            self.0.store(now, Ordering::Relaxed);
+        if Self::due_since(last, now) {
+            self.0.store(now.as_millis(), Ordering::Relaxed);
             true
         } else {
             false
         }
+    }
+
+    /// The rule of [`Housekeeping::due`]: work last done at `last`
+    /// (milliseconds; `i64::MIN` for never) is due again at `now`.
+    pub fn due_since(last: i64, now: Timestamp) -> bool {
+        let now = now.as_millis();
+        now < last || now.saturating_sub(last) >= Self::EVERY_MS
     }
 }

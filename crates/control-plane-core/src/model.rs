@@ -87,6 +87,9 @@ pub struct DeliveryModel {
     pub attempts: Vec<(usize, u32, AttemptResult)>,
     next_seq: i64,
     next_token: u64,
+    /// When the claim-time housekeeping (sweep, probes) last ran, as the
+    /// adapters' [`crate::Housekeeping`] gate keeps it.
+    housekeeping_at: i64,
 }
 
 /// A stable stand-in id for a model delivery, so the circuit (which records
@@ -116,6 +119,7 @@ impl DeliveryModel {
             attempts: Vec::new(),
             next_seq: 1,
             next_token: 1,
+            housekeeping_at: i64::MIN,
         }
     }
 
@@ -216,8 +220,15 @@ impl DeliveryModel {
     /// Claims up to `limit` deliveries, as the port's claim does.
     pub fn claim(&mut self, limit: u32, lease_for: Duration) -> Vec<ModelClaim> {
         let now = self.now;
+        // Housekeeping (the sweep of expired leases, then probes) runs at
+        // most once per `Housekeeping::EVERY_MS`, as in the adapters.
+        let housekeeping = crate::Housekeeping::due_since(self.housekeeping_at, now);
+        if housekeeping {
+            self.housekeeping_at = now.as_millis();
+        }
         // Sweep expired leases, in sequence order.
         let mut expired: Vec<usize> = (0..self.deliveries.len())
+            .filter(|_| housekeeping)
             .filter(|&i| {
                 let d = &self.deliveries[i];
                 d.state == DeliveryState::Leased && d.lease_expires_at.is_some_and(|t| t <= now)
@@ -251,7 +262,7 @@ impl DeliveryModel {
         let key = |m: &Self, i: usize| (m.deliveries[i].due_at, m.deliveries[i].seq);
         let mut probes: Vec<usize> = Vec::new();
         for e in 0..self.endpoints.len() {
-            if !self.endpoints[e].circuit.probe_due(now) {
+            if !housekeeping || !self.endpoints[e].circuit.probe_due(now) {
                 continue;
             }
             let first = (0..self.deliveries.len())
