@@ -78,6 +78,8 @@ pub fn router(
     metrics: Arc<Metrics>,
     usage: Arc<UsageMeter>,
 ) -> Router {
+    // One list gives both the routes and the document they serve.
+    let (routes, doc) = openapi::routes().split_for_parts();
     let state = Arc::new(ApiState {
         publisher: publisher::Publisher::new(store.clone()),
         store,
@@ -86,9 +88,8 @@ pub fn router(
         usage,
         clock: Arc::new(SystemClock),
         rotation_grace: config.rotation_grace,
-        openapi: openapi::document(),
+        openapi: openapi::to_json(doc),
     });
-    let (routes, _) = openapi::routes().split_for_parts();
     routes
         .merge(ui::router())
         .fallback(|| async { ApiError::not_found("route") })

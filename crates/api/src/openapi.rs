@@ -152,7 +152,7 @@ fn add_links(doc: &mut Value) {
 
 /// Adds the bearer scheme, and the error answers and security requirement
 /// of every operation that needs a token.
-pub(crate) fn finish(mut doc: OpenApi) -> OpenApi {
+fn finish(mut doc: OpenApi) -> OpenApi {
     let components = doc.components.get_or_insert_with(Default::default);
     components.add_security_scheme(
         "bearer",
@@ -222,7 +222,12 @@ fn code_for_u16(status: u16) -> &'static str {
 
 /// The OpenAPI document of the API as it is built, as JSON.
 pub fn document() -> Value {
-    let mut doc = serde_json::to_value(finish(routes().split_for_parts().1)).unwrap_or(Value::Null);
+    to_json(routes().split_for_parts().1)
+}
+
+/// The document the routes gave, finished, as JSON with its links.
+pub(crate) fn to_json(doc: OpenApi) -> Value {
+    let mut doc = serde_json::to_value(finish(doc)).unwrap_or(Value::Null);
     add_links(&mut doc);
     doc
 }

@@ -16,7 +16,7 @@ use dispatcher::{Dispatcher, DispatcherConfig};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
 use tokio_util::sync::CancellationToken;
-use workspace_tests::{answer_after, Receiver};
+use workspace_tests::{answer_after, api_call, Receiver};
 
 type BenchResult<T> = Result<T, String>;
 
@@ -1063,6 +1063,31 @@ async fn growth(a: &Args) -> BenchResult<String> {
 
 // -------------------------------------------------------------- user path
 
+/// `control-plane <command>` with none of this harness's own
+/// `CONTROLPLANE_*` variables (the binary refuses unknown ones, such as the
+/// test database URL) and, given a schema, on that postgres schema.
+fn control_plane(
+    a: &Args,
+    command: &str,
+    schema: Option<&str>,
+) -> BenchResult<tokio::process::Command> {
+    let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
+    let mut c = tokio::process::Command::new(bin);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        c.env_remove(k);
+    }
+    c.arg(command)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(schema) = schema {
+        c.env("CONTROLPLANE_STORE", "postgres")
+            .env("CONTROLPLANE_DATABASE_URL", &a.url)
+            .env("CONTROLPLANE_DATABASE_SCHEMA", schema);
+    }
+    Ok(c)
+}
+
 /// `control-plane serve` on `profile`, its API's base address, and (on
 /// postgres) its schema. Its log goes to `dir/<name>.log`.
 async fn start_serve(
@@ -1072,30 +1097,18 @@ async fn start_serve(
     name: &str,
 ) -> BenchResult<(tokio::process::Child, String, Option<String>)> {
     use tokio::io::AsyncBufReadExt;
-    let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
-    let mut serve = tokio::process::Command::new(bin);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-        serve.env_remove(k);
-    }
     let schema = (profile == "postgres").then(|| unique("bench_http"));
-    match &schema {
-        Some(s) => serve
-            .env("CONTROLPLANE_STORE", "postgres")
-            .env("CONTROLPLANE_DATABASE_URL", &a.url)
-            .env("CONTROLPLANE_DATABASE_SCHEMA", s),
-        None => serve.env(
+    let mut serve = control_plane(a, "serve", schema.as_deref())?;
+    if schema.is_none() {
+        serve.env(
             "CONTROLPLANE_EMBEDDED_PATH",
             dir.join(format!("{name}.duckdb")),
-        ),
-    };
+        );
+    }
     let mut child = serve
-        .arg("serve")
         .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
         .env("CONTROLPLANE_ADMIN_TOKEN", BENCH_ADMIN)
-        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .map_err(fail)?;
     let stderr = child.stderr.take().ok_or("no stderr")?;
@@ -1123,25 +1136,6 @@ async fn start_serve(
 
 const BENCH_ADMIN: &str = "bench-admin-token-0123456789";
 
-/// One POST of JSON to the service as the admin: the status and the body.
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    body: &serde_json::Value,
-) -> BenchResult<(u16, serde_json::Value)> {
-    let r = http
-        .post(url)
-        .header("authorization", format!("Bearer {BENCH_ADMIN}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(fail)?;
-    let status = r.status().as_u16();
-    let bytes = r.bytes().await.map_err(fail)?;
-    Ok((status, serde_json::from_slice(&bytes).unwrap_or_default()))
-}
-
 /// The path a user drives: `clients` concurrent HTTP clients (keep-alive)
 /// each publishing one event per call to one endpoint for a while, delivered
 /// by the same process to a local receiver.
@@ -1159,27 +1153,37 @@ async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             let (mut child, base, schema) = start_serve(a, profile, dir, &name).await?;
             let (hook, seen) = receiver(Duration::ZERO).await?;
             let http = reqwest::Client::new();
-            let (s, v) = post(
+            let (s, v) = api_call(
                 &http,
-                &format!("{base}/v1/accounts/bench/endpoints"),
-                &serde_json::json!({"url": hook, "max_in_flight": 64}),
+                &base,
+                BENCH_ADMIN,
+                "POST",
+                "/v1/accounts/bench/endpoints",
+                Some(serde_json::json!({"url": hook, "max_in_flight": 64})),
             )
-            .await?;
+            .await;
             if s != 201 {
                 return Err(format!("creating the endpoint answered {s}: {v}"));
             }
-            let events = format!("{base}/v1/accounts/bench/events");
             let body = serde_json::json!({"type": "bench.http", "payload": {"n": 1}});
             let start = Instant::now();
             let until = start + Duration::from_secs(seconds);
             let mut tasks = Vec::new();
             for _ in 0..clients {
-                let (http, events, body) = (http.clone(), events.clone(), body.clone());
+                let (http, base, body) = (http.clone(), base.clone(), body.clone());
                 tasks.push(tokio::spawn(async move {
                     let mut sent: Vec<(String, Instant, f64)> = Vec::new();
                     while Instant::now() < until {
                         let t0 = Instant::now();
-                        let (s, v) = post(&http, &events, &body).await?;
+                        let (s, v) = api_call(
+                            &http,
+                            &base,
+                            BENCH_ADMIN,
+                            "POST",
+                            "/v1/accounts/bench/events",
+                            Some(body.clone()),
+                        )
+                        .await;
                         if s != 202 {
                             return Err(format!("publishing answered {s}: {v}"));
                         }
@@ -1242,7 +1246,6 @@ async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
 /// by `control-plane worker` processes: one process of 64 sends against four
 /// of 16 each (the same total concurrency).
 async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
-    let bin = a.serve_bin.as_deref().ok_or("no --serve-bin given")?;
     let total: usize = if a.quick { 1_000 } else { 20_000 };
     let mut out = String::from(
         "| endpoints | worker processes | sends in flight each | deliveries/s (median of the runs) |\n| --- | --- | --- | --- |\n",
@@ -1262,24 +1265,14 @@ async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 let start = Instant::now();
                 let mut children = Vec::new();
                 for i in 0..procs {
-                    let mut w = tokio::process::Command::new(bin);
-                    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-                        w.env_remove(k);
-                    }
                     children.push(
-                        w.arg("worker")
-                            .env("CONTROLPLANE_STORE", "postgres")
-                            .env("CONTROLPLANE_DATABASE_URL", &a.url)
-                            .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
-                            .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+                        control_plane(a, "worker", Some(&schema))?
                             .env("CONTROLPLANE_CONCURRENCY", each.to_string())
                             .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
-                            .stdout(std::process::Stdio::null())
                             .stderr(
                                 std::fs::File::create(dir.join(format!("worker-{i}.log")))
                                     .map_err(fail)?,
                             )
-                            .kill_on_drop(true)
                             .spawn()
                             .map_err(fail)?,
                     );
@@ -1321,9 +1314,9 @@ async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
 /// deliveries are claimed within seconds) with `n` deliveries in flight to a
 /// receiver that holds every request for a while.
 async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
-    let Some(bin) = &a.serve_bin else {
+    if a.serve_bin.is_none() {
         return Ok("not measured: no --serve-bin given\n".into());
-    };
+    }
     let n: usize = if a.quick { 200 } else { 10_000 };
     let (url, seen) = receiver(Duration::from_secs(if a.quick { 2 } else { 20 })).await?;
     let schema = unique("bench_mem");
@@ -1332,25 +1325,12 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         let e = endpoint(&store, &url).await?;
         pg_prefill(&a.url, &schema, &e, n).await?;
     }
-    let mut serve = tokio::process::Command::new(bin);
-    // The binary refuses unknown CONTROLPLANE_* variables (such as the test
-    // database URL this harness may run with): hand it only its own.
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-        serve.env_remove(k);
-    }
-    let mut child = serve
-        .arg("serve")
-        .env("CONTROLPLANE_STORE", "postgres")
-        .env("CONTROLPLANE_DATABASE_URL", &a.url)
-        .env("CONTROLPLANE_DATABASE_SCHEMA", &schema)
+    let mut child = control_plane(a, "serve", Some(&schema))?
         .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
         .env("CONTROLPLANE_ADMIN_TOKEN", BENCH_ADMIN)
-        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
         .env("CONTROLPLANE_CONCURRENCY", n.to_string())
         .env("CONTROLPLANE_LEASE", "60s")
-        .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("serve.log")).map_err(fail)?)
-        .kill_on_drop(true)
         .spawn()
         .map_err(fail)?;
     let pid = child.id().ok_or("no pid")?;
