@@ -30,6 +30,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     ),
     (6, include_str!("migrations/0006_retention_indexes.sql")),
     (7, include_str!("migrations/0007_events_by_account.sql")),
+    (8, include_str!("migrations/0008_one_index_of_leases.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
@@ -256,6 +257,22 @@ impl<'a> Tx<'a> {
             Some(cache) => cache.prepare(self.tx.client(), sql).await,
             None => self.tx.prepare(sql).await,
         }
+    }
+}
+
+impl Tx<'_> {
+    /// Lets this transaction's commit return without waiting for its WAL to
+    /// reach the disk (`synchronous_commit = off`, this transaction only).
+    /// For claims alone (ADR 0016): the next fenced outcome's synchronous
+    /// commit flushes the claim with it, and a claim lost in a crash only
+    /// hands its deliveries out again, which at-least-once allows. What it
+    /// buys: claimers of one endpoint hold its flow-row lock for one disk
+    /// flush less.
+    pub(crate) async fn commit_without_waiting_for_disk(&self) -> StoreResult<()> {
+        self.tx
+            .batch_execute("SET LOCAL synchronous_commit TO off")
+            .await
+            .map_err(crate::error::map)
     }
 }
 
