@@ -19,7 +19,10 @@ tasks:
   tidy         fmt check and clippy only
   bench        release build, then every benchmark (medians of 3 runs) into
                BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
-               benchmark at small sizes (prints, writes nothing, asserts no timing)
+               benchmark at small sizes (prints, writes nothing, asserts no timing);
+               `bench --peers`: also builds crates/peers (its own workspace and
+               target directory) and runs the same burn-down with graphile_worker
+               and apalis beside ours
   chaos        the fault tests at full size: 20,000 events (2,000 on embedded)
                with 20 SIGKILLs of worker processes, and the database outage
   fuzz         run each cargo-fuzz target of crates/fuzz for 60 s (needs the
@@ -279,9 +282,43 @@ fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Builds the harness and the binary (release unless quick), runs every
+/// Builds the peer queues' burn-down (`crates/peers`, its own workspace)
+/// in release into its own target directory, so that its sqlx never touches
+/// the shared cache; returns the binary.
+fn build_peers() -> Result<PathBuf, String> {
+    let dir = target_dir().join("peers");
+    let manifest = workspace_root().join("crates/peers/Cargo.toml");
+    let (manifest, dir_arg) = (manifest.to_string_lossy(), dir.to_string_lossy());
+    cargo(
+        &[
+            "build",
+            "--release",
+            "--locked",
+            "--manifest-path",
+            manifest.as_ref(),
+            "--target-dir",
+            dir_arg.as_ref(),
+        ],
+        // apalis-postgres checks its queries against the metadata it ships
+        // (.sqlx), never against a database named in the environment.
+        &[("SQLX_OFFLINE", "true")],
+    )?;
+    Ok(dir.join("release").join("peers"))
+}
+
+/// Builds the harness and the binary (release unless `--quick`), runs every
 /// benchmark against the test database, and writes BENCHMARKS.md (full runs).
-fn bench(quick: bool) -> Result<(), String> {
+/// `--peers` adds the peer queues' burn-down.
+fn bench(flags: &[String]) -> Result<(), String> {
+    let (mut quick, mut peers) = (false, false);
+    for f in flags {
+        match f.as_str() {
+            "--quick" => quick = true,
+            "--peers" => peers = true,
+            other => return Err(format!("bench takes --quick and --peers, not {other:?}")),
+        }
+    }
+    let peers_bin = if peers { Some(build_peers()?) } else { None };
     let (url, _cluster) = test_database()?;
     let profile = if quick { "debug" } else { "release" };
     // Each selection keeps the bundled DuckDB it was built with: the quick
@@ -304,6 +341,10 @@ fn bench(quick: bool) -> Result<(), String> {
     ];
     if quick {
         args.push("--quick");
+    }
+    let peers_bin = peers_bin.map(|p| p.to_string_lossy().into_owned());
+    if let Some(p) = &peers_bin {
+        args.extend(["--peers-bin", p.as_str()]);
     }
     eprintln!("xtask: bench {}", args.join(" "));
     let out = Command::new(dir.join("bench"))
@@ -596,7 +637,7 @@ fn main() -> ExitCode {
             .and_then(|_| docs())
             .and_then(|_| postgres_only())
             .and_then(|_| api_check("25"))
-            .and_then(|_| bench(true)),
+            .and_then(|_| bench(&["--quick".to_string()])),
         "pg" => Cluster::start().map(|c| {
             eprintln!(
                 "xtask: a throwaway cluster runs at {} until you press Enter",
@@ -608,7 +649,7 @@ fn main() -> ExitCode {
         "test" => test(),
         "chaos" => chaos(),
         "fuzz" => fuzz(),
-        "bench" => bench(std::env::args().nth(2).as_deref() == Some("--quick")),
+        "bench" => bench(&std::env::args().skip(2).collect::<Vec<_>>()),
         "tidy" => tidy(),
         "conformance" => conformance(),
         "postgres-only" => postgres_only(),

@@ -32,6 +32,8 @@ struct Args {
     url: String,
     runs: usize,
     serve_bin: Option<String>,
+    /// `crates/peers`' binary: runs the peers' burn-down when given.
+    peers_bin: Option<String>,
 }
 
 fn args() -> BenchResult<Args> {
@@ -42,6 +44,7 @@ fn args() -> BenchResult<Args> {
         url: std::env::var("CONTROLPLANE_TEST_DATABASE_URL").unwrap_or_default(),
         runs: 3,
         serve_bin: None,
+        peers_bin: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -49,6 +52,7 @@ fn args() -> BenchResult<Args> {
             "--quick" => a.quick = true,
             "--database-url" => a.url = it.next().ok_or("--database-url needs a value")?,
             "--serve-bin" => a.serve_bin = it.next(),
+            "--peers-bin" => a.peers_bin = it.next(),
             "--only" => a.only = it.next(),
             "--profile" => {
                 a.profiles = match it.next().as_deref() {
@@ -516,41 +520,55 @@ async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
     Ok(out)
 }
 
-async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+/// The burn-down backlog: 200,000 deliveries (quick runs keep it tiny, and
+/// smaller on embedded, whose debug build is slow).
+fn burn_size(a: &Args, profile: &str) -> usize {
+    match (a.quick, profile) {
+        (false, _) => 200_000,
+        (true, "postgres") => 1_000,
+        (true, _) => 100,
+    }
+}
+
+/// One burn-down: `n` deliveries prefilled, then drained through the port
+/// (16 workers on postgres, 2 on embedded, claims of 100); deliveries/s.
+async fn burn_down(a: &Args, profile: &str, dir: &std::path::Path, n: usize) -> BenchResult<f64> {
+    let (store, schema) = open_profile(a, profile, dir).await?;
+    let e = endpoint(store.as_ref(), "https://example.com/hook").await?;
+    match &schema {
+        Some(s) => pg_prefill(&a.url, s, &e, n).await?,
+        None => {
+            let t = Instant::now();
+            prefill(store.as_ref(), n).await?;
+            eprintln!(
+                "bench: {profile}: published {n} through the port at {:.0}/s",
+                n as f64 / t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let workers = if profile == "postgres" { 16 } else { 2 };
+    let r = drain_port(store, workers, 100, n).await;
+    if let Some(s) = schema {
+        drop_schema(&a.url, &s).await?;
+    }
+    r
+}
+
+/// The table, and the postgres burn-down figure for the peers' table.
+async fn burn_down_and_steady(
+    a: &Args,
+    dir: &std::path::Path,
+) -> BenchResult<(String, Option<f64>)> {
     let mut out = String::from(
         "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | minimal queue, same size, 16 connections, batches of 100 (jobs/s, median; burn-down / minimal) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- | --- |\n",
     );
+    let mut pg_burn = None;
     for &profile in &a.profiles {
-        // Debug builds run DuckDB unoptimised: quick runs keep embedded tiny.
-        let prefilled = match (a.quick, profile) {
-            (false, _) => 200_000,
-            (true, "postgres") => 1_000,
-            (true, _) => 100,
-        };
-        let burn = repeat(a.runs, || async {
-            let (store, schema) = open_profile(a, profile, dir).await?;
-            let e = endpoint(store.as_ref(), "https://example.com/hook").await?;
-            match &schema {
-                Some(s) => pg_prefill(&a.url, s, &e, prefilled).await?,
-                None => {
-                    let t = Instant::now();
-                    prefill(store.as_ref(), prefilled).await?;
-                    eprintln!(
-                        "bench: {profile}: published {prefilled} through the port at {:.0}/s",
-                        prefilled as f64 / t.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            let workers = if profile == "postgres" { 16 } else { 2 };
-            let r = drain_port(store, workers, 100, prefilled).await;
-            if let Some(s) = schema {
-                drop_schema(&a.url, &s).await?;
-            }
-            r
-        })
-        .await?;
+        let prefilled = burn_size(a, profile);
+        let burn = repeat(a.runs, || burn_down(a, profile, dir, prefilled)).await?;
         let (steady, backlog) = steady_state(a, profile, dir).await?;
         let minimal = if profile == "postgres" {
+            pg_burn = Some(burn);
             let m = repeat(a.runs, || minimal_queue(a, prefilled, 16, 100)).await?;
             format!("{m:.0} ({:.2})", burn / m)
         } else {
@@ -561,6 +579,56 @@ async fn burn_down_and_steady(a: &Args, dir: &std::path::Path) -> BenchResult<St
             "| {profile} | {burn:.0} | {minimal} | {steady:.0} | {backlog} |"
         );
         eprintln!("bench: burn-down {profile}: {burn:.0}/s, steady {steady:.0}/s");
+    }
+    Ok((out, pg_burn))
+}
+
+/// The same burn-down with the queues users would pick instead of ours
+/// (`crates/peers`: graphile_worker in its documented fast mode, apalis with
+/// batches of 100), 16 workers, on the same database; `ours` is the postgres
+/// burn-down of this run (measured here when that section did not run).
+async fn peers(
+    a: &Args,
+    bin: &str,
+    dir: &std::path::Path,
+    ours: Option<f64>,
+) -> BenchResult<String> {
+    let n = burn_size(a, "postgres");
+    let ours = match ours {
+        Some(v) => v,
+        None => repeat(a.runs, || burn_down(a, "postgres", dir, n)).await?,
+    };
+    let mut out = format!(
+        "| queue | jobs drained | jobs/s (median of the runs) | ours / this |\n| --- | --- | --- | --- |\n\
+         | control-plane postgres adapter (attempt log written) | {n} | {ours:.0} | 1.00 |\n"
+    );
+    // apalis drains a backlog of 200,000 at about 1,000/s (its fetch slows
+    // with the backlog; crates/peers/README.md): one run, not three.
+    for (peer, runs) in [("graphile_worker", a.runs), ("apalis", 1)] {
+        let rate = repeat(runs, || async {
+            let run = tokio::process::Command::new(bin)
+                .args(["--peer", peer, "--database-url", &a.url])
+                .args(["--jobs", &n.to_string(), "--concurrency", "16"])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .await
+                .map_err(|e| format!("cannot run {bin}: {e}"))?;
+            if !run.status.success() {
+                return Err(format!("the {peer} burn-down failed ({})", run.status));
+            }
+            let report: serde_json::Value = serde_json::from_slice(&run.stdout).map_err(fail)?;
+            report["jobs_per_s"]
+                .as_f64()
+                .ok_or_else(|| format!("{peer}: no jobs_per_s in {report}"))
+        })
+        .await?;
+        let runs = if runs == 1 { " (one run)" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {peer}{runs} | {n} | {rate:.0} | {:.2} |",
+            ours / rate
+        );
+        eprintln!("bench: peer {peer}: {rate:.0}/s (ours {ours:.0}/s)");
     }
     Ok(out)
 }
@@ -1248,7 +1316,7 @@ async fn user_path(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
 async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let total: usize = if a.quick { 1_000 } else { 20_000 };
     let mut out = String::from(
-        "| endpoints | worker processes | sends in flight each | deliveries/s (median of the runs) |\n| --- | --- | --- | --- |\n",
+        "| endpoints | worker processes | sends in flight each | deliveries/s after the first 5 % arrived (median of the runs) |\n| --- | --- | --- | --- |\n",
     );
     let spreads: &[usize] = if a.quick { &[1] } else { &[1, 4] };
     for &endpoints in spreads {
@@ -1262,7 +1330,7 @@ async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                     let e = endpoint(&store, &url).await?;
                     pg_prefill(&a.url, &schema, &e, total / endpoints).await?;
                 }
-                let start = Instant::now();
+                let began = Instant::now();
                 let mut children = Vec::new();
                 for i in 0..procs {
                     children.push(
@@ -1277,16 +1345,24 @@ async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                             .map_err(fail)?,
                     );
                 }
+                // The clock starts once the first 5 % have arrived: the rate
+                // of running processes, not of their start-up (four debug
+                // processes connecting at once on two cores take a while).
+                let mut window = None;
                 while seen.count() < total {
-                    if start.elapsed() > Duration::from_secs(600) {
+                    if began.elapsed() > Duration::from_secs(600) {
                         return Err(format!(
                             "replicas: {} of {total} after 10 min",
                             seen.count()
                         ));
                     }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if window.is_none() && seen.count() >= total / 20 {
+                        window = Some((Instant::now(), seen.count()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                let rate = total as f64 / start.elapsed().as_secs_f64();
+                let (start, base) = window.unwrap_or((began, 0));
+                let rate = (total - base) as f64 / start.elapsed().as_secs_f64();
                 for mut c in children {
                     let _ = c.kill().await;
                 }
@@ -1397,11 +1473,17 @@ async fn run(a: &Args) -> BenchResult<String> {
             raw_vs_adapter(a).await?
         );
     }
+    let mut pg_burn = None;
     if want("burn") {
+        let (table, burn) = burn_down_and_steady(a, &dir).await?;
+        pg_burn = burn;
+        let _ = writeln!(out, "## Burn-down and steady state\n\n{table}");
+    }
+    if let Some(bin) = &a.peers_bin {
         let _ = writeln!(
             out,
-            "## Burn-down and steady state\n\n{}",
-            burn_down_and_steady(a, &dir).await?
+            "## Peers: the same burn-down with the queues users would pick instead\n\n{}",
+            peers(a, bin, &dir, pg_burn).await?
         );
     }
     if want("e2e") {
