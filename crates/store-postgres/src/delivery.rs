@@ -638,7 +638,7 @@ fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
 
 pub(crate) async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     req.validate()?;
-    t.commit_without_waiting_for_disk().await?;
+    t.claim_settings().await?;
     // Every few hundred milliseconds: free expired leases, then probes first.
     let housekeeping = t.housekeeping.due(t.now);
     if housekeeping {
