@@ -134,11 +134,17 @@ async fn insert_delivery(
     event: EventId,
 ) -> StoreResult<Option<DeliveryId>> {
     let id = DeliveryId::new();
-    let row = t
-        .query_opt(
+    let insert = t
+        .prepare_cached(
             "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
              due_at, created_at, updated_at) VALUES ($1, $2, $3, $4, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6) \
              ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id",
+        )
+        .await
+        .db()?;
+    let row = t
+        .query_opt(
+            &insert,
             &[&id.0, &account.as_str(), &endpoint.0, &event.0, &i64::from(t.options.max_attempts), &t.now.as_millis()],
         )
         .await
@@ -150,12 +156,13 @@ async fn insert_delivery(
 /// never deadlock), so their sequence numbers follow commit order.
 async fn lock_ordered(t: &Tx<'_>, targets: &[EndpointId]) -> StoreResult<()> {
     let ids: Vec<Uuid> = targets.iter().map(|e| e.0).collect();
-    t.query(
-        "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE",
-        &[&ids],
-    )
-    .await
-    .db()?;
+    let lock = t
+        .prepare_cached(
+            "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE",
+        )
+        .await
+        .db()?;
+    t.query(&lock, &[&ids]).await.db()?;
     Ok(())
 }
 
@@ -166,8 +173,18 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
         r.validate()?;
     }
     let mut out = Vec::with_capacity(reqs.len());
+    // Each account's endpoints, read once per transaction: a batch fans out
+    // as of its first event (the whole batch commits at once).
+    let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
     for req in reqs {
-        if let Some(published) = publish_new(t, &req, None).await? {
+        let known = match endpoints.iter().position(|(a, _)| *a == req.account) {
+            Some(i) => i,
+            None => {
+                endpoints.push((req.account.clone(), endpoint::list(t, &req.account).await?));
+                endpoints.len() - 1
+            }
+        };
+        if let Some(published) = publish_new(t, &req, &endpoints[known].1, None).await? {
             out.push(published);
             continue;
         }
@@ -191,12 +208,13 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     Ok(out)
 }
 
-/// Stores a new event and fans it out (see [`fan_out`]); `None` when its
-/// idempotency key is taken. `about` is the endpoint an operational event
-/// concerns.
+/// Stores a new event and fans it out to `endpoints` (the account's; see
+/// [`fan_out`]); `None` when its idempotency key is taken. `about` is the
+/// endpoint an operational event concerns.
 async fn publish_new(
     t: &Tx<'_>,
     req: &PublishRequest,
+    endpoints: &[Endpoint],
     about: Option<EndpointId>,
 ) -> StoreResult<Option<Published>> {
     let event = Event {
@@ -207,10 +225,16 @@ async fn publish_new(
         idempotency_key: req.idempotency_key.clone(),
         created_at: t.now,
     };
-    let inserted = t
-        .query_opt(
+    let insert = t
+        .prepare_cached(
             "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
+        )
+        .await
+        .db()?;
+    let inserted = t
+        .query_opt(
+            &insert,
             &[
                 &event.id.0,
                 &event.account.as_str(),
@@ -225,11 +249,7 @@ async fn publish_new(
     if inserted.is_none() {
         return Ok(None);
     }
-    let targets = fan_out(
-        &endpoint::list(t, &req.account).await?,
-        &req.event_type,
-        about,
-    );
+    let targets = fan_out(endpoints, &req.event_type, about);
     lock_ordered(t, &targets).await?;
     let mut deliveries = Vec::with_capacity(targets.len());
     for e in targets {
@@ -253,7 +273,7 @@ async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let endpoints = endpoint::list(t, &alert.account).await?;
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
-        publish_new(t, &req, concerned).await?;
+        publish_new(t, &req, &endpoints, concerned).await?;
     }
     Ok(())
 }

@@ -90,15 +90,13 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> Stor
 }
 
 pub(crate) async fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
-    let rows = t
-        .query(
-            &format!(
-                "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
-            ),
-            &[&account.as_str()],
-        )
+    let list = t
+        .prepare_cached(&format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
+        ))
         .await
         .db()?;
+    let rows = t.query(&list, &[&account.as_str()]).await.db()?;
     rows.iter().map(row_to_endpoint).collect()
 }
 
