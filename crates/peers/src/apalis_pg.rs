@@ -3,13 +3,13 @@
 //! handlers spawned on the runtime (apalis's README set-up).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use apalis::prelude::*;
 use apalis_postgres::{Config, PostgresStorage};
 use sqlx::postgres::PgPool;
 
-use crate::{admin_pool, check_handled, count, execute, wait_until_done};
+use crate::{admin_pool, check_handled, count, execute, time_drain};
 use crate::{Noop, HANDLED, PREFILL_CHUNK};
 
 /// apalis-postgres 1.0 keeps all its objects in this fixed schema.
@@ -94,16 +94,7 @@ async fn bench_on(
     let remaining = format!("SELECT count(*) {ours} AND status <> 'Done'");
     let run = worker.run();
     tokio::pin!(run);
-    let start = Instant::now();
-    let seconds = tokio::select! {
-        r = &mut run => {
-            return Err(match r {
-                Ok(()) => "the worker stopped before the jobs were done".to_owned(),
-                Err(e) => format!("the worker failed: {e}"),
-            })
-        }
-        s = wait_until_done(admin, jobs, &remaining, start) => s,
-    };
+    let seconds = time_drain(run.as_mut(), admin, jobs, &remaining).await;
     ctx.stop().map_err(|e| format!("cannot stop: {e}"))?;
     run.await.map_err(|e| format!("the worker failed: {e}"))?;
     let seconds = seconds?;

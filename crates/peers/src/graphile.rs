@@ -3,7 +3,7 @@
 //! own `benches/perf_test.rs`).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use graphile_worker::{
     IntoTaskHandlerResult, JobSpec, LocalQueueConfig, RefetchDelayConfig, TaskHandler,
@@ -11,7 +11,7 @@ use graphile_worker::{
 };
 use sqlx::postgres::PgPool;
 
-use crate::{admin_pool, check_handled, count, execute, unique_schema, wait_until_done};
+use crate::{admin_pool, check_handled, count, execute, time_drain, unique_schema};
 use crate::{Noop, HANDLED, PREFILL_CHUNK};
 
 impl TaskHandler for Noop {
@@ -83,16 +83,7 @@ async fn bench(
     let remaining = format!("SELECT count(*) FROM \"{schema}\"._private_jobs");
     let run = worker.run();
     tokio::pin!(run);
-    let start = Instant::now();
-    let seconds = tokio::select! {
-        r = &mut run => {
-            return Err(match r {
-                Ok(()) => "the worker stopped before the jobs were done".to_owned(),
-                Err(e) => format!("the worker failed: {e}"),
-            })
-        }
-        s = wait_until_done(admin, jobs, &remaining, start) => s,
-    };
+    let seconds = time_drain(run.as_mut(), admin, jobs, &remaining).await;
     worker.request_shutdown();
     run.await.map_err(|e| format!("the worker failed: {e}"))?;
     let seconds = seconds?;

@@ -160,6 +160,29 @@ fn unique_schema(prefix: &str) -> String {
     format!("{prefix}_{}_{nanos}", std::process::id())
 }
 
+/// Starts the clock and polls the peer's worker (`run`) until
+/// [`wait_until_done`]; the worker stopping first is an error. The caller
+/// then stops the worker and awaits `run` to its end.
+async fn time_drain<F, E>(
+    run: std::pin::Pin<&mut F>,
+    pool: &PgPool,
+    jobs: usize,
+    remaining_sql: &str,
+) -> Result<f64, String>
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let start = Instant::now();
+    tokio::select! {
+        r = run => Err(match r {
+            Ok(()) => "the worker stopped before the jobs were done".to_owned(),
+            Err(e) => format!("the worker failed: {e}"),
+        }),
+        s = wait_until_done(pool, jobs, remaining_sql, start) => s,
+    }
+}
+
 /// Waits until `jobs` handlers have run and `remaining_sql` (a count of the
 /// jobs the peer has not yet recorded as completed) returns 0; returns the
 /// seconds since `start`.
