@@ -145,7 +145,14 @@ async fn insert_delivery(
     let row = t
         .query_opt(
             &insert,
-            &[&id.0, &account.as_str(), &endpoint.0, &event.0, &i64::from(t.options.max_attempts), &t.now.as_millis()],
+            &[
+                &id.0,
+                &account.as_str(),
+                &endpoint.0,
+                &event.0,
+                &i64::from(t.options.max_attempts),
+                &t.now.as_millis(),
+            ],
         )
         .await
         .db()?;
