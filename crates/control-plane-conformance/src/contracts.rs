@@ -387,7 +387,31 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
         .unwrap();
     assert_eq!(good.len(), 3);
     assert_eq!(good.iter().map(|p| p.deliveries.len()).sum::<usize>(), 3);
-    assert_eq!(claim(&h, 10).await.len(), 3);
+    let claimed = claim(&h, 10).await;
+    let order: Vec<_> = claimed.iter().map(|c| c.event_type.as_str()).collect();
+    assert_eq!(
+        order,
+        ["x", "y", "z"],
+        "sequence numbers follow the batch's order"
+    );
+    // A key repeated inside one batch: the later request answers with the
+    // earlier one's event, and nothing new is stored for it.
+    let mut first = publish_req("a", "k.first");
+    first.idempotency_key = Some("same".into());
+    let mut again = publish_req("a", "k.again");
+    again.idempotency_key = Some("same".into());
+    let both = h
+        .store
+        .event_publish_batch(vec![first, again, publish_req("a", "k.other")])
+        .await
+        .unwrap();
+    assert!(both[0].created && !both[1].created && both[2].created);
+    assert_eq!(both[1].event, both[0].event);
+    assert_eq!(both[1].deliveries, both[0].deliveries);
+    assert_eq!(both[0].deliveries.len(), 1);
+    let claimed = claim(&h, 10).await;
+    let order: Vec<_> = claimed.iter().map(|c| c.event_type.as_str()).collect();
+    assert_eq!(order, ["k.first", "k.other"]);
 }
 
 /// `DeliveryStore::delivery_enqueue`: exactly one concurrent caller wins.

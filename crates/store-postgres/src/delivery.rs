@@ -179,22 +179,23 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     for r in &reqs {
         r.validate()?;
     }
-    let mut out = Vec::with_capacity(reqs.len());
-    // Each account's endpoints, read once per transaction: a batch fans out
-    // as of its first event (the whole batch commits at once).
+    // Each account's endpoints, read once: the batch fans out as of its
+    // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
-    for req in reqs {
-        let known = match endpoints.iter().position(|(a, _)| *a == req.account) {
-            Some(i) => i,
-            None => {
-                endpoints.push((req.account.clone(), endpoint::list(t, &req.account).await?));
-                endpoints.len() - 1
-            }
-        };
-        if let Some(published) = publish_new(t, &req, &endpoints[known].1, None).await? {
+    for req in &reqs {
+        if !endpoints.iter().any(|(a, _)| *a == req.account) {
+            endpoints.push((req.account.clone(), endpoint::list(t, &req.account).await?));
+        }
+    }
+    let created = publish_new(t, &reqs, &endpoints, None).await?;
+    let mut out = Vec::with_capacity(reqs.len());
+    for (req, created) in reqs.iter().zip(created) {
+        if let Some(published) = created {
             out.push(published);
             continue;
         }
+        // Its idempotency key was taken, by an earlier transaction or by an
+        // earlier request of this batch: answer with that event.
         let row = t
             .query_one(
                 &format!(
@@ -215,61 +216,129 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     Ok(out)
 }
 
-/// Stores a new event and fans it out to `endpoints` (the account's; see
-/// [`fan_out`]); `None` when its idempotency key is taken. `about` is the
-/// endpoint an operational event concerns.
+/// Stores the new events of `reqs` and fans each out to its account's
+/// `endpoints` (see [`fan_out`]), with one statement for the events and one
+/// for the deliveries whatever the batch's size; per request `None` when its
+/// idempotency key is taken. `about` is the endpoint an operational event
+/// concerns. Delivery sequence numbers follow the requests' order.
 async fn publish_new(
     t: &Tx<'_>,
-    req: &PublishRequest,
-    endpoints: &[Endpoint],
+    reqs: &[PublishRequest],
+    endpoints: &[(AccountId, Vec<Endpoint>)],
     about: Option<EndpointId>,
-) -> StoreResult<Option<Published>> {
-    let event = Event {
-        id: EventId::new(),
-        account: req.account.clone(),
-        event_type: req.event_type.clone(),
-        body: req.body(t.now),
-        idempotency_key: req.idempotency_key.clone(),
-        created_at: t.now,
-    };
+) -> StoreResult<Vec<Option<Published>>> {
+    let events: Vec<Event> = reqs
+        .iter()
+        .map(|req| Event {
+            id: EventId::new(),
+            account: req.account.clone(),
+            event_type: req.event_type.clone(),
+            body: req.body(t.now),
+            idempotency_key: req.idempotency_key.clone(),
+            created_at: t.now,
+        })
+        .collect();
     let insert = t
         .prepare_cached(
             "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
+             SELECT u.id, u.account, u.event_type, u.body, u.key, $6 \
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, account, event_type, body, key) \
+             ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
         )
         .await
         .db()?;
-    let inserted = t
-        .query_opt(
+    let ids: Vec<Uuid> = events.iter().map(|e| e.id.0).collect();
+    let accounts: Vec<&str> = events.iter().map(|e| e.account.as_str()).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
+    let keys: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| e.idempotency_key.as_deref())
+        .collect();
+    let inserted: Vec<Uuid> = t
+        .query(
+            &insert,
+            &[&ids, &accounts, &types, &bodies, &keys, &t.now.as_millis()],
+        )
+        .await
+        .db()?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // (event's index, endpoint), in request order, each event's endpoints
+    // in id order.
+    let mut targets: Vec<(usize, EndpointId)> = Vec::new();
+    for (i, (req, event)) in reqs.iter().zip(&events).enumerate() {
+        if !inserted.contains(&event.id.0) {
+            continue;
+        }
+        let live = endpoints
+            .iter()
+            .find(|(a, _)| *a == req.account)
+            .map_or(&[][..], |(_, list)| list.as_slice());
+        targets.extend(
+            fan_out(live, &req.event_type, about)
+                .into_iter()
+                .map(|e| (i, e)),
+        );
+    }
+    let mut locked: Vec<EndpointId> = targets.iter().map(|(_, e)| *e).collect();
+    locked.sort();
+    locked.dedup();
+    lock_ordered(t, &locked).await?;
+    let new_ids: Vec<Uuid> = targets.iter().map(|_| DeliveryId::new().0).collect();
+    let endpoint_ids: Vec<Uuid> = targets.iter().map(|(_, e)| e.0).collect();
+    let event_ids: Vec<Uuid> = targets.iter().map(|(i, _)| events[*i].id.0).collect();
+    let owners: Vec<&str> = targets
+        .iter()
+        .map(|(i, _)| events[*i].account.as_str())
+        .collect();
+    let insert = t
+        .prepare_cached(
+            "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+             due_at, created_at, updated_at) \
+             SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6 \
+             FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[]) WITH ORDINALITY \
+             AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
+             ON CONFLICT (endpoint_id, event_id) DO NOTHING",
+        )
+        .await
+        .db()?;
+    let written = t
+        .execute(
             &insert,
             &[
-                &event.id.0,
-                &event.account.as_str(),
-                &event.event_type,
-                &event.body,
-                &event.idempotency_key,
+                &new_ids,
+                &owners,
+                &endpoint_ids,
+                &event_ids,
+                &i64::from(t.options.max_attempts),
                 &t.now.as_millis(),
             ],
         )
         .await
         .db()?;
-    if inserted.is_none() {
-        return Ok(None);
+    if written != targets.len() as u64 {
+        return Err(StoreError::Backend(
+            "a new event already had a delivery".into(),
+        ));
     }
-    let targets = fan_out(endpoints, &req.event_type, about);
-    lock_ordered(t, &targets).await?;
-    let mut deliveries = Vec::with_capacity(targets.len());
-    for e in targets {
-        let id = insert_delivery(t, &req.account, e, event.id)
-            .await?
-            .ok_or_else(|| StoreError::Backend("a new event already had a delivery".into()))?;
-        deliveries.push(id);
-    }
-    Ok(Some(Published {
-        event,
-        deliveries,
-        created: true,
-    }))
+    Ok(events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| {
+            inserted.contains(&event.id.0).then(|| Published {
+                deliveries: targets
+                    .iter()
+                    .zip(&new_ids)
+                    .filter(|((at, _), _)| *at == i)
+                    .map(|(_, id)| DeliveryId(*id))
+                    .collect(),
+                event,
+                created: true,
+            })
+        })
+        .collect())
 }
 
 /// Records an alert and publishes it as an event to the endpoints that name
@@ -280,7 +349,8 @@ async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let endpoints = endpoint::list(t, &alert.account).await?;
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
-        publish_new(t, &req, &endpoints, concerned).await?;
+        let endpoints = [(alert.account.clone(), endpoints)];
+        publish_new(t, &[req], &endpoints, concerned).await?;
     }
     Ok(())
 }
