@@ -78,6 +78,19 @@ impl PublishRequest {
         })
         .to_string()
     }
+
+    /// The new event this request stores when published at `at` (a fresh id
+    /// and the webhook body of [`PublishRequest::body`]).
+    pub fn event_at(&self, at: Timestamp) -> Event {
+        Event {
+            id: EventId::new(),
+            account: self.account.clone(),
+            event_type: self.event_type.clone(),
+            body: self.body(at),
+            idempotency_key: self.idempotency_key.clone(),
+            created_at: at,
+        }
+    }
 }
 
 /// What a publish did.

@@ -179,14 +179,7 @@ impl NewRows {
         endpoints: &[Endpoint],
         about: Option<EndpointId>,
     ) -> Published {
-        let event = Event {
-            id: EventId::new(),
-            account: req.account.clone(),
-            event_type: req.event_type.clone(),
-            body: req.body(t.now),
-            idempotency_key: req.idempotency_key.clone(),
-            created_at: t.now,
-        };
+        let event = req.event_at(t.now);
         self.ev_id.push(event.id.to_string());
         self.ev_account.push(event.account.as_str().to_string());
         self.ev_type.push(event.event_type.clone());

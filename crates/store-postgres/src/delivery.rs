@@ -227,17 +227,7 @@ async fn publish_new(
     endpoints: &[(AccountId, Vec<Endpoint>)],
     about: Option<EndpointId>,
 ) -> StoreResult<Vec<Option<Published>>> {
-    let events: Vec<Event> = reqs
-        .iter()
-        .map(|req| Event {
-            id: EventId::new(),
-            account: req.account.clone(),
-            event_type: req.event_type.clone(),
-            body: req.body(t.now),
-            idempotency_key: req.idempotency_key.clone(),
-            created_at: t.now,
-        })
-        .collect();
+    let events: Vec<Event> = reqs.iter().map(|req| req.event_at(t.now)).collect();
     let insert = t
         .prepare_cached(
             "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
@@ -255,7 +245,7 @@ async fn publish_new(
         .iter()
         .map(|e| e.idempotency_key.as_deref())
         .collect();
-    let inserted: Vec<Uuid> = t
+    let inserted: std::collections::HashSet<Uuid> = t
         .query(
             &insert,
             &[&ids, &accounts, &types, &bodies, &keys, &t.now.as_millis()],

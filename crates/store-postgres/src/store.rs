@@ -247,8 +247,9 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// A statement prepared once per connection (planned at every run,
-    /// see [`PostgresStore::open`]).
+    /// A statement prepared once per connection (planned at every run, see
+    /// [`PostgresStore::open`]; a claim transaction runs its generic plan,
+    /// see [`Tx::claim_settings`]).
     pub(crate) async fn prepare_cached(
         &self,
         sql: &str,
@@ -258,9 +259,7 @@ impl<'a> Tx<'a> {
             None => self.tx.prepare(sql).await,
         }
     }
-}
 
-impl Tx<'_> {
     /// The settings of a claim transaction (ADR 0016), in one round trip:
     /// - its commit returns without waiting for its WAL to reach the disk
     ///   (`synchronous_commit = off`): the next fenced outcome's synchronous
