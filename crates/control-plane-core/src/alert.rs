@@ -1,54 +1,25 @@
 //! Operational alerts.
 
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 use crate::*;
 
-/// The kind of an operational alert.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum AlertKind {
-    /// An endpoint was disabled by the store (410, failing window).
-    #[serde(rename = "endpoint.disabled")]
-    EndpointDisabled,
-    /// A delivery went dead.
-    #[serde(rename = "delivery.dead")]
-    DeliveryDead,
-    /// A circuit opened.
-    #[serde(rename = "circuit.opened")]
-    CircuitOpened,
-    /// A circuit closed.
-    #[serde(rename = "circuit.closed")]
-    CircuitClosed,
-}
-
-impl AlertKind {
-    /// The event type name, e.g. `circuit.opened`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertKind::EndpointDisabled => "endpoint.disabled",
-            AlertKind::DeliveryDead => "delivery.dead",
-            AlertKind::CircuitOpened => "circuit.opened",
-            AlertKind::CircuitClosed => "circuit.closed",
-        }
+named_enum! {
+    /// The kind of an operational alert.
+    pub enum AlertKind ("alert kind") {
+        /// An endpoint was disabled by the store (410, failing window).
+        EndpointDisabled = "endpoint.disabled",
+        /// A delivery went dead.
+        DeliveryDead = "delivery.dead",
+        /// A circuit opened.
+        CircuitOpened = "circuit.opened",
+        /// A circuit closed.
+        CircuitClosed = "circuit.closed",
     }
 }
 
 impl AlertKind {
-    /// Every kind.
-    pub const ALL: [AlertKind; 4] = [
-        AlertKind::EndpointDisabled,
-        AlertKind::DeliveryDead,
-        AlertKind::CircuitOpened,
-        AlertKind::CircuitClosed,
-    ];
-
     /// The kind whose event type is `event_type`, if it is one.
     pub fn from_event_type(event_type: &str) -> Option<AlertKind> {
-        AlertKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == event_type)
+        event_type.parse().ok()
     }
 }
 
@@ -81,19 +52,6 @@ impl NewAlert {
                 "message": self.message,
             }),
             idempotency_key: None,
-        }
-    }
-}
-
-impl FromStr for AlertKind {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "endpoint.disabled" => Ok(AlertKind::EndpointDisabled),
-            "delivery.dead" => Ok(AlertKind::DeliveryDead),
-            "circuit.opened" => Ok(AlertKind::CircuitOpened),
-            "circuit.closed" => Ok(AlertKind::CircuitClosed),
-            _ => Err(StoreError::Backend(format!("unknown alert kind {s:?}"))),
         }
     }
 }

@@ -1,43 +1,16 @@
 //! The attempt log.
 
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 use crate::*;
 
-/// Why an attempt ended, in the attempt log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttemptResult {
-    /// Accepted by the receiver.
-    Delivered,
-    /// Failed (any status or error).
-    Failed,
-    /// The worker's lease expired before it reported.
-    LeaseExpired,
-}
-
-impl AttemptResult {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttemptResult::Delivered => "delivered",
-            AttemptResult::Failed => "failed",
-            AttemptResult::LeaseExpired => "lease_expired",
-        }
-    }
-}
-
-impl FromStr for AttemptResult {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "delivered" => Ok(AttemptResult::Delivered),
-            "failed" => Ok(AttemptResult::Failed),
-            "lease_expired" => Ok(AttemptResult::LeaseExpired),
-            _ => Err(StoreError::Backend(format!("unknown attempt result {s:?}"))),
-        }
+named_enum! {
+    /// Why an attempt ended, in the attempt log.
+    pub enum AttemptResult ("attempt result") {
+        /// Accepted by the receiver.
+        Delivered = "delivered",
+        /// Failed (any status or error).
+        Failed = "failed",
+        /// The worker's lease expired before it reported.
+        LeaseExpired = "lease_expired",
     }
 }
 

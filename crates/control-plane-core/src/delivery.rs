@@ -1,9 +1,5 @@
 //! Events, deliveries, leases and outcomes.
 
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 use crate::*;
 
 /// A published event.
@@ -104,54 +100,29 @@ pub struct Published {
     pub created: bool,
 }
 
-/// The lifecycle state of a delivery.
-///
-/// `pending` → `leased` (claim) → `delivered` | `pending` (retry, release,
-/// lease expiry) | `dead` (attempts exhausted, give up, endpoint removed).
-/// `dead` → `pending` by replay. The claimer moves `pending` to `leased`; the
-/// lease holder moves `leased` on; the next claim sweeps expired leases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryState {
-    /// Waiting until `due_at`.
-    Pending,
-    /// Held by a live lease.
-    Leased,
-    /// Accepted by the receiver. Final.
-    Delivered,
-    /// Given up; kept, listable and replayable.
-    Dead,
+named_enum! {
+    /// The lifecycle state of a delivery.
+    ///
+    /// `pending` → `leased` (claim) → `delivered` | `pending` (retry, release,
+    /// lease expiry) | `dead` (attempts exhausted, give up, endpoint removed).
+    /// `dead` → `pending` by replay. The claimer moves `pending` to `leased`; the
+    /// lease holder moves `leased` on; the next claim sweeps expired leases.
+    pub enum DeliveryState ("delivery state") {
+        /// Waiting until `due_at`.
+        Pending = "pending",
+        /// Held by a live lease.
+        Leased = "leased",
+        /// Accepted by the receiver. Final.
+        Delivered = "delivered",
+        /// Given up; kept, listable and replayable.
+        Dead = "dead",
+    }
 }
 
 impl DeliveryState {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Leased => "leased",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Dead => "dead",
-        }
-    }
-
     /// Whether nothing more happens to the delivery without a replay.
     pub fn is_final(self) -> bool {
         matches!(self, DeliveryState::Delivered | DeliveryState::Dead)
-    }
-}
-
-impl FromStr for DeliveryState {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "pending" => Ok(DeliveryState::Pending),
-            "leased" => Ok(DeliveryState::Leased),
-            "delivered" => Ok(DeliveryState::Delivered),
-            "dead" => Ok(DeliveryState::Dead),
-            _ => Err(StoreError::InvalidInput(format!(
-                "delivery state must be pending, leased, delivered or dead, got {s:?}"
-            ))),
-        }
     }
 }
 
@@ -435,6 +406,30 @@ pub struct Enqueued {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_values_round_trip_through_their_names_and_serde() {
+        for s in DeliveryState::ALL {
+            assert_eq!(s.as_str().parse::<DeliveryState>().unwrap(), *s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for k in AlertKind::ALL {
+            assert_eq!(AlertKind::from_event_type(k.as_str()), Some(*k));
+        }
+        assert_eq!(
+            serde_json::to_value(CircuitMode::HalfOpen).unwrap(),
+            "half_open"
+        );
+        let err = "sent".parse::<DeliveryState>().unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::InvalidInput(
+                "delivery state must be one of pending, leased, delivered, dead, got \"sent\""
+                    .into()
+            )
+        );
+        assert_eq!(AlertKind::from_event_type("invoice.paid"), None);
+    }
 
     #[test]
     fn body_is_type_timestamp_data() {

@@ -2,6 +2,47 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Defines an enum that is stored and shown by name: each variant with its
+/// name, `as_str`, `ALL` (in declaration order), serde by the same names, and
+/// a `FromStr` whose error lists every accepted name.
+macro_rules! named_enum {
+    ($(#[$doc:meta])* pub enum $name:ident ($what:literal) {
+        $($(#[$vdoc:meta])* $variant:ident = $text:literal,)+
+    }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vdoc])* #[serde(rename = $text)] $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stored name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $crate::StoreError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
+                    let names: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
+                    $crate::StoreError::InvalidInput(format!(
+                        "{} must be one of {}, got {s:?}",
+                        $what,
+                        names.join(", ")
+                    ))
+                })
+            }
+        }
+    };
+}
+
 pub mod account_key;
 pub mod alert;
 pub mod attempt;

@@ -7,8 +7,6 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::Timestamp;
 use crate::{AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState};
 
@@ -82,36 +80,15 @@ impl Default for StoreOptions {
     }
 }
 
-/// The mode of an endpoint's circuit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CircuitMode {
-    /// Deliveries flow.
-    Closed,
-    /// Nothing is claimed until `open_until`; then one probe is admitted.
-    Open,
-    /// One probe is in flight; nothing else is claimed until its outcome.
-    HalfOpen,
-}
-
-impl CircuitMode {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CircuitMode::Closed => "closed",
-            CircuitMode::Open => "open",
-            CircuitMode::HalfOpen => "half_open",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "closed" => Some(CircuitMode::Closed),
-            "open" => Some(CircuitMode::Open),
-            "half_open" => Some(CircuitMode::HalfOpen),
-            _ => None,
-        }
+named_enum! {
+    /// The mode of an endpoint's circuit.
+    pub enum CircuitMode ("circuit mode") {
+        /// Deliveries flow.
+        Closed = "closed",
+        /// Nothing is claimed until `open_until`; then one probe is admitted.
+        Open = "open",
+        /// One probe is in flight; nothing else is claimed until its outcome.
+        HalfOpen = "half_open",
     }
 }
 

@@ -1,48 +1,20 @@
 //! Usage counters in hourly windows, and the meter that feeds them.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::*;
 
-/// A usage metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UsageMetric {
-    /// Events published.
-    EventsPublished,
-    /// Delivery attempts made.
-    Attempts,
-    /// Request bytes sent.
-    BytesSent,
-}
-
-impl UsageMetric {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UsageMetric::EventsPublished => "events_published",
-            UsageMetric::Attempts => "attempts",
-            UsageMetric::BytesSent => "bytes_sent",
-        }
-    }
-}
-
-impl FromStr for UsageMetric {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "events_published" => Ok(UsageMetric::EventsPublished),
-            "attempts" => Ok(UsageMetric::Attempts),
-            "bytes_sent" => Ok(UsageMetric::BytesSent),
-            _ => Err(StoreError::InvalidInput(format!(
-                "usage metric must be events_published, attempts or bytes_sent, got {s:?}"
-            ))),
-        }
+named_enum! {
+    /// A usage metric.
+    pub enum UsageMetric ("usage metric") {
+        /// Events published.
+        EventsPublished = "events_published",
+        /// Delivery attempts made.
+        Attempts = "attempts",
+        /// Request bytes sent.
+        BytesSent = "bytes_sent",
     }
 }
 

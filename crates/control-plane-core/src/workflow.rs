@@ -1,7 +1,6 @@
 //! Types of the workflow handoff queue and its retry policy.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -52,48 +51,23 @@ impl From<TaskId> for String {
     }
 }
 
-/// The lifecycle of a task.
-///
-/// `pending` → `leased` (claim) → `completed` | `pending` (retryable failure,
-/// release, lease expiry) | `dead_lettered` (attempts used up, non-retryable
-/// failure). `dead_lettered` → `pending` by retry. A lease that expires after
-/// its handler staged a result is finalized as `completed` by the next claim,
-/// without running the handler again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskState {
-    /// Waiting until `run_at`.
-    Pending,
-    /// Held by a live lease.
-    Leased,
-    /// Done; `result` holds the outcome. Final.
-    Completed,
-    /// Given up; `last_error` says why. Listable and retryable.
-    DeadLettered,
-}
-
-impl TaskState {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Pending => "pending",
-            TaskState::Leased => "leased",
-            TaskState::Completed => "completed",
-            TaskState::DeadLettered => "dead_lettered",
-        }
-    }
-}
-
-impl FromStr for TaskState {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "pending" => Ok(TaskState::Pending),
-            "leased" => Ok(TaskState::Leased),
-            "completed" => Ok(TaskState::Completed),
-            "dead_lettered" => Ok(TaskState::DeadLettered),
-            _ => Err(StoreError::Backend(format!("unknown task state {s:?}"))),
-        }
+named_enum! {
+    /// The lifecycle of a task.
+    ///
+    /// `pending` → `leased` (claim) → `completed` | `pending` (retryable failure,
+    /// release, lease expiry) | `dead_lettered` (attempts used up, non-retryable
+    /// failure). `dead_lettered` → `pending` by retry. A lease that expires after
+    /// its handler staged a result is finalized as `completed` by the next claim,
+    /// without running the handler again.
+    pub enum TaskState ("task state") {
+        /// Waiting until `run_at`.
+        Pending = "pending",
+        /// Held by a live lease.
+        Leased = "leased",
+        /// Done; `result` holds the outcome. Final.
+        Completed = "completed",
+        /// Given up; `last_error` says why. Listable and retryable.
+        DeadLettered = "dead_lettered",
     }
 }
 

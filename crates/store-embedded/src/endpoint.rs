@@ -198,7 +198,7 @@ pub(crate) fn load_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
             let mode: String = r.get(0)?;
             let probe: Option<String> = r.get(5)?;
             Ok(Circuit {
-                mode: CircuitMode::parse(&mode).unwrap_or(CircuitMode::Closed),
+                mode: mode.parse().unwrap_or(CircuitMode::Closed),
                 consecutive_failures: r.get(1)?,
                 open_until: ts_opt(r, 2)?,
                 reopen_count: r.get(3)?,

@@ -196,7 +196,7 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
 fn row_to_circuit(r: &Row) -> Circuit {
     let mode: String = r.get(0);
     Circuit {
-        mode: CircuitMode::parse(&mode).unwrap_or(CircuitMode::Closed),
+        mode: mode.parse().unwrap_or(CircuitMode::Closed),
         consecutive_failures: u32_of(r.get(1)),
         open_until: ts_opt(r.get(2)),
         reopen_count: u32_of(r.get(3)),
