@@ -65,7 +65,7 @@ impl Metrics {
         );
         registry.register(
             "controlplane_account_deliveries",
-            "Deliveries by account and state: the 20 accounts with the most undelivered, the rest as _other",
+            "Deliveries by account and state: the 20 accounts with the most undelivered, the rest as (other)",
             m.account_deliveries.clone(),
         );
         registry.register(
@@ -189,16 +189,16 @@ mod tests {
             "c ties d and comes first by name"
         );
         assert_eq!(
-            shown[&key("_other", Pending)],
+            shown[&key("(other)", Pending)],
             1,
             "a: many delivered, one undelivered"
         );
-        assert_eq!(shown[&key("_other", Delivered)], 1000);
-        assert_eq!(shown[&key("_other", Leased)], 3);
+        assert_eq!(shown[&key("(other)", Delivered)], 1000);
+        assert_eq!(shown[&key("(other)", Leased)], 3);
         assert_eq!(shown.len(), 6);
         let accounts: std::collections::BTreeSet<&str> =
             shown.keys().map(|(a, _)| a.as_str()).collect();
-        assert_eq!(accounts.len(), 3, "top 2 plus _other");
+        assert_eq!(accounts.len(), 3, "top 2 plus (other)");
         assert_eq!(by_state(&groups)[&Pending], 9);
     }
 }

@@ -76,8 +76,9 @@ pub struct AccountId(String);
 
 /// The label under which per-account metrics count every account beyond
 /// their bound (the API's queue-depth gauges, the dispatcher's attempt
-/// counters): one name across the `/metrics` page.
-pub const OTHER_ACCOUNTS: &str = "_other";
+/// counters): one name across the `/metrics` page. It is not a valid account
+/// name (parentheses), so no real account is ever counted under it by name.
+pub const OTHER_ACCOUNTS: &str = "(other)";
 
 impl AccountId {
     /// Validates `s` as an account name.
@@ -220,6 +221,12 @@ pub fn fenced(rows: u64) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_label_of_other_accounts_is_no_account_name() {
+        assert!(AccountId::new(OTHER_ACCOUNTS).is_err());
+        assert!(AccountId::new("_other").is_ok());
+    }
 
     #[test]
     fn account_names_are_validated() {

@@ -67,7 +67,7 @@ impl DeliveryMetrics {
         );
         registry.register(
             "controlplane_account_attempts",
-            "Delivery attempts of this process by account (the first 100 accounts seen; the rest as _other) and result",
+            "Delivery attempts of this process by account (the first 100 accounts seen; the rest as (other)) and result",
             m.by_account.clone(),
         );
         registry.register(
@@ -177,7 +177,7 @@ mod tests {
             .count();
         assert_eq!(series, ACCOUNT_LABELS + 1, "{text}");
         assert!(
-            text.contains("account=\"_other\",result=\"delivered\"} 5"),
+            text.contains("account=\"(other)\",result=\"delivered\"} 5"),
             "{text}"
         );
         assert!(

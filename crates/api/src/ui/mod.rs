@@ -2,7 +2,8 @@
 //! port as the API, no script at all.
 //!
 //! Sign-in takes the admin token or an account key and keeps it in an
-//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui`; the key reaches what
+//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui` (also `Secure` when
+//! the browser came over HTTPS); the key reaches what
 //! it reaches through the API (an account key only its own account, `404`
 //! elsewhere). Every form that changes something carries a CSRF token
 //! derived from the session (a hash no other site can compute) and every
@@ -267,12 +268,8 @@ async fn login(
     }
     match caller_for_token(&state, token).await? {
         Some(_) => {
-            let cookie = format!(
-                "{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict",
-                to_hex(token)
-            );
             let mut r = Redirect::to("/ui").into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
+            if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, Some(token))) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             Ok(r)
@@ -295,11 +292,37 @@ async fn logout(
     same_origin(&headers)?;
     session.check_csrf(&form.csrf)?;
     let mut r = Redirect::to("/ui/login").into_response();
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("cp_session=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
+    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, None)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
     Ok(r)
+}
+
+/// The `Set-Cookie` value of a session holding `token` (`None` clears it).
+/// It is `Secure` when the browser reached the service over HTTPS (its
+/// `Origin`, or a proxy's `X-Forwarded-Proto`), so that such a session is
+/// never sent in clear; over plain HTTP (the local quickstart) a browser
+/// would refuse a `Secure` cookie.
+fn session_cookie(headers: &HeaderMap, token: Option<&str>) -> String {
+    let https = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https") || v.starts_with("https://"))
+    };
+    let secure =
+        if https(header::ORIGIN) || https(header::HeaderName::from_static("x-forwarded-proto")) {
+            "; Secure"
+        } else {
+            ""
+        };
+    match token {
+        Some(token) => format!(
+            "{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict{secure}",
+            to_hex(token)
+        ),
+        None => format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
+    }
 }
 
 #[cfg(test)]
@@ -315,6 +338,27 @@ mod tests {
         assert_eq!(session_token(&h).as_deref(), Some(token));
         h.insert(header::COOKIE, HeaderValue::from_static("cp_session=zz"));
         assert_eq!(session_token(&h), None);
+    }
+
+    #[test]
+    fn the_session_cookie_is_secure_only_over_https() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        let plain = session_cookie(&h, Some("t"));
+        assert!(plain.starts_with(&format!("{COOKIE}={}", to_hex("t"))));
+        assert!(!plain.contains("Secure"), "{plain}");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://cp.example"),
+        );
+        assert!(session_cookie(&h, Some("t")).ends_with("; Secure"));
+        h.remove(header::ORIGIN);
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let cleared = session_cookie(&h, None);
+        assert!(cleared.contains("Max-Age=0") && cleared.ends_with("; Secure"));
     }
 
     #[test]
