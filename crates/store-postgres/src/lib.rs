@@ -24,7 +24,7 @@ use control_plane_core::*;
 pub use config::PostgresConfig;
 pub use delivery::claim_statement;
 pub use error::classify;
-pub use store::PostgresStore;
+pub use store::{PostgresStore, CLAIM_SETTINGS};
 
 #[async_trait]
 impl ControlPlaneStore for PostgresStore {

@@ -269,19 +269,25 @@ impl<'a> Tx<'a> {
     ///   being planned at every run (`plan_cache_mode`, set to custom for
     ///   the session in [`PostgresStore::open`]): the claim's statements take
     ///   one endpoint's index range each, whatever the parameters, and their
-    ///   planning cost about as much as running them.
+    ///   planning cost about as much as running them;
+    /// - no sequential scan: a generic plan is made once per connection
+    ///   with the statistics of that moment, and one made while the table
+    ///   was small would scan the whole table at every claim as it grows;
+    ///   every statement of the claim has an index for what it reads.
     ///
     /// What it buys: claimers of one endpoint hold its flow-row lock for one
     /// disk flush and one planning less.
     pub(crate) async fn claim_settings(&self) -> StoreResult<()> {
         self.tx
-            .batch_execute(
-                "SET LOCAL synchronous_commit TO off; SET LOCAL plan_cache_mode TO force_generic_plan",
-            )
+            .batch_execute(CLAIM_SETTINGS)
             .await
             .map_err(crate::error::map)
     }
 }
+
+/// What [`Tx::claim_settings`] sends (public for the plan test).
+pub const CLAIM_SETTINGS: &str = "SET LOCAL synchronous_commit TO off; \
+     SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off";
 
 impl<'a> Deref for Tx<'a> {
     type Target = tokio_postgres::Transaction<'a>;

@@ -577,3 +577,48 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     }
     workspace_tests::assert_rate_kept("3 replicas, leased", &at, 20, 10, 100);
 }
+
+/// The claim's generic plan is made once per connection, with the statistics
+/// of that moment: on a new, empty store it must still read the deliveries
+/// by index, or every claim would scan the whole table as it grows (ADR 0016).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_plan_made_on_an_empty_store_reads_by_index() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let _store = open_in(&schema, StoreOptions::default(), Arc::new(SystemClock), 1).await;
+    let (mut client, conn) =
+        tokio_postgres::connect(database_url().expose(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let tx = client.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "SET LOCAL search_path TO {schema}; {}",
+        store_postgres::CLAIM_SETTINGS
+    ))
+    .await
+    .unwrap();
+    tx.batch_execute(&format!(
+        "PREPARE claim_plan (bigint, uuid[], bigint, text, bigint[], bigint[], bigint[]) AS {}",
+        store_postgres::claim_statement()
+    ))
+    .await
+    .unwrap();
+    let plan: Vec<String> = tx
+        .query(
+            "EXPLAIN EXECUTE claim_plan (0, ARRAY[gen_random_uuid()], 0, 'w', ARRAY[1::bigint], \
+             ARRAY[NULL::bigint], ARRAY[1::bigint])",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("$1"), "not the generic plan:\n{plan}");
+    assert!(
+        !plan.contains("Seq Scan"),
+        "the claim scans a whole table:\n{plan}"
+    );
+}
