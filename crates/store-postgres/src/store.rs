@@ -285,7 +285,10 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// What [`Tx::claim_settings`] sends (public for the plan test).
+/// The settings a delivery claim's transaction starts with (ADR 0016): its
+/// commit does not wait for the disk, its prepared statements run their
+/// generic plans, and none of them scans a whole table. Public for the plan
+/// test.
 pub const CLAIM_SETTINGS: &str = "SET LOCAL synchronous_commit TO off; \
      SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off";
 
