@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod classify;
+mod http;
 pub mod metrics;
 mod pump;
 pub mod signing;

@@ -42,8 +42,7 @@ pub fn is_private(ip: IpAddr) -> bool {
 /// # Errors
 /// A message naming the address and `CONTROLPLANE_ALLOWED_TARGETS`.
 pub async fn check_destination(url: &str, allowed: &[Cidr]) -> Result<(), String> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|_| "the endpoint URL does not parse".to_string())?;
+    let parsed = url::Url::parse(url).map_err(|_| "the endpoint URL does not parse".to_string())?;
     let host = parsed.host_str().ok_or("the endpoint URL has no host")?;
     let port = parsed.port_or_known_default().unwrap_or(443);
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -66,23 +65,6 @@ pub async fn check_destination(url: &str, allowed: &[Cidr]) -> Result<(), String
     Ok(())
 }
 
-/// The HTTP client's resolver: it drops every resolved address that
-/// [`is_private`] and the allowlist refuse, so the address connected to is
-/// the address checked, even when a name's answer changes between
-/// [`check_destination`] and the connect (DNS rebinding).
-pub struct GuardedResolver {
-    allowed: std::sync::Arc<Vec<Cidr>>,
-}
-
-impl GuardedResolver {
-    /// A resolver that lets through private addresses only inside `allowed`.
-    pub fn new(allowed: Vec<Cidr>) -> Self {
-        GuardedResolver {
-            allowed: std::sync::Arc::new(allowed),
-        }
-    }
-}
-
 /// Whether a connection to `ip` is allowed.
 fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
     let ip = match ip {
@@ -92,26 +74,31 @@ fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
     !is_private(ip) || allowed.iter().any(|c| c.contains(ip))
 }
 
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let allowed = self.allowed.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_string();
-            let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|a| permitted(a.ip(), &allowed))
-                .collect();
-            if found.is_empty() {
-                return Err(format!(
-                    "destination {host} resolves only to private, loopback or link-local addresses; \
-                     allow them with CONTROLPLANE_ALLOWED_TARGETS if they are meant to receive webhooks"
-                )
-                .into());
-            }
-            let addrs: reqwest::dns::Addrs = Box::new(found.into_iter());
-            Ok(addrs)
-        })
+/// The addresses the HTTP client may connect to for `host`: every resolved
+/// address that [`is_private`] and the allowlist refuse is dropped, so the
+/// address connected to is the address checked, even when a name's answer
+/// changes between [`check_destination`] and the connect (DNS rebinding).
+///
+/// # Errors
+/// When `host` does not resolve, or resolves only to refused addresses (the
+/// message names `CONTROLPLANE_ALLOWED_TARGETS`).
+pub async fn resolve(
+    host: &str,
+    port: u16,
+    allowed: &[Cidr],
+) -> Result<Vec<std::net::SocketAddr>, String> {
+    let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|_| format!("cannot resolve {host}"))?
+        .filter(|a| permitted(a.ip(), allowed))
+        .collect();
+    if found.is_empty() {
+        return Err(format!(
+            "destination {host} resolves only to private, loopback or link-local addresses; \
+             allow them with CONTROLPLANE_ALLOWED_TARGETS if they are meant to receive webhooks"
+        ));
     }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -187,19 +174,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_connecting_resolver_drops_private_answers() {
-        use reqwest::dns::Resolve;
-        let name = |s: &str| s.parse::<reqwest::dns::Name>().unwrap();
-        let refused = GuardedResolver::new(vec![])
-            .resolve(name("localhost"))
-            .await;
-        let e = refused.err().unwrap().to_string();
+        let e = resolve("localhost", 9, &[]).await.unwrap_err();
         assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}");
-        let allowed = GuardedResolver::new(vec![
+        let allowed = [
             Cidr::parse("127.0.0.0/8").unwrap(),
             Cidr::parse("::1/128").unwrap(),
-        ]);
-        let addrs: Vec<_> = allowed.resolve(name("localhost")).await.unwrap().collect();
+        ];
+        let addrs = resolve("localhost", 9, &allowed).await.unwrap();
         assert!(!addrs.is_empty());
-        assert!(addrs.iter().all(|a| a.ip().is_loopback()));
+        assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() == 9));
     }
 }

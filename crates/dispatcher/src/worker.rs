@@ -81,7 +81,7 @@ pub struct Dispatcher {
 
 /// What every send needs, shared by the in-flight tasks.
 struct SendContext {
-    client: reqwest::Client,
+    client: crate::http::HttpClient,
     clock: Arc<dyn Clock>,
     policy: RetryPolicy,
     allowed: Vec<control_plane_core::config::Cidr>,
@@ -96,18 +96,12 @@ impl Dispatcher {
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn new(store: DynControlPlaneStore, config: DispatcherConfig) -> Result<Self, String> {
-        // One process-wide TLS provider; a second install is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .user_agent("control-plane-dispatcher")
-            .dns_resolver(Arc::new(crate::ssrf::GuardedResolver::new(
-                config.allowed_targets.clone(),
-            )))
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let client = crate::http::HttpClient::new(
+            config.request_timeout,
+            config.request_timeout.min(Duration::from_secs(10)),
+            config.allowed_targets.clone(),
+        )
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let ctx = Arc::new(SendContext {
             client,
             clock: Arc::new(SystemClock),
@@ -366,32 +360,27 @@ async fn send(
     signature: String,
 ) -> SendResult {
     let started = Instant::now();
-    let sent = ctx
-        .client
-        .post(&c.url)
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", signature)
-        .body(c.body.clone())
-        .send()
-        .await;
+    let headers = [
+        ("content-type", "application/json".to_string()),
+        ("webhook-id", id.to_string()),
+        ("webhook-timestamp", timestamp.to_string()),
+        ("webhook-signature", signature),
+    ];
+    let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match sent {
-        Ok(r) => SendResult {
-            status: Some(r.status().as_u16()),
-            retry_after: r
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
+        Ok(answer) => SendResult {
+            status: Some(answer.status),
+            retry_after: answer
+                .retry_after
+                .and_then(|v| parse_retry_after(&v, std::time::SystemTime::now())),
             error: None,
             latency_ms,
         },
-        Err(e) => SendResult {
+        Err(error) => SendResult {
             status: None,
             retry_after: None,
-            error: Some(describe(&e)),
+            error: Some(error),
             latency_ms,
         },
     }
@@ -458,24 +447,5 @@ impl Recorder {
         answer
             .await
             .map_err(|_| StoreError::Unavailable("the completion batcher stopped".into()))?
-    }
-}
-
-/// A transport error in words, without the URL (it may carry credentials).
-fn describe(e: &reqwest::Error) -> String {
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if text.contains("CONTROLPLANE_ALLOWED_TARGETS") {
-            return text;
-        }
-        source = inner.source();
-    }
-    if e.is_timeout() {
-        "timed out".into()
-    } else if e.is_connect() {
-        "connection failed".into()
-    } else {
-        "request failed".into()
     }
 }
