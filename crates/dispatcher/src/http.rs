@@ -239,13 +239,14 @@ impl HttpClient {
         Ok(Either::Right(tls))
     }
 
-    /// An idle connection to `origin` kept less than [`IDLE_FOR`].
+    /// An idle connection to `origin` kept less than [`IDLE_FOR`] and
+    /// still quiet (see [`quiet`]).
     fn idle(&self, origin: &Origin) -> Option<Stream> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.get_mut(origin)?;
         let mut found = None;
         while let Some((stream, since)) = list.pop() {
-            if since.elapsed() < IDLE_FOR {
+            if since.elapsed() < IDLE_FOR && quiet(&stream) {
                 found = Some(stream);
                 break;
             }
@@ -415,6 +416,20 @@ async fn drain(mut rest: Rest) -> Option<Stream> {
     Some(rest.stream)
 }
 
+/// Whether an idle connection is open with nothing to read. A receiver
+/// that closed it, or wrote to it unasked (a late answer, a TLS alert),
+/// would otherwise have those bytes read as the answer to the next request.
+fn quiet(stream: &Stream) -> bool {
+    let tcp = match stream {
+        Either::Left(tcp) => tcp,
+        Either::Right(tls) => tls.get_ref().0,
+    };
+    let mut byte = [0u8; 1];
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    tcp.poll_peek(&mut cx, &mut buf).is_pending()
+}
+
 /// The first of `addrs` that accepts a TCP connection.
 async fn connect_any(addrs: &[SocketAddr]) -> Option<TcpStream> {
     for addr in addrs {
@@ -456,12 +471,12 @@ mod tests {
     }
 
     /// A receiver that answers the requests on each connection with the
-    /// next scripted answer (written `chunk` bytes at a time), and counts
+    /// next scripted answer (written `chunk` bytes at a time; `|pause|`
+    /// waits 50 ms; `|close|` closes without answering), and counts
     /// connections and requests.
     async fn receiver(
         answers: Vec<&'static str>,
         chunk: usize,
-        close_after_each: bool,
     ) -> (
         String,
         Arc<std::sync::atomic::AtomicUsize>,
@@ -510,13 +525,18 @@ mod tests {
                         assert_eq!(&buf[head_end..head_end + length], b"{\"a\":1}");
                         buf.drain(..head_end + length);
                         let i = r.fetch_add(1, Ordering::SeqCst);
-                        let answer = answers[i.min(answers.len() - 1)].as_bytes();
-                        for part in answer.chunks(chunk) {
-                            s.write_all(part).await.unwrap();
-                            s.flush().await.unwrap();
-                        }
-                        if close_after_each {
+                        let answer = answers[i.min(answers.len() - 1)];
+                        if answer == "|close|" {
                             return;
+                        }
+                        for (i, piece) in answer.split("|pause|").enumerate() {
+                            if i > 0 {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            for part in piece.as_bytes().chunks(chunk) {
+                                s.write_all(part).await.unwrap();
+                                s.flush().await.unwrap();
+                            }
                         }
                     }
                 });
@@ -546,7 +566,6 @@ mod tests {
         let (url, connections, requests) = receiver(
             vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
             1024,
-            false,
         )
         .await;
         let client = client();
@@ -567,7 +586,6 @@ mod tests {
         let (url, _, _) = receiver(
             vec!["HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n"],
             3,
-            false,
         )
         .await;
         let a = post(&client(), &url).await.unwrap();
@@ -590,7 +608,6 @@ mod tests {
                 "HTTP/1.0 202 Accepted\r\ncontent-length: 0\r\n\r\n",
             ],
             1024,
-            false,
         )
         .await;
         let client = client();
@@ -601,25 +618,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_idle_connection_the_receiver_closed_is_replaced() {
+    async fn a_request_the_receiver_drops_on_a_reused_connection_goes_out_again() {
         use std::sync::atomic::Ordering;
-        // The receiver closes every connection after its answer although
-        // the answer allowed reuse: the next request meets a closed
-        // connection and goes out again on a new one.
-        let (url, connections, requests) =
-            receiver(vec!["HTTP/1.1 204 No Content\r\n\r\n"], 1024, true).await;
+        // The receiver reads the second request on the kept connection and
+        // closes it without an answer (as when its idle timeout fires just
+        // then): the request is sent again on a new connection.
+        let (url, connections, requests) = receiver(
+            vec![
+                "HTTP/1.1 204 No Content\r\n\r\n",
+                "|close|",
+                "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+            ],
+            1024,
+        )
+        .await;
         let client = client();
-        for _ in 0..3 {
-            assert_eq!(post(&client, &url).await.unwrap().status, 204);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert_eq!(post(&client, &url).await.unwrap().status, 204);
+        assert_eq!(post(&client, &url).await.unwrap().status, 202);
         assert_eq!(requests.load(Ordering::SeqCst), 3);
-        assert_eq!(connections.load(Ordering::SeqCst), 3);
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn bytes_left_on_an_idle_connection_are_not_taken_for_the_next_answer() {
+        use std::sync::atomic::Ordering;
+        // After its answer the receiver writes a stray head on the idle
+        // connection: reusing it would report 418 for the next request.
+        let (url, connections, _) = receiver(
+            vec![
+                "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n|pause|HTTP/1.1 418 Teapot\r\ncontent-length: 0\r\n\r\n",
+                "HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n",
+            ],
+            1024,
+        )
+        .await;
+        let client = client();
+        assert_eq!(post(&client, &url).await.unwrap().status, 200);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(post(&client, &url).await.unwrap().status, 201);
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
     async fn an_answer_that_is_not_http_fails_the_request() {
-        let (url, _, _) = receiver(vec!["SMTP ready\r\n\r\n"], 1024, false).await;
+        let (url, _, _) = receiver(vec!["SMTP ready\r\n\r\n"], 1024).await;
         assert_eq!(post(&client(), &url).await.unwrap_err(), "request failed");
     }
 
