@@ -212,7 +212,9 @@ impl HttpClient {
                 Err(Unanswered::Broken) => return Err("request failed".into()),
             }
         }
-        let stream = self.connect(&target.origin).await?;
+        // Boxed: resolving and the TLS handshake are large futures that
+        // each open request would otherwise carry while it waits (ADR 0017).
+        let stream = Box::pin(self.connect(&target.origin)).await?;
         round_trip(stream, request)
             .await
             .map_err(|_| "request failed".to_string())

@@ -122,7 +122,11 @@ impl Pump {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     break;
                 };
-                let run = work.run(item, halt.clone());
+                // Boxed: an async block that awaits a future it captured
+                // holds it twice (the capture and the awaited state), and
+                // with thousands in flight that doubling is most of the
+                // process's memory (ADR 0017).
+                let run = Box::pin(work.run(item, halt.clone()));
                 running.spawn(async move {
                     let e = run.await;
                     drop(permit);

@@ -318,7 +318,9 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let now = ctx.clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
-    if let Err(e) = crate::ssrf::check_destination(&c.url, &ctx.allowed).await {
+    // Boxed, so that the resolver's future is not part of every send's
+    // future while it waits for its answer.
+    if let Err(e) = Box::pin(crate::ssrf::check_destination(&c.url, &ctx.allowed)).await {
         return refuse(e);
     }
     let signature = match signature_header(
