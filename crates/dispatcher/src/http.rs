@@ -405,9 +405,9 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
 
 /// Reads and drops the rest of a body; the connection when it all came.
 async fn drain(mut rest: Rest) -> Option<Stream> {
-    let mut scratch = [0u8; 512];
+    let mut scratch = [0u8; READ_BUFFER];
     while rest.body_left > 0 {
-        let want = usize::try_from(rest.body_left.min(512)).unwrap_or(512);
+        let want = usize::try_from(rest.body_left).map_or(READ_BUFFER, |l| l.min(READ_BUFFER));
         match rest.stream.read(&mut scratch[..want]).await {
             Ok(n) if n > 0 => {
                 rest.body_left -= u64::try_from(n).unwrap_or(u64::MAX).min(rest.body_left)
@@ -562,25 +562,40 @@ mod tests {
             .await
     }
 
+    /// Posts `posts` times through one client to a [`receiver`] of
+    /// `answers`, waiting `gap` between posts: the statuses, then how many
+    /// connections and requests the receiver saw.
+    async fn statuses(
+        answers: Vec<&'static str>,
+        posts: usize,
+        gap: Duration,
+    ) -> (Vec<u16>, usize, usize) {
+        use std::sync::atomic::Ordering;
+        let (url, connections, requests) = receiver(answers, 1024).await;
+        let client = client();
+        let mut seen = Vec::new();
+        for _ in 0..posts {
+            seen.push(post(&client, &url).await.unwrap().status);
+            tokio::time::sleep(gap).await;
+        }
+        (
+            seen,
+            connections.load(Ordering::SeqCst),
+            requests.load(Ordering::SeqCst),
+        )
+    }
+
     #[tokio::test]
     async fn answers_of_known_length_keep_the_connection() {
-        use std::sync::atomic::Ordering;
-        let (url, connections, requests) = receiver(
+        let (seen, connections, requests) = statuses(
             vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
-            1024,
+            3,
+            Duration::ZERO,
         )
         .await;
-        let client = client();
-        for _ in 0..3 {
-            let a = post(&client, &url).await.unwrap();
-            assert_eq!(a.status, 200);
-        }
-        assert_eq!(requests.load(Ordering::SeqCst), 3);
-        assert_eq!(
-            connections.load(Ordering::SeqCst),
-            1,
-            "one connection, reused"
-        );
+        assert_eq!(seen, [200, 200, 200]);
+        assert_eq!(requests, 3);
+        assert_eq!(connections, 1, "one connection, reused");
     }
 
     #[tokio::test]
@@ -602,63 +617,55 @@ mod tests {
 
     #[tokio::test]
     async fn chunked_or_closing_answers_are_read_and_the_connection_dropped() {
-        use std::sync::atomic::Ordering;
-        let (url, connections, _) = receiver(
+        let (seen, connections, _) = statuses(
             vec![
                 "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
                 "HTTP/1.1 201 Created\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
                 "HTTP/1.0 202 Accepted\r\ncontent-length: 0\r\n\r\n",
             ],
-            1024,
+            3,
+            Duration::ZERO,
         )
         .await;
-        let client = client();
-        for expected in [200, 201, 202] {
-            assert_eq!(post(&client, &url).await.unwrap().status, expected);
-        }
-        assert_eq!(connections.load(Ordering::SeqCst), 3);
+        assert_eq!(seen, [200, 201, 202]);
+        assert_eq!(connections, 3);
     }
 
     #[tokio::test]
     async fn a_request_the_receiver_drops_on_a_reused_connection_goes_out_again() {
-        use std::sync::atomic::Ordering;
         // The receiver reads the second request on the kept connection and
         // closes it without an answer (as when its idle timeout fires just
         // then): the request is sent again on a new connection.
-        let (url, connections, requests) = receiver(
+        let (seen, connections, requests) = statuses(
             vec![
                 "HTTP/1.1 204 No Content\r\n\r\n",
                 "|close|",
                 "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
             ],
-            1024,
+            2,
+            Duration::ZERO,
         )
         .await;
-        let client = client();
-        assert_eq!(post(&client, &url).await.unwrap().status, 204);
-        assert_eq!(post(&client, &url).await.unwrap().status, 202);
-        assert_eq!(requests.load(Ordering::SeqCst), 3);
-        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        assert_eq!(seen, [204, 202]);
+        assert_eq!(requests, 3);
+        assert_eq!(connections, 2);
     }
 
     #[tokio::test]
     async fn bytes_left_on_an_idle_connection_are_not_taken_for_the_next_answer() {
-        use std::sync::atomic::Ordering;
         // After its answer the receiver writes a stray head on the idle
         // connection: reusing it would report 418 for the next request.
-        let (url, connections, _) = receiver(
+        let (seen, connections, _) = statuses(
             vec![
                 "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n|pause|HTTP/1.1 418 Teapot\r\ncontent-length: 0\r\n\r\n",
                 "HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n",
             ],
-            1024,
+            2,
+            Duration::from_millis(200),
         )
         .await;
-        let client = client();
-        assert_eq!(post(&client, &url).await.unwrap().status, 200);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(post(&client, &url).await.unwrap().status, 201);
-        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        assert_eq!(seen, [200, 201]);
+        assert_eq!(connections, 2);
     }
 
     #[tokio::test]
