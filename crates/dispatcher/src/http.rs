@@ -20,6 +20,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
+use crate::ssrf::Unresolved;
+
 /// What the answer's head is first read into; it grows only while a head
 /// does not fit, up to [`HEAD_LIMIT`].
 const READ_BUFFER: usize = 512;
@@ -130,6 +132,23 @@ enum Unanswered {
     Broken,
 }
 
+/// Why a request got no answer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The destination may not be sent to (its URL, or every address it is
+    /// or resolves to is refused): retrying cannot help.
+    Refused(String),
+    /// The request failed on its way ("timed out", "connection failed",
+    /// "request failed", a TLS error, a name that does not resolve now).
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Failed(e)
+    }
+}
+
 /// After an answer's head: the connection and the body bytes still to read,
 /// when the connection can carry another request.
 struct Rest {
@@ -172,16 +191,16 @@ impl HttpClient {
     }
 
     /// POSTs `body` with `headers` to `url` and returns the answer, or the
-    /// failure in words without the URL (it may carry credentials):
-    /// "timed out", "connection failed", "request failed", a TLS error, or
-    /// the refusal of a private address naming `CONTROLPLANE_ALLOWED_TARGETS`.
+    /// failure in words without the URL (it may carry credentials). The
+    /// destination's addresses are checked when a connection is made
+    /// ([`crate::ssrf::resolve`]); a kept-alive one was checked then.
     pub(crate) async fn post(
         &self,
         url: &str,
         headers: &[(&'static str, String)],
         body: &[u8],
-    ) -> Result<Answer, String> {
-        let target = Target::parse(url)?;
+    ) -> Result<Answer, Failure> {
+        let target = Target::parse(url).map_err(Failure::Refused)?;
         let request = encode(&target, headers, body)?;
         let started = Instant::now();
         let (answer, rest) = tokio::time::timeout(self.timeout, self.exchange(&target, &request))
@@ -204,12 +223,12 @@ impl HttpClient {
         &self,
         target: &Target,
         request: &[u8],
-    ) -> Result<(Answer, Option<Rest>), String> {
+    ) -> Result<(Answer, Option<Rest>), Failure> {
         if let Some(stream) = self.idle(&target.origin) {
             match round_trip(stream, request).await {
                 Ok(done) => return Ok(done),
                 Err(Unanswered::Silent) => {}
-                Err(Unanswered::Broken) => return Err("request failed".into()),
+                Err(Unanswered::Broken) => return Err(Failure::Failed("request failed".into())),
             }
         }
         // Boxed: resolving and the TLS handshake are large futures that
@@ -217,23 +236,29 @@ impl HttpClient {
         let stream = Box::pin(self.connect(&target.origin)).await?;
         round_trip(stream, request)
             .await
-            .map_err(|_| "request failed".to_string())
+            .map_err(|_| Failure::Failed("request failed".into()))
     }
 
     /// A new connection to `origin`: resolved through the private-address
     /// check, then TCP (and TLS).
-    async fn connect(&self, origin: &Origin) -> Result<Stream, String> {
-        let addrs = crate::ssrf::resolve(&origin.host, origin.port, &self.allowed).await?;
+    async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
+        let addrs = crate::ssrf::resolve(&origin.host, origin.port, &self.allowed)
+            .await
+            .map_err(|e| match e {
+                Unresolved::Refused(e) => Failure::Refused(e),
+                Unresolved::NotFound(e) => Failure::Failed(e),
+            })?;
         let tcp = tokio::time::timeout(self.connect_timeout, connect_any(&addrs))
             .await
             .map_err(|_| "timed out".to_string())?
-            .ok_or("connection failed")?;
+            .ok_or_else(|| Failure::Failed("connection failed".into()))?;
         let _ = tcp.set_nodelay(true);
         if !origin.tls {
             return Ok(Either::Left(tcp));
         }
-        let name = rustls::pki_types::ServerName::try_from(origin.host.clone())
-            .map_err(|_| "the endpoint's host is not a valid TLS server name".to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(origin.host.clone()).map_err(|_| {
+            Failure::Refused("the endpoint's host is not a valid TLS server name".into())
+        })?;
         let tls = tokio::time::timeout(self.connect_timeout, self.tls.connect(name, tcp))
             .await
             .map_err(|_| "timed out".to_string())?
@@ -556,7 +581,7 @@ mod tests {
         .unwrap()
     }
 
-    async fn post(client: &HttpClient, url: &str) -> Result<Answer, String> {
+    async fn post(client: &HttpClient, url: &str) -> Result<Answer, Failure> {
         client
             .post(url, &[("webhook-id", "msg_1".into())], b"{\"a\":1}")
             .await
@@ -671,7 +696,32 @@ mod tests {
     #[tokio::test]
     async fn an_answer_that_is_not_http_fails_the_request() {
         let (url, _, _) = receiver(vec!["SMTP ready\r\n\r\n"], 1024).await;
-        assert_eq!(post(&client(), &url).await.unwrap_err(), "request failed");
+        assert_eq!(
+            post(&client(), &url).await.unwrap_err(),
+            Failure::Failed("request failed".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_destination_is_told_apart_from_a_failed_request() {
+        let (url, connections, _) =
+            receiver(vec!["HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], 1024).await;
+        let strict =
+            HttpClient::new(Duration::from_secs(5), Duration::from_secs(5), Vec::new()).unwrap();
+        match post(&strict, &url).await {
+            Err(Failure::Refused(e)) => assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(matches!(
+            post(&strict, "ftp://example.com/").await,
+            Err(Failure::Refused(_))
+        ));
+        assert!(matches!(
+            post(&client(), "http://no-such-host.invalid/").await,
+            Err(Failure::Failed(e)) if e.contains("cannot resolve")
+        ));
+        assert_eq!(post(&client(), &url).await.unwrap().status, 200);
     }
 
     #[test]

@@ -36,35 +36,6 @@ pub fn is_private(ip: IpAddr) -> bool {
     }
 }
 
-/// Refuses `url` when its host is, or resolves to, a private address that
-/// `allowed` does not permit. The error says what to do.
-///
-/// # Errors
-/// A message naming the address and `CONTROLPLANE_ALLOWED_TARGETS`.
-pub async fn check_destination(url: &str, allowed: &[Cidr]) -> Result<(), String> {
-    let parsed = url::Url::parse(url).map_err(|_| "the endpoint URL does not parse".to_string())?;
-    let host = parsed.host_str().ok_or("the endpoint URL has no host")?;
-    let port = parsed.port_or_known_default().unwrap_or(443);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|_| format!("cannot resolve {host}"))?
-            .map(|a| a.ip())
-            .collect(),
-    };
-    for ip in addrs {
-        if !permitted(ip, allowed) {
-            return Err(format!(
-                "destination {host} resolves to {ip}, a private, loopback or link-local address; \
-                 allow it with CONTROLPLANE_ALLOWED_TARGETS if it is meant to receive webhooks"
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Whether a connection to `ip` is allowed.
 fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
     let ip = match ip {
@@ -74,29 +45,37 @@ fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
     !is_private(ip) || allowed.iter().any(|c| c.contains(ip))
 }
 
-/// The addresses the HTTP client may connect to for `host`: every resolved
-/// address that [`is_private`] and the allowlist refuse is dropped, so the
+/// Why a destination gives no address to connect to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// Every address it is or resolves to is refused: the message names
+    /// `CONTROLPLANE_ALLOWED_TARGETS`. Retrying cannot help.
+    Refused(String),
+    /// The name did not resolve now; it may later.
+    NotFound(String),
+}
+
+/// The addresses the HTTP client may connect to for `host` (a name, or an
+/// IP literal without brackets): every address that [`is_private`] and the
+/// allowlist refuse is dropped. Run at every connect and only there, so the
 /// address connected to is the address checked, even when a name's answer
-/// changes between [`check_destination`] and the connect (DNS rebinding).
-///
-/// # Errors
-/// When `host` does not resolve, or resolves only to refused addresses (the
-/// message names `CONTROLPLANE_ALLOWED_TARGETS`).
-pub async fn resolve(
+/// changes (DNS rebinding), and a request on a kept-alive connection costs
+/// no lookup.
+pub(crate) async fn resolve(
     host: &str,
     port: u16,
     allowed: &[Cidr],
-) -> Result<Vec<std::net::SocketAddr>, String> {
+) -> Result<Vec<std::net::SocketAddr>, Unresolved> {
     let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|_| format!("cannot resolve {host}"))?
+        .map_err(|_| Unresolved::NotFound(format!("cannot resolve {host}")))?
         .filter(|a| permitted(a.ip(), allowed))
         .collect();
     if found.is_empty() {
-        return Err(format!(
-            "destination {host} resolves only to private, loopback or link-local addresses; \
+        return Err(Unresolved::Refused(format!(
+            "destination {host} is or resolves only to private, loopback or link-local addresses; \
              allow them with CONTROLPLANE_ALLOWED_TARGETS if they are meant to receive webhooks"
-        ));
+        )));
     }
     Ok(found)
 }
@@ -134,47 +113,43 @@ mod tests {
         }
     }
 
+    fn refused(r: Result<Vec<std::net::SocketAddr>, Unresolved>) -> String {
+        match r {
+            Err(Unresolved::Refused(e)) => e,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn private_destinations_are_refused_unless_allowed() {
         let loopback = Cidr::parse("127.0.0.0/8").unwrap();
-        assert!(check_destination("http://127.0.0.1:9/x", &[])
-            .await
-            .is_err());
-        assert!(check_destination("http://[::ffff:127.0.0.1]:9/x", &[])
-            .await
-            .is_err());
-        assert!(
-            check_destination("http://localhost:9/x", &[])
-                .await
-                .is_err(),
-            "names are resolved first"
+        refused(resolve("127.0.0.1", 9, &[]).await);
+        refused(resolve("::ffff:127.0.0.1", 9, &[]).await);
+        refused(resolve("169.254.169.254", 80, &[loopback]).await);
+        let e = refused(resolve("10.0.0.1", 80, &[]).await);
+        assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}");
+        assert_eq!(
+            resolve("127.0.0.1", 9, &[loopback]).await.unwrap(),
+            ["127.0.0.1:9".parse().unwrap()]
         );
-        assert!(
-            check_destination("http://169.254.169.254/latest", &[loopback])
-                .await
-                .is_err()
-        );
-        assert!(check_destination("http://127.0.0.1:9/x", &[loopback])
+        assert!(resolve("::1", 9, &[Cidr::parse("::1/128").unwrap()])
             .await
             .is_ok());
         assert!(
-            check_destination("http://[::1]:9/x", &[Cidr::parse("::1/128").unwrap()])
-                .await
-                .is_ok()
-        );
-        let e = check_destination("http://10.0.0.1/x", &[])
-            .await
-            .unwrap_err();
-        assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}");
-        assert!(
-            check_destination("http://8.8.8.8/x", &[]).await.is_ok(),
+            resolve("8.8.8.8", 80, &[]).await.is_ok(),
             "public addresses are not checked further"
         );
     }
 
     #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_not_a_refusal() {
+        let r = resolve("no-such-host.invalid", 80, &[]).await;
+        assert!(matches!(r, Err(Unresolved::NotFound(_))), "{r:?}");
+    }
+
+    #[tokio::test]
     async fn the_connecting_resolver_drops_private_answers() {
-        let e = resolve("localhost", 9, &[]).await.unwrap_err();
+        let e = refused(resolve("localhost", 9, &[]).await);
         assert!(e.contains("CONTROLPLANE_ALLOWED_TARGETS"), "{e}");
         let allowed = [
             Cidr::parse("127.0.0.0/8").unwrap(),

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
+use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
 use crate::pump::{Pump, Work};
 use crate::signing::signature_header;
@@ -84,7 +85,6 @@ struct SendContext {
     client: crate::http::HttpClient,
     clock: Arc<dyn Clock>,
     policy: RetryPolicy,
-    allowed: Vec<control_plane_core::config::Cidr>,
     metrics: Arc<DeliveryMetrics>,
     usage: Arc<UsageMeter>,
 }
@@ -106,7 +106,6 @@ impl Dispatcher {
             client,
             clock: Arc::new(SystemClock),
             policy: config.retry.clone(),
-            allowed: config.allowed_targets.clone(),
             metrics: Arc::default(),
             usage: Arc::default(),
         });
@@ -304,9 +303,9 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
     .await
 }
 
-/// One attempt and its classified outcome. A destination outside the
-/// allowed targets, or a delivery that cannot be signed, gives up without
-/// a request.
+/// One attempt and its classified outcome. A delivery that cannot be
+/// signed, or whose destination is refused (its URL, or every address it is
+/// or resolves to, outside the allowed targets), gives up without a request.
 async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let refuse = |error: String| {
         DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
@@ -318,11 +317,6 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let now = ctx.clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
-    // Boxed, so that the resolver's future is not part of every send's
-    // future while it waits for its answer.
-    if let Err(e) = Box::pin(crate::ssrf::check_destination(&c.url, &ctx.allowed)).await {
-        return refuse(e);
-    }
     let signature = match signature_header(
         &c.secrets.signing_at(now),
         &id,
@@ -333,7 +327,10 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
         Err(e) => return refuse(e.to_string()),
     };
     let started = Instant::now();
-    let result = send(ctx, c, &id, timestamp, signature).await;
+    let result = match send(ctx, c, &id, timestamp, signature).await {
+        Ok(result) => result,
+        Err(refused) => return refuse(refused),
+    };
     let took = started.elapsed();
     let account = &c.delivery.account;
     ctx.usage.add(account, UsageMetric::Attempts, 1);
@@ -353,14 +350,15 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     outcome
 }
 
-/// The signed request itself: status and `Retry-After`, or the error.
+/// The signed request itself: status and `Retry-After`, or the error; or,
+/// as `Err`, why its destination is refused.
 async fn send(
     ctx: &SendContext,
     c: &ClaimedDelivery,
     id: &str,
     timestamp: i64,
     signature: String,
-) -> SendResult {
+) -> Result<SendResult, String> {
     let started = Instant::now();
     let headers = [
         ("content-type", "application/json".to_string()),
@@ -370,7 +368,7 @@ async fn send(
     ];
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    match sent {
+    Ok(match sent {
         Ok(answer) => SendResult {
             status: Some(answer.status),
             retry_after: answer
@@ -379,13 +377,14 @@ async fn send(
             error: None,
             latency_ms,
         },
-        Err(error) => SendResult {
+        Err(Failure::Failed(error)) => SendResult {
             status: None,
             retry_after: None,
             error: Some(error),
             latency_ms,
         },
-    }
+        Err(Failure::Refused(why)) => return Err(why),
+    })
 }
 
 type Completion = (
