@@ -617,8 +617,49 @@ async fn claim_fair(
     }
     shares.sort_by_key(|(e, _)| *e);
     let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
-    // Serialize with other claimers of these endpoints: the bucket is read
-    // under the lock; the claim statement, issued next, recounts the leases.
+    let rate_of = |endpoint: &EndpointId| {
+        rows.iter()
+            .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+            .and_then(|r| r.get::<_, Option<i64>>(7))
+    };
+    // (endpoint, count, head of an ordered one, cap, refilled bucket)
+    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
+    // Each share cut to the room rule, with the buckets the lock shows
+    // (`locked`: endpoint, tokens, refilled_at) refilled to t.now.
+    let want = |locked: &[Row]| -> Vec<Want> {
+        let mut wanted = Vec::new();
+        for (endpoint, share) in &shares {
+            let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
+                continue;
+            };
+            let budget = rate_of(endpoint).map(|rate| {
+                let stored = locked
+                    .iter()
+                    .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+                    .and_then(|r| budget_of(r.get(1), r.get(2)));
+                RateBudget::refilled(stored, u32_of(rate), t.now)
+            });
+            let now_seen = FlowCandidate {
+                rate_room: budget.map(|b| b.whole()),
+                ..c.clone()
+            };
+            let n = (*share).min(now_seen.room());
+            if n > 0 {
+                // An ordered endpoint has one delivery in flight at most.
+                let cap = if c.ordered { 1 } else { c.cap };
+                wanted.push((
+                    endpoint.0,
+                    i64::from(n),
+                    c.ordered.then_some(c.oldest.1),
+                    i64::from(cap),
+                    budget,
+                ));
+            }
+        }
+        wanted
+    };
+    // Serialize with other claimers of these endpoints: the claim statement,
+    // issued after the lock is granted, recounts the leases.
     let lock = t
         .prepare_cached(
             "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
@@ -626,60 +667,37 @@ async fn claim_fair(
         )
         .await
         .db()?;
-    let locked = t.query(&lock, &[&ids]).await.db()?;
-    // (endpoint, count, head of an ordered one, cap, refilled bucket)
-    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
-    let mut wanted: Vec<Want> = Vec::new();
-    for (endpoint, share) in &shares {
-        let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
-            continue;
-        };
-        // The same room rule, with what the lock shows t.now.
-        let budget = rows
-            .iter()
-            .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-            .and_then(|r| r.get::<_, Option<i64>>(7))
-            .map(|rate| {
-                let stored = locked
-                    .iter()
-                    .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-                    .and_then(|r| budget_of(r.get(1), r.get(2)));
-                RateBudget::refilled(stored, u32_of(rate), t.now)
-            });
-        let now_seen = FlowCandidate {
-            rate_room: budget.map(|b| b.whole()),
-            ..c.clone()
-        };
-        let n = (*share).min(now_seen.room());
-        if n > 0 {
-            // An ordered endpoint has one delivery in flight at most.
-            let cap = if c.ordered { 1 } else { c.cap };
-            wanted.push((
-                endpoint.0,
-                i64::from(n),
-                c.ordered.then_some(c.oldest.1),
-                i64::from(cap),
-                budget,
-            ));
-        }
-    }
+    let claim = t.prepare_cached(&claim_statement()).await.db()?;
+    let limited = shares.iter().any(|(e, _)| rate_of(e).is_some());
+    // Without a rate limit the lock's answer changes nothing in the claim:
+    // both statements go out together (pipelined; the server runs the claim
+    // once the lock is granted, in a snapshot taken then), so the lock is
+    // held one round trip less, and replicas queue on it that much less.
+    // With one, the buckets are read under the lock first.
+    let locked = if limited {
+        t.query(&lock, &[&ids]).await.db()?
+    } else {
+        Vec::new()
+    };
+    let wanted = want(&locked);
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let claim = t.prepare_cached(&claim_statement()).await.db()?;
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
     let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
     let caps: Vec<i64> = wanted.iter().map(|w| w.3).collect();
-    let rows = t
-        .query(
-            &claim,
-            &[
-                &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps,
-            ],
-        )
-        .await
-        .db()?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps,
+    ];
+    let rows = if limited {
+        t.query(&claim, &params).await.db()?
+    } else {
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+        let (_, rows) =
+            futures::try_join!(t.query(&lock, &lock_params), t.query(&claim, &params)).db()?;
+        rows
+    };
     let claimed = rows
         .iter()
         .map(|r| row_to_claimed(r, false))
