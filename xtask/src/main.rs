@@ -276,10 +276,11 @@ fn target_dir() -> PathBuf {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+    // Read at run time (`cargo run` sets it): with a target directory shared
+    // between checkouts, the path compiled in may be another checkout's.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 /// Builds the peer queues' burn-down (`crates/peers`, its own workspace)
