@@ -20,8 +20,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
-use crate::ssrf::Unresolved;
-
 /// What the answer's head is first read into; it grows only while a head
 /// does not fit, up to [`HEAD_LIMIT`].
 const READ_BUFFER: usize = 512;
@@ -242,12 +240,7 @@ impl HttpClient {
     /// A new connection to `origin`: resolved through the private-address
     /// check, then TCP (and TLS).
     async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
-        let addrs = crate::ssrf::resolve(&origin.host, origin.port, &self.allowed)
-            .await
-            .map_err(|e| match e {
-                Unresolved::Refused(e) => Failure::Refused(e),
-                Unresolved::NotFound(e) => Failure::Failed(e),
-            })?;
+        let addrs = crate::ssrf::resolve(&origin.host, origin.port, &self.allowed).await?;
         let tcp = tokio::time::timeout(self.connect_timeout, connect_any(&addrs))
             .await
             .map_err(|_| "timed out".to_string())?

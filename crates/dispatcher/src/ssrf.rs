@@ -5,6 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use control_plane_core::config::Cidr;
 
+use crate::http::Failure;
+
 fn private_v4(ip: Ipv4Addr) -> bool {
     let [a, b, ..] = ip.octets();
     ip.is_loopback()
@@ -45,34 +47,26 @@ fn permitted(ip: IpAddr, allowed: &[Cidr]) -> bool {
     !is_private(ip) || allowed.iter().any(|c| c.contains(ip))
 }
 
-/// Why a destination gives no address to connect to.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Unresolved {
-    /// Every address it is or resolves to is refused: the message names
-    /// `CONTROLPLANE_ALLOWED_TARGETS`. Retrying cannot help.
-    Refused(String),
-    /// The name did not resolve now; it may later.
-    NotFound(String),
-}
-
 /// The addresses the HTTP client may connect to for `host` (a name, or an
 /// IP literal without brackets): every address that [`is_private`] and the
 /// allowlist refuse is dropped. Run at every connect and only there, so the
 /// address connected to is the address checked, even when a name's answer
 /// changes (DNS rebinding), and a request on a kept-alive connection costs
-/// no lookup.
+/// no lookup. A name that does not resolve now is a [`Failure::Failed`];
+/// one with no permitted address a [`Failure::Refused`] naming
+/// `CONTROLPLANE_ALLOWED_TARGETS`.
 pub(crate) async fn resolve(
     host: &str,
     port: u16,
     allowed: &[Cidr],
-) -> Result<Vec<std::net::SocketAddr>, Unresolved> {
+) -> Result<Vec<std::net::SocketAddr>, Failure> {
     let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|_| Unresolved::NotFound(format!("cannot resolve {host}")))?
+        .map_err(|_| Failure::Failed(format!("cannot resolve {host}")))?
         .filter(|a| permitted(a.ip(), allowed))
         .collect();
     if found.is_empty() {
-        return Err(Unresolved::Refused(format!(
+        return Err(Failure::Refused(format!(
             "destination {host} is or resolves only to private, loopback or link-local addresses; \
              allow them with CONTROLPLANE_ALLOWED_TARGETS if they are meant to receive webhooks"
         )));
@@ -113,9 +107,9 @@ mod tests {
         }
     }
 
-    fn refused(r: Result<Vec<std::net::SocketAddr>, Unresolved>) -> String {
+    fn refused(r: Result<Vec<std::net::SocketAddr>, Failure>) -> String {
         match r {
-            Err(Unresolved::Refused(e)) => e,
+            Err(Failure::Refused(e)) => e,
             other => panic!("not refused: {other:?}"),
         }
     }
@@ -144,7 +138,7 @@ mod tests {
     #[tokio::test]
     async fn a_name_that_does_not_resolve_is_not_a_refusal() {
         let r = resolve("no-such-host.invalid", 80, &[]).await;
-        assert!(matches!(r, Err(Unresolved::NotFound(_))), "{r:?}");
+        assert!(matches!(r, Err(Failure::Failed(_))), "{r:?}");
     }
 
     #[tokio::test]

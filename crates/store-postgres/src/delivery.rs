@@ -622,42 +622,6 @@ async fn claim_fair(
             .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
             .and_then(|r| r.get::<_, Option<i64>>(7))
     };
-    // (endpoint, count, head of an ordered one, cap, refilled bucket)
-    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
-    // Each share cut to the room rule, with the buckets the lock shows
-    // (`locked`: endpoint, tokens, refilled_at) refilled to t.now.
-    let want = |locked: &[Row]| -> Vec<Want> {
-        let mut wanted = Vec::new();
-        for (endpoint, share) in &shares {
-            let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
-                continue;
-            };
-            let budget = rate_of(endpoint).map(|rate| {
-                let stored = locked
-                    .iter()
-                    .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-                    .and_then(|r| budget_of(r.get(1), r.get(2)));
-                RateBudget::refilled(stored, u32_of(rate), t.now)
-            });
-            let now_seen = FlowCandidate {
-                rate_room: budget.map(|b| b.whole()),
-                ..c.clone()
-            };
-            let n = (*share).min(now_seen.room());
-            if n > 0 {
-                // An ordered endpoint has one delivery in flight at most.
-                let cap = if c.ordered { 1 } else { c.cap };
-                wanted.push((
-                    endpoint.0,
-                    i64::from(n),
-                    c.ordered.then_some(c.oldest.1),
-                    i64::from(cap),
-                    budget,
-                ));
-            }
-        }
-        wanted
-    };
     // Serialize with other claimers of these endpoints: the claim statement,
     // issued after the lock is granted, recounts the leases.
     let lock = t
@@ -679,7 +643,39 @@ async fn claim_fair(
     } else {
         Vec::new()
     };
-    let wanted = want(&locked);
+    // (endpoint, count, head of an ordered one, cap, refilled bucket)
+    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
+    // Each share cut to the room rule, with the buckets the lock shows
+    // (none without a rate limit) refilled to t.now.
+    let mut wanted: Vec<Want> = Vec::new();
+    for (endpoint, share) in &shares {
+        let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
+            continue;
+        };
+        let budget = rate_of(endpoint).map(|rate| {
+            let stored = locked
+                .iter()
+                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+                .and_then(|r| budget_of(r.get(1), r.get(2)));
+            RateBudget::refilled(stored, u32_of(rate), t.now)
+        });
+        let now_seen = FlowCandidate {
+            rate_room: budget.map(|b| b.whole()),
+            ..c.clone()
+        };
+        let n = (*share).min(now_seen.room());
+        if n > 0 {
+            // An ordered endpoint has one delivery in flight at most.
+            let cap = if c.ordered { 1 } else { c.cap };
+            wanted.push((
+                endpoint.0,
+                i64::from(n),
+                c.ordered.then_some(c.oldest.1),
+                i64::from(cap),
+                budget,
+            ));
+        }
+    }
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
