@@ -15,7 +15,7 @@ use crate::alert;
 use crate::attempt;
 use crate::endpoint;
 use crate::error::PgResultExt;
-use crate::store::{in_tx, PostgresStore, Tx};
+use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx, CLAIM_SETTINGS};
 use crate::util::{ts_opt, u32_of};
 
 const DELIVERY_COLS: &str =
@@ -577,11 +577,17 @@ fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
     }
 }
 
+/// Sends `COMMIT` (a claim's transaction, see [`PipelinedTx`]).
+async fn commit(t: &Tx<'_>) -> StoreResult<()> {
+    t.batch_execute("COMMIT").await.db()
+}
+
 /// Leases the ordinary part of a claim of `limit`: the endpoints' fair
 /// shares (`flow::share_claim`), then, under each chosen endpoint's flow
 /// row lock (taken in id order, so claimers never deadlock), the shares cut
 /// to what the cap and the bucket allow now, since another replica may have
-/// claimed in between; then the buckets are spent (ADR 0009).
+/// claimed in between; then the buckets are spent (ADR 0009). Commits the
+/// claim's transaction.
 async fn claim_fair(
     t: &Tx<'_>,
     limit: i64,
@@ -613,6 +619,7 @@ async fn claim_fair(
     }
     let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
     if shares.is_empty() {
+        commit(t).await?;
         return Ok(Vec::new());
     }
     shares.sort_by_key(|(e, _)| *e);
@@ -634,10 +641,12 @@ async fn claim_fair(
     let claim = t.prepare_cached(&claim_statement()).await.db()?;
     let limited = shares.iter().any(|(e, _)| rate_of(e).is_some());
     // Without a rate limit the lock's answer changes nothing in the claim:
-    // both statements go out together (pipelined; the server runs the claim
-    // once the lock is granted, in a snapshot taken then), so the lock is
-    // held one round trip less, and replicas queue on it that much less.
-    // With one, the buckets are read under the lock first.
+    // the lock, the claim and the commit go out together (pipelined; the
+    // server runs the claim once the lock is granted, in a snapshot taken
+    // then, and commits right after it), so the lock is held for the claim
+    // statement alone, never for a round trip to this process, and replicas
+    // queue on it that much less. With one, the buckets are read under the
+    // lock first.
     let locked = if limited {
         t.query(&lock, &[&ids]).await.db()?
     } else {
@@ -677,6 +686,7 @@ async fn claim_fair(
         }
     }
     if wanted.is_empty() {
+        commit(t).await?;
         return Ok(Vec::new());
     }
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
@@ -690,9 +700,13 @@ async fn claim_fair(
         t.query(&claim, &params).await.db()?
     } else {
         let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
-        let (_, rows) =
-            futures::try_join!(t.query(&lock, &lock_params), t.query(&claim, &params)).db()?;
-        rows
+        let (_, rows, ()) = futures::try_join!(
+            t.query(&lock, &lock_params),
+            t.query(&claim, &params),
+            t.batch_execute("COMMIT")
+        )
+        .db()?;
+        return rows.iter().map(|r| row_to_claimed(r, false)).collect();
     };
     let claimed = rows
         .iter()
@@ -712,6 +726,7 @@ async fn claim_fair(
         .await
         .db()?;
     }
+    commit(t).await?;
     Ok(claimed)
 }
 
@@ -737,9 +752,9 @@ fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     })
 }
 
-pub(crate) async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-    req.validate()?;
-    t.claim_settings().await?;
+/// A claim in the transaction of `t`, begun with [`CLAIM_SETTINGS`]; it ends
+/// that transaction itself (see [`claim_fair`]).
+async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     // Every few hundred milliseconds: free expired leases, then probes first.
     let housekeeping = t.housekeeping.due(t.now);
     if housekeeping {
@@ -801,6 +816,8 @@ pub(crate) async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Clai
     let rest = i64::from(req.limit) - out.len() as i64;
     if rest > 0 {
         out.extend(claim_fair(t, rest, expires, &req.worker).await?);
+    } else {
+        commit(t).await?;
     }
     out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
     Ok(out)
@@ -1089,7 +1106,7 @@ impl PostgresStore {
         tx: &tokio_postgres::Transaction<'_>,
         reqs: Vec<PublishRequest>,
     ) -> StoreResult<Vec<Published>> {
-        publish(&Tx::new(tx, None, self, self.now()), reqs).await
+        publish(&Tx::new(tx.client(), None, self, self.now()), reqs).await
     }
 
     /// Wakes workers on every replica; call it after committing a
@@ -1142,7 +1159,18 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        in_tx!(self, |t| claim(&t, req))
+        req.validate()?;
+        let tx = PipelinedTx::begin(self, CLAIM_SETTINGS).await?;
+        let out = {
+            let client = tx.client()?;
+            claim(
+                &Tx::new(client, Some(&client.statement_cache), self, self.now()),
+                req,
+            )
+            .await?
+        };
+        tx.ended();
+        Ok(out)
     }
 
     async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -1204,7 +1232,7 @@ impl DeliveryStore for PostgresStore {
         }
         let tx = client.transaction().await.map_err(crate::error::map)?;
         // The same store time as the fast path's statement above.
-        let t = Tx::new(&tx, Some(&tx.statement_cache), self, now);
+        let t = Tx::new(tx.client(), Some(&tx.statement_cache), self, now);
         let mut out = Vec::with_capacity(batch.len());
         for (lease, outcome) in batch {
             if done.contains(&lease.delivery_id) {

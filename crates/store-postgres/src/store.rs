@@ -216,9 +216,9 @@ impl PostgresStore {
 
 /// One transaction with the store time, options and housekeeping gate it
 /// runs with: the context every area function takes, as in the embedded
-/// adapter.
+/// adapter. Its statements go to the connection the transaction is open on.
 pub(crate) struct Tx<'a> {
-    tx: &'a tokio_postgres::Transaction<'a>,
+    client: &'a tokio_postgres::Client,
     /// The pool's per-connection statement cache; `None` for a caller's own
     /// transaction ([`PostgresStore::publish_in`]).
     statements: Option<&'a StatementCache>,
@@ -231,15 +231,15 @@ pub(crate) struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    /// The context of `tx` at store time `now`.
+    /// The context of the transaction open on `client`, at store time `now`.
     pub(crate) fn new(
-        tx: &'a tokio_postgres::Transaction<'a>,
+        client: &'a tokio_postgres::Client,
         statements: Option<&'a StatementCache>,
         store: &'a PostgresStore,
         now: Timestamp,
     ) -> Self {
         Tx {
-            tx,
+            client,
             statements,
             now,
             options: &store.options,
@@ -249,53 +249,90 @@ impl<'a> Tx<'a> {
 
     /// A statement prepared once per connection (planned at every run, see
     /// [`PostgresStore::open`]; a claim transaction runs its generic plan,
-    /// see [`Tx::claim_settings`]).
+    /// see [`CLAIM_SETTINGS`]).
     pub(crate) async fn prepare_cached(
         &self,
         sql: &str,
     ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
         match self.statements {
-            Some(cache) => cache.prepare(self.tx.client(), sql).await,
-            None => self.tx.prepare(sql).await,
+            Some(cache) => cache.prepare(self.client, sql).await,
+            None => self.client.prepare(sql).await,
         }
-    }
-
-    /// The settings of a claim transaction (ADR 0016), in one round trip:
-    /// - its commit returns without waiting for its WAL to reach the disk
-    ///   (`synchronous_commit = off`): the next fenced outcome's synchronous
-    ///   commit flushes the claim with it, and a claim lost in a crash only
-    ///   hands its deliveries out again, which at-least-once allows;
-    /// - its prepared statements run their cached generic plan instead of
-    ///   being planned at every run (`plan_cache_mode`, set to custom for
-    ///   the session in [`PostgresStore::open`]): the claim's statements take
-    ///   one endpoint's index range each, whatever the parameters, and their
-    ///   planning cost about as much as running them;
-    /// - no sequential scan: a generic plan is made once per connection
-    ///   with the statistics of that moment, and one made while the table
-    ///   was small would scan the whole table at every claim as it grows;
-    ///   every statement of the claim has an index for what it reads.
-    ///
-    /// What it buys: claimers of one endpoint hold its flow-row lock for one
-    /// disk flush and one planning less.
-    pub(crate) async fn claim_settings(&self) -> StoreResult<()> {
-        self.tx
-            .batch_execute(CLAIM_SETTINGS)
-            .await
-            .map_err(crate::error::map)
     }
 }
 
-/// The settings a delivery claim's transaction starts with (ADR 0016): its
-/// commit does not wait for the disk, its prepared statements run their
-/// generic plans, and none of them scans a whole table. Public for the plan
-/// test.
+/// The settings a delivery claim's transaction starts with (ADR 0016), sent
+/// with its `BEGIN`:
+/// - its commit returns without waiting for its WAL to reach the disk
+///   (`synchronous_commit = off`): the next fenced outcome's synchronous
+///   commit flushes the claim with it, and a claim lost in a crash only
+///   hands its deliveries out again, which at-least-once allows;
+/// - its prepared statements run their cached generic plan instead of
+///   being planned at every run (`plan_cache_mode`, set to custom for the
+///   session in [`PostgresStore::open`]): the claim's statements take one
+///   endpoint's index range each, whatever the parameters, and their
+///   planning costs about as much as running them;
+/// - no sequential scan: a generic plan is made once per connection with
+///   the statistics of that moment, and one made while the table was small
+///   would scan the whole table at every claim as it grows; every statement
+///   of the claim has an index for what it reads.
+///
+/// What it buys: claimers of one endpoint hold its flow-row lock for one
+/// disk flush and one planning less. Public for the plan test.
 pub const CLAIM_SETTINGS: &str = "SET LOCAL synchronous_commit TO off; \
      SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off";
 
+/// A transaction on a pooled connection that its user ends by sending
+/// `COMMIT` itself, so the commit can go out pipelined with the last
+/// statements instead of one round trip after them (a claim's flow-row
+/// lock is then released by the server without waiting for the client,
+/// ADR 0009). Dropped before [`PipelinedTx::ended`] (an error, a cancelled
+/// future), it closes its connection instead of returning it to the pool,
+/// and the server rolls the transaction back.
+pub(crate) struct PipelinedTx {
+    client: Option<deadpool_postgres::Object>,
+}
+
+impl PipelinedTx {
+    /// A connection from the pool with `BEGIN` and `settings` sent in one
+    /// round trip.
+    pub(crate) async fn begin(store: &PostgresStore, settings: &str) -> StoreResult<Self> {
+        let client = store.pool.get().await.map_err(map_pool)?;
+        client
+            .batch_execute(&format!("BEGIN; {settings}"))
+            .await
+            .map_err(crate::error::map)?;
+        Ok(PipelinedTx {
+            client: Some(client),
+        })
+    }
+
+    /// The connection, while the transaction is open.
+    pub(crate) fn client(&self) -> StoreResult<&deadpool_postgres::Object> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("the transaction has ended".into()))
+    }
+
+    /// The user has committed: the connection goes back to the pool.
+    pub(crate) fn ended(mut self) {
+        drop(self.client.take());
+    }
+}
+
+impl Drop for PipelinedTx {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Out of the pool and closed: the open transaction dies with it.
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
 impl<'a> Deref for Tx<'a> {
-    type Target = tokio_postgres::Transaction<'a>;
+    type Target = tokio_postgres::Client;
     fn deref(&self) -> &Self::Target {
-        self.tx
+        self.client
     }
 }
 
@@ -308,7 +345,12 @@ macro_rules! in_tx {
         let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
         let tx = client.transaction().await.map_err($crate::error::map)?;
         let out = {
-            let $t = $crate::store::Tx::new(&tx, Some(&tx.statement_cache), $store, $store.now());
+            let $t = $crate::store::Tx::new(
+                tx.client(),
+                Some(&tx.statement_cache),
+                $store,
+                $store.now(),
+            );
             $body.await?
         };
         tx.commit().await.map_err($crate::error::map)?;
@@ -325,6 +367,59 @@ mod tests {
     fn migration_lock_keys_differ_per_schema() {
         assert_ne!(migration_lock_key("a"), migration_lock_key("b"));
         assert_eq!(migration_lock_key("a"), migration_lock_key("a"));
+    }
+
+    /// A [`PipelinedTx`] dropped before its user committed (an error, a
+    /// cancelled claim) must not go back to the pool with its transaction,
+    /// and the locks in it, still open.
+    #[tokio::test]
+    async fn a_pipelined_transaction_dropped_open_releases_its_locks() {
+        let url = std::env::var("CONTROLPLANE_TEST_DATABASE_URL")
+            .expect("CONTROLPLANE_TEST_DATABASE_URL names the test database");
+        let schema = format!("cp_test_{}", uuid::Uuid::new_v4().simple());
+        let mut config =
+            crate::PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(&url));
+        config.schema = Some(schema.clone());
+        config.pool_size = 1;
+        config.listen = false;
+        let store = PostgresStore::open(config, Arc::new(control_plane_core::SystemClock))
+            .await
+            .unwrap();
+        let key = i64::from(uuid::Uuid::new_v4().as_fields().0);
+        let tx = PipelinedTx::begin(&store, CLAIM_SETTINGS).await.unwrap();
+        tx.client()
+            .unwrap()
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&key])
+            .await
+            .unwrap();
+        drop(tx);
+        let (other, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let mut free = false;
+        for _ in 0..100 {
+            let row = other
+                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key])
+                .await
+                .unwrap();
+            if row.get::<_, bool>(0) {
+                free = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(free, "the dropped transaction still holds its lock");
+        // The pool (of one) hands out a connection outside any transaction.
+        let client = store.pool.get().await.unwrap();
+        let status: String = client
+            .query_one("SELECT current_setting('synchronous_commit')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(status, "on", "a claim's settings outlived its transaction");
+        other
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
     }
 
     #[test]
