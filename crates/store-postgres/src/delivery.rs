@@ -577,23 +577,25 @@ fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
     }
 }
 
-/// Sends `COMMIT` (a claim's transaction, see [`PipelinedTx`]).
-async fn commit(t: &Tx<'_>) -> StoreResult<()> {
-    t.batch_execute("COMMIT").await.db()
+/// Whether a claim's transaction is still open when the claim returns:
+/// the pipelined path sends its `COMMIT` with the claim statement, every
+/// other path leaves it to [`DeliveryStore::delivery_claim`].
+enum ClaimTx {
+    Open,
+    Committed,
 }
 
 /// Leases the ordinary part of a claim of `limit`: the endpoints' fair
 /// shares (`flow::share_claim`), then, under each chosen endpoint's flow
 /// row lock (taken in id order, so claimers never deadlock), the shares cut
 /// to what the cap and the bucket allow now, since another replica may have
-/// claimed in between; then the buckets are spent (ADR 0009). Commits the
-/// claim's transaction.
+/// claimed in between; then the buckets are spent (ADR 0009).
 async fn claim_fair(
     t: &Tx<'_>,
     limit: i64,
     expires: i64,
     worker: &str,
-) -> StoreResult<Vec<ClaimedDelivery>> {
+) -> StoreResult<(Vec<ClaimedDelivery>, ClaimTx)> {
     let now_ms = t.now.as_millis();
     // Prepared once per connection: planning this union of lateral scans
     // costs about as much as running it.
@@ -619,8 +621,7 @@ async fn claim_fair(
     }
     let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
     if shares.is_empty() {
-        commit(t).await?;
-        return Ok(Vec::new());
+        return Ok((Vec::new(), ClaimTx::Open));
     }
     shares.sort_by_key(|(e, _)| *e);
     let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
@@ -686,8 +687,7 @@ async fn claim_fair(
         }
     }
     if wanted.is_empty() {
-        commit(t).await?;
-        return Ok(Vec::new());
+        return Ok((Vec::new(), ClaimTx::Open));
     }
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
@@ -706,7 +706,11 @@ async fn claim_fair(
             t.batch_execute("COMMIT")
         )
         .db()?;
-        return rows.iter().map(|r| row_to_claimed(r, false)).collect();
+        let claimed = rows
+            .iter()
+            .map(|r| row_to_claimed(r, false))
+            .collect::<StoreResult<Vec<_>>>()?;
+        return Ok((claimed, ClaimTx::Committed));
     };
     let claimed = rows
         .iter()
@@ -726,8 +730,7 @@ async fn claim_fair(
         .await
         .db()?;
     }
-    commit(t).await?;
-    Ok(claimed)
+    Ok((claimed, ClaimTx::Open))
 }
 
 fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
@@ -752,9 +755,9 @@ fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     })
 }
 
-/// A claim in the transaction of `t`, begun with [`CLAIM_SETTINGS`]; it ends
-/// that transaction itself (see [`claim_fair`]).
-async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+/// A claim in the transaction of `t`, begun with [`CLAIM_SETTINGS`]; says
+/// whether it committed that transaction itself (see [`claim_fair`]).
+async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDelivery>, ClaimTx)> {
     // Every few hundred milliseconds: free expired leases, then probes first.
     let housekeeping = t.housekeeping.due(t.now);
     if housekeeping {
@@ -814,13 +817,14 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery
     }
 
     let rest = i64::from(req.limit) - out.len() as i64;
+    let mut state = ClaimTx::Open;
     if rest > 0 {
-        out.extend(claim_fair(t, rest, expires, &req.worker).await?);
-    } else {
-        commit(t).await?;
+        let (fair, fair_state) = claim_fair(t, rest, expires, &req.worker).await?;
+        out.extend(fair);
+        state = fair_state;
     }
     out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
-    Ok(out)
+    Ok((out, state))
 }
 
 pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -1163,11 +1167,12 @@ impl DeliveryStore for PostgresStore {
         let tx = PipelinedTx::begin(self, CLAIM_SETTINGS).await?;
         let out = {
             let client = tx.client()?;
-            claim(
-                &Tx::new(client, Some(&client.statement_cache), self, self.now()),
-                req,
-            )
-            .await?
+            let t = Tx::new(client, Some(&client.statement_cache), self, self.now());
+            let (out, state) = claim(&t, req).await?;
+            if let ClaimTx::Open = state {
+                t.batch_execute("COMMIT").await.db()?;
+            }
+            out
         };
         tx.ended();
         Ok(out)
