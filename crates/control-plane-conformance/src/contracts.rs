@@ -414,6 +414,79 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     assert_eq!(order, ["k.first", "k.other"]);
 }
 
+/// `DeliveryStore::event_publish`: text an adapter cannot store is refused
+/// alike by every adapter, before anything is stored (PostgreSQL cannot
+/// store NUL in text; DuckDB can).
+pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let single = h
+        .store
+        .event_publish(publish_req("a", "bad\u{0}type"))
+        .await;
+    assert!(
+        matches!(single, Err(StoreError::InvalidInput(_))),
+        "{single:?}"
+    );
+    let batch = h
+        .store
+        .event_publish_batch(vec![publish_req("a", "ok"), publish_req("a", "tab\there")])
+        .await;
+    assert!(
+        matches!(batch, Err(StoreError::InvalidInput(_))),
+        "{batch:?}"
+    );
+    let mut keyed = publish_req("a", "ok");
+    keyed.idempotency_key = Some("key\u{0}".into());
+    let keyed = h.store.event_publish(keyed).await;
+    assert!(
+        matches!(keyed, Err(StoreError::InvalidInput(_))),
+        "{keyed:?}"
+    );
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "a refused publish stored nothing"
+    );
+    // A description may hold line breaks, never NUL.
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.description = Some("line one\nline two".into());
+    let e = h.store.endpoint_create(req.clone()).await.unwrap();
+    assert_eq!(e.description.as_deref(), Some("line one\nline two"));
+    req.description = Some("nul\u{0}".into());
+    let created = h.store.endpoint_create(req).await;
+    assert!(
+        matches!(created, Err(StoreError::InvalidInput(_))),
+        "{created:?}"
+    );
+    let update = EndpointUpdateRequest {
+        description: Some(Some("nul\u{0}".into())),
+        ..EndpointUpdateRequest::default()
+    };
+    let updated = h.store.endpoint_update(&acct("a"), e.id, update).await;
+    assert!(
+        matches!(updated, Err(StoreError::InvalidInput(_))),
+        "{updated:?}"
+    );
+    let kept = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(kept.description.as_deref(), Some("line one\nline two"));
+    let task = h
+        .store
+        .workflow_enqueue(TaskEnqueueRequest {
+            id: TaskId::new("t1").unwrap(),
+            account: acct("a"),
+            kind: "kind\u{0}".into(),
+            payload: json!({}),
+            run_at: None,
+        })
+        .await;
+    assert!(matches!(task, Err(StoreError::InvalidInput(_))), "{task:?}");
+    assert!(TaskId::new("id\u{0}").is_err());
+}
+
 /// `DeliveryStore::delivery_enqueue`: exactly one concurrent caller wins.
 pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     let h = open(f).await;

@@ -61,6 +61,7 @@ macro_rules! conformance_suite {
             publish_fans_out_to_matching_endpoints,
             publish_with_same_idempotency_key_creates_nothing_new,
             publish_batch_is_all_or_nothing,
+            control_characters_are_invalid_input,
             enqueue_is_insert_wins_under_concurrency,
             sequence_numbers_strictly_increase_per_endpoint,
             claim_returns_oldest_due_first_within_limit,

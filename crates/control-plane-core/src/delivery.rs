@@ -47,20 +47,11 @@ impl PublishRequest {
         }
     }
 
-    /// Validates the event type and key.
+    /// Validates the event type and key (see [`validate_short_text`]).
     pub fn validate(&self) -> Result<(), StoreError> {
-        if self.event_type.is_empty() || self.event_type.len() > 255 {
-            return Err(StoreError::InvalidInput(format!(
-                "event type must be 1 to 255 characters, got {} characters",
-                self.event_type.len()
-            )));
-        }
+        validate_short_text("event type", &self.event_type)?;
         if let Some(k) = &self.idempotency_key {
-            if k.is_empty() || k.len() > 255 {
-                return Err(StoreError::InvalidInput(
-                    "idempotency key must be 1 to 255 characters".into(),
-                ));
-            }
+            validate_short_text("idempotency key", k)?;
         }
         Ok(())
     }

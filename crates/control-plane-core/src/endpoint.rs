@@ -186,9 +186,13 @@ impl EndpointCreateRequest {
     /// Checks what every adapter must check before storing the endpoint.
     ///
     /// # Errors
-    /// `InvalidInput` for a bad URL or a limit out of range.
+    /// `InvalidInput` for a bad URL, a limit out of range or a NUL in the
+    /// description.
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
+        if let Some(d) = &self.description {
+            validate_free_text("description", d)?;
+        }
         validate_flow_limits(self.rate_limit_per_s, self.max_in_flight)
     }
 }
@@ -214,10 +218,14 @@ impl EndpointUpdateRequest {
     /// Applies the given fields to `e`, validating a new URL.
     ///
     /// # Errors
-    /// `InvalidInput` for a URL that is not absolute `http(s)`; `e` is then unchanged.
+    /// `InvalidInput` for a URL that is not absolute `http(s)`, a limit out
+    /// of range or a NUL in the description; `e` is then unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;
+        }
+        if let Some(Some(d)) = &self.description {
+            validate_free_text("description", d)?;
         }
         validate_flow_limits(
             self.rate_limit_per_s.flatten(),

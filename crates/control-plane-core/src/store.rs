@@ -138,7 +138,9 @@ pub trait DeliveryStore: Send + Sync {
     /// - Sequence numbers strictly increase per endpoint (`sequence_numbers_strictly_increase_per_endpoint`).
     ///
     /// # Errors
-    /// `InvalidInput` for an empty or oversized event type or key.
+    /// `InvalidInput` for an empty or oversized event type or key, or one
+    /// holding a control character, alike on every adapter
+    /// (`control_characters_are_invalid_input`).
     ///
     /// # Cancellation safety
     /// Cancelling may or may not publish; never half (all deliveries or none).

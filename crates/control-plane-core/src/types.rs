@@ -191,7 +191,9 @@ impl<T> Page<T> {
     }
 }
 
-/// Checks a scope, key, tick name or batch id: 1 to 255 bytes.
+/// Checks a name, scope, key, tick name or batch id: 1 to 255 bytes, no
+/// control character (PostgreSQL cannot store NUL in text, and no adapter
+/// may accept what another refuses).
 ///
 /// # Errors
 /// `InvalidInput` naming `what`.
@@ -200,6 +202,25 @@ pub fn validate_short_text(what: &str, v: &str) -> Result<(), StoreError> {
         return Err(StoreError::InvalidInput(format!(
             "{what} must be 1 to 255 characters, got {} characters",
             v.len()
+        )));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(StoreError::InvalidInput(format!(
+            "{what} must not contain control characters, got {v:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks free text (a description): any length and line breaks, but no
+/// NUL character, which PostgreSQL cannot store in text.
+///
+/// # Errors
+/// `InvalidInput` naming `what`.
+pub fn validate_free_text(what: &str, v: &str) -> Result<(), StoreError> {
+    if v.contains('\0') {
+        return Err(StoreError::InvalidInput(format!(
+            "{what} must not contain NUL characters"
         )));
     }
     Ok(())

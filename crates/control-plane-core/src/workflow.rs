@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::{validate_lease, validate_limit, AccountId, LeaseToken};
+use crate::{validate_lease, validate_limit, validate_short_text, AccountId, LeaseToken};
 
 /// A caller-chosen task id: 1 to 255 characters, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -18,11 +18,7 @@ impl TaskId {
     /// Validates `s` as a task id.
     pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {
         let s = s.into();
-        if s.is_empty() || s.len() > 255 || s.chars().any(char::is_control) {
-            return Err(StoreError::InvalidInput(format!(
-                "task id must be 1 to 255 characters without control characters, got {s:?}"
-            )));
-        }
+        validate_short_text("task id", &s)?;
         Ok(TaskId(s))
     }
 
@@ -118,15 +114,10 @@ pub struct TaskEnqueueRequest {
 }
 
 impl TaskEnqueueRequest {
-    /// `InvalidInput` for a kind that is empty or longer than 255 bytes.
+    /// `InvalidInput` for a kind that is empty, longer than 255 bytes or
+    /// holds a control character.
     pub fn validate(&self) -> Result<(), StoreError> {
-        if self.kind.is_empty() || self.kind.len() > 255 {
-            return Err(StoreError::InvalidInput(format!(
-                "task kind must be 1 to 255 characters, got {:?}",
-                self.kind
-            )));
-        }
-        Ok(())
+        validate_short_text("task kind", &self.kind)
     }
 }
 

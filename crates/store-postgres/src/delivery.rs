@@ -8,6 +8,7 @@ use control_plane_core::policy::{
     alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
 };
 use control_plane_core::*;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -159,18 +160,156 @@ async fn insert_delivery(
     Ok(row.map(|r| DeliveryId(r.get(0))))
 }
 
-/// Locks the ordered endpoints among `targets` (in id order, so publishers
+/// Locks the ordered endpoints among `$1` (in id order, so publishers
 /// never deadlock), so their sequence numbers follow commit order.
-async fn lock_ordered(t: &Tx<'_>, targets: &[EndpointId]) -> StoreResult<()> {
-    let ids: Vec<Uuid> = targets.iter().map(|e| e.0).collect();
-    let lock = t
-        .prepare_cached(
-            "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE",
-        )
-        .await
-        .db()?;
-    t.query(&lock, &[&ids]).await.db()?;
+const LOCK_ORDERED: &str =
+    "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE";
+
+/// Runs [`LOCK_ORDERED`] on `endpoints`.
+async fn lock_ordered(t: &Tx<'_>, endpoints: &[Uuid]) -> StoreResult<()> {
+    let lock = t.prepare_cached(LOCK_ORDERED).await.db()?;
+    t.execute(&lock, &[&endpoints]).await.db()?;
     Ok(())
+}
+
+/// Stores events given as parallel arrays; a taken idempotency key is
+/// skipped, and the ids stored are returned.
+const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+     SELECT u.id, u.account, u.event_type, u.body, u.key, $6 \
+     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, account, event_type, body, key) \
+     ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id";
+
+/// Stores pending deliveries given as parallel arrays, their sequence
+/// numbers in the arrays' order.
+const INSERT_DELIVERIES: &str = "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+     due_at, created_at, updated_at) \
+     SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6 \
+     FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[]) WITH ORDINALITY \
+     AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
+     ON CONFLICT (endpoint_id, event_id) DO NOTHING";
+
+/// What a publish writes, as the parallel arrays its statements take.
+struct PublishRows<'a> {
+    events: &'a [Event],
+    event_ids: Vec<Uuid>,
+    accounts: Vec<&'a str>,
+    types: Vec<&'a str>,
+    bodies: Vec<&'a str>,
+    keys: Vec<Option<&'a str>>,
+    /// Each stored event's deliveries as (event's index, endpoint), in
+    /// request order, each event's endpoints in id order (see [`fan_out`]).
+    targets: Vec<(usize, EndpointId)>,
+    delivery_ids: Vec<Uuid>,
+    delivery_endpoints: Vec<Uuid>,
+    delivery_events: Vec<Uuid>,
+    delivery_accounts: Vec<&'a str>,
+    /// The targets' endpoints, each once, in id order: the rows the ordered
+    /// ones among them are locked in.
+    locked: Vec<Uuid>,
+}
+
+impl<'a> PublishRows<'a> {
+    /// The rows of `events` (one per request of `reqs`).
+    fn events(events: &'a [Event]) -> Self {
+        PublishRows {
+            events,
+            event_ids: events.iter().map(|e| e.id.0).collect(),
+            accounts: events.iter().map(|e| e.account.as_str()).collect(),
+            types: events.iter().map(|e| e.event_type.as_str()).collect(),
+            bodies: events.iter().map(|e| e.body.as_str()).collect(),
+            keys: events
+                .iter()
+                .map(|e| e.idempotency_key.as_deref())
+                .collect(),
+            targets: Vec::new(),
+            delivery_ids: Vec::new(),
+            delivery_endpoints: Vec::new(),
+            delivery_events: Vec::new(),
+            delivery_accounts: Vec::new(),
+            locked: Vec::new(),
+        }
+    }
+
+    /// Adds the deliveries of the events that `stored` says are new, each
+    /// fanned out to its account's `endpoints`; `about` is the endpoint an
+    /// operational event concerns.
+    fn fan_out(
+        &mut self,
+        reqs: &[PublishRequest],
+        stored: impl Fn(&Event) -> bool,
+        endpoints: &[(AccountId, Vec<Endpoint>)],
+        about: Option<EndpointId>,
+    ) {
+        for (i, (req, event)) in reqs.iter().zip(self.events).enumerate() {
+            if !stored(event) {
+                continue;
+            }
+            let live = endpoints
+                .iter()
+                .find(|(a, _)| *a == req.account)
+                .map_or(&[][..], |(_, list)| list.as_slice());
+            for e in fan_out(live, &req.event_type, about) {
+                self.targets.push((i, e));
+                self.delivery_ids.push(DeliveryId::new().0);
+                self.delivery_endpoints.push(e.0);
+                self.delivery_events.push(event.id.0);
+                self.delivery_accounts.push(event.account.as_str());
+            }
+        }
+        self.locked = self.delivery_endpoints.clone();
+        self.locked.sort();
+        self.locked.dedup();
+    }
+
+    /// The parameters of [`INSERT_EVENTS`].
+    fn event_params<'p>(&'p self, now_ms: &'p i64) -> [&'p (dyn ToSql + Sync); 6] {
+        [
+            &self.event_ids,
+            &self.accounts,
+            &self.types,
+            &self.bodies,
+            &self.keys,
+            now_ms,
+        ]
+    }
+
+    /// The parameters of [`INSERT_DELIVERIES`].
+    fn delivery_params<'p>(
+        &'p self,
+        max_attempts: &'p i64,
+        now_ms: &'p i64,
+    ) -> [&'p (dyn ToSql + Sync); 6] {
+        [
+            &self.delivery_ids,
+            &self.delivery_accounts,
+            &self.delivery_endpoints,
+            &self.delivery_events,
+            max_attempts,
+            now_ms,
+        ]
+    }
+
+    /// Per request, what its publish did when `stored` says its event is
+    /// new; `None` otherwise.
+    fn published(&self, stored: impl Fn(&Event) -> bool) -> Vec<Option<Published>> {
+        self.events
+            .iter()
+            .enumerate()
+            .map(|(i, event)| {
+                stored(event).then(|| Published {
+                    deliveries: self
+                        .targets
+                        .iter()
+                        .zip(&self.delivery_ids)
+                        .filter(|((at, _), _)| *at == i)
+                        .map(|(_, id)| DeliveryId(*id))
+                        .collect(),
+                    event: event.clone(),
+                    created: true,
+                })
+            })
+            .collect()
+    }
 }
 
 /// Publishes every request inside `tx`: the caller's transaction for the
@@ -216,6 +355,71 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     Ok(out)
 }
 
+/// Publishes a group of requests without idempotency keys, so that every
+/// event is new and nothing written depends on an answer of the database:
+/// one transaction in two round trips, `BEGIN` with the accounts' endpoint
+/// lists, then the event insert, the ordered endpoints' lock, the delivery
+/// insert, `COMMIT` and the wake-up notification pipelined (ADR 0009). When
+/// a statement fails, the server refuses the rest and turns `COMMIT` into a
+/// rollback; the caller gets that error.
+async fn publish_keyless(
+    store: &PostgresStore,
+    reqs: &[PublishRequest],
+) -> StoreResult<Vec<Published>> {
+    let tx = PipelinedTx::connect(store).await?;
+    let out = {
+        let client = tx.client()?;
+        let t = Tx::new(client, Some(&client.statement_cache), store, store.now());
+        let mut accounts: Vec<&AccountId> = Vec::new();
+        for r in reqs {
+            if !accounts.contains(&&r.account) {
+                accounts.push(&r.account);
+            }
+        }
+        // BEGIN is sent first: the lists run inside the transaction.
+        let ((), lists) = futures::try_join!(
+            async { t.batch_execute("BEGIN").await.db() },
+            futures::future::try_join_all(accounts.iter().map(|a| endpoint::list(&t, a)))
+        )?;
+        let endpoints: Vec<(AccountId, Vec<Endpoint>)> =
+            accounts.into_iter().cloned().zip(lists).collect();
+        let events: Vec<Event> = reqs.iter().map(|req| req.event_at(t.now)).collect();
+        let mut rows = PublishRows::events(&events);
+        rows.fan_out(reqs, |_| true, &endpoints, None);
+        // Prepared before anything is sent (cached: no round trip after the
+        // connection's first publish), so the statements go out in order.
+        let (insert_events, lock, insert_deliveries, notify) = futures::try_join!(
+            t.prepare_cached(INSERT_EVENTS),
+            t.prepare_cached(LOCK_ORDERED),
+            t.prepare_cached(INSERT_DELIVERIES),
+            t.prepare_cached("SELECT pg_notify($1, '')"),
+        )
+        .db()?;
+        let now_ms = t.now.as_millis();
+        let max_attempts = i64::from(t.options.max_attempts);
+        let event_params = rows.event_params(&now_ms);
+        let locked: [&(dyn ToSql + Sync); 1] = [&rows.locked];
+        let delivery_params = rows.delivery_params(&max_attempts, &now_ms);
+        let channel: [&(dyn ToSql + Sync); 1] = [&store.channel];
+        // The notification goes after COMMIT, outside the transaction (see
+        // `notify`), on the same round trip.
+        futures::try_join!(
+            t.execute(&insert_events, &event_params),
+            t.execute(&lock, &locked),
+            t.execute(&insert_deliveries, &delivery_params),
+            t.batch_execute("COMMIT"),
+            t.execute(&notify, &channel),
+        )
+        .db()?;
+        // Without idempotency keys no insert skips a row: every event and
+        // delivery is stored.
+        rows.published(|_| true).into_iter().flatten().collect()
+    };
+    tx.ended();
+    store.wakeup.notify();
+    Ok(out)
+}
+
 /// Stores the new events of `reqs` and fans each out to its account's
 /// `endpoints` (see [`fan_out`]), with one statement for the events and one
 /// for the deliveries whatever the batch's size; per request `None` when its
@@ -228,107 +432,31 @@ async fn publish_new(
     about: Option<EndpointId>,
 ) -> StoreResult<Vec<Option<Published>>> {
     let events: Vec<Event> = reqs.iter().map(|req| req.event_at(t.now)).collect();
-    let insert = t
-        .prepare_cached(
-            "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
-             SELECT u.id, u.account, u.event_type, u.body, u.key, $6 \
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, account, event_type, body, key) \
-             ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id",
-        )
-        .await
-        .db()?;
-    let ids: Vec<Uuid> = events.iter().map(|e| e.id.0).collect();
-    let accounts: Vec<&str> = events.iter().map(|e| e.account.as_str()).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let bodies: Vec<&str> = events.iter().map(|e| e.body.as_str()).collect();
-    let keys: Vec<Option<&str>> = events
-        .iter()
-        .map(|e| e.idempotency_key.as_deref())
-        .collect();
+    let mut rows = PublishRows::events(&events);
+    let now_ms = t.now.as_millis();
+    let insert = t.prepare_cached(INSERT_EVENTS).await.db()?;
     let inserted: std::collections::HashSet<Uuid> = t
-        .query(
-            &insert,
-            &[&ids, &accounts, &types, &bodies, &keys, &t.now.as_millis()],
-        )
+        .query(&insert, &rows.event_params(&now_ms))
         .await
         .db()?
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // (event's index, endpoint), in request order, each event's endpoints
-    // in id order.
-    let mut targets: Vec<(usize, EndpointId)> = Vec::new();
-    for (i, (req, event)) in reqs.iter().zip(&events).enumerate() {
-        if !inserted.contains(&event.id.0) {
-            continue;
-        }
-        let live = endpoints
-            .iter()
-            .find(|(a, _)| *a == req.account)
-            .map_or(&[][..], |(_, list)| list.as_slice());
-        targets.extend(
-            fan_out(live, &req.event_type, about)
-                .into_iter()
-                .map(|e| (i, e)),
-        );
-    }
-    let mut locked: Vec<EndpointId> = targets.iter().map(|(_, e)| *e).collect();
-    locked.sort();
-    locked.dedup();
-    lock_ordered(t, &locked).await?;
-    let new_ids: Vec<Uuid> = targets.iter().map(|_| DeliveryId::new().0).collect();
-    let endpoint_ids: Vec<Uuid> = targets.iter().map(|(_, e)| e.0).collect();
-    let event_ids: Vec<Uuid> = targets.iter().map(|(i, _)| events[*i].id.0).collect();
-    let owners: Vec<&str> = targets
-        .iter()
-        .map(|(i, _)| events[*i].account.as_str())
-        .collect();
-    let insert = t
-        .prepare_cached(
-            "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
-             due_at, created_at, updated_at) \
-             SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6 \
-             FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[]) WITH ORDINALITY \
-             AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
-             ON CONFLICT (endpoint_id, event_id) DO NOTHING",
-        )
-        .await
-        .db()?;
+    let stored = |e: &Event| inserted.contains(&e.id.0);
+    rows.fan_out(reqs, stored, endpoints, about);
+    lock_ordered(t, &rows.locked).await?;
+    let insert = t.prepare_cached(INSERT_DELIVERIES).await.db()?;
+    let max_attempts = i64::from(t.options.max_attempts);
     let written = t
-        .execute(
-            &insert,
-            &[
-                &new_ids,
-                &owners,
-                &endpoint_ids,
-                &event_ids,
-                &i64::from(t.options.max_attempts),
-                &t.now.as_millis(),
-            ],
-        )
+        .execute(&insert, &rows.delivery_params(&max_attempts, &now_ms))
         .await
         .db()?;
-    if written != targets.len() as u64 {
+    if written != rows.targets.len() as u64 {
         return Err(StoreError::Backend(
             "a new event already had a delivery".into(),
         ));
     }
-    Ok(events
-        .into_iter()
-        .enumerate()
-        .map(|(i, event)| {
-            inserted.contains(&event.id.0).then(|| Published {
-                deliveries: targets
-                    .iter()
-                    .zip(&new_ids)
-                    .filter(|((at, _), _)| *at == i)
-                    .map(|(_, id)| DeliveryId(*id))
-                    .collect(),
-                event,
-                created: true,
-            })
-        })
-        .collect())
+    Ok(rows.published(stored))
 }
 
 /// Records an alert and publishes it as an event to the endpoints that name
@@ -353,7 +481,7 @@ pub(crate) async fn enqueue(
 ) -> StoreResult<Enqueued> {
     endpoint::get(t, account, endpoint_id).await?;
     event_get(t, account, event).await?;
-    lock_ordered(t, &[endpoint_id]).await?;
+    lock_ordered(t, &[endpoint_id.0]).await?;
     if let Some(id) = insert_delivery(t, account, endpoint_id, event).await? {
         return Ok(Enqueued {
             delivery_id: id,
@@ -1138,6 +1266,15 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        for r in &reqs {
+            r.validate()?;
+        }
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if reqs.iter().all(|r| r.idempotency_key.is_none()) {
+            return publish_keyless(self, &reqs).await;
+        }
         let out = in_tx!(self, |t| publish(&t, reqs))?;
         self.wake().await;
         Ok(out)
@@ -1292,5 +1429,59 @@ impl DeliveryStore for PostgresStore {
         &self,
     ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
         in_tx!(self, |t| count_by_account_and_state(&t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::open_test_store;
+
+    /// A pipelined publish whose delivery insert fails after its event
+    /// insert succeeded stores neither: the statements run in one
+    /// transaction, and the `COMMIT` sent behind them rolls it back.
+    #[tokio::test]
+    async fn a_pipelined_publish_that_fails_part_way_stores_nothing() {
+        let (store, admin) = open_test_store().await;
+        let schema = store.schema().to_string();
+        let account = AccountId::new("a").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT ON {schema}.deliveries \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {schema}.refuse()"
+            ))
+            .await
+            .unwrap();
+        let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
+        let events = format!("SELECT count(*) FROM {schema}.events");
+        let failed = store
+            .event_publish_batch(vec![req.clone(), req.clone()])
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
+        assert_eq!(stored, 0, "the events outlived the failed delivery insert");
+        // The pool's connection is usable again, outside any transaction.
+        admin
+            .batch_execute(&format!("DROP TRIGGER refuse ON {schema}.deliveries"))
+            .await
+            .unwrap();
+        let published = store.event_publish_batch(vec![req]).await.unwrap();
+        assert_eq!(published[0].deliveries.len(), 1);
+        let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
+        assert_eq!(stored, 1);
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
     }
 }

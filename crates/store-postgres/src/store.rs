@@ -297,11 +297,18 @@ impl PipelinedTx {
     /// A connection from the pool with `BEGIN` and `settings` sent in one
     /// round trip.
     pub(crate) async fn begin(store: &PostgresStore, settings: &str) -> StoreResult<Self> {
-        let client = store.pool.get().await.map_err(map_pool)?;
-        client
+        let tx = PipelinedTx::connect(store).await?;
+        tx.client()?
             .batch_execute(&format!("BEGIN; {settings}"))
             .await
             .map_err(crate::error::map)?;
+        Ok(tx)
+    }
+
+    /// A connection from the pool on which its user sends `BEGIN`, to
+    /// pipeline it with the transaction's first statements.
+    pub(crate) async fn connect(store: &PostgresStore) -> StoreResult<Self> {
+        let client = store.pool.get().await.map_err(map_pool)?;
         Ok(PipelinedTx {
             client: Some(client),
         })
@@ -360,7 +367,7 @@ macro_rules! in_tx {
 pub(crate) use in_tx;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -369,22 +376,31 @@ mod tests {
         assert_eq!(migration_lock_key("a"), migration_lock_key("a"));
     }
 
-    /// A [`PipelinedTx`] dropped before its user committed (an error, a
-    /// cancelled claim) must not go back to the pool with its transaction,
-    /// and the locks in it, still open.
-    #[tokio::test]
-    async fn a_pipelined_transaction_dropped_open_releases_its_locks() {
+    /// A store on a schema of its own in the test database, with a pool of
+    /// one connection, and a connection of its own to that database.
+    pub(crate) async fn open_test_store() -> (PostgresStore, tokio_postgres::Client) {
         let url = std::env::var("CONTROLPLANE_TEST_DATABASE_URL")
             .expect("CONTROLPLANE_TEST_DATABASE_URL names the test database");
         let schema = format!("cp_test_{}", uuid::Uuid::new_v4().simple());
         let mut config =
             crate::PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(&url));
-        config.schema = Some(schema.clone());
+        config.schema = Some(schema);
         config.pool_size = 1;
         config.listen = false;
         let store = PostgresStore::open(config, Arc::new(control_plane_core::SystemClock))
             .await
             .unwrap();
+        let (other, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        (store, other)
+    }
+
+    /// A [`PipelinedTx`] dropped before its user committed (an error, a
+    /// cancelled claim) must not go back to the pool with its transaction,
+    /// and the locks in it, still open.
+    #[tokio::test]
+    async fn a_pipelined_transaction_dropped_open_releases_its_locks() {
+        let (store, other) = open_test_store().await;
         let key = i64::from(uuid::Uuid::new_v4().as_fields().0);
         let tx = PipelinedTx::begin(&store, CLAIM_SETTINGS).await.unwrap();
         tx.client()
@@ -393,8 +409,6 @@ mod tests {
             .await
             .unwrap();
         drop(tx);
-        let (other, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-        tokio::spawn(conn);
         let mut free = false;
         for _ in 0..100 {
             let row = other
@@ -417,7 +431,7 @@ mod tests {
             .get(0);
         assert_eq!(status, "on", "a claim's settings outlived its transaction");
         other
-            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", store.schema()))
             .await
             .unwrap();
     }
