@@ -402,15 +402,22 @@ async fn publish_keyless(
         let delivery_params = rows.delivery_params(&max_attempts, &now_ms);
         let channel: [&(dyn ToSql + Sync); 1] = [&store.channel];
         // The notification goes after COMMIT, outside the transaction (see
-        // `notify`), on the same round trip.
-        futures::try_join!(
+        // `notify`), on the same round trip; best effort, as in
+        // `PostgresStore::wake`: its failure must not turn a committed
+        // publish into an error that a caller would retry.
+        let (events_written, locked, deliveries_written, committed, _notified) = futures::join!(
             t.execute(&insert_events, &event_params),
             t.execute(&lock, &locked),
             t.execute(&insert_deliveries, &delivery_params),
             t.batch_execute("COMMIT"),
             t.execute(&notify, &channel),
-        )
-        .db()?;
+        );
+        // After a failed statement the server answers COMMIT with a
+        // rollback, not an error: the statements' own answers say.
+        events_written.db()?;
+        locked.db()?;
+        deliveries_written.db()?;
+        committed.db()?;
         // Without idempotency keys no insert skips a row: every event and
         // delivery is stored.
         rows.published(|_| true).into_iter().flatten().collect()
