@@ -312,6 +312,17 @@ impl<'a> PublishRows<'a> {
     }
 }
 
+/// Each account of `reqs` once, in the order of first appearance.
+fn accounts_of(reqs: &[PublishRequest]) -> Vec<&AccountId> {
+    let mut accounts: Vec<&AccountId> = Vec::new();
+    for r in reqs {
+        if !accounts.contains(&&r.account) {
+            accounts.push(&r.account);
+        }
+    }
+    accounts
+}
+
 /// Publishes every request inside `tx`: the caller's transaction for the
 /// outbox, or one from the pool.
 pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
@@ -321,10 +332,8 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     // Each account's endpoints, read once: the batch fans out as of its
     // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
-    for req in &reqs {
-        if !endpoints.iter().any(|(a, _)| *a == req.account) {
-            endpoints.push((req.account.clone(), endpoint::list(t, &req.account).await?));
-        }
+    for account in accounts_of(&reqs) {
+        endpoints.push((account.clone(), endpoint::list(t, account).await?));
     }
     let created = publish_new(t, &reqs, &endpoints, None).await?;
     let mut out = Vec::with_capacity(reqs.len());
@@ -366,16 +375,14 @@ async fn publish_keyless(
     store: &PostgresStore,
     reqs: &[PublishRequest],
 ) -> StoreResult<Vec<Published>> {
+    for r in reqs {
+        r.validate()?;
+    }
     let tx = PipelinedTx::connect(store).await?;
     let out = {
         let client = tx.client()?;
         let t = Tx::new(client, Some(&client.statement_cache), store, store.now());
-        let mut accounts: Vec<&AccountId> = Vec::new();
-        for r in reqs {
-            if !accounts.contains(&&r.account) {
-                accounts.push(&r.account);
-            }
-        }
+        let accounts = accounts_of(reqs);
         // BEGIN is sent first: the lists run inside the transaction.
         let ((), lists) = futures::try_join!(
             async { t.batch_execute("BEGIN").await.db() },
@@ -1273,9 +1280,6 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-        for r in &reqs {
-            r.validate()?;
-        }
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
