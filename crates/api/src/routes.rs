@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    AlertKind, DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
+    DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
     EndpointUpdateRequest, EventId, EventListRequest, KeyId, PageRequest, PublishRequest,
     ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
@@ -36,6 +36,41 @@ type Answer = Result<Response, ApiError>;
 
 fn ok<T: Serialize>(status: StatusCode, body: T) -> Answer {
     Ok((status, Json(body)).into_response())
+}
+
+/// An optional JSON body: none when the request carries no body at all. A
+/// body is read only with `content-type: application/json`, as `Json` reads
+/// it; one without a content type is `415`, never dropped unread (a bulk
+/// replay whose filter was dropped would replay every dead delivery).
+pub(crate) struct OptionalJson<T>(Option<T>);
+
+impl<T, S> axum::extract::FromRequest<S> for OptionalJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        if req.headers().contains_key(axum::http::header::CONTENT_TYPE) {
+            let Json(v) = Json::<T>::from_request(req, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+            return Ok(OptionalJson(Some(v)));
+        }
+        let body = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if body.is_empty() {
+            Ok(OptionalJson(None))
+        } else {
+            Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a request body needs content-type: application/json",
+            )
+            .into_response())
+        }
+    }
 }
 
 /// The account a route works in.
@@ -358,10 +393,10 @@ pub(crate) async fn endpoint_rotate(
     State(s): Shared,
     Scope(account): Scope,
     Path(p): Path<ItemPath>,
-    body: Option<Json<RotateBody>>,
+    OptionalJson(body): OptionalJson<RotateBody>,
 ) -> Answer {
     let endpoint: EndpointId = id("endpoint", &p.id)?;
-    let secret = given_or_new_secret(body.and_then(|Json(b)| b.secret))?;
+    let secret = given_or_new_secret(body.and_then(|b| b.secret))?;
     let e = s
         .store
         .endpoint_rotate_secret(
@@ -421,15 +456,17 @@ pub(crate) async fn endpoint_disable(
     State(s): Shared,
     Scope(account): Scope,
     Path(p): Path<ItemPath>,
-    body: Option<Json<DisableBody>>,
+    OptionalJson(body): OptionalJson<DisableBody>,
 ) -> Answer {
     let endpoint = id("endpoint", &p.id)?;
-    let reason = body.and_then(|Json(b)| b.reason);
+    let reason = body.and_then(|b| b.reason);
     if reason
         .as_ref()
-        .is_some_and(|r| r.is_empty() || r.len() > 500)
+        .is_some_and(|r| r.is_empty() || r.len() > 500 || r.contains('\0'))
     {
-        return Err(ApiError::invalid("reason must be 1 to 500 characters"));
+        return Err(ApiError::invalid(
+            "reason must be 1 to 500 characters, without NUL",
+        ));
     }
     let e = s
         .store
@@ -563,12 +600,6 @@ pub(crate) async fn event_publish(
     headers: HeaderMap,
     Json(body): Json<PublishBody>,
 ) -> Answer {
-    if AlertKind::from_event_type(&body.event_type).is_some() {
-        return Err(ApiError::invalid(format!(
-            "event type {:?} is reserved for operational events",
-            body.event_type
-        )));
-    }
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -629,7 +660,7 @@ pub(crate) struct DeliveryQuery {
     cursor: Option<String>,
 }
 
-/// The account's deliveries, oldest first.
+/// The account's deliveries, newest first.
 #[utoipa::path(
     get,
     path = "/v1/accounts/{account}/deliveries",
@@ -740,10 +771,10 @@ pub(crate) struct ReplayBody {
 pub(crate) async fn delivery_replay_dead(
     State(s): Shared,
     Scope(account): Scope,
-    body: Option<Json<ReplayBody>>,
+    OptionalJson(body): OptionalJson<ReplayBody>,
 ) -> Answer {
     let mut filter = ReplayFilter::all(account);
-    if let Some(Json(b)) = body {
+    if let Some(b) = body {
         filter.endpoint_id = b
             .endpoint_id
             .map(|e| {

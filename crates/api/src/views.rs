@@ -313,7 +313,7 @@ pub(crate) struct TaskView {
     id: String,
     kind: String,
     payload: Value,
-    /// `pending`, `leased`, `succeeded` or `dead`.
+    /// `pending`, `leased`, `completed` or `dead_lettered`.
     state: String,
     attempts: u32,
     max_attempts: u32,
@@ -348,7 +348,7 @@ impl From<&Task> for TaskView {
 /// One usage counter of one hour.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct UsageView {
-    /// `events_published`, `deliveries_attempted` or `deliveries_succeeded`.
+    /// `events_published`, `attempts` or `bytes_sent`.
     metric: String,
     #[schema(format = DateTime)]
     window_start: String,

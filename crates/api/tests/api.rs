@@ -95,6 +95,7 @@ impl<'a> Call<'a> {
             b = b.header(*k, *v);
         }
         let req = match self.body {
+            Some(body) if self.content_type.is_empty() => b.body(Body::from(body)).unwrap(),
             Some(body) => b
                 .header("content-type", self.content_type)
                 .body(Body::from(body))
@@ -524,6 +525,17 @@ async fn dead_deliveries_are_replayed_in_bulk_once() {
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
         assert_error(&v, "invalid_input");
     }
+    // A filter sent without a content type is refused, not dropped unread
+    // (which would replay every dead delivery of the account).
+    let (s, v) = call("POST", "/v1/accounts/acme/deliveries/replay")
+        .raw(
+            json!({"endpoint_id": "0b8e9c1e-5f7a-4c1e-9a59-1f0d2f3a4b5c"}).to_string(),
+            "",
+        )
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{v}");
+    assert_error(&v, "unsupported_media_type");
     assert_eq!(
         api.store.delivery_get(&acme, delivery).await.unwrap().state,
         DeliveryState::Dead,
@@ -587,11 +599,19 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
 
     // Disabled: deliveries are held, not dropped, until it is enabled.
     let disable = format!("/v1/accounts/acme/endpoints/{endpoint}/disable");
+    for bad in ["", "nul\u{0}"] {
+        let (s, v) = call("POST", &disable)
+            .json(json!({"reason": bad}))
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    }
+    // A body without a content type is refused, not read as no reason.
     let (s, v) = call("POST", &disable)
-        .json(json!({"reason": ""}))
+        .raw(json!({"reason": "maintenance"}).to_string(), "")
         .send(&api)
         .await;
-    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{v}");
     let (s, v) = call("POST", &disable)
         .json(json!({"reason": "customer maintenance"}))
         .send(&api)

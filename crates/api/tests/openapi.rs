@@ -24,3 +24,45 @@ fn committed_openapi_json_matches_the_code() {
         path.display()
     );
 }
+
+/// The document names the values a client will see: every state a task and
+/// a delivery can be in, and every usage metric, as the store names them.
+#[test]
+fn the_document_names_every_state_and_metric_the_api_answers_with() {
+    use control_plane_core::{DeliveryState, TaskState, UsageMetric};
+    let doc = api::openapi_document();
+    let text = |schema: &str, field: &str| {
+        doc["components"]["schemas"][schema]["properties"][field]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{schema}.{field} has no description"))
+            .to_string()
+    };
+    let described = [
+        (
+            "TaskView.state",
+            text("TaskView", "state"),
+            TaskState::ALL
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "DeliveryView.state",
+            text("DeliveryView", "state"),
+            DeliveryState::ALL.iter().map(|s| s.as_str()).collect(),
+        ),
+        (
+            "UsageView.metric",
+            text("UsageView", "metric"),
+            UsageMetric::ALL.iter().map(|m| m.as_str()).collect(),
+        ),
+    ];
+    for (what, description, names) in described {
+        for name in names {
+            assert!(
+                description.contains(&format!("`{name}`")),
+                "{what} does not name {name}: {description}"
+            );
+        }
+    }
+}

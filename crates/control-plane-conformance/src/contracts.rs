@@ -417,6 +417,41 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
 /// `DeliveryStore::event_publish`: text an adapter cannot store is refused
 /// alike by every adapter, before anything is stored (PostgreSQL cannot
 /// store NUL in text; DuckDB can).
+/// Only the store publishes operational events: a caller's publish of one of
+/// their types is bad input, alone, in a batch or by the outbox path, and
+/// stores nothing.
+pub async fn reserved_event_types_are_invalid_input(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    for kind in AlertKind::ALL {
+        let single = h.store.event_publish(publish_req("a", kind.as_str())).await;
+        assert!(
+            matches!(single, Err(StoreError::InvalidInput(_))),
+            "{kind:?}: {single:?}"
+        );
+    }
+    let batch = h
+        .store
+        .event_publish_batch(vec![
+            publish_req("a", "ok"),
+            publish_req("a", "delivery.dead"),
+        ])
+        .await;
+    assert!(
+        matches!(batch, Err(StoreError::InvalidInput(_))),
+        "{batch:?}"
+    );
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "a refused publish stored nothing"
+    );
+    // A type that only starts like one is the caller's.
+    h.store
+        .event_publish(publish_req("a", "delivery.dead.custom"))
+        .await
+        .unwrap();
+}
+
 pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
@@ -485,6 +520,70 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
         .await;
     assert!(matches!(task, Err(StoreError::InvalidInput(_))), "{task:?}");
     assert!(TaskId::new("id\u{0}").is_err());
+    // JSON can carry a NUL in any string or key of a task's payload.
+    for payload in [
+        json!({"note": "nul\u{0}"}),
+        json!({"a": ["x", {"nul\u{0}": 1}]}),
+    ] {
+        let task = h
+            .store
+            .workflow_enqueue(TaskEnqueueRequest {
+                id: TaskId::new("t2").unwrap(),
+                account: acct("a"),
+                kind: "kind".into(),
+                payload,
+                run_at: None,
+            })
+            .await;
+        assert!(matches!(task, Err(StoreError::InvalidInput(_))), "{task:?}");
+    }
+    assert!(
+        h.store
+            .workflow_get(&acct("a"), &TaskId::new("t2").unwrap())
+            .await
+            .is_err(),
+        "a refused task was not stored"
+    );
+    // An endpoint's URL and event types, on create and on update.
+    let mut bad_url = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/nul\u{0}",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    let created = h.store.endpoint_create(bad_url.clone()).await;
+    assert!(
+        matches!(created, Err(StoreError::InvalidInput(_))),
+        "{created:?}"
+    );
+    bad_url.url = "https://example.com/hook".into();
+    bad_url.event_types = vec!["order.paid".into(), "nul\u{0}".into()];
+    let created = h.store.endpoint_create(bad_url).await;
+    assert!(
+        matches!(created, Err(StoreError::InvalidInput(_))),
+        "{created:?}"
+    );
+    for update in [
+        EndpointUpdateRequest {
+            url: Some("https://example.com/\u{7}".into()),
+            ..EndpointUpdateRequest::default()
+        },
+        EndpointUpdateRequest {
+            event_types: Some(vec!["tab\there".into()]),
+            ..EndpointUpdateRequest::default()
+        },
+    ] {
+        let updated = h.store.endpoint_update(&acct("a"), e.id, update).await;
+        assert!(
+            matches!(updated, Err(StoreError::InvalidInput(_))),
+            "{updated:?}"
+        );
+    }
+    let kept = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(
+        (kept.url.as_str(), kept.event_types.len()),
+        ("https://example.com/hook", 0),
+        "refused updates changed nothing"
+    );
 }
 
 /// `DeliveryStore::delivery_enqueue`: exactly one concurrent caller wins.

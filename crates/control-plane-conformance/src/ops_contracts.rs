@@ -1186,6 +1186,61 @@ pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactor
     assert!(exists(recent.event.id).await, "recent");
 }
 
+/// `MaintenanceStore::maintenance_purge`: dead deliveries are kept for replay
+/// while their endpoint exists; once it is deleted, they go when older than
+/// the retention, like delivered ones.
+pub async fn retention_purges_dead_deliveries_of_deleted_endpoints(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let retention = Duration::from_secs(3600);
+    let kept = endpoint_for_all(h, "a").await;
+    let deleted = endpoint_for_all(h, "a").await;
+    let published = h.store.event_publish(event("a", 1)).await.unwrap();
+    assert_eq!(published.deliveries.len(), 2);
+    for c in claim_deliveries(h, 2).await {
+        let give_up = DeliveryOutcome::GiveUp(AttemptReport::default());
+        h.store
+            .delivery_record_outcome(&c.lease, give_up)
+            .await
+            .unwrap();
+    }
+    h.store
+        .endpoint_delete(&acct("a"), deleted.id)
+        .await
+        .unwrap();
+    let dead_of = |e: EndpointId| async move {
+        let list = h
+            .store
+            .delivery_list(DeliveryListRequest {
+                endpoint_id: Some(e),
+                ..DeliveryListRequest::all(acct("a"), PageRequest::first(100))
+            })
+            .await
+            .unwrap();
+        list.items
+            .iter()
+            .filter(|d| d.state == DeliveryState::Dead)
+            .count()
+    };
+    assert_eq!((dead_of(kept.id).await, dead_of(deleted.id).await), (1, 1));
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.deliveries, 0, "too recent: {r:?}");
+    h.clock.advance(retention);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.deliveries, 1, "{r:?}");
+    assert_eq!(
+        (dead_of(kept.id).await, dead_of(deleted.id).await),
+        (1, 0),
+        "the live endpoint's dead delivery stays for replay"
+    );
+    assert!(
+        h.store
+            .event_get(&acct("a"), published.event.id)
+            .await
+            .is_ok(),
+        "the event still has a delivery"
+    );
+}
+
 /// `MaintenanceStore::maintenance_purge`: old completed tasks go; pending,
 /// leased and dead-lettered ones stay whatever their age.
 pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {

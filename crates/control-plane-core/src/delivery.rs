@@ -47,9 +47,16 @@ impl PublishRequest {
         }
     }
 
-    /// Validates the event type and key (see [`validate_short_text`]).
+    /// Validates the event type and key (see [`validate_short_text`]); the
+    /// types of operational events ([`AlertKind`]) are the store's own.
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_short_text("event type", &self.event_type)?;
+        if AlertKind::from_event_type(&self.event_type).is_some() {
+            return Err(StoreError::InvalidInput(format!(
+                "event type {:?} is reserved for operational events",
+                self.event_type
+            )));
+        }
         if let Some(k) = &self.idempotency_key {
             validate_short_text("idempotency key", k)?;
         }

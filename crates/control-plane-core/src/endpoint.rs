@@ -186,10 +186,11 @@ impl EndpointCreateRequest {
     /// Checks what every adapter must check before storing the endpoint.
     ///
     /// # Errors
-    /// `InvalidInput` for a bad URL, a limit out of range or a NUL in the
-    /// description.
+    /// `InvalidInput` for a bad URL or event type, a limit out of range or a
+    /// NUL in the description.
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
+        validate_event_types(&self.event_types)?;
         if let Some(d) = &self.description {
             validate_free_text("description", d)?;
         }
@@ -218,11 +219,15 @@ impl EndpointUpdateRequest {
     /// Applies the given fields to `e`, validating a new URL.
     ///
     /// # Errors
-    /// `InvalidInput` for a URL that is not absolute `http(s)`, a limit out
-    /// of range or a NUL in the description; `e` is then unchanged.
+    /// `InvalidInput` for a URL that is not absolute `http(s)`, a bad event
+    /// type, a limit out of range or a NUL in the description; `e` is then
+    /// unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;
+        }
+        if let Some(types) = &self.event_types {
+            validate_event_types(types)?;
         }
         if let Some(Some(d)) = &self.description {
             validate_free_text("description", d)?;
@@ -279,15 +284,30 @@ pub fn validate_flow_limits(
     Ok(())
 }
 
+/// Checks an endpoint's event-type filter: each type as a published type is
+/// checked (1 to 255 characters, no control characters), or `*`.
+pub fn validate_event_types(types: &[String]) -> Result<(), StoreError> {
+    types
+        .iter()
+        .try_for_each(|t| validate_short_text("event type", t))
+}
+
 /// Checks a URL the way every adapter must before storing it.
 pub fn validate_endpoint_url(url: &str) -> Result<(), StoreError> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"));
     match rest {
-        Some(r) if !r.is_empty() && !r.starts_with('/') && url.len() <= 2048 && !url.chars().any(char::is_whitespace) => Ok(()),
+        Some(r)
+            if !r.is_empty()
+                && !r.starts_with('/')
+                && url.len() <= 2048
+                && !url.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+        {
+            Ok(())
+        }
         _ => Err(StoreError::InvalidInput(format!(
-            "endpoint url must be an absolute http:// or https:// URL of at most 2048 characters without spaces, got {url:?}"
+            "endpoint url must be an absolute http:// or https:// URL of at most 2048 characters without spaces or control characters, got {url:?}"
         ))),
     }
 }

@@ -43,6 +43,44 @@ macro_rules! named_enum {
     };
 }
 
+/// Defines a validated string newtype: the struct, `as_str`, `Display`, and
+/// serde through `String` with `new` (written beside each type) as the
+/// check, so a value that fails `new` cannot be deserialized either.
+macro_rules! string_id {
+    ($(#[$doc:meta])* pub struct $name:ident;) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $crate::StoreError;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                $name::new(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+    };
+}
+
 pub mod account_key;
 pub mod alert;
 pub mod attempt;

@@ -236,25 +236,9 @@ impl DeliveryModel {
             .collect();
         expired.sort_by_key(|&i| self.deliveries[i].seq);
         for i in expired {
-            let (e, attempts, max, due) = {
-                let d = &self.deliveries[i];
-                (d.endpoint, d.attempts, d.max_attempts, d.due_at)
-            };
-            let mut circuit = self.endpoints[e].circuit.clone();
-            let probe = circuit.is_probe(model_id(i));
-            let tr = plan_lease_expiry(
-                AttemptState {
-                    attempts,
-                    max_attempts: max,
-                    due_at: due,
-                },
-                &mut circuit,
-                probe,
-                now,
-                &self.options,
-            );
-            self.endpoints[e].circuit = circuit;
-            self.apply(i, &tr);
+            self.plan_and_apply(i, |state, circuit, probe, options| {
+                plan_lease_expiry(state, circuit, probe, now, options)
+            });
             self.deliveries[i].token = None;
         }
         // Probes first: the first due delivery of each circuit whose cooldown
@@ -367,28 +351,36 @@ impl DeliveryModel {
             };
         }
         let now = self.now;
-        let (e, attempts, max, due) = {
-            let d = &self.deliveries[i];
-            (d.endpoint, d.attempts, d.max_attempts, d.due_at)
-        };
-        let mut circuit = self.endpoints[e].circuit.clone();
-        let probe = circuit.is_probe(model_id(i));
-        let tr = plan_outcome(
-            AttemptState {
-                attempts,
-                max_attempts: max,
-                due_at: due,
-            },
-            outcome,
-            &mut circuit,
-            probe,
-            now,
-            &self.options,
-        );
-        self.endpoints[e].circuit = circuit;
-        self.apply(i, &tr);
+        let tr = self.plan_and_apply(i, |state, circuit, probe, options| {
+            plan_outcome(state, outcome, circuit, probe, now, options)
+        });
         self.deliveries[i].last_outcome = Some(outcome.kind());
         Ok((tr.state, false))
+    }
+
+    /// Plans a transition of delivery `i` with `plan` (given its attempt
+    /// state, its endpoint's circuit and whether it is that circuit's probe),
+    /// then applies it and the circuit's change.
+    fn plan_and_apply(
+        &mut self,
+        i: usize,
+        plan: impl FnOnce(AttemptState, &mut Circuit, bool, &StoreOptions) -> Transition,
+    ) -> Transition {
+        let d = &self.deliveries[i];
+        let (e, state) = (
+            d.endpoint,
+            AttemptState {
+                attempts: d.attempts,
+                max_attempts: d.max_attempts,
+                due_at: d.due_at,
+            },
+        );
+        let mut circuit = self.endpoints[e].circuit.clone();
+        let probe = circuit.is_probe(model_id(i));
+        let tr = plan(state, &mut circuit, probe, &self.options);
+        self.endpoints[e].circuit = circuit;
+        self.apply(i, &tr);
+        tr
     }
 
     /// Releases a lease without consuming the attempt.

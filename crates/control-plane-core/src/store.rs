@@ -140,11 +140,17 @@ pub trait DeliveryStore: Send + Sync {
     /// # Errors
     /// `InvalidInput` for an empty or oversized event type or key, or one
     /// holding a control character, alike on every adapter
-    /// (`control_characters_are_invalid_input`).
+    /// (`control_characters_are_invalid_input`); for the types of
+    /// operational events, which only the store publishes
+    /// (`reserved_event_types_are_invalid_input`).
     ///
     /// # Cancellation safety
     /// Cancelling may or may not publish; never half (all deliveries or none).
-    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published>;
+    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+        let mut one = self.event_publish_batch(vec![req]).await?;
+        one.pop()
+            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
+    }
 
     /// Publishes many events in one transaction: all or nothing.
     ///
@@ -288,7 +294,12 @@ pub trait DeliveryStore: Send + Sync {
         &self,
         lease: &Lease,
         outcome: DeliveryOutcome,
-    ) -> StoreResult<OutcomeRecorded>;
+    ) -> StoreResult<OutcomeRecorded> {
+        self.delivery_record_outcomes(vec![(lease.clone(), outcome)])
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
+    }
 
     /// Records a batch of outcomes (a worker's completion batch) in one
     /// transaction: each item answers what
@@ -792,8 +803,9 @@ pub trait AccountKeyStore: Send + Sync {
 #[async_trait]
 pub trait MaintenanceStore: Send + Sync {
     /// Removes one small batch (at most `batch` rows per table) of finished
-    /// history older than `retention`: delivered deliveries, attempt-log
-    /// rows, events left without deliveries, completed tasks, alerts, usage
+    /// history older than `retention`: delivered deliveries, dead deliveries
+    /// of deleted endpoints, attempt-log rows, events left without
+    /// deliveries, completed tasks, alerts, usage
     /// windows (and their batch ids), and expired idempotency records.
     ///
     /// # Behavior
@@ -801,6 +813,9 @@ pub trait MaintenanceStore: Send + Sync {
     ///   (`maintenance_purges_old_history_in_batches`).
     /// - An old event goes once no delivery refers to it; one with a pending
     ///   or dead delivery stays (`retention_purges_events_left_without_deliveries`).
+    /// - A dead delivery stays for replay while its endpoint exists, and goes
+    ///   once the endpoint is deleted and it is older than `retention`
+    ///   (`retention_purges_dead_deliveries_of_deleted_endpoints`).
     /// - Old completed tasks go; pending, leased and dead ones stay
     ///   (`retention_purges_completed_tasks_only`).
     /// - Old alerts go (`retention_purges_old_alerts`).

@@ -69,10 +69,10 @@ uuid_id!(
     KeyId
 );
 
-/// An account (tenant) name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct AccountId(String);
+string_id! {
+    /// An account (tenant) name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
+    pub struct AccountId;
+}
 
 /// The label under which per-account metrics count every account beyond
 /// their bound (the API's queue-depth gauges, the dispatcher's attempt
@@ -100,30 +100,6 @@ impl AccountId {
     /// A name written in this crate's code, known to be valid.
     pub(crate) fn known(s: &'static str) -> Self {
         AccountId(s.to_string())
-    }
-
-    /// The account name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for AccountId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl TryFrom<String> for AccountId {
-    type Error = StoreError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        AccountId::new(s)
-    }
-}
-
-impl From<AccountId> for String {
-    fn from(a: AccountId) -> String {
-        a.0
     }
 }
 
@@ -224,6 +200,22 @@ pub fn validate_free_text(what: &str, v: &str) -> Result<(), StoreError> {
         )));
     }
     Ok(())
+}
+
+/// Checks every string and key of a JSON value with [`validate_free_text`]:
+/// JSON can carry `\u0000`, which some stores cannot hold.
+pub fn validate_json_text(what: &str, v: &serde_json::Value) -> Result<(), StoreError> {
+    match v {
+        serde_json::Value::String(s) => validate_free_text(what, s),
+        serde_json::Value::Array(items) => {
+            items.iter().try_for_each(|i| validate_json_text(what, i))
+        }
+        serde_json::Value::Object(map) => map.iter().try_for_each(|(k, v)| {
+            validate_free_text(what, k)?;
+            validate_json_text(what, v)
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The answer of a write fenced by a token: one row changed, or the token

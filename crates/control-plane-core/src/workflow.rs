@@ -1,18 +1,17 @@
 //! Types of the workflow handoff queue and its retry policy.
 
-use std::fmt;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::{validate_lease, validate_limit, validate_short_text, AccountId, LeaseToken};
+use crate::{
+    validate_json_text, validate_lease, validate_limit, validate_short_text, AccountId, LeaseToken,
+};
 
-/// A caller-chosen task id: 1 to 255 characters, no control characters.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct TaskId(String);
+string_id! {
+    /// A caller-chosen task id: 1 to 255 characters, no control characters.
+    pub struct TaskId;
+}
 
 impl TaskId {
     /// Validates `s` as a task id.
@@ -20,30 +19,6 @@ impl TaskId {
         let s = s.into();
         validate_short_text("task id", &s)?;
         Ok(TaskId(s))
-    }
-
-    /// The id.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl TryFrom<String> for TaskId {
-    type Error = StoreError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        TaskId::new(s)
-    }
-}
-
-impl From<TaskId> for String {
-    fn from(t: TaskId) -> String {
-        t.0
     }
 }
 
@@ -115,9 +90,10 @@ pub struct TaskEnqueueRequest {
 
 impl TaskEnqueueRequest {
     /// `InvalidInput` for a kind that is empty, longer than 255 bytes or
-    /// holds a control character.
+    /// holds a control character, or a payload with a NUL in a string.
     pub fn validate(&self) -> Result<(), StoreError> {
-        validate_short_text("task kind", &self.kind)
+        validate_short_text("task kind", &self.kind)?;
+        validate_json_text("task payload", &self.payload)
     }
 }
 

@@ -91,7 +91,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = wiring::check_compiled(&config).and_then(|()| logs::init(&config)) {
+    let checked = wiring::check_compiled(&config)
+        .and_then(|()| wiring::check_role(role, &config))
+        .and_then(|()| logs::init(&config));
+    if let Err(e) = checked {
         eprintln!("control-plane: {e}");
         return ExitCode::from(2);
     }
@@ -112,7 +115,6 @@ fn main() -> ExitCode {
 }
 
 async fn run(role: Role, config: Config) -> Result<(), String> {
-    wiring::check_role(role, &config)?;
     let store: DynControlPlaneStore = wiring::open_store(role, &config).await?;
     match role {
         Role::Migrate => {

@@ -9,12 +9,13 @@ use control_plane_core::maintenance::run_maintenance;
 use control_plane_core::migration::Migrations;
 use control_plane_core::{
     Clock, Config, DynControlPlaneStore, PublishRequest, StoreOptions, StoreProfile, SystemClock,
-    UsageMeter,
+    TaskId, UsageMeter, UsageMetric,
 };
 use dispatcher::{
     DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner,
     TaskRunnerConfig,
 };
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,7 +37,8 @@ pub fn check_compiled(config: &Config) -> Result<(), String> {
     ))
 }
 
-/// Refuses role splits the profile cannot serve.
+/// Refuses what the role cannot run with, before anything is opened: a role
+/// split on a profile that cannot serve it, `api` without a shared token.
 pub fn check_role(role: Role, config: &Config) -> Result<(), String> {
     if matches!(role, Role::Api | Role::Worker)
         && matches!(config.store, StoreProfile::Embedded { .. })
@@ -46,8 +48,14 @@ pub fn check_role(role: Role, config: &Config) -> Result<(), String> {
             role.name()
         ));
     }
+    if role == Role::Api && config.admin_token.is_none() {
+        return Err(API_NEEDS_TOKEN.into());
+    }
     Ok(())
 }
+
+const API_NEEDS_TOKEN: &str =
+    "the api role needs CONTROLPLANE_ADMIN_TOKEN (every replica must accept the same token)";
 
 /// The store's policy: one attempt, then one per delay of the retry schedule;
 /// `migrate` always applies the migrations, whatever `CONTROLPLANE_AUTO_MIGRATE` says.
@@ -189,8 +197,20 @@ pub async fn maintenance_loop(
 /// rerun after a crash never publishes twice.
 pub const PUBLISH_TASK: &str = "control-plane.publish";
 
+/// The idempotency key of a publish task's event: `task:` and the task id,
+/// or, for an id too long for a key (over 250 characters), `task-sha256:` and
+/// the id's hash, so every valid task id publishes at most once.
+fn publish_key(id: &TaskId) -> String {
+    let key = format!("task:{}", id.as_str());
+    if key.len() <= 255 {
+        key
+    } else {
+        format!("task-sha256:{:x}", Sha256::digest(id.as_str().as_bytes()))
+    }
+}
+
 /// The workflow runner with the service's own handlers.
-pub fn task_runner(store: DynControlPlaneStore) -> TaskRunner {
+pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskRunner {
     let mut runner = TaskRunner::new(
         store.clone(),
         TaskRunnerConfig {
@@ -200,6 +220,7 @@ pub fn task_runner(store: DynControlPlaneStore) -> TaskRunner {
     );
     runner.register(PUBLISH_TASK, move |task| {
         let store = store.clone();
+        let usage = usage.clone();
         async move {
             let event_type = task.payload["type"]
                 .as_str()
@@ -209,13 +230,18 @@ pub fn task_runner(store: DynControlPlaneStore) -> TaskRunner {
                 account: task.account.clone(),
                 event_type,
                 payload: task.payload["payload"].clone(),
-                idempotency_key: Some(format!("task:{}", task.id.as_str())),
+                idempotency_key: Some(publish_key(&task.id)),
             };
             match store.event_publish(req).await {
-                Ok(p) => Ok(serde_json::json!({
+                Ok(p) => {
+                    if p.created {
+                        usage.add(&task.account, UsageMetric::EventsPublished, 1);
+                    }
+                    Ok(serde_json::json!({
                     "event_id": p.event.id,
-                    "deliveries": p.deliveries.len(),
-                })),
+                        "deliveries": p.deliveries.len(),
+                    }))
+                }
                 Err(e) if e.is_retryable() => Err(TaskError::retry(e.to_string())),
                 Err(e) => Err(TaskError::fatal(e.to_string())),
             }
@@ -252,7 +278,7 @@ fn admin_token(role: Role, config: &Config) -> Result<String, String> {
         return Ok(t.expose().to_string());
     }
     if role == Role::Api {
-        return Err("the api role needs CONTROLPLANE_ADMIN_TOKEN (every replica must accept the same token)".into());
+        return Err(API_NEEDS_TOKEN.into());
     }
     let token = api::generate_token("cpa_");
     println!("admin token (shown once; set CONTROLPLANE_ADMIN_TOKEN to keep a token across restarts): {token}");
@@ -420,7 +446,7 @@ fn spawn_workers(
             r.delivered, r.failed, r.released
         )
     });
-    let runner = task_runner(store.clone());
+    let runner = task_runner(store.clone(), meters.usage.clone());
     let stop = supervisor.token();
     supervisor.spawn("tasks", async move {
         let r = runner.run(stop).await;
@@ -630,5 +656,114 @@ mod tests {
             .unwrap();
         assert_eq!(d.state, DeliveryState::Pending, "the lease was released");
         assert_eq!(d.attempts, 0, "a released lease costs no attempt");
+    }
+
+    /// The service's publish task: an id of the longest valid length still
+    /// publishes (its key fits), exactly once; an operational event type is
+    /// refused as fatal, publishing nothing.
+    #[cfg(feature = "embedded")]
+    #[tokio::test]
+    async fn the_publish_task_publishes_once_and_never_an_operational_type() {
+        use control_plane_core::{
+            AccountId, EndpointCreateRequest, EventListRequest, PageRequest, Secret,
+            TaskEnqueueRequest, TaskId, TaskState,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store: DynControlPlaneStore = Arc::new(
+            store_embedded::EmbeddedStore::open(
+                store_embedded::EmbeddedConfig::new(dir.path().join("s.duckdb")),
+                Arc::new(SystemClock),
+            )
+            .await
+            .unwrap(),
+        );
+        let account = AccountId::new("a").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        let long = TaskId::new("t".repeat(255)).unwrap();
+        let reserved = TaskId::new("reserved").unwrap();
+        for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
+            store
+                .workflow_enqueue(TaskEnqueueRequest {
+                    id: id.clone(),
+                    account: account.clone(),
+                    kind: PUBLISH_TASK.into(),
+                    payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
+                    run_at: None,
+                })
+                .await
+                .unwrap();
+        }
+        let stop = CancellationToken::new();
+        let usage = Arc::new(UsageMeter::default());
+        let runner = task_runner(store.clone(), usage.clone());
+        let run = tokio::spawn({
+            let stop = stop.clone();
+            async move { runner.run(stop).await }
+        });
+        let states = async {
+            loop {
+                let a = store.workflow_get(&account, &long).await.unwrap().state;
+                let b = store.workflow_get(&account, &reserved).await.unwrap().state;
+                if a != TaskState::Pending
+                    && a != TaskState::Leased
+                    && b != TaskState::Pending
+                    && b != TaskState::Leased
+                {
+                    return (a, b);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let states = tokio::time::timeout(Duration::from_secs(20), states)
+            .await
+            .expect("both tasks end");
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(states, (TaskState::Completed, TaskState::DeadLettered));
+        let events = store
+            .event_list(EventListRequest {
+                account: account.clone(),
+                event_type: None,
+                since: None,
+                until: None,
+                page: PageRequest::first(10),
+            })
+            .await
+            .unwrap();
+        let types: Vec<&str> = events.items.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["order.paid"]);
+        usage
+            .flush(store.as_ref(), SystemClock.now())
+            .await
+            .unwrap();
+        let counted = store
+            .usage_query(
+                &account,
+                SystemClock.now().minus(Duration::from_secs(7200)),
+                SystemClock.now().plus(Duration::from_secs(3600)),
+            )
+            .await
+            .unwrap();
+        let published: u64 = counted
+            .iter()
+            .filter(|c| c.metric == UsageMetric::EventsPublished)
+            .map(|c| c.amount)
+            .sum();
+        assert_eq!(
+            published, 1,
+            "the task's event is metered like an API publish"
+        );
+        // The long id's key is stable and fits; another id has another key.
+        let key = publish_key(&long);
+        assert!(key.len() <= 255, "{key}");
+        assert_eq!(key, publish_key(&long));
+        assert_ne!(key, publish_key(&TaskId::new("u".repeat(255)).unwrap()));
     }
 }

@@ -71,7 +71,7 @@ fn split_roles_on_embedded_fail_closed() {
             .env("CONTROLPLANE_EMBEDDED_PATH", dir.path().join("s.duckdb"))
             .output()
             .unwrap();
-        assert!(!o.status.success());
+        assert_eq!(o.status.code(), Some(2), "a configuration error");
         assert!(
             stderr(&o).contains("CONTROLPLANE_STORE=postgres"),
             "{}",
@@ -79,6 +79,20 @@ fn split_roles_on_embedded_fail_closed() {
         );
     }
     assert!(!dir.path().join("s.duckdb").exists(), "nothing was opened");
+    // `api` without a shared admin token: refused before the store is opened
+    // (the database URL points nowhere).
+    let o = bin()
+        .arg("api")
+        .env("CONTROLPLANE_STORE", "postgres")
+        .env("CONTROLPLANE_DATABASE_URL", "postgres://app@127.0.0.1:1/db")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CONTROLPLANE_ADMIN_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

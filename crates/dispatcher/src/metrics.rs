@@ -79,14 +79,17 @@ impl DeliveryMetrics {
     }
 
     /// Counts one attempt of `account` with its result (as
-    /// `DeliveryOutcome::kind` names it) and how long the request took.
-    pub fn record(&self, account: &AccountId, result: &'static str, took: Duration) {
+    /// `DeliveryOutcome::kind` names it) and how long its request took (none
+    /// for an attempt given up without a request: a refused destination).
+    pub fn record(&self, account: &AccountId, result: &'static str, took: Option<Duration>) {
         self.attempts.get_or_create(&ResultLabel { result }).inc();
         let account = self.account_label(account);
         self.by_account
             .get_or_create(&AccountResultLabels { account, result })
             .inc();
-        self.duration.observe(took.as_secs_f64());
+        if let Some(took) = took {
+            self.duration.observe(took.as_secs_f64());
+        }
     }
 
     /// Attempts counted with `result`.
@@ -128,9 +131,9 @@ mod tests {
         let mut registry = Registry::default();
         let m = DeliveryMetrics::register(&mut registry);
         let a = AccountId::new("acme").unwrap();
-        m.record(&a, "delivered", Duration::from_millis(3));
-        m.record(&a, "retry", Duration::from_millis(700));
-        m.record(&a, "retry", Duration::from_secs(40));
+        m.record(&a, "delivered", Some(Duration::from_millis(3)));
+        m.record(&a, "retry", Some(Duration::from_millis(700)));
+        m.record(&a, "retry", Some(Duration::from_secs(40)));
         assert_eq!(m.attempts("retry"), 2);
         let text = render(&registry);
         assert!(
@@ -163,12 +166,12 @@ mod tests {
         let m = DeliveryMetrics::register(&mut registry);
         for i in 0..ACCOUNT_LABELS + 5 {
             let a = AccountId::new(format!("acct-{i}")).unwrap();
-            m.record(&a, "delivered", Duration::ZERO);
+            m.record(&a, "delivered", Some(Duration::ZERO));
         }
         m.record(
             &AccountId::new("acct-0").unwrap(),
             "delivered",
-            Duration::ZERO,
+            Some(Duration::ZERO),
         );
         let text = render(&registry);
         let series = text

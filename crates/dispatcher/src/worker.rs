@@ -308,11 +308,14 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
 /// or resolves to, outside the allowed targets), gives up without a request.
 async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let refuse = |error: String| {
-        DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
+        let outcome = DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
             status_code: None,
             error: Some(error),
             latency_ms: 0,
-        })
+        });
+        ctx.metrics
+            .record(&c.delivery.account, outcome.kind(), None);
+        outcome
     };
     let now = ctx.clock.now();
     let id = c.delivery.id.to_string();
@@ -346,7 +349,7 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
         &ctx.policy,
         ctx.clock.now(),
     );
-    ctx.metrics.record(account, outcome.kind(), took);
+    ctx.metrics.record(account, outcome.kind(), Some(took));
     outcome
 }
 

@@ -154,7 +154,14 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let d = Dispatcher::new(s.store.clone(), cfg).unwrap();
+    run_dispatcher_until(Dispatcher::new(s.store.clone(), cfg).unwrap(), done).await
+}
+
+async fn run_dispatcher_until<F, Fut>(d: Dispatcher, done: F) -> dispatcher::DispatchReport
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let tx = tokio_util::sync::CancellationToken::new();
     let rx = tx.clone();
     let run = tokio::spawn(async move { d.run(rx).await });
@@ -325,11 +332,16 @@ async fn a_private_destination_is_refused_without_an_allowlist() {
         allowed_targets: Vec::new(),
         ..config(5)
     };
-    run_until(&s, cfg, || async {
+    let metrics = Arc::new(dispatcher::DeliveryMetrics::default());
+    let d = Dispatcher::new(s.store.clone(), cfg)
+        .unwrap()
+        .with_meters(metrics.clone(), Arc::default());
+    run_dispatcher_until(d, || async {
         state(&s, id).await.state == DeliveryState::Dead
     })
     .await;
     assert!(r.seen.lock().unwrap().is_empty(), "nothing was sent");
+    assert_eq!(metrics.attempts("give_up"), 1, "the refusal is counted");
     assert!(state(&s, id)
         .await
         .last_error

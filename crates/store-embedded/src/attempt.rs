@@ -93,17 +93,17 @@ impl AttemptRows {
                  unnest($11::BIGINT[]), $12"
             ),
             params![
-                list::int(self.id),
+                list::of(self.id),
                 list::text(self.delivery),
                 list::text(self.endpoint),
                 list::text(self.account),
-                list::int(self.attempt),
+                list::of(self.attempt),
                 list::text(self.result),
-                list::opt_int(self.status_code),
-                list::opt_text(self.error),
-                list::int(self.latency_ms),
-                list::bool(self.will_retry),
-                list::opt_int(self.next_attempt_at),
+                list::of(self.status_code),
+                list::of(self.error),
+                list::of(self.latency_ms),
+                list::of(self.will_retry),
+                list::of(self.next_attempt_at),
                 t.now.as_millis()
             ],
         )

@@ -207,7 +207,7 @@ impl NewRows {
                     list::text(self.ev_account),
                     list::text(self.ev_type),
                     list::text(self.ev_body),
-                    list::opt_text(self.ev_key),
+                    list::of(self.ev_key),
                     t.now.as_millis()
                 ],
             )
@@ -223,7 +223,7 @@ impl NewRows {
                     list::text(self.d_account),
                     list::text(self.d_endpoint),
                     list::text(self.d_event),
-                    list::int(self.d_seq),
+                    list::of(self.d_seq),
                     t.options.max_attempts,
                     t.now.as_millis()
                 ],
@@ -501,12 +501,12 @@ impl Transitions {
              unnest($5::VARCHAR[]) AS token, unnest($6::VARCHAR[]) AS outcome) c \
              WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $8 AND $9",
             params![
-                list::int(self.seq),
+                list::of(self.seq),
                 list::text(self.state),
-                list::int(self.due_at),
-                list::opt_text(self.last_error),
-                list::opt_text(self.token),
-                list::opt_text(self.outcome),
+                list::of(self.due_at),
+                list::of(self.last_error),
+                list::of(self.token),
+                list::of(self.outcome),
                 t.now.as_millis(),
                 lo,
                 hi
@@ -842,7 +842,7 @@ fn lease(
     let expires = t.now.plus(req.lease_for);
     let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
     let (lo, hi) = seq_range(&seqs).unwrap_or_default();
-    let seqs = || list::int(seqs.iter().copied());
+    let seqs = || list::of(seqs.iter().copied());
     t.execute(
         "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
          lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
@@ -971,7 +971,7 @@ pub(crate) fn record_outcomes(
                 .db()?;
             let rows = st
                 .query_map(
-                    params![list::int(seqs.iter().copied()), lo, hi],
+                    params![list::of(seqs.iter().copied()), lo, hi],
                     row_to_lease_row,
                 )
                 .db()?;
@@ -1172,12 +1172,6 @@ pub(crate) fn count_by_account_and_state(
 
 #[async_trait]
 impl DeliveryStore for EmbeddedStore {
-    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
-        let mut v = self.event_publish_batch(vec![req]).await?;
-        v.pop()
-            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
-    }
-
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
         let published = self.tx(move |t| publish(t, reqs)).await?;
         self.wakeup.notify();
@@ -1223,18 +1217,6 @@ impl DeliveryStore for EmbeddedStore {
         self.tx(move |t| release(t, &lease)).await?;
         self.wakeup.notify();
         Ok(())
-    }
-
-    async fn delivery_record_outcome(
-        &self,
-        lease: &Lease,
-        outcome: DeliveryOutcome,
-    ) -> StoreResult<OutcomeRecorded> {
-        let batch = vec![(lease.clone(), outcome)];
-        self.tx(move |t| record_outcomes(t, batch))
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
     }
 
     async fn delivery_record_outcomes(

@@ -19,6 +19,12 @@ const PURGES: &[(Purged, &str)] = &[
          AND updated_at <= $1 ORDER BY updated_at LIMIT $2)",
     ),
     (
+        Purged::Deliveries,
+        "DELETE FROM deliveries WHERE id IN (SELECT d.id FROM deliveries d JOIN endpoints e \
+         ON e.id = d.endpoint_id WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' \
+         AND d.updated_at <= $1 LIMIT $2)",
+    ),
+    (
         Purged::Attempts,
         "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE recorded_at <= $1 \
          ORDER BY recorded_at, id LIMIT $2)",

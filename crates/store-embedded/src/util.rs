@@ -34,33 +34,9 @@ pub(crate) mod list {
         )
     }
 
-    /// A `VARCHAR[]` with NULLs.
-    pub(crate) fn opt_text(items: impl IntoIterator<Item = Option<String>>) -> Value {
-        Value::List(
-            items
-                .into_iter()
-                .map(|s| s.map_or(Value::Null, Value::Text))
-                .collect(),
-        )
-    }
-
-    /// A `BIGINT[]`.
-    pub(crate) fn int(items: impl IntoIterator<Item = i64>) -> Value {
-        Value::List(items.into_iter().map(Value::BigInt).collect())
-    }
-
-    /// A `BIGINT[]` with NULLs.
-    pub(crate) fn opt_int(items: impl IntoIterator<Item = Option<i64>>) -> Value {
-        Value::List(
-            items
-                .into_iter()
-                .map(|v| v.map_or(Value::Null, Value::BigInt))
-                .collect(),
-        )
-    }
-
-    /// A `BOOLEAN[]`.
-    pub(crate) fn bool(items: impl IntoIterator<Item = bool>) -> Value {
-        Value::List(items.into_iter().map(Value::Boolean).collect())
+    /// A list of numbers, booleans or text, where `None` is NULL
+    /// (`BIGINT[]`, `BOOLEAN[]`, `VARCHAR[]`).
+    pub(crate) fn of<T: Into<Value>>(items: impl IntoIterator<Item = T>) -> Value {
+        Value::List(items.into_iter().map(Into::into).collect())
     }
 }

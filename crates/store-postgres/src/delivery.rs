@@ -1273,12 +1273,6 @@ impl PostgresStore {
 
 #[async_trait]
 impl DeliveryStore for PostgresStore {
-    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
-        let mut v = self.event_publish_batch(vec![req]).await?;
-        v.pop()
-            .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
-    }
-
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
         if reqs.is_empty() {
             return Ok(Vec::new());
@@ -1334,17 +1328,6 @@ impl DeliveryStore for PostgresStore {
         let out = in_tx!(self, |t| release(&t, lease))?;
         self.wake().await;
         Ok(out)
-    }
-
-    async fn delivery_record_outcome(
-        &self,
-        lease: &Lease,
-        outcome: DeliveryOutcome,
-    ) -> StoreResult<OutcomeRecorded> {
-        self.delivery_record_outcomes(vec![(lease.clone(), outcome)])
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
     }
 
     async fn delivery_record_outcomes(

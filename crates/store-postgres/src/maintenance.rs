@@ -19,6 +19,13 @@ const PURGES: &[(Purged, &str)] = &[
          DELETE FROM deliveries d USING c WHERE d.id = c.id",
     ),
     (
+        Purged::Deliveries,
+        "WITH c AS (SELECT d.id FROM endpoints e JOIN deliveries d ON d.endpoint_id = e.id \
+                    WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' AND d.updated_at <= $1 \
+                    LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
+         DELETE FROM deliveries d USING c WHERE d.id = c.id",
+    ),
+    (
         Purged::Attempts,
         "WITH c AS (SELECT id FROM attempts WHERE recorded_at <= $1 ORDER BY recorded_at, id LIMIT $2) \
          DELETE FROM attempts a USING c WHERE a.id = c.id",
