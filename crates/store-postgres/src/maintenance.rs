@@ -20,7 +20,8 @@ const PURGES: &[(Purged, &str)] = &[
     ),
     (
         Purged::Deliveries,
-        "WITH c AS (SELECT d.id FROM endpoints e JOIN deliveries d ON d.endpoint_id = e.id \
+        "WITH c AS (SELECT d.id FROM endpoints e \
+                    JOIN deliveries d ON d.account = e.account AND d.endpoint_id = e.id \
                     WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' AND d.updated_at <= $1 \
                     LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
          DELETE FROM deliveries d USING c WHERE d.id = c.id",

@@ -31,6 +31,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (6, include_str!("migrations/0006_retention_indexes.sql")),
     (7, include_str!("migrations/0007_events_by_account.sql")),
     (8, include_str!("migrations/0008_one_index_of_leases.sql")),
+    (9, include_str!("migrations/0009_one_index_by_event.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
