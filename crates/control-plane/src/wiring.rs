@@ -570,6 +570,19 @@ mod tests {
         assert!(drained.load(Ordering::SeqCst));
     }
 
+    /// An embedded store in `dir`, on the system clock.
+    #[cfg(feature = "embedded")]
+    async fn embedded_store(dir: &std::path::Path) -> DynControlPlaneStore {
+        Arc::new(
+            store_embedded::EmbeddedStore::open(
+                store_embedded::EmbeddedConfig::new(dir.join("s.duckdb")),
+                Arc::new(SystemClock),
+            )
+            .await
+            .unwrap(),
+        )
+    }
+
     /// The dispatcher holds a lease on a send that never answers; another
     /// component fails; the dispatcher releases the lease as it drains, so
     /// the delivery is pending again at once, not after the lease expires.
@@ -580,14 +593,7 @@ mod tests {
             AccountId, DeliveryState, EndpointCreateRequest, PublishRequest, Secret,
         };
         let dir = tempfile::tempdir().unwrap();
-        let store: DynControlPlaneStore = Arc::new(
-            store_embedded::EmbeddedStore::open(
-                store_embedded::EmbeddedConfig::new(dir.path().join("s.duckdb")),
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap(),
-        );
+        let store = embedded_store(dir.path()).await;
         // Accepts connections and never answers.
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", silent.local_addr().unwrap());
@@ -669,14 +675,7 @@ mod tests {
             TaskEnqueueRequest, TaskId, TaskState,
         };
         let dir = tempfile::tempdir().unwrap();
-        let store: DynControlPlaneStore = Arc::new(
-            store_embedded::EmbeddedStore::open(
-                store_embedded::EmbeddedConfig::new(dir.path().join("s.duckdb")),
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap(),
-        );
+        let store = embedded_store(dir.path()).await;
         let account = AccountId::new("a").unwrap();
         store
             .endpoint_create(EndpointCreateRequest::new(
