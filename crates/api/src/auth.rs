@@ -110,7 +110,7 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|t| !t.is_empty() && t.len() <= 256)
+            .filter(|t| !t.is_empty() && t.len() <= control_plane_core::config::MAX_TOKEN_BYTES)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
         caller_for_token(state, token)
             .await?

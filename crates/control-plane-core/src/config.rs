@@ -421,11 +421,16 @@ fn listen(vars: &Vars) -> Result<SocketAddr, ConfigError> {
     }
 }
 
+/// The longest bearer token the API reads (header and dashboard login); a
+/// configured admin token must fit.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
 fn admin_token(vars: &Vars) -> Result<Option<Secret>, ConfigError> {
     // What a caller can send back: a bearer token is visible ASCII, and the
-    // API reads at most 256 bytes of one.
-    let sendable =
-        |v: &str| (16..=256).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_graphic());
+    // API reads at most MAX_TOKEN_BYTES of one.
+    let sendable = |v: &str| {
+        (16..=MAX_TOKEN_BYTES).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_graphic())
+    };
     match vars.get("CONTROLPLANE_ADMIN_TOKEN") {
         Some(v) if !sendable(v) => Err(err(
             "CONTROLPLANE_ADMIN_TOKEN",

@@ -263,7 +263,7 @@ async fn login(
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     let token = form.token.trim();
-    if token.is_empty() || token.len() > 256 {
+    if token.is_empty() || token.len() > control_plane_core::config::MAX_TOKEN_BYTES {
         return Ok((StatusCode::UNAUTHORIZED, Html(login_page(true))).into_response());
     }
     match caller_for_token(&state, token).await? {
