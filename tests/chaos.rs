@@ -484,6 +484,25 @@ async fn the_service_survives_a_database_outage() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The unauthenticated answer says the store is down, not why: the
+    // driver's error (hosts, users) goes to the service's log only.
+    let body = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        [
+            "the store is not reachable; the service's log says why",
+            "the store did not answer within 2 s"
+        ]
+        .contains(&v["error"]["message"].as_str().unwrap_or_default()),
+        "{body}"
+    );
     let r = api(
         "POST",
         "/v1/accounts/acme/events",

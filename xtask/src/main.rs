@@ -379,7 +379,7 @@ fn bench(flags: &[String]) -> Result<(), String> {
 /// Every fuzz target for a minute each.
 fn fuzz() -> Result<(), String> {
     let dir = workspace_root().join("crates/fuzz");
-    for target in ["config", "inputs"] {
+    for target in ["config", "inputs", "answers"] {
         eprintln!("xtask: cargo +nightly fuzz run {target} for 60 s");
         let status = Command::new("cargo")
             .args([

@@ -37,6 +37,11 @@ impl ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
     }
 
+    /// `403 forbidden`: the caller is known but may not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::FORBIDDEN, message)
+    }
+
     /// `400 bad_request`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, message)
@@ -48,6 +53,7 @@ pub fn code_for(status: StatusCode) -> &'static str {
     match status.as_u16() {
         400 => "bad_request",
         401 => "unauthorized",
+        403 => "forbidden",
         404 => "not_found",
         405 => "method_not_allowed",
         409 => "conflict",

@@ -45,6 +45,10 @@ pub struct ApiConfig {
     pub body_limit: usize,
     /// How long a rotated-out secret keeps signing.
     pub rotation_grace: Duration,
+    /// The service's default in-flight cap per endpoint
+    /// (`CONTROLPLANE_ENDPOINT_CONCURRENCY`): a `max_in_flight` above it
+    /// needs the admin token.
+    pub endpoint_concurrency: u32,
 }
 
 impl ApiConfig {
@@ -54,6 +58,7 @@ impl ApiConfig {
             admin_token: admin_token.into(),
             body_limit: 1024 * 1024,
             rotation_grace: Duration::from_secs(24 * 3600),
+            endpoint_concurrency: control_plane_core::policy::DEFAULT_ENDPOINT_CONCURRENCY,
         }
     }
 }
@@ -66,6 +71,7 @@ pub struct ApiState {
     pub(crate) usage: Arc<UsageMeter>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
+    pub(crate) endpoint_concurrency: u32,
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
 }
@@ -88,6 +94,7 @@ pub fn router(
         usage,
         clock: Arc::new(SystemClock),
         rotation_grace: config.rotation_grace,
+        endpoint_concurrency: config.endpoint_concurrency,
         openapi: openapi::to_json(doc),
     });
     routes
@@ -196,10 +203,15 @@ async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse,
             status: "ready",
             store: state.store.backend_name(),
         })),
-        Ok(Err(e)) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the store is not reachable: {e}"),
-        )),
+        // The store's error may name hosts, users or paths: it goes to the
+        // service's log, not to an unauthenticated caller.
+        Ok(Err(e)) => {
+            tracing::warn!("readiness check: the store is not reachable: {e}");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store is not reachable; the service's log says why",
+            ))
+        }
         Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the store did not answer within 2 s",

@@ -21,9 +21,9 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{
-    generate_secret, generate_token, hash_token, validate_secret, AdminScope, Scope,
+    generate_secret, generate_token, hash_token, validate_secret, AdminScope, Caller, Scope,
 };
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::views::{
     self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
     EndpointStats, EndpointView, EndpointWithSecret, EventView, KeyCreated, Listing, Published,
@@ -229,6 +229,22 @@ pub(crate) struct EndpointCreateBody {
     description: Option<String>,
 }
 
+/// `403` when an account key asks for a `max_in_flight` above the service
+/// default: a larger share of every worker's send slots is the operator's
+/// call (ADR 0019).
+fn cap_allowed(s: &ApiState, caller: &Caller, max_in_flight: Option<u32>) -> Result<(), ApiError> {
+    match (caller, max_in_flight) {
+        (Caller::Account(_), Some(n)) if n > s.endpoint_concurrency => {
+            Err(ApiError::forbidden(format!(
+                "max_in_flight {n} is above the service default of {} \
+                 (CONTROLPLANE_ENDPOINT_CONCURRENCY); only the admin token may set it higher",
+                s.endpoint_concurrency
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Creates an endpoint; the answer shows its signing secret, this once.
 #[utoipa::path(
     post,
@@ -236,13 +252,18 @@ pub(crate) struct EndpointCreateBody {
     tag = "endpoints",
     params(AccountPath),
     request_body = EndpointCreateBody,
-    responses((status = 201, description = "Created", body = EndpointWithSecret)),
+    responses(
+        (status = 201, description = "Created", body = EndpointWithSecret),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+    ),
 )]
 pub(crate) async fn endpoint_create(
     State(s): Shared,
     Scope(account): Scope,
+    caller: Caller,
     Json(body): Json<EndpointCreateBody>,
 ) -> Answer {
+    cap_allowed(&s, &caller, body.max_in_flight)?;
     let secret = given_or_new_secret(body.secret)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
@@ -322,14 +343,19 @@ pub(crate) struct EndpointUpdateBody {
     tag = "endpoints",
     params(ItemPath),
     request_body = EndpointUpdateBody,
-    responses((status = 200, description = "The endpoint as changed", body = EndpointView)),
+    responses(
+        (status = 200, description = "The endpoint as changed", body = EndpointView),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+    ),
 )]
 pub(crate) async fn endpoint_update(
     State(s): Shared,
     Scope(account): Scope,
+    caller: Caller,
     Path(p): Path<ItemPath>,
     Json(body): Json<EndpointUpdateBody>,
 ) -> Answer {
+    cap_allowed(&s, &caller, body.max_in_flight.flatten())?;
     let req = EndpointUpdateRequest {
         url: body.url,
         event_types: body.event_types,

@@ -260,6 +260,49 @@ async fn an_account_key_reaches_its_own_account_only() {
 }
 
 #[tokio::test]
+async fn only_the_admin_may_raise_max_in_flight_above_the_default() {
+    let api = api().await;
+    let (_, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    let token = key["key"].as_str().unwrap().to_string();
+    let create = |n: u32, t: Option<&str>| {
+        let t = t.map(str::to_string);
+        let api = &api;
+        async move {
+            call("POST", "/v1/accounts/acme/endpoints")
+                .token(t.as_deref())
+                .json(json!({"url": "https://example.com/x", "max_in_flight": n}))
+                .send(api)
+                .await
+        }
+    };
+    let (s, body) = create(17, Some(&token)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    assert_error(&body, "forbidden");
+    assert!(body
+        .to_string()
+        .contains("CONTROLPLANE_ENDPOINT_CONCURRENCY"));
+    let (s, mine) = create(16, Some(&token)).await;
+    assert_eq!(s, StatusCode::CREATED, "{mine}");
+    let id = mine["id"].as_str().unwrap();
+    let (s, body) = call("PATCH", format!("/v1/accounts/acme/endpoints/{id}"))
+        .token(Some(&token))
+        .json(json!({"max_in_flight": 100}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    let (s, body) = create(100, Some(ADMIN)).await;
+    assert_eq!(s, StatusCode::CREATED, "the admin may: {body}");
+    assert_eq!(
+        api.store
+            .endpoint_list(&AccountId::new("acme").unwrap())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
 async fn keys_are_stored_hashed() {
     let api = api().await;
     let (_, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
@@ -450,6 +493,14 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
     assert_eq!(again["id"], first["id"]);
     assert_eq!(again["duplicate"], true);
     assert_eq!(again["deliveries"], first["deliveries"]);
+    // The key is bound to its request: another payload under it is refused.
+    let (s, other) = call("POST", "/v1/accounts/acme/events")
+        .header("idempotency-key", "order-7")
+        .json(json!({"type": "order.paid", "payload": {"id": 8}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{other}");
+    assert_error(&other, "invalid_input");
     let delivery = first["deliveries"][0].as_str().unwrap();
     let (s, list) = call(
         "GET",

@@ -884,44 +884,112 @@ async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     Ok(out)
 }
 
-/// A healthy endpoint's publish-to-arrival latency, alone and beside a
-/// neighbour with a backlog that answers slowly (2 s) or fails every request
-/// (500), through one dispatcher with the service's default concurrency (64)
-/// and the default per-endpoint cap (16).
+/// One isolation scenario: `neighbours` endpoints, each with a backlog,
+/// whose receivers answer `status` after `delay`, in the healthy endpoint's
+/// account or another one, beside a dispatcher of `slots` send slots.
+struct Neighbours {
+    name: &'static str,
+    slots: usize,
+    neighbours: usize,
+    delay: Duration,
+    status: u16,
+    other_account: bool,
+}
+
+/// The isolation scenarios of issue 34, at the default 64 slots and at 16.
+fn neighbour_scenarios() -> Vec<Neighbours> {
+    let slow = Duration::from_secs(2);
+    // Never answers within the request timeout (15 s).
+    let silent = Duration::from_secs(3600);
+    let mut out = Vec::new();
+    for slots in [64, 16] {
+        let at = |name, neighbours, delay, status, other_account| Neighbours {
+            name,
+            slots,
+            neighbours,
+            delay,
+            status,
+            other_account,
+        };
+        out.push(at("none (alone)", 0, Duration::ZERO, 200, false));
+        out.push(at("1 slow (2 s answers), backlog", 1, slow, 200, false));
+        if slots == 64 {
+            out.push(at(
+                "1 failing (500), backlog",
+                1,
+                Duration::ZERO,
+                500,
+                false,
+            ));
+        }
+        out.push(at("4 slow, same account", 4, slow, 200, false));
+        out.push(at("16 slow, same account", 16, slow, 200, false));
+        out.push(at(
+            "20 never answering, other account",
+            20,
+            silent,
+            200,
+            true,
+        ));
+    }
+    out
+}
+
+/// A healthy endpoint's publish-to-arrival latency, alone and beside slow,
+/// failing or silent neighbours with backlogs (issue 34, ADR 0019), through
+/// one dispatcher with the default per-endpoint cap (16) and 64 or 16 send
+/// slots; and how many requests the neighbours received meanwhile.
 async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
-        "| adapter | neighbour | healthy publish-to-arrival p50 (ms) | p99 (ms) |\n| --- | --- | --- | --- |\n",
+        "| adapter | slots | neighbours | healthy publish-to-arrival p50 (ms) | p99 (ms) | neighbours' requests/s |\n| --- | --- | --- | --- | --- | --- |\n",
     );
-    let backlog: usize = if a.quick { 500 } else { 10_000 };
+    let backlog: usize = if a.quick { 100 } else { 500 };
     let samples = if a.quick { 20 } else { 100 };
+    let scenarios = neighbour_scenarios();
+    let scenarios: Vec<&Neighbours> = if a.quick {
+        scenarios
+            .iter()
+            .filter(|s| s.slots == 64 && s.neighbours <= 4)
+            .collect()
+    } else {
+        scenarios.iter().collect()
+    };
     for &profile in &a.profiles {
-        for (name, neighbour) in [
-            ("none (alone)", None),
-            ("2 s answers, backlog", Some((Duration::from_secs(2), 200))),
-            ("fails every request, backlog", Some((Duration::ZERO, 500))),
-        ] {
+        for sc in &scenarios {
             let (store, schema) = open_profile(a, profile, dir).await?;
             let (healthy_url, seen) = receiver(Duration::ZERO).await?;
             flow_endpoint(store.as_ref(), &healthy_url, &["healthy"], None).await?;
-            if let Some((delay, status)) = neighbour {
-                let (url, _) = receiver_answering(delay, status).await?;
-                flow_endpoint(store.as_ref(), &url, &["noisy"], None).await?;
-                for chunk in 0..backlog.div_ceil(500) {
-                    let n = 500.min(backlog - chunk * 500);
-                    let reqs = (0..n)
-                        .map(|i| {
-                            PublishRequest::new(acct(), "noisy", serde_json::json!({ "i": i }))
-                        })
-                        .collect();
-                    store.event_publish_batch(reqs).await.map_err(fail)?;
-                }
+            let mut noisy = Vec::new();
+            let other = AccountId::new("other").map_err(fail)?;
+            let account = if sc.other_account { other } else { acct() };
+            for n in 0..sc.neighbours {
+                let (url, r) = receiver_answering(sc.delay, sc.status).await?;
+                noisy.push(r);
+                let ty = format!("noisy{n}");
+                let mut req = EndpointCreateRequest::new(
+                    account.clone(),
+                    &url,
+                    Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                );
+                req.event_types = vec![ty.clone()];
+                store.endpoint_create(req).await.map_err(fail)?;
+                let reqs = (0..backlog)
+                    .map(|i| {
+                        PublishRequest::new(
+                            account.clone(),
+                            ty.clone(),
+                            serde_json::json!({ "i": i }),
+                        )
+                    })
+                    .collect();
+                store.event_publish_batch(reqs).await.map_err(fail)?;
             }
             let loopback = Cidr::parse("127.0.0.0/8").ok_or("cidr")?;
             let d = Dispatcher::new(
                 store.clone(),
                 DispatcherConfig {
                     worker: "fair".into(),
-                    concurrency: 64,
+                    concurrency: sc.slots,
                     max_batch: 100,
                     poll_interval: Duration::from_millis(1000),
                     allowed_targets: vec![loopback],
@@ -931,8 +999,11 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             let stop = CancellationToken::new();
             let stopped = stop.clone();
             let run = tokio::spawn(async move { d.run(stopped).await });
-            // Let the neighbour fill its share of the send slots first.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Let the neighbours fill the slots and the worker learn them:
+            // longer than the slow-answer threshold (1 s) plus one answer.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let noisy_before: usize = noisy.iter().map(|r| r.count()).sum();
+            let window = Instant::now();
             let mut sent = Vec::new();
             for i in 0..samples {
                 let p = store
@@ -948,6 +1019,9 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            let noisy_after: usize = noisy.iter().map(|r| r.count()).sum();
+            let noisy_rate =
+                noisy_after.saturating_sub(noisy_before) as f64 / window.elapsed().as_secs_f64();
             let deadline = Instant::now() + Duration::from_secs(120);
             let mut lat = Vec::new();
             while Instant::now() < deadline {
@@ -971,16 +1045,22 @@ async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
             if let Some(s) = schema {
                 drop_schema(&a.url, &s).await?;
             }
+            let (name, slots) = (sc.name, sc.slots);
             if lat.len() < sent.len() {
                 return Err(format!(
-                    "fairness on {profile} beside {name}: {} of {} healthy deliveries arrived in 2 min",
+                    "fairness on {profile} at {slots} slots beside {name}: {} of {} healthy deliveries arrived in 2 min",
                     lat.len(),
                     sent.len()
                 ));
             }
             let (p50, p99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
-            let _ = writeln!(out, "| {profile} | {name} | {p50:.1} | {p99:.1} |");
-            eprintln!("bench: fairness {profile} beside {name}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+            let _ = writeln!(
+                out,
+                "| {profile} | {slots} | {name} | {p50:.1} | {p99:.1} | {noisy_rate:.1} |"
+            );
+            eprintln!(
+                "bench: fairness {profile} {slots} slots beside {name}: p50 {p50:.1} ms, p99 {p99:.1} ms, neighbours {noisy_rate:.1}/s"
+            );
         }
     }
     Ok(out)

@@ -83,11 +83,7 @@ async fn claim(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
 
 async fn claim_for(h: &Harness, limit: u32, lease_for: Duration) -> Vec<ClaimedDelivery> {
     h.store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit,
-            lease_for,
-        })
+        .delivery_claim(ClaimRequest::new("w", limit, lease_for))
         .await
         .unwrap()
 }
@@ -347,7 +343,6 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     req.idempotency_key = Some("key-1".into());
     let first = h.store.event_publish(req.clone()).await.unwrap();
     h.clock.advance(Duration::from_secs(5));
-    req.payload = json!({"n": 2});
     let again = h.store.event_publish(req.clone()).await.unwrap();
     assert!(first.created);
     assert!(!again.created);
@@ -364,6 +359,54 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     let b = h.store.event_publish(other).await.unwrap();
     assert!(b.created, "keys are scoped by account");
     assert_ne!(b.event.id, first.event.id);
+}
+
+/// `DeliveryStore::event_publish`: an idempotency key is bound to its
+/// request: the same key with another payload or type is `InvalidInput`,
+/// alone or in a batch, and stores nothing; the same request still answers
+/// with the first event.
+pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let mut req = publish_req("a", "invoice.paid");
+    req.idempotency_key = Some("key-1".into());
+    let first = h.store.event_publish(req.clone()).await.unwrap();
+    let mut other_payload = req.clone();
+    other_payload.payload = json!({"n": 2});
+    let mut other_type = req.clone();
+    other_type.event_type = "invoice.voided".into();
+    for bad in [other_payload.clone(), other_type] {
+        let e = h.store.event_publish(bad).await;
+        assert!(matches!(e, Err(StoreError::InvalidInput(_))), "{e:?}");
+    }
+    // In a batch, beside a new event: the whole batch stores nothing.
+    let batch = h
+        .store
+        .event_publish_batch(vec![publish_req("a", "fresh"), other_payload.clone()])
+        .await;
+    assert!(
+        matches!(batch, Err(StoreError::InvalidInput(_))),
+        "{batch:?}"
+    );
+    // Within one batch, a key used twice for two requests is refused too.
+    let mut twice = publish_req("a", "x");
+    twice.idempotency_key = Some("key-2".into());
+    let mut twice_other = twice.clone();
+    twice_other.payload = json!({"n": 3});
+    let within = h.store.event_publish_batch(vec![twice, twice_other]).await;
+    assert!(
+        matches!(within, Err(StoreError::InvalidInput(_))),
+        "{within:?}"
+    );
+    let page = h
+        .store
+        .delivery_list(DeliveryListRequest::all(acct("a"), PageRequest::first(100)))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1, "nothing stored beside the first event");
+    let again = h.store.event_publish(req).await.unwrap();
+    assert!(!again.created);
+    assert_eq!(again.event, first.event);
 }
 
 /// `DeliveryStore::event_publish_batch`: all or nothing.
@@ -394,12 +437,11 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
         ["x", "y", "z"],
         "sequence numbers follow the batch's order"
     );
-    // A key repeated inside one batch: the later request answers with the
-    // earlier one's event, and nothing new is stored for it.
+    // A request repeated with its key inside one batch: the later one
+    // answers with the earlier one's event, and nothing new is stored for it.
     let mut first = publish_req("a", "k.first");
     first.idempotency_key = Some("same".into());
-    let mut again = publish_req("a", "k.again");
-    again.idempotency_key = Some("same".into());
+    let again = first.clone();
     let both = h
         .store
         .event_publish_batch(vec![first, again, publish_req("a", "k.other")])
@@ -748,11 +790,7 @@ pub async fn claim_rejects_bad_limits(f: &dyn StoreFactory) {
     for (limit, lease_for) in [(0, LEASE), (1001, LEASE), (1, Duration::ZERO)] {
         let r = h
             .store
-            .delivery_claim(ClaimRequest {
-                worker: "w".into(),
-                limit,
-                lease_for,
-            })
+            .delivery_claim(ClaimRequest::new("w", limit, lease_for))
             .await;
         assert!(
             matches!(r, Err(StoreError::InvalidInput(_))),
@@ -2150,11 +2188,7 @@ async fn claim_until_empty(h: &Harness, workers: usize, limit: u32) -> Vec<Claim
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .delivery_claim(ClaimRequest {
-                            worker: format!("w{w}"),
-                            limit,
-                            lease_for: LEASE,
-                        })
+                        .delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE))
                         .await
                         .unwrap();
                     if c.is_empty() {
@@ -2297,6 +2331,117 @@ pub async fn claims_are_shared_fairly_between_accounts(f: &dyn StoreFactory) {
         4,
         "half of the claim to each account"
     );
+}
+
+/// `DeliveryStore::delivery_claim`: a freed slot goes to the endpoint
+/// holding the fewest leases, not to the oldest backlog: four slow endpoints
+/// of one account fill their caps, one of them finishes a delivery, and the
+/// next claim of one goes to a quiet endpoint of the same account whose one
+/// delivery is younger than all their backlogs.
+pub async fn a_freed_slot_goes_to_the_quiet_endpoint_not_the_slow_backlogs(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(4)).await;
+    let mut slow = Vec::new();
+    for ty in ["s1", "s2", "s3", "s4"] {
+        slow.push(limited_endpoint(&h, "a", ty, None, None).await);
+        publish_n(&h, "a", ty, 10).await;
+    }
+    let quiet = limited_endpoint(&h, "a", "q", None, None).await;
+    let c = claim(&h, 100).await;
+    for s in &slow {
+        assert_eq!(count_for(&c, s), 4, "each slow endpoint fills its cap");
+    }
+    h.clock.advance(Duration::from_secs(1));
+    publish_n(&h, "a", "q", 1).await;
+    let first_slow = c
+        .iter()
+        .find(|d| d.delivery.endpoint_id == slow[0].id)
+        .unwrap();
+    h.store
+        .delivery_record_outcome(&first_slow.lease, ok())
+        .await
+        .unwrap();
+    let next = claim(&h, 1).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        next[0].delivery.endpoint_id, quiet.id,
+        "the freed slot goes to the endpoint holding none"
+    );
+    let after = claim(&h, 1).await;
+    assert_eq!(
+        count_for(&after, &slow[0]),
+        1,
+        "then the slow endpoint gets its slot back"
+    );
+}
+
+/// `DeliveryStore::delivery_claim`: the account holding the fewest leases is
+/// served first: an account whose five endpoints hold ten leases and have
+/// older backlogs gets none of a claim of four while another account's
+/// endpoint, holding none, has due work.
+pub async fn the_account_holding_the_fewest_leases_gets_the_next_slots(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(10)).await;
+    let mut busy = Vec::new();
+    for ty in ["p", "q", "r", "s", "t"] {
+        busy.push(limited_endpoint(&h, "big", ty, None, None).await);
+        publish_n(&h, "big", ty, 20).await;
+    }
+    let small = limited_endpoint(&h, "small", "u", None, None).await;
+    let c = claim(&h, 10).await;
+    for b in &busy {
+        assert_eq!(count_for(&c, b), 2, "ten slots over five endpoints");
+    }
+    h.clock.advance(Duration::from_secs(1));
+    publish_n(&h, "small", "u", 10).await;
+    let next = claim(&h, 4).await;
+    assert_eq!(
+        count_for(&next, &small),
+        4,
+        "the account holding none gets every slot until it holds as many"
+    );
+}
+
+/// `DeliveryStore::delivery_claim`: a claim's throttle lowers the caps of the
+/// endpoints it lists, counted against their live leases from every claim,
+/// and those endpoints together get at most its budget; the others are
+/// claimed as before.
+pub async fn a_throttled_endpoint_gets_its_lowered_cap_within_the_budget(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(10)).await;
+    let e1 = limited_endpoint(&h, "a", "x", None, None).await;
+    let e2 = limited_endpoint(&h, "a", "y", None, None).await;
+    let e3 = limited_endpoint(&h, "a", "z", None, None).await;
+    for ty in ["x", "y", "z"] {
+        publish_n(&h, "a", ty, 10).await;
+    }
+    let throttled = |budget: u32| ClaimRequest {
+        throttle: Throttle {
+            caps: vec![(e1.id, 2), (e2.id, 3)],
+            budget,
+        },
+        ..ClaimRequest::new("w", 100, LEASE)
+    };
+    let c = h.store.delivery_claim(throttled(4)).await.unwrap();
+    assert_eq!(
+        count_for(&c, &e3),
+        10,
+        "the unlisted endpoint is not throttled"
+    );
+    assert!(
+        count_for(&c, &e1) <= 2 && count_for(&c, &e2) <= 3,
+        "caps lowered"
+    );
+    assert_eq!(
+        count_for(&c, &e1) + count_for(&c, &e2),
+        4,
+        "the throttled endpoints share one budget"
+    );
+    // A second claim (another replica) counts the first one's leases.
+    let again = h.store.delivery_claim(throttled(100)).await.unwrap();
+    assert_eq!(count_for(&c, &e1) + count_for(&again, &e1), 2);
+    assert_eq!(count_for(&c, &e2) + count_for(&again, &e2), 3);
+    // Without the throttle their own cap applies again.
+    let plain = claim(&h, 100).await;
+    assert_eq!(count_for(&plain, &e1), 8);
+    assert_eq!(count_for(&plain, &e2), 7);
 }
 
 /// `DeliveryStore::delivery_claim`: nothing starves: claims with outcomes

@@ -175,11 +175,7 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let m = model.claim(limit, lease_for);
                 let r = h
                     .store
-                    .delivery_claim(ClaimRequest {
-                        worker: "m".into(),
-                        limit,
-                        lease_for,
-                    })
+                    .delivery_claim(ClaimRequest::new("m", limit, lease_for))
                     .await
                     .map_err(|e| e.to_string())?;
                 let mv: Vec<_> = m

@@ -55,11 +55,7 @@ async fn endpoint_for_all(h: &Harness, account: &str) -> Endpoint {
 /// Claims up to `limit` due deliveries.
 async fn claim_deliveries(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
     h.store
-        .delivery_claim(ClaimRequest {
-            worker: "w".into(),
-            limit,
-            lease_for: LEASE,
-        })
+        .delivery_claim(ClaimRequest::new("w", limit, LEASE))
         .await
         .unwrap()
 }

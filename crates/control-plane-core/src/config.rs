@@ -44,6 +44,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_ALLOWED_TARGETS", default: "(none)", help: "CIDRs that destinations may resolve to despite being private", commands: WORKERS },
     Variable { name: "CONTROLPLANE_RETRY_SCHEDULE", default: "5s,5m,30m,2h,5h,10h,10h", help: "delays before each retry", commands: SERVICE },
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_ENDPOINT_CONCURRENCY", default: "16", help: "in-flight cap of an endpoint without max_in_flight, across replicas", commands: SERVICE },
     Variable { name: "CONTROLPLANE_RETENTION", default: "30d", help: "how long finished history is kept before maintenance purges it", commands: WORKERS },
@@ -194,6 +195,8 @@ pub struct Config {
     pub concurrency: u32,
     /// Lease length.
     pub lease: Duration,
+    /// Answers slower than this lower the endpoint's in-flight cap (ADR 0019).
+    pub slow_answer: Duration,
     /// Default in-flight cap per endpoint, across every replica.
     pub endpoint_concurrency: u32,
     /// Whether opening the store applies pending migrations.
@@ -260,6 +263,7 @@ impl Config {
                 None => 64,
             },
             lease: lease(&vars)?,
+            slow_answer: slow_answer(&vars)?,
             endpoint_concurrency: match vars.get("CONTROLPLANE_ENDPOINT_CONCURRENCY") {
                 Some(v) => parse_u32_in(
                     "CONTROLPLANE_ENDPOINT_CONCURRENCY",
@@ -519,6 +523,18 @@ fn lease(vars: &Vars) -> Result<Duration, ConfigError> {
     )
 }
 
+fn slow_answer(vars: &Vars) -> Result<Duration, ConfigError> {
+    let bounds = (Duration::from_millis(10), Duration::from_secs(3600));
+    let expected = "a duration from 10ms to 1h like 1s or 500ms";
+    duration_in(
+        vars,
+        "CONTROLPLANE_SLOW_ANSWER",
+        Duration::from_secs(1),
+        bounds,
+        expected,
+    )
+}
+
 fn migrations(vars: &Vars) -> Result<Migrations, ConfigError> {
     let choices = (("true", Migrations::Apply), ("false", Migrations::Refuse));
     one_of(vars, "CONTROLPLANE_AUTO_MIGRATE", choices)
@@ -572,6 +588,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.retry_schedule.len(), 7);
         assert_eq!(c.lease, Duration::from_secs(30));
+        assert_eq!(c.slow_answer, Duration::from_secs(1));
         assert_eq!(c.migrations, Migrations::Apply);
         assert_eq!(c.retention, Duration::from_secs(30 * 86_400));
         assert_eq!((c.log.as_str(), c.log_format), ("info", LogFormat::Text));
@@ -655,6 +672,8 @@ mod tests {
             ("CONTROLPLANE_LISTEN", "nope"),
             ("CONTROLPLANE_LEASE", "30"),
             ("CONTROLPLANE_LEASE", "0s"),
+            ("CONTROLPLANE_SLOW_ANSWER", "1ms"),
+            ("CONTROLPLANE_SLOW_ANSWER", "2h"),
             ("CONTROLPLANE_CONCURRENCY", "0"),
             ("CONTROLPLANE_RETRY_SCHEDULE", "5s,x"),
             ("CONTROLPLANE_ALLOWED_TARGETS", "10.0.0.0/33"),

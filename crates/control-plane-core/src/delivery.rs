@@ -73,6 +73,28 @@ impl PublishRequest {
         .to_string()
     }
 
+    /// `InvalidInput` unless `first`, the event this request's idempotency
+    /// key already names, was published with this request's type and
+    /// payload. A key is bound to its request (as in the IETF
+    /// Idempotency-Key draft): the same request again answers with the first
+    /// event; another request under the same key is refused, and the
+    /// publish (its whole batch) stores nothing.
+    pub fn check_repeat_of(&self, first: &Event) -> Result<(), StoreError> {
+        let data = serde_json::from_str::<serde_json::Value>(&first.body)
+            .ok()
+            .and_then(|mut body| body.get_mut("data").map(serde_json::Value::take));
+        if first.event_type == self.event_type && data.as_ref() == Some(&self.payload) {
+            return Ok(());
+        }
+        Err(StoreError::InvalidInput(format!(
+            "the Idempotency-Key {:?} was already used for another request (event {}, type {:?}); \
+             send the same type and payload to get that event back, or use a new key",
+            self.idempotency_key.as_deref().unwrap_or_default(),
+            first.id,
+            first.event_type
+        )))
+    }
+
     /// The new event this request stores when published at `at` (a fresh id
     /// and the webhook body of [`PublishRequest::body`]).
     pub fn event_at(&self, at: Timestamp) -> Event {
@@ -196,22 +218,29 @@ pub struct ClaimRequest {
     pub limit: u32,
     /// Lease length.
     pub lease_for: std::time::Duration,
+    /// The claimer's lowered caps for endpoints it found slow or failing,
+    /// and how many of them this claim may hand out in all (ADR 0019).
+    pub throttle: crate::flow::Throttle,
 }
 
 impl ClaimRequest {
-    /// Up to `limit` deliveries for `worker`, leased for `lease_for`.
+    /// Up to `limit` deliveries for `worker`, leased for `lease_for`, with
+    /// no endpoint throttled.
     pub fn new(worker: impl Into<String>, limit: u32, lease_for: std::time::Duration) -> Self {
         ClaimRequest {
             worker: worker.into(),
             limit,
             lease_for,
+            throttle: crate::flow::Throttle::default(),
         }
     }
 
-    /// `InvalidInput` for a limit outside 1 to 1000 or a zero lease.
+    /// `InvalidInput` for a limit outside 1 to 1000, a zero lease, or a
+    /// throttle listing more than [`crate::flow::MAX_THROTTLED`] endpoints.
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_limit(self.limit)?;
-        validate_lease(self.lease_for)
+        validate_lease(self.lease_for)?;
+        self.throttle.validate()
     }
 }
 

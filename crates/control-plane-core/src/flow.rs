@@ -111,58 +111,140 @@ impl FlowCandidate {
     }
 }
 
-/// Divides a claim of `limit` among `candidates` fairly: round robin over
-/// accounts, and within each account over its endpoints, one delivery per
-/// turn, each endpoint up to its [`FlowCandidate::room`]. Accounts and
-/// endpoints take their turns in the order of their oldest due delivery, so
-/// the one that has waited longest goes first and a tie cannot occur
-/// (sequence numbers are unique).
+/// The most endpoints one claim may throttle.
+pub const MAX_THROTTLED: usize = 10_000;
+
+/// A claimer's throttle: endpoints it found slow or failing, each with the
+/// lower cap it learned for it, and how many deliveries of those endpoints
+/// together this claim may hand out (ADR 0019).
+///
+/// The learned caps are the latency-aware part of flow control; `budget`
+/// keeps part of the claimer's send slots for endpoints that answer well,
+/// so slow endpoints together never hold every slot. Empty by default:
+/// nothing throttled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Throttle {
+    /// `(endpoint, cap)`: the endpoint's in-flight cap for this claim is the
+    /// lower of this and its own, counted across replicas like its own.
+    pub caps: Vec<(EndpointId, u32)>,
+    /// Deliveries of the listed endpoints this claim may hand out in all.
+    pub budget: u32,
+}
+
+impl Throttle {
+    /// Whether `endpoint` is throttled.
+    pub fn lists(&self, endpoint: EndpointId) -> bool {
+        self.caps.iter().any(|(e, _)| *e == endpoint)
+    }
+
+    /// `endpoint`'s cap for this claim: `cap`, or the throttle's when lower.
+    pub fn cap(&self, endpoint: EndpointId, cap: u32) -> u32 {
+        self.caps
+            .iter()
+            .filter(|(e, _)| *e == endpoint)
+            .fold(cap, |c, (_, t)| c.min(*t))
+    }
+
+    /// `InvalidInput` when more than [`MAX_THROTTLED`] endpoints are listed.
+    pub fn validate(&self) -> Result<(), crate::StoreError> {
+        if self.caps.len() > MAX_THROTTLED {
+            return Err(crate::StoreError::InvalidInput(format!(
+                "a claim may throttle at most {MAX_THROTTLED} endpoints, got {}",
+                self.caps.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One account's turn state while a claim is divided.
+struct Turns<'a> {
+    /// Slots the account holds: its endpoints' live leases plus what this
+    /// claim has given them so far.
+    load: u64,
+    /// Its oldest due delivery, the tie-break.
+    oldest: (i64, i64),
+    /// Its endpoints with room, each with what it was given so far.
+    endpoints: Vec<(&'a FlowCandidate, u32, bool)>,
+}
+
+/// Divides a claim of `limit` among `candidates` by max-min fairness (ADR
+/// 0009, ADR 0019), one delivery at a time: the next one goes to the account
+/// holding the fewest slots (its endpoints' live leases plus what this claim
+/// gave it), and within that account to the endpoint holding the fewest;
+/// ties go to the one whose oldest due delivery waited longest (sequence
+/// numbers are unique, so a tie cannot remain). Each endpoint gets at most
+/// its [`FlowCandidate::room`] (its cap already lowered by `throttle`, which
+/// the adapter applies with [`Throttle::cap`]), and the endpoints `throttle`
+/// lists together at most its budget.
 ///
 /// Returns `(endpoint, count)` for every endpoint that gets at least one,
-/// in turn order. A backlog on one endpoint therefore never hides another
-/// endpoint's due delivery: every endpoint with room gets a turn before any
-/// endpoint gets its second, and every account before any account's second.
-pub fn share_claim(candidates: &[FlowCandidate], limit: u32) -> Vec<(EndpointId, u32)> {
-    // Accounts in the order of their oldest endpoint; endpoints in theirs.
-    let mut sorted: Vec<&FlowCandidate> = candidates.iter().filter(|c| c.room() > 0).collect();
-    sorted.sort_by_key(|c| c.oldest);
-    let mut accounts: Vec<Vec<(&FlowCandidate, u32)>> = Vec::new();
+/// in the order of their oldest due delivery. A freed slot therefore goes
+/// to the endpoint (and the account) holding the fewest, never to the
+/// oldest backlog: slow endpoints that filled their caps cannot take a slot
+/// from a quiet endpoint with due work, and a backlog never hides another
+/// endpoint's due delivery.
+pub fn share_claim(
+    candidates: &[FlowCandidate],
+    limit: u32,
+    throttle: &Throttle,
+) -> Vec<(EndpointId, u32)> {
+    let mut accounts: Vec<Turns<'_>> = Vec::new();
     let mut index: HashMap<&AccountId, usize> = HashMap::new();
-    for c in sorted {
+    for c in candidates {
         let i = *index.entry(&c.account).or_insert_with(|| {
-            accounts.push(Vec::new());
+            accounts.push(Turns {
+                load: 0,
+                oldest: c.oldest,
+                endpoints: Vec::new(),
+            });
             accounts.len() - 1
         });
-        accounts[i].push((c, 0));
-    }
-    let mut turn = vec![0usize; accounts.len()];
-    let mut left = limit;
-    let mut progress = true;
-    while left > 0 && progress {
-        progress = false;
-        for (a, endpoints) in accounts.iter_mut().enumerate() {
-            if left == 0 {
-                break;
-            }
-            // The account's next endpoint that still has room.
-            for step in 0..endpoints.len() {
-                let k = (turn[a] + step) % endpoints.len();
-                let (c, given) = &mut endpoints[k];
-                if *given < c.room() {
-                    *given += 1;
-                    left -= 1;
-                    turn[a] = k + 1;
-                    progress = true;
-                    break;
-                }
-            }
+        let Some(a) = accounts.get_mut(i) else {
+            continue;
+        };
+        // Every candidate's leases count toward its account's load, room or not.
+        a.load += u64::from(c.in_flight);
+        a.oldest = a.oldest.min(c.oldest);
+        if c.room() > 0 {
+            a.endpoints.push((c, 0, throttle.lists(c.endpoint)));
         }
+    }
+    let mut throttled_left = throttle.budget;
+    let open = |e: &(&FlowCandidate, u32, bool), throttled_left: u32| {
+        e.1 < e.0.room() && (!e.2 || throttled_left > 0)
+    };
+    for _ in 0..limit {
+        let next = accounts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.endpoints.iter().any(|e| open(e, throttled_left)))
+            .min_by_key(|(_, a)| (a.load, a.oldest))
+            .map(|(i, _)| i);
+        let Some(a) = next.and_then(|i| accounts.get_mut(i)) else {
+            break;
+        };
+        let pick = a
+            .endpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| open(e, throttled_left))
+            .min_by_key(|(_, e)| (u64::from(e.0.in_flight) + u64::from(e.1), e.0.oldest))
+            .map(|(k, _)| k);
+        let Some(e) = pick.and_then(|k| a.endpoints.get_mut(k)) else {
+            break;
+        };
+        e.1 += 1;
+        if e.2 {
+            throttled_left -= 1;
+        }
+        a.load += 1;
     }
     let mut out: Vec<(EndpointId, u32, (i64, i64))> = accounts
         .into_iter()
-        .flatten()
-        .filter(|(_, n)| *n > 0)
-        .map(|(c, n)| (c.endpoint, n, c.oldest))
+        .flat_map(|a| a.endpoints)
+        .filter(|(_, n, _)| *n > 0)
+        .map(|(c, n, _)| (c.endpoint, n, c.oldest))
         .collect();
     out.sort_by_key(|(_, _, oldest)| *oldest);
     out.into_iter().map(|(e, n, _)| (e, n)).collect()
@@ -192,8 +274,11 @@ mod tests {
     #[test]
     fn a_backlog_does_not_hide_a_quiet_endpoint() {
         let c = [cand("a", 1, 1, 100_000), cand("a", 2, 500, 1)];
-        assert_eq!(counts(&share_claim(&c, 10)), vec![9, 1]);
-        assert_eq!(counts(&share_claim(&c, 1)), vec![1]);
+        assert_eq!(
+            counts(&share_claim(&c, 10, &Throttle::default())),
+            vec![9, 1]
+        );
+        assert_eq!(counts(&share_claim(&c, 1, &Throttle::default())), vec![1]);
     }
 
     #[test]
@@ -205,13 +290,89 @@ mod tests {
             cand("a", 3, 3, 50),
             cand("b", 4, 4, 50),
         ];
-        let s = share_claim(&c, 8);
+        let s = share_claim(&c, 8, &Throttle::default());
         let b: u32 = s
             .iter()
             .filter(|(e, _)| e.0.as_u128() == 4)
             .map(|(_, n)| n)
             .sum();
         assert_eq!(b, 4, "b gets half of the claim: {s:?}");
+    }
+
+    fn endpoint(n: u128) -> EndpointId {
+        EndpointId(uuid::Uuid::from_u128(n))
+    }
+
+    fn given(v: &[(EndpointId, u32)], n: u128) -> u32 {
+        v.iter()
+            .filter(|(e, _)| *e == endpoint(n))
+            .map(|(_, k)| k)
+            .sum()
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_endpoint_holding_the_fewest_not_the_oldest_backlog() {
+        // Four slow endpoints of one account hold 15 of their 16 slots each
+        // and have older backlogs; a quiet endpoint of the same account has
+        // one due delivery, younger. One freed slot goes to the quiet one.
+        let mut c: Vec<FlowCandidate> = (1..=4)
+            .map(|n| {
+                let mut s = cand("a", n, i64::try_from(n).unwrap(), 1_000);
+                s.cap = 16;
+                s.in_flight = 15;
+                s
+            })
+            .collect();
+        c.push(cand("a", 9, 5_000, 1));
+        let s = share_claim(&c, 1, &Throttle::default());
+        assert_eq!(s, vec![(endpoint(9), 1)]);
+        // With five slots, the quiet one takes its one and the rest go one
+        // each to the slow endpoints, oldest first.
+        let s = share_claim(&c, 5, &Throttle::default());
+        assert_eq!(given(&s, 9), 1);
+        assert_eq!(given(&s, 1) + given(&s, 2) + given(&s, 3) + given(&s, 4), 4);
+    }
+
+    #[test]
+    fn the_account_holding_the_fewest_slots_is_served_first() {
+        // Account x: twenty endpoints, each with 2 in flight and a backlog
+        // older than anything of account y, whose one endpoint holds 1.
+        let mut c: Vec<FlowCandidate> = (1..=20)
+            .map(|n| {
+                let mut s = cand("x", n, i64::try_from(n).unwrap(), 100);
+                s.in_flight = 2;
+                s
+            })
+            .collect();
+        let mut y = cand("y", 99, 10_000, 100);
+        y.in_flight = 1;
+        c.push(y);
+        let s = share_claim(&c, 10, &Throttle::default());
+        // y holds 1 against x's 40: all ten slots go to y.
+        assert_eq!(given(&s, 99), 10, "{s:?}");
+    }
+
+    #[test]
+    fn throttled_endpoints_get_their_lowered_cap_and_share_one_budget() {
+        let throttle = Throttle {
+            caps: vec![(endpoint(1), 2), (endpoint(2), 2), (endpoint(3), 2)],
+            budget: 3,
+        };
+        let mut c: Vec<FlowCandidate> = (1..=4)
+            .map(|n| {
+                let mut s = cand("a", n, i64::try_from(n).unwrap(), 50);
+                s.cap = throttle.cap(endpoint(n), 16);
+                s
+            })
+            .collect();
+        c[0].in_flight = 1;
+        let s = share_claim(&c, 20, &throttle);
+        let throttled = given(&s, 1) + given(&s, 2) + given(&s, 3);
+        assert_eq!(throttled, 3, "the budget bounds the throttled: {s:?}");
+        assert!(given(&s, 1) <= 1, "cap 2 with 1 in flight: {s:?}");
+        assert_eq!(given(&s, 4), 16, "the unthrottled one gets its cap: {s:?}");
+        assert_eq!(throttle.cap(endpoint(4), 16), 16);
+        assert_eq!(throttle.cap(endpoint(1), 1), 1, "never raises a cap");
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub use config::{Config, ConfigError, StoreProfile};
 pub use delivery::*;
 pub use endpoint::*;
 pub use error::{StoreError, StoreResult};
-pub use flow::{share_claim, FlowCandidate, RateBudget};
+pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::*;
 pub use maintenance::PurgeReport;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};

@@ -287,7 +287,7 @@ impl DeliveryModel {
         }
         let rest = limit.saturating_sub(u32::try_from(probes.len()).unwrap_or(u32::MAX));
         let mut normal: Vec<usize> = Vec::new();
-        for (endpoint, n) in share_claim(&candidates, rest) {
+        for (endpoint, n) in share_claim(&candidates, rest, &crate::flow::Throttle::default()) {
             let e = (0..self.endpoints.len())
                 .find(|&e| model_endpoint_id(e) == endpoint)
                 .unwrap_or_default();

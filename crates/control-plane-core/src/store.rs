@@ -134,7 +134,9 @@ pub trait DeliveryStore: Send + Sync {
     /// - One delivery per matching endpoint, enabled or not (disabled ones are
     ///   held); none for filtered-out or deleted ones (`publish_fans_out_to_matching_endpoints`).
     /// - The same `(account, idempotency_key)` returns the first event and
-    ///   creates nothing (`publish_with_same_idempotency_key_creates_nothing_new`).
+    ///   creates nothing (`publish_with_same_idempotency_key_creates_nothing_new`);
+    ///   with another type or payload it is `InvalidInput` and the publish (or
+    ///   batch) stores nothing (`an_idempotency_key_reused_for_another_request_is_refused`).
     /// - Sequence numbers strictly increase per endpoint (`sequence_numbers_strictly_increase_per_endpoint`).
     ///
     /// # Errors
@@ -216,11 +218,19 @@ pub trait DeliveryStore: Send + Sync {
     ///   `worker_crashing_every_attempt_still_runs_out_of_attempts`).
     /// - Within an endpoint oldest due first, at most `limit`, nothing not yet
     ///   due (`claim_returns_oldest_due_first_within_limit`).
-    /// - Across endpoints and accounts round robin (`flow::share_claim`): a
+    /// - Across endpoints and accounts by max-min fairness
+    ///   (`flow::share_claim`): each delivery of the claim goes to the account
+    ///   holding the fewest live leases, within it to the endpoint holding the
+    ///   fewest, so a freed slot never goes to the oldest backlog ahead of a
+    ///   quiet endpoint (`a_freed_slot_goes_to_the_quiet_endpoint_not_the_slow_backlogs`,
+    ///   `the_account_holding_the_fewest_leases_gets_the_next_slots`); a
     ///   backlog never hides another endpoint's due delivery from the next
     ///   claim (`quiet_endpoint_is_claimed_next_despite_a_backlog`,
     ///   `claims_are_shared_fairly_between_accounts`); nothing starves
     ///   (`every_due_delivery_is_eventually_claimed`).
+    /// - The request's `throttle` lowers the caps of the endpoints it lists
+    ///   (counted against every claimer's leases) and bounds what they get
+    ///   together to its budget (`a_throttled_endpoint_gets_its_lowered_cap_within_the_budget`).
     /// - Leased deliveries of an endpoint never exceed its cap, across every
     ///   claimer; expired leases free their slot
     ///   (`claim_respects_the_in_flight_cap_under_concurrent_claimers`).

@@ -164,6 +164,7 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
             ..RetryPolicy::default()
         },
         allowed_targets: config.allowed_targets.clone(),
+        slow_answer: config.slow_answer,
         ..DispatcherConfig::default()
     };
     Dispatcher::new(store, cfg)
@@ -413,9 +414,13 @@ async fn spawn_api(
             )
         })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let api_config = api::ApiConfig {
+        endpoint_concurrency: config.endpoint_concurrency,
+        ..api::ApiConfig::new(token)
+    };
     let router = api::router(
         store.clone(),
-        &api::ApiConfig::new(token),
+        &api_config,
         meters.metrics.clone(),
         meters.usage.clone(),
     );

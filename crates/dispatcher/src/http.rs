@@ -11,6 +11,7 @@
 //! the private-address check ([`crate::ssrf`]) at connect time.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,12 +27,21 @@ const READ_BUFFER: usize = 512;
 /// The longest answer head accepted.
 const HEAD_LIMIT: usize = 64 * 1024;
 /// Headers parsed in an answer head at most.
-const MAX_HEADERS: usize = 64;
+const MAX_HEADERS: usize = 100;
+/// How long the body of an answer is read after its head, so that its
+/// connection can carry the next request. The answer counts from its head;
+/// a receiver slower than this with its body loses the connection, not the
+/// delivery, and holds no send slot longer.
+const DRAIN_FOR: Duration = Duration::from_millis(250);
 /// An answer's body is read and dropped (so that its connection can carry
 /// the next request) up to this size; a longer one closes the connection.
 const BODY_LIMIT: u64 = 64 * 1024;
 /// Idle connections kept per origin.
 const IDLE_PER_ORIGIN: usize = 256;
+/// Idle connections kept in all; past it the longest idle one is closed.
+const IDLE_TOTAL: usize = 1024;
+/// How often every origin's idle list is swept of connections idle too long.
+pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
 /// How long an idle connection is kept.
 const IDLE_FOR: Duration = Duration::from_secs(90);
 /// Sent as `user-agent`.
@@ -147,11 +157,19 @@ impl From<String> for Failure {
     }
 }
 
-/// After an answer's head: the connection and the body bytes still to read,
-/// when the connection can carry another request.
+/// After an answer's head: the connection and what of the body is still
+/// to read, when the connection can carry another request.
 struct Rest {
     stream: Stream,
-    body_left: u64,
+    body: Pending,
+}
+
+/// The body still to read after an answer's head.
+enum Pending {
+    /// This many bytes (`content-length`).
+    Length(u64),
+    /// A chunked body, with the bytes of it already read.
+    Chunked(Vec<u8>),
 }
 
 /// One client per dispatcher, shared by its sends.
@@ -160,7 +178,62 @@ pub(crate) struct HttpClient {
     allowed: Arc<Vec<Cidr>>,
     timeout: Duration,
     connect_timeout: Duration,
-    idle: Mutex<HashMap<Origin, Vec<(Stream, Instant)>>>,
+    idle: Mutex<Idle>,
+    /// Idle connections kept in all ([`IDLE_TOTAL`]).
+    idle_total: usize,
+}
+
+/// Kept-alive connections by origin, each list oldest first.
+struct Idle {
+    by_origin: HashMap<Origin, Vec<(Stream, Instant)>>,
+    total: usize,
+    reaped: Instant,
+}
+
+impl Default for Idle {
+    fn default() -> Self {
+        Idle {
+            by_origin: HashMap::new(),
+            total: 0,
+            reaped: Instant::now(),
+        }
+    }
+}
+
+impl Idle {
+    /// Closes every connection idle longer than [`IDLE_FOR`], at most once
+    /// per [`REAP_EVERY`], whichever origin it belongs to: an origin never
+    /// used again does not keep its sockets.
+    fn reap(&mut self) {
+        if self.reaped.elapsed() < REAP_EVERY {
+            return;
+        }
+        self.reaped = Instant::now();
+        self.by_origin.retain(|_, list| {
+            list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+            !list.is_empty()
+        });
+        self.total = self.by_origin.values().map(Vec::len).sum();
+    }
+
+    /// Closes the connection idle longest, of any origin.
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .by_origin
+            .iter()
+            .filter_map(|(o, list)| list.first().map(|(_, since)| (*since, o.clone())))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, o)| o);
+        if let Some(origin) = oldest {
+            if let Some(list) = self.by_origin.get_mut(&origin) {
+                list.remove(0);
+                self.total = self.total.saturating_sub(1);
+                if list.is_empty() {
+                    self.by_origin.remove(&origin);
+                }
+            }
+        }
+    }
 }
 
 impl HttpClient {
@@ -185,6 +258,7 @@ impl HttpClient {
             timeout,
             connect_timeout,
             idle: Mutex::default(),
+            idle_total: IDLE_TOTAL,
         })
     }
 
@@ -207,7 +281,10 @@ impl HttpClient {
         // Read the body so the connection can carry the next request; a
         // receiver that answered has answered, whatever its body does.
         if let Some(rest) = rest {
-            let left = self.timeout.saturating_sub(started.elapsed());
+            let left = self
+                .timeout
+                .saturating_sub(started.elapsed())
+                .min(DRAIN_FOR);
             if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest)).await {
                 self.keep(target.origin, stream);
             }
@@ -240,11 +317,19 @@ impl HttpClient {
     /// A new connection to `origin`: resolved through the private-address
     /// check, then TCP (and TLS).
     async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
-        let addrs = crate::ssrf::resolve(&origin.host, origin.port, &self.allowed).await?;
-        let tcp = tokio::time::timeout(self.connect_timeout, connect_any(&addrs))
-            .await
-            .map_err(|_| "timed out".to_string())?
-            .ok_or_else(|| Failure::Failed("connection failed".into()))?;
+        let addrs = tokio::time::timeout(
+            self.connect_timeout,
+            crate::ssrf::resolve(&origin.host, origin.port, &self.allowed),
+        )
+        .await
+        .map_err(|_| format!("cannot resolve {} in time", origin.host))??;
+        let tcp = tokio::time::timeout(
+            self.connect_timeout,
+            connect_any(&addrs, TcpStream::connect),
+        )
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .ok_or_else(|| Failure::Failed("connection failed".into()))?;
         let _ = tcp.set_nodelay(true);
         if !origin.tls {
             return Ok(Either::Left(tcp));
@@ -259,33 +344,61 @@ impl HttpClient {
         Ok(Either::Right(tls))
     }
 
+    /// Closes idle connections kept longer than [`IDLE_FOR`], of every
+    /// origin (at most once per [`REAP_EVERY`]); the dispatcher calls it on
+    /// a timer, so sockets close even when nothing is sent.
+    pub(crate) fn reap_idle(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reap();
+    }
+
     /// An idle connection to `origin` kept less than [`IDLE_FOR`] and
     /// still quiet (see [`quiet`]).
     fn idle(&self, origin: &Origin) -> Option<Stream> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.get_mut(origin)?;
+        idle.reap();
+        let list = idle.by_origin.get_mut(origin)?;
         let mut found = None;
-        while let Some((stream, since)) = list.pop() {
-            if since.elapsed() < IDLE_FOR && quiet(&stream) {
+        let mut taken = 0;
+        while let Some((mut stream, since)) = list.pop() {
+            taken += 1;
+            if since.elapsed() < IDLE_FOR && quiet(&mut stream) {
                 found = Some(stream);
                 break;
             }
         }
         if list.is_empty() {
-            idle.remove(origin);
+            idle.by_origin.remove(origin);
         }
+        idle.total = idle.total.saturating_sub(taken);
         found
     }
 
     /// Keeps `stream` for the next request to `origin`, dropping those
     /// idle too long.
     fn keep(&self, origin: Origin, stream: Stream) {
+        let origin_key = origin.clone();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.entry(origin).or_default();
+        idle.reap();
+        let list = idle.by_origin.entry(origin).or_default();
+        let before = list.len();
         list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
-        if list.len() < IDLE_PER_ORIGIN {
-            list.push((stream, Instant::now()));
+        let room = list.len() < IDLE_PER_ORIGIN;
+        let kept = list.len();
+        idle.total = (idle.total + kept).saturating_sub(before);
+        if !room {
+            return;
         }
+        if idle.total >= self.idle_total {
+            idle.evict_oldest();
+        }
+        idle.by_origin
+            .entry(origin_key)
+            .or_default()
+            .push((stream, Instant::now()));
+        idle.total += 1;
     }
 }
 
@@ -338,11 +451,12 @@ async fn round_trip(
     mut stream: Stream,
     request: &[u8],
 ) -> Result<(Answer, Option<Rest>), Unanswered> {
-    stream
-        .write_all(request)
-        .await
-        .map_err(|_| Unanswered::Silent)?;
-    stream.flush().await.map_err(|_| Unanswered::Silent)?;
+    // A receiver may answer before it has read the whole request (an early
+    // `413`) and close: the write then fails, and the answer is still read.
+    let written = match stream.write_all(request).await {
+        Ok(()) => stream.flush().await.is_ok(),
+        Err(_) => false,
+    };
     let mut buf: Vec<u8> = Vec::with_capacity(READ_BUFFER);
     let mut answered = false;
     loop {
@@ -356,18 +470,33 @@ async fn round_trip(
             _ => return Err(Unanswered::Silent),
         }
         while let Some((head_len, head)) = parse_head(&buf)? {
+            // A read may bring in more than the limit at once: the limit is
+            // on the head itself, whatever arrived with it.
+            if head_len > HEAD_LIMIT {
+                return Err(Unanswered::Broken);
+            }
             buf.drain(..head_len);
             answered = true;
             if (100..200).contains(&head.answer.status) {
                 continue;
             }
-            let rest = head.body.and_then(|length| {
-                let already = u64::try_from(buf.len()).unwrap_or(u64::MAX);
-                (length <= BODY_LIMIT && already <= length).then(|| Rest {
+            if !written {
+                return Ok((head.answer, None));
+            }
+            let rest = match head.body {
+                Some(Framing::Length(length)) => {
+                    let already = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+                    (length <= BODY_LIMIT && already <= length).then(|| Rest {
+                        stream,
+                        body: Pending::Length(length - already),
+                    })
+                }
+                Some(Framing::Chunked) => Some(Rest {
                     stream,
-                    body_left: length - already,
-                })
-            });
+                    body: Pending::Chunked(buf),
+                }),
+                None => None,
+            };
             return Ok((head.answer, rest));
         }
         if buf.len() > HEAD_LIMIT {
@@ -379,8 +508,17 @@ async fn round_trip(
 /// A parsed answer head.
 struct Head {
     answer: Answer,
-    /// The body's length when the connection can be reused after it.
-    body: Option<u64>,
+    /// How the body ends, when the connection can be reused after it.
+    body: Option<Framing>,
+}
+
+/// How an answer's body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// After this many bytes.
+    Length(u64),
+    /// After its last (empty) chunk and trailers.
+    Chunked,
 }
 
 /// The head at the start of `buf` and its length, `None` while it is
@@ -402,47 +540,177 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
             .and_then(|h| std::str::from_utf8(h.value).ok())
             .map(str::trim)
     };
+    let encodings: Vec<&[u8]> = response
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+        .map(|h| h.value)
+        .collect();
+    // Only `chunked` alone is decoded; any other coding, or a length beside
+    // it (RFC 9112 6.1: a sign of smuggling), ends the connection after the
+    // answer.
+    let chunked =
+        matches!(encodings.as_slice(), [v] if v.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+    let has_length = response
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("content-length"));
     let closes = response.version != Some(1)
         || value("connection")
             .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
-        || value("transfer-encoding").is_some();
-    let length = if status == 204 || status == 304 {
-        Some(0)
+        || (!encodings.is_empty() && !chunked)
+        || (chunked && has_length);
+    // Two different lengths make the framing ambiguous (RFC 9112 6.3):
+    // the answer is refused, not guessed at.
+    let mut lengths = response
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| std::str::from_utf8(h.value).ok().map(str::trim));
+    let first = lengths.next().flatten();
+    if lengths.any(|v| v != first) {
+        return Err(Unanswered::Broken);
+    }
+    let body = if closes {
+        None
+    } else if status == 204 || status == 304 {
+        Some(Framing::Length(0))
+    } else if chunked {
+        Some(Framing::Chunked)
     } else {
-        value("content-length").and_then(|v| v.parse::<u64>().ok())
+        first
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Framing::Length)
     };
     let head = Head {
         answer: Answer {
             status,
             retry_after: value("retry-after").map(str::to_string),
         },
-        body: if closes { None } else { length },
+        body,
     };
     Ok(Some((len, head)))
 }
 
-/// Reads and drops the rest of a body; the connection when it all came.
-async fn drain(mut rest: Rest) -> Option<Stream> {
-    let mut scratch = [0u8; READ_BUFFER];
-    while rest.body_left > 0 {
-        let want = usize::try_from(rest.body_left).map_or(READ_BUFFER, |l| l.min(READ_BUFFER));
-        match rest.stream.read(&mut scratch[..want]).await {
-            Ok(n) if n > 0 => {
-                rest.body_left -= u64::try_from(n).unwrap_or(u64::MAX).min(rest.body_left)
+/// Both answer parsers over `bytes` (see [`crate::parse_answer_for_fuzzing`]).
+pub(crate) fn parse_for_fuzzing(bytes: &[u8]) {
+    let _ = parse_head(bytes);
+    let _ = chunked_end(bytes);
+}
+
+/// Reads and drops the rest of a body; the connection when it all came and
+/// nothing followed it.
+async fn drain(rest: Rest) -> Option<Stream> {
+    let Rest { mut stream, body } = rest;
+    match body {
+        Pending::Length(mut left) => {
+            let mut scratch = [0u8; READ_BUFFER];
+            while left > 0 {
+                let want = usize::try_from(left).map_or(READ_BUFFER, |l| l.min(READ_BUFFER));
+                match stream.read(&mut scratch[..want]).await {
+                    Ok(n) if n > 0 => left -= u64::try_from(n).unwrap_or(u64::MAX).min(left),
+                    _ => return None,
+                }
             }
-            _ => return None,
+            Some(stream)
+        }
+        Pending::Chunked(mut buf) => loop {
+            match chunked_end(&buf) {
+                Ok(Some(end)) => return (end == buf.len()).then_some(stream),
+                Ok(None) => {}
+                Err(ChunkError) => return None,
+            }
+            if buf.len() > CHUNKED_LIMIT {
+                return None;
+            }
+            buf.reserve(4 * READ_BUFFER);
+            match stream.read_buf(&mut buf).await {
+                Ok(n) if n > 0 => {}
+                _ => return None,
+            }
+        },
+    }
+}
+
+/// The most of a chunked body (framing included) read to reuse its
+/// connection.
+const CHUNKED_LIMIT: usize = 80 * 1024;
+
+/// A chunked body that breaks the framing of RFC 9112 7.1.
+#[derive(Debug, PartialEq, Eq)]
+struct ChunkError;
+
+/// Where the chunked body at the start of `buf` ends (after its last chunk,
+/// trailers and the final empty line), `None` while it is incomplete.
+/// Chunk sizes over [`CHUNKED_LIMIT`] are refused rather than waited for.
+fn chunked_end(buf: &[u8]) -> Result<Option<usize>, ChunkError> {
+    let line_end = |from: usize| -> Option<usize> {
+        buf.get(from..)?
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map(|p| from + p)
+    };
+    let mut i = 0usize;
+    loop {
+        let Some(end) = line_end(i) else {
+            return Ok(None);
+        };
+        let line = buf.get(i..end).ok_or(ChunkError)?;
+        let size_text = line
+            .split(|b| *b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii_end();
+        if size_text.is_empty()
+            || size_text.len() > 8
+            || !size_text.iter().all(u8::is_ascii_hexdigit)
+        {
+            return Err(ChunkError);
+        }
+        let size = std::str::from_utf8(size_text)
+            .ok()
+            .and_then(|t| usize::from_str_radix(t, 16).ok())
+            .ok_or(ChunkError)?;
+        if size > CHUNKED_LIMIT {
+            return Err(ChunkError);
+        }
+        i = end + 2;
+        if size == 0 {
+            break;
+        }
+        let data_end = i + size;
+        match buf.get(data_end..data_end + 2) {
+            None => return Ok(None),
+            Some(b"\r\n") => i = data_end + 2,
+            Some(_) => return Err(ChunkError),
         }
     }
-    Some(rest.stream)
+    // Trailer fields, then the empty line.
+    loop {
+        let Some(end) = line_end(i) else {
+            return Ok(None);
+        };
+        if end == i {
+            return Ok(Some(i + 2));
+        }
+        i = end + 2;
+    }
 }
 
 /// Whether an idle connection is open with nothing to read. A receiver
 /// that closed it, or wrote to it unasked (a late answer, a TLS alert),
 /// would otherwise have those bytes read as the answer to the next request.
-fn quiet(stream: &Stream) -> bool {
+/// On TLS, records that rustls already took off the socket count too.
+fn quiet(stream: &mut Stream) -> bool {
     let tcp = match stream {
-        Either::Left(tcp) => tcp,
-        Either::Right(tls) => tls.get_ref().0,
+        Either::Left(tcp) => &*tcp,
+        Either::Right(tls) => {
+            match tls.get_mut().1.process_new_packets() {
+                Ok(io) if io.plaintext_bytes_to_read() == 0 && !io.peer_has_closed() => {}
+                _ => return false,
+            }
+            tls.get_ref().0
+        }
     };
     let mut byte = [0u8; 1];
     let mut buf = tokio::io::ReadBuf::new(&mut byte);
@@ -450,14 +718,54 @@ fn quiet(stream: &Stream) -> bool {
     tcp.poll_peek(&mut cx, &mut buf).is_pending()
 }
 
-/// The first of `addrs` that accepts a TCP connection.
-async fn connect_any(addrs: &[SocketAddr]) -> Option<TcpStream> {
-    for addr in addrs {
-        if let Ok(s) = TcpStream::connect(addr).await {
-            return Some(s);
+/// RFC 8305's connection attempt delay: how long one attempt runs alone
+/// before the next address is tried beside it.
+const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+
+/// `addrs` with the two families alternating, the first address's family
+/// first (RFC 8305 4).
+fn interleave(addrs: &[SocketAddr]) -> Vec<SocketAddr> {
+    let first_v6 = addrs.first().is_some_and(SocketAddr::is_ipv6);
+    let (mut a, mut b): (Vec<SocketAddr>, Vec<SocketAddr>) =
+        addrs.iter().partition(|x| x.is_ipv6() == first_v6);
+    a.reverse();
+    b.reverse();
+    let mut out = Vec::with_capacity(addrs.len());
+    while !a.is_empty() || !b.is_empty() {
+        out.extend(a.pop());
+        out.extend(b.pop());
+    }
+    out
+}
+
+/// The first of `addrs` that accepts a TCP connection, Happy Eyeballs
+/// style (RFC 8305): the families alternate, and each next address is
+/// tried when the previous attempt failed or after [`ATTEMPT_DELAY`],
+/// whichever comes first, so one address that drops packets does not fail
+/// a name that has others. `connect` makes one attempt (tests drive it).
+async fn connect_any<F, Fut, S>(addrs: &[SocketAddr], connect: F) -> Option<S>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: Future<Output = std::io::Result<S>> + Send + 'static,
+    S: Send + 'static,
+{
+    let mut next = interleave(addrs).into_iter();
+    let mut attempts = tokio::task::JoinSet::new();
+    loop {
+        if let Some(addr) = next.next() {
+            attempts.spawn(connect(addr));
+        }
+        let more = next.len() > 0;
+        tokio::select! {
+            done = attempts.join_next() => match done {
+                Some(Ok(Ok(stream))) => return Some(stream),
+                Some(_) => {}
+                None if !more => return None,
+                None => {}
+            },
+            () = tokio::time::sleep(ATTEMPT_DELAY), if more => {}
         }
     }
-    None
 }
 
 #[cfg(test)]
@@ -617,6 +925,93 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn idle_connections_are_bounded_in_all_the_longest_idle_closed_first() {
+        let mut client = client();
+        client.idle_total = 2;
+        let mut urls = Vec::new();
+        for _ in 0..3 {
+            let answer = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+            let (url, _, _) = receiver(vec![answer], 1024).await;
+            assert_eq!(post(&client, &url).await.unwrap().status, 200);
+            urls.push(url);
+        }
+        let idle = client.idle.lock().unwrap();
+        assert_eq!(idle.total, 2);
+        let kept: usize = idle.by_origin.values().map(Vec::len).sum();
+        assert_eq!(kept, 2, "three origins, two kept");
+        let first = Target::parse(&urls[0]).unwrap().origin;
+        assert!(
+            !idle.by_origin.contains_key(&first),
+            "the longest idle went"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_with_eighty_headers_is_an_answer() {
+        let mut answer = String::from("HTTP/1.1 200 OK\r\n");
+        for i in 0..80 {
+            answer.push_str(&format!("x-h{i}: {i}\r\n"));
+        }
+        answer.push_str("content-length: 0\r\n\r\n");
+        let answer: &'static str = Box::leak(answer.into_boxed_str());
+        let (seen, connections, _) = statuses(vec![answer], 2, Duration::ZERO).await;
+        assert_eq!(seen, [200, 200]);
+        assert_eq!(connections, 1);
+    }
+
+    #[tokio::test]
+    async fn a_promised_body_that_never_comes_costs_the_connection_not_the_timeout() {
+        let (url, connections, _) = receiver(
+            vec!["HTTP/1.1 200 OK\r\ncontent-length: 65536\r\n\r\n"],
+            1024,
+        )
+        .await;
+        let client = HttpClient::new(
+            Duration::from_secs(30),
+            Duration::from_secs(5),
+            vec![Cidr::parse("127.0.0.0/8").unwrap()],
+        )
+        .unwrap();
+        let started = Instant::now();
+        assert_eq!(post(&client, &url).await.unwrap().status, 200);
+        // Bounded by DRAIN_FOR, far inside the 30 s request timeout.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(post(&client, &url).await.unwrap().status, 200);
+        assert_eq!(
+            connections.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "the half-read connection is dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn two_different_lengths_fail_the_request() {
+        let (url, _, _) = receiver(
+            vec!["HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc"],
+            1024,
+        )
+        .await;
+        assert!(matches!(
+            post(&client(), &url).await,
+            Err(Failure::Failed(_))
+        ));
+        let (url, _, _) = receiver(
+            vec!["HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\nabc"],
+            1024,
+        )
+        .await;
+        assert_eq!(
+            post(&client(), &url).await.unwrap().status,
+            200,
+            "equal lengths are one"
+        );
+    }
+
+    #[tokio::test]
     async fn heads_read_in_pieces_after_an_informational_answer_are_parsed() {
         let (url, _, _) = receiver(
             vec!["HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n"],
@@ -634,19 +1029,154 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn chunked_or_closing_answers_are_read_and_the_connection_dropped() {
+    async fn chunked_answers_keep_the_connection_closing_ones_drop_it() {
         let (seen, connections, _) = statuses(
             vec![
-                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n",
                 "HTTP/1.1 201 Created\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
                 "HTTP/1.0 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+                "HTTP/1.1 203 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
             ],
-            3,
+            5,
             Duration::ZERO,
         )
         .await;
-        assert_eq!(seen, [200, 201, 202]);
-        assert_eq!(connections, 3);
+        assert_eq!(seen, [200, 201, 202, 203, 200]);
+        // The chunked answer's connection carried the 201, which closed it;
+        // the HTTP/1.0 and the gzip-coded answers closed theirs.
+        assert_eq!(connections, 4);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_read_in_single_bytes_keeps_the_connection_bad_framing_drops_it() {
+        use std::sync::atomic::Ordering;
+        let good = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        let (url, connections, _) = receiver(vec![good], 1).await;
+        let client = client();
+        for _ in 0..3 {
+            assert_eq!(post(&client, &url).await.unwrap().status, 200);
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+        let bad = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n";
+        let (url, connections, _) = receiver(vec![bad], 1024).await;
+        for _ in 0..2 {
+            assert_eq!(
+                post(&client, &url).await.unwrap().status,
+                200,
+                "the head counts"
+            );
+        }
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            2,
+            "bad framing drops it"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_early_answer_to_a_request_still_being_written_is_read() {
+        // The receiver answers 413 after the head, stops reading and closes
+        // while the client is still writing a body far larger than the
+        // socket buffers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut head = Vec::new();
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                head.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(
+                b"HTTP/1.1 413 Payload Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        });
+        let body = vec![b'x'; 16 * 1024 * 1024];
+        let answer = client()
+            .post(&url, &[("webhook-id", "msg_1".into())], &body)
+            .await;
+        assert_eq!(answer.unwrap().status, 413);
+    }
+
+    #[test]
+    fn chunked_end_finds_the_end_of_a_body_and_refuses_bad_framing() {
+        let body = b"4\r\nWiki\r\n5 ; a=b\r\npedia\r\n0\r\nt: 1\r\n\r\n";
+        assert_eq!(chunked_end(body), Ok(Some(body.len())));
+        for cut in 0..body.len() {
+            assert_eq!(chunked_end(&body[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(chunked_end(b"0\r\n\r\nextra"), Ok(Some(5)));
+        assert_eq!(chunked_end(b"x\r\n"), Err(ChunkError));
+        assert_eq!(chunked_end(b"\r\n"), Err(ChunkError));
+        assert_eq!(chunked_end(b"3\r\nabcd\r\n"), Err(ChunkError));
+        assert_eq!(chunked_end(b"fffffffff\r\n"), Err(ChunkError));
+        assert_eq!(
+            chunked_end(b"ffffff\r\n"),
+            Err(ChunkError),
+            "over the limit"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn answer_parsers_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)) {
+            let _ = chunked_end(&bytes);
+            let _ = parse_head(&bytes);
+        }
+
+        #[test]
+        fn any_chunking_of_a_body_is_found_whole(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 1..300), 0..20),
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..50),
+        ) {
+            let mut body = Vec::new();
+            for c in &chunks {
+                body.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                body.extend_from_slice(c);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(b"0\r\n\r\n");
+            let end = body.len();
+            proptest::prop_assert_eq!(chunked_end(&body[..end - 1]), Ok(None));
+            body.extend_from_slice(&tail);
+            proptest::prop_assert_eq!(chunked_end(&body), Ok(Some(end)));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_silent_address_does_not_hold_back_the_next_one() {
+        let v6: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
+        let v4: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let tried = Arc::new(Mutex::new(Vec::new()));
+        let log = tried.clone();
+        // The IPv6 address never answers; the IPv4 one connects.
+        let connect = move |addr: SocketAddr| {
+            log.lock().unwrap().push(addr);
+            async move {
+                if addr.is_ipv6() {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<SocketAddr, std::io::Error>(addr)
+            }
+        };
+        let got = tokio::time::timeout(Duration::from_secs(5), connect_any(&[v6, v4], connect))
+            .await
+            .expect("one silent address held the connection back");
+        assert_eq!(got, Some(v4));
+        assert_eq!(*tried.lock().unwrap(), vec![v6, v4]);
+        // Families alternate, the first address's family first.
+        let (a, b, c) = (v6, v4, "[2001:db8::2]:443".parse().unwrap());
+        assert_eq!(interleave(&[a, c, b]), vec![a, b, c]);
+        // A failed attempt starts the next at once; all failing is None.
+        let refuse = |_: SocketAddr| async {
+            Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+        };
+        assert_eq!(connect_any(&[v4, v6], refuse).await, None);
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 pub mod classify;
 mod http;
 pub mod metrics;
+mod pace;
 mod pump;
 pub mod signing;
 pub mod ssrf;
@@ -15,3 +16,11 @@ pub use classify::{classify, RetryPolicy, SendResult};
 pub use metrics::DeliveryMetrics;
 pub use tasks::{TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};
+
+/// Runs the answer parsers (the head of an HTTP answer, and the framing of
+/// a chunked body) over `bytes`, for the fuzz target `answers`: neither may
+/// panic on anything a receiver sends.
+#[doc(hidden)]
+pub fn parse_answer_for_fuzzing(bytes: &[u8]) {
+    http::parse_for_fuzzing(bytes);
+}

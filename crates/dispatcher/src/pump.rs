@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -57,6 +57,10 @@ pub(crate) struct Pump {
     pub gather_below: u32,
     /// The longest such wait.
     pub gather: Duration,
+    /// An item still running after this long gives its slot back and runs
+    /// on as parked, while fewer than `concurrency` items are parked
+    /// (ADR 0019): slow items then never hold every slot. `None` never parks.
+    pub park_after: Option<Duration>,
 }
 
 impl Pump {
@@ -68,6 +72,8 @@ impl Pump {
         mut ended: impl FnMut(W::Ended),
     ) {
         let permits = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let parking = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let freed = Arc::new(Notify::new());
         let halt = CancellationToken::new();
         let mut running: JoinSet<W::Ended> = JoinSet::new();
         let mut wake = work.wakeups();
@@ -85,6 +91,7 @@ impl Pump {
             if free == 0 {
                 tokio::select! {
                     done = running.join_next() => tally(done),
+                    () = freed.notified() => {}
                     _ = stop.cancelled() => {}
                 }
                 continue;
@@ -95,6 +102,7 @@ impl Pump {
                 if !left.is_zero() {
                     tokio::select! {
                         done = running.join_next() => tally(done),
+                        () = freed.notified() => {}
                         _ = tokio::time::sleep(left) => {}
                         _ = stop.cancelled() => {}
                     }
@@ -126,10 +134,25 @@ impl Pump {
                 // holds it twice (the capture and the awaited state), and
                 // with thousands in flight that doubling is most of the
                 // process's memory (ADR 0017).
-                let run = Box::pin(work.run(item, halt.clone()));
+                let mut run = Box::pin(work.run(item, halt.clone()));
+                let (park_after, parking, freed) =
+                    (self.park_after, parking.clone(), freed.clone());
                 running.spawn(async move {
+                    let mut slot = Some(permit);
+                    let mut parked = None;
+                    if let Some(after) = park_after {
+                        tokio::select! {
+                            e = &mut run => return e,
+                            () = tokio::time::sleep(after) => {}
+                        }
+                        if let Ok(p) = parking.try_acquire_owned() {
+                            parked = Some(p);
+                            drop(slot.take());
+                            freed.notify_one();
+                        }
+                    }
                     let e = run.await;
-                    drop(permit);
+                    drop((slot, parked));
                     e
                 });
             }
@@ -158,5 +181,84 @@ async fn changed(wake: &mut Option<watch::Receiver<u64>>) {
             }
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Items 0 and 1 run until halted; every later one ends at once.
+    struct TwoStuck {
+        next: AtomicU32,
+    }
+
+    impl Work for TwoStuck {
+        type Item = u32;
+        type Ended = bool;
+
+        fn claim(&self, limit: u32) -> impl Future<Output = Vec<u32>> + Send {
+            let start = self.next.fetch_add(limit, Ordering::SeqCst);
+            async move { (start..start + limit).collect() }
+        }
+
+        // Not `async fn`: the loop needs a future that does not borrow `self`.
+        #[allow(clippy::manual_async_fn)]
+        fn run(
+            &self,
+            item: u32,
+            halt: CancellationToken,
+        ) -> impl Future<Output = bool> + Send + 'static {
+            async move {
+                if item < 2 {
+                    halt.cancelled().await;
+                    false
+                } else {
+                    true
+                }
+            }
+        }
+
+        fn lost(&self) -> bool {
+            false
+        }
+    }
+
+    async fn quick_items_run(park_after: Option<Duration>) -> u32 {
+        let pump = Pump {
+            concurrency: 2,
+            max_batch: 2,
+            poll_interval: Duration::from_millis(10),
+            grace: Duration::ZERO,
+            gather_below: 0,
+            gather: Duration::ZERO,
+            park_after,
+        };
+        let work = TwoStuck {
+            next: AtomicU32::new(0),
+        };
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stopper.cancel();
+        });
+        let mut quick = 0;
+        pump.run(&work, stop, |ok| quick += u32::from(ok)).await;
+        quick
+    }
+
+    #[tokio::test]
+    async fn items_running_past_park_after_give_their_slots_back() {
+        assert_eq!(
+            quick_items_run(None).await,
+            0,
+            "without parking two stuck items hold both slots"
+        );
+        assert!(
+            quick_items_run(Some(Duration::from_millis(50))).await > 10,
+            "parked, they leave both slots to quick items"
+        );
     }
 }

@@ -8,25 +8,66 @@ use control_plane_core::config::Cidr;
 use crate::http::Failure;
 
 fn private_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, _] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
         || ip.is_unspecified()
         || ip.is_broadcast()
+        || ip.is_multicast()
         || a == 0
+        // Shared address space (carrier-grade NAT), 100.64.0.0/10.
         || (a == 100 && (64..128).contains(&b))
+        // IETF protocol assignments, 192.0.0.0/24.
+        || (a == 192 && b == 0 && c == 0)
+        // Benchmarking, 198.18.0.0/15.
+        || (a == 198 && (b == 18 || b == 19))
+        // Reserved for future use, 240.0.0.0/4.
+        || a >= 240
+}
+
+/// The IPv4 address an IPv6 address carries to an IPv4 host, where it is
+/// one of the forms that reach one: IPv4-mapped `::ffff:0:0/96`,
+/// IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` (RFC 6052) and 6to4
+/// `2002::/16` (RFC 3056).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let s = ip.segments();
+    let last = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    match s {
+        [0, 0, 0, 0, 0, 0, hi, lo] if !ip.is_loopback() && !ip.is_unspecified() => {
+            Some(last(hi, lo))
+        }
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(last(hi, lo)),
+        _ => None,
+    }
 }
 
 fn private_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
+    if let Some(v4) = embedded_v4(ip) {
         return private_v4(v4);
     }
-    let first = ip.segments()[0];
+    let s = ip.segments();
+    let first = s[0];
     ip.is_loopback()
         || ip.is_unspecified()
+        || ip.is_multicast()
+        // Unique local fc00::/7, link-local fe80::/10, site-local fec0::/10.
         || (first & 0xfe00) == 0xfc00
         || (first & 0xffc0) == 0xfe80
+        || (first & 0xffc0) == 0xfec0
+        // Local-use NAT64 64:ff9b:1::/48 (RFC 8215): translates to any IPv4
+        // address, private ones included.
+        || (first == 0x64 && s[1] == 0xff9b && s[2] == 1)
+        // Teredo 2001::/32: its IPv4 address is obfuscated.
+        || (first == 0x2001 && s[1] == 0)
 }
 
 /// Whether `ip` is private, loopback, link-local or unspecified (IPv4-mapped
@@ -99,10 +140,37 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            // NAT64 to the metadata service, and the local-use NAT64 prefix.
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b:1::1.1.1.1",
+            // IPv4-compatible, 6to4 of a private address, site-local, multicast.
+            "::127.0.0.1",
+            "::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+            "2002:7f00:1::",
+            "fec0::1",
+            "ff02::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "240.0.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.255",
         ] {
             assert!(is_private(ip(p)), "{p}");
         }
-        for p in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for p in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "198.20.0.1",
+            "192.0.1.1",
+        ] {
             assert!(!is_private(ip(p)), "{p}");
         }
     }

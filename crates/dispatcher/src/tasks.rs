@@ -147,6 +147,7 @@ impl TaskRunner {
             grace: self.config.grace,
             gather_below: 0,
             gather: Duration::ZERO,
+            park_after: None,
         };
         let work = Tasks {
             runner: self,

@@ -16,6 +16,7 @@ use tracing::Instrument;
 use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
+use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Work};
 use crate::signing::signature_header;
 
@@ -28,7 +29,8 @@ const GATHER: Duration = Duration::from_millis(2);
 pub struct DispatcherConfig {
     /// Worker name, recorded on leases.
     pub worker: String,
-    /// Sends in flight at most.
+    /// Send slots. A send running past `slow_answer` gives its slot back
+    /// and runs on as parked, up to as many again (ADR 0019).
     pub concurrency: usize,
     /// Largest claim.
     pub max_batch: u32,
@@ -44,6 +46,9 @@ pub struct DispatcherConfig {
     pub retry: RetryPolicy,
     /// Private networks destinations may resolve to (all others are refused).
     pub allowed_targets: Vec<control_plane_core::config::Cidr>,
+    /// Answers slower than this (and sends running longer) lower the
+    /// endpoint's cap (ADR 0019).
+    pub slow_answer: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -58,6 +63,7 @@ impl Default for DispatcherConfig {
             grace: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             allowed_targets: Vec::new(),
+            slow_answer: Duration::from_secs(1),
         }
     }
 }
@@ -96,6 +102,12 @@ impl Dispatcher {
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn new(store: DynControlPlaneStore, config: DispatcherConfig) -> Result<Self, String> {
+        if config.slow_answer < Duration::from_millis(10) {
+            return Err(format!(
+                "slow_answer must be at least 10ms, got {:?}",
+                config.slow_answer
+            ));
+        }
         let client = crate::http::HttpClient::new(
             config.request_timeout,
             config.request_timeout.min(Duration::from_secs(10)),
@@ -133,6 +145,20 @@ impl Dispatcher {
             recorder,
             worker: self.config.worker.clone(),
             lease: self.config.lease,
+            pace: Arc::new(Pace::new(self.config.concurrency, self.config.slow_answer)),
+        };
+        // Idle connections close after their idle time even when nothing
+        // is sent.
+        let reaper = {
+            let (ctx, stop) = (self.ctx.clone(), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(crate::http::REAP_EVERY) => ctx.client.reap_idle(),
+                        () = stop.cancelled() => return,
+                    }
+                }
+            })
         };
         let mut report = DispatchReport::default();
         self.pump()
@@ -145,6 +171,7 @@ impl Dispatcher {
             .await;
         drop(sends);
         let _ = batcher.await;
+        let _ = reaper.await;
         report
     }
 
@@ -161,6 +188,7 @@ impl Dispatcher {
             grace: self.config.grace,
             gather_below: (full / 4).max(1),
             gather: GATHER,
+            park_after: Some(self.config.slow_answer),
         }
     }
 }
@@ -172,6 +200,7 @@ struct Sends {
     recorder: Recorder,
     worker: String,
     lease: Duration,
+    pace: Arc<Pace>,
 }
 
 impl Work for Sends {
@@ -180,15 +209,20 @@ impl Work for Sends {
 
     fn claim(&self, limit: u32) -> impl Future<Output = Vec<ClaimedDelivery>> + Send {
         let req = ClaimRequest {
-            worker: self.worker.clone(),
-            limit,
-            lease_for: self.lease,
+            throttle: self.pace.throttle(Instant::now()),
+            ..ClaimRequest::new(self.worker.clone(), limit, self.lease)
         };
         async move {
-            self.store.delivery_claim(req).await.unwrap_or_else(|e| {
+            let claimed = self.store.delivery_claim(req).await.unwrap_or_else(|e| {
                 tracing::warn!("claim failed: {e}");
                 Vec::new()
-            })
+            });
+            let now = Instant::now();
+            for c in &claimed {
+                self.pace
+                    .started(c.delivery.endpoint_id, c.delivery.id, now);
+            }
+            claimed
         }
     }
 
@@ -198,15 +232,24 @@ impl Work for Sends {
         halt: CancellationToken,
     ) -> impl Future<Output = Sent> + Send + 'static {
         let (store, ctx, recorder) = (self.store.clone(), self.ctx.clone(), self.recorder.clone());
+        let pace = self.pace.clone();
         async move {
             let lease = c.lease.clone();
-            tokio::select! {
-                sent = deliver(&ctx, &recorder, c) => sent,
+            let tracked = Tracked::new(pace, c.delivery.endpoint_id, c.delivery.id);
+            let (sent, took) = tokio::select! {
+                done = deliver(&ctx, &recorder, c) => done,
                 () = halt.cancelled() => match store.delivery_release(&lease).await {
-                    Ok(()) => Sent::Released,
-                    Err(_) => Sent::NotRecorded,
+                    Ok(()) => (Sent::Released, Duration::ZERO),
+                    Err(_) => (Sent::NotRecorded, Duration::ZERO),
                 },
-            }
+            };
+            let answered = match sent {
+                Sent::Delivered => Answered::Success,
+                Sent::Failed => Answered::Failure,
+                Sent::Released | Sent::NotRecorded => Answered::Nothing,
+            };
+            tracked.finish(answered, took);
+            sent
         }
     }
 
@@ -240,8 +283,9 @@ enum Sent {
 
 /// Sends one claimed delivery and records its outcome, logging in a span
 /// that names the account, endpoint, delivery and attempt (never the URL,
-/// whose query may hold a credential, nor the secret).
-async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> Sent {
+/// whose query may hold a credential, nor the secret). Also how long the
+/// HTTP exchange took (recording it is not the receiver's time).
+async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> (Sent, Duration) {
     // A `debug` span: at the default `info` level it is never built, which
     // matters at thousands of sends a second; the dead-letter line names the
     // delivery itself.
@@ -257,7 +301,8 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
         let outcome = attempt(ctx, &c).await;
         let (result, report) = (outcome.kind(), outcome.report().clone());
         let delivered = outcome.is_success();
-        match recorder.record(c.lease.clone(), outcome).await {
+        let took = Duration::from_millis(report.latency_ms);
+        let sent = match recorder.record(c.lease.clone(), outcome).await {
             Ok(r) => {
                 let state = r.state.as_str();
                 let (status, latency_ms) = (report.status_code, report.latency_ms);
@@ -297,7 +342,8 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
                 tracing::warn!("cannot record the outcome: {e}");
                 Sent::NotRecorded
             }
-        }
+        };
+        (sent, took)
     }
     .instrument(span)
     .await

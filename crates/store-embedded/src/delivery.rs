@@ -248,6 +248,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
         if let Some(key) = &req.idempotency_key {
             let slot = (req.account.clone(), key.clone());
             if let Some(first) = keyed.get(&slot).and_then(|i| out.get(*i)) {
+                req.check_repeat_of(&first.event)?;
                 let again = Published {
                     created: false,
                     ..first.clone()
@@ -264,6 +265,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
                 .optional()
                 .db()?;
             if let Some(event) = existing {
+                req.check_repeat_of(&event)?;
                 let deliveries = deliveries_of_event(t, event.id)?;
                 out.push(Published {
                     event,
@@ -652,7 +654,7 @@ fn heads_of(endpoint: EndpointId, v: duckdb::types::Value) -> duckdb::Result<Vec
 
 /// The flows of one of the statements above, and whether any ordered
 /// endpoint is live (the unordered statement counts them on the way).
-fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<(Vec<Flow>, bool)> {
+fn flows(t: &Tx<'_>, sql: &str, limit: i64, throttle: &Throttle) -> StoreResult<(Vec<Flow>, bool)> {
     let now = t.now;
     let default_cap = t.options.endpoint_concurrency;
     let mut any_ordered = false;
@@ -688,7 +690,8 @@ fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<(Vec<Flow>, bool)> {
                         oldest: (r.get(2)?, r.get(3)?),
                         due: count(4)?,
                         in_flight: count(5)?,
-                        cap: r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap),
+                        cap: throttle
+                            .cap(endpoint, r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap)),
                         rate_room: budget.map(|(_, b)| b.whole()),
                         ordered: r.get(10)?,
                     },
@@ -713,8 +716,8 @@ fn flows(t: &Tx<'_>, sql: &str, limit: i64) -> StoreResult<(Vec<Flow>, bool)> {
 /// budgets of the endpoints that get any. One scan finds the unordered
 /// endpoints' flows with their oldest due deliveries; ordered endpoints
 /// take a second one, only when there are any.
-fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
-    let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit)?;
+fn fair_candidates(t: &Tx<'_>, limit: i64, throttle: &Throttle) -> StoreResult<Vec<Candidate>> {
+    let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit, throttle)?;
     // With no unordered flow there was no row to count ordered endpoints on.
     let any_ordered = if all.is_empty() {
         any_endpoint(t, ANY_ORDERED, [])?
@@ -722,10 +725,10 @@ fn fair_candidates(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
         counted
     };
     if any_ordered {
-        all.extend(flows(t, FLOWS_ORDERED, limit)?.0);
+        all.extend(flows(t, FLOWS_ORDERED, limit, throttle)?.0);
     }
     let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
-    let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
+    let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0), throttle);
     let mut picked: Vec<Candidate> = Vec::new();
     for (endpoint, n) in shares {
         if let Some(f) = all.iter().find(|f| f.candidate.endpoint == endpoint) {
@@ -795,7 +798,11 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     // rate budget (ADR 0009).
     let rest = limit - picks.len() as i64;
     if rest > 0 {
-        picks.extend(fair_candidates(t, rest)?.into_iter().map(|c| (c, false)));
+        picks.extend(
+            fair_candidates(t, rest, &req.throttle)?
+                .into_iter()
+                .map(|c| (c, false)),
+        );
     }
     if picks.is_empty() {
         return Ok(Vec::new());

@@ -354,6 +354,7 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
             .await
             .db()?;
         let first = row_to_event(&row)?;
+        req.check_repeat_of(&first)?;
         let deliveries = deliveries_of_event(t, first.id).await?;
         out.push(Published {
             event: first,
@@ -737,6 +738,7 @@ async fn claim_fair(
     limit: i64,
     expires: i64,
     worker: &str,
+    throttle: &Throttle,
 ) -> StoreResult<(Vec<ClaimedDelivery>, ClaimTx)> {
     let now_ms = t.now.as_millis();
     // Prepared once per connection: planning this union of lateral scans
@@ -748,20 +750,23 @@ async fn claim_fair(
         let rate: Option<i64> = r.get(7);
         let budget = rate
             .map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), t.now));
+        let endpoint = EndpointId(r.get(0));
         candidates.push(FlowCandidate {
-            endpoint: EndpointId(r.get(0)),
+            endpoint,
             account: AccountId::new(r.get::<_, String>(1))?,
             oldest: (r.get(2), r.get(3)),
             due: count_of(r.get(4)),
             in_flight: count_of(r.get(5)),
-            cap: r
-                .get::<_, Option<i64>>(6)
-                .map_or(t.options.endpoint_concurrency, u32_of),
+            cap: throttle.cap(
+                endpoint,
+                r.get::<_, Option<i64>>(6)
+                    .map_or(t.options.endpoint_concurrency, u32_of),
+            ),
             rate_room: budget.map(|b| b.whole()),
             ordered: r.get(10),
         });
     }
-    let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0));
+    let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0), throttle);
     if shares.is_empty() {
         return Ok((Vec::new(), ClaimTx::Open));
     }
@@ -961,7 +966,7 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
     let rest = i64::from(req.limit) - out.len() as i64;
     let mut state = ClaimTx::Open;
     if rest > 0 {
-        let (fair, fair_state) = claim_fair(t, rest, expires, &req.worker).await?;
+        let (fair, fair_state) = claim_fair(t, rest, expires, &req.worker, &req.throttle).await?;
         out.extend(fair);
         state = fair_state;
     }

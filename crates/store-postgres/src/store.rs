@@ -402,6 +402,27 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_pipelined_transaction_dropped_open_releases_its_locks() {
         let (store, other) = open_test_store().await;
+        // The settings a claim changes, as the pool's connections start
+        // with them (the server's defaults and the pool's own settings,
+        // whatever the cluster was started with).
+        let settings = "SELECT current_setting('synchronous_commit'), \
+             current_setting('plan_cache_mode'), current_setting('enable_seqscan')";
+        let read =
+            |r: tokio_postgres::Row| -> (String, String, String) { (r.get(0), r.get(1), r.get(2)) };
+        let before = read(
+            store
+                .pool
+                .get()
+                .await
+                .unwrap()
+                .query_one(settings, &[])
+                .await
+                .unwrap(),
+        );
+        assert_ne!(
+            before.1, "force_generic_plan",
+            "a fresh connection has the claim's setting already: this check could not fail"
+        );
         let key = i64::from(uuid::Uuid::new_v4().as_fields().0);
         let tx = PipelinedTx::begin(&store, CLAIM_SETTINGS).await.unwrap();
         tx.client()
@@ -423,14 +444,11 @@ pub(crate) mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         assert!(free, "the dropped transaction still holds its lock");
-        // The pool (of one) hands out a connection outside any transaction.
+        // The pool (of one) hands out a connection outside any transaction:
+        // every setting the claim changed reads as before it.
         let client = store.pool.get().await.unwrap();
-        let status: String = client
-            .query_one("SELECT current_setting('synchronous_commit')", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(status, "on", "a claim's settings outlived its transaction");
+        let after = read(client.query_one(settings, &[]).await.unwrap());
+        assert_eq!(after, before, "a claim's settings outlived its transaction");
         other
             .batch_execute(&format!("DROP SCHEMA {} CASCADE", store.schema()))
             .await
