@@ -21,7 +21,7 @@ const ADMIN: &str = "cpa_e2e_admin_token_0123456789abcdef";
 
 /// Behaviour by path: `ok`; `flaky` (500, then 200); `slow` (first answer
 /// after 6 s, beyond the request timeout); `limited` (429 with
-/// `Retry-After: 1`, then 200); `gone` (410); `down` (500 while `down` is
+/// `Retry-After: 3`, longer than the 1 s retry schedule, then 200); `gone` (410); `down` (500 while `down` is
 /// on); `sleepy` (every answer after 1.5 s, within the 2 s request timeout).
 fn cases(down: Arc<AtomicBool>) -> Answer {
     Arc::new(move |r: Received, n: usize| {
@@ -34,7 +34,7 @@ fn cases(down: Arc<AtomicBool>) -> Answer {
                     StatusCode::OK.into_response()
                 }
                 ("limited", 1) => {
-                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response()
+                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "3")]).into_response()
                 }
                 ("gone", _) => StatusCode::GONE.into_response(),
                 ("down", _) if down => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -287,14 +287,16 @@ async fn every_case(profile: Profile, logs: Logs) {
     assert_eq!(d["attempt_log"][0]["error"], "timed out");
     assert!(rx.requests("slow").iter().all(|r| verify(&slow_secret, r)));
 
-    // 429 with Retry-After: the next attempt waits at least that long.
+    // 429 with Retry-After: the next attempt waits at least that long (3 s,
+    // where the schedule alone would wait 1 s).
     let d = svc.wait_delivery(&limited[0], long, delivered).await;
     assert_eq!(results(&d), ["failed:429", "delivered:200"]);
     let got = rx.requests("limited");
     assert!(got.iter().all(|r| verify(&limited_secret, r)));
     assert!(
-        got[1].at - got[0].at >= Duration::from_millis(900),
-        "Retry-After honoured"
+        got[1].at - got[0].at >= Duration::from_millis(2900),
+        "Retry-After honoured: {:?}",
+        got[1].at - got[0].at
     );
 
     // 410 disables the endpoint; the watcher hears about it, signed.

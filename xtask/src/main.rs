@@ -488,7 +488,7 @@ fn postgres_only() -> Result<(), String> {
 fn openapi() -> Result<(), String> {
     cargo(
         &["test", "--workspace", "--test", "openapi"],
-        &[("UPDATE_OPENAPI", "1")],
+        &[("UPDATE_OPENAPI", "1"), ("CI", "false")],
     )
 }
 
@@ -572,7 +572,7 @@ fn api_check(examples: &str) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("api-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let addr = format!("127.0.0.1:{}", free_port()?);
-    let token = format!("cpa_api_check_{}", std::process::id());
+    let token = format!("cpa_api_check_token_0123456789_{}", std::process::id());
     let mut serve = Command::new(target_dir().join("debug").join("control-plane"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
         serve.env_remove(k);

@@ -179,6 +179,31 @@ async fn an_account_key_reaches_its_own_account_only() {
     assert!(token.starts_with("cpk_"));
     let theirs = create_endpoint(&api, "other").await;
     let their_id = theirs["id"].as_str().unwrap();
+    // Ids that exist in the other account: an account key must get the same
+    // 404 for them as for anything else outside its reach.
+    let (s, published) = call("POST", "/v1/accounts/other/events")
+        .json(json!({"type": "order.paid", "payload": 1}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{published}");
+    let their_event = published["id"].as_str().unwrap().to_string();
+    let their_delivery = published["deliveries"][0].as_str().unwrap().to_string();
+    let (s, task) = call("POST", "/v1/accounts/other/tasks")
+        .json(json!({"id": "t1", "kind": "k"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{task}");
+    let their_reads = [
+        format!("/v1/accounts/other/endpoints/{their_id}"),
+        format!("/v1/accounts/other/endpoints/{their_id}/stats"),
+        format!("/v1/accounts/other/deliveries/{their_delivery}"),
+        format!("/v1/accounts/other/events/{their_event}"),
+        "/v1/accounts/other/tasks/t1".to_string(),
+    ];
+    for p in &their_reads {
+        let (s, v) = call("GET", p.clone()).send(&api).await;
+        assert_eq!(s, StatusCode::OK, "the admin reads {p}: {v}");
+    }
     let mine = call("POST", "/v1/accounts/acme/endpoints")
         .token(Some(&token))
         .json(json!({"url": "https://example.com/mine"}))
@@ -201,10 +226,13 @@ async fn an_account_key_reaches_its_own_account_only() {
         ),
         ("POST", "/v1/accounts/other/events".to_string()),
         ("GET", "/v1/accounts/other/deliveries".to_string()),
-        ("GET", format!("/v1/accounts/other/deliveries/{their_id}")),
+        (
+            "GET",
+            format!("/v1/accounts/other/deliveries/{their_delivery}"),
+        ),
         (
             "POST",
-            format!("/v1/accounts/other/deliveries/{their_id}/replay"),
+            format!("/v1/accounts/other/deliveries/{their_delivery}/replay"),
         ),
         (
             "POST",
@@ -215,7 +243,7 @@ async fn an_account_key_reaches_its_own_account_only() {
             format!("/v1/accounts/other/endpoints/{their_id}/stats"),
         ),
         ("GET", "/v1/accounts/other/events".to_string()),
-        ("GET", format!("/v1/accounts/other/events/{their_id}")),
+        ("GET", format!("/v1/accounts/other/events/{their_event}")),
         ("POST", "/v1/accounts/other/deliveries/replay".to_string()),
         ("POST", "/v1/accounts/other/tasks".to_string()),
         ("GET", "/v1/accounts/other/tasks/t1".to_string()),
@@ -226,6 +254,15 @@ async fn an_account_key_reaches_its_own_account_only() {
         ("POST", "/v1/accounts/other/keys".to_string()),
         ("POST", "/v1/accounts/acme/keys".to_string()),
         ("GET", "/metrics".to_string()),
+        // The other account's ids under the key's own account: scoped by
+        // the store, not only by the path.
+        ("GET", format!("/v1/accounts/acme/endpoints/{their_id}")),
+        (
+            "GET",
+            format!("/v1/accounts/acme/deliveries/{their_delivery}"),
+        ),
+        ("GET", format!("/v1/accounts/acme/events/{their_event}")),
+        ("GET", "/v1/accounts/acme/tasks/t1".to_string()),
     ];
     for (m, p) in &routes {
         let body = json!({"url": "https://example.com/x", "type": "t", "payload": 1, "kind": "k"});

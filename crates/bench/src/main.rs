@@ -1282,7 +1282,7 @@ async fn start_serve(
     Ok((child, base, schema))
 }
 
-const BENCH_ADMIN: &str = "bench-admin-token-0123456789";
+const BENCH_ADMIN: &str = "bench-admin-token-0123456789abcdef";
 
 /// The path a user drives: `clients` concurrent HTTP clients (keep-alive)
 /// each publishing one event per call to one endpoint for a while, delivered
@@ -1586,7 +1586,7 @@ async fn run(a: &Args) -> BenchResult<String> {
     if want("fairness") {
         let _ = writeln!(
             out,
-            "## Fairness (a healthy endpoint beside a noisy neighbour, one dispatcher of 64 slots; one run, percentiles over its samples)\n\n{}",
+            "## Fairness (a healthy endpoint beside slow, failing or silent neighbours with backlogs, one dispatcher of 64 or 16 slots, default endpoint cap 16; one run, percentiles over its samples)\n\n{}",
             fairness(a, &dir).await?
         );
     }

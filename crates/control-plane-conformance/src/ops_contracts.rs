@@ -1135,6 +1135,46 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
     );
 }
 
+/// `MaintenanceStore::maintenance_purge`: a rotated-out signing secret stays
+/// for its grace, then maintenance clears it (it would sign nothing, and it
+/// is a credential kept for no use).
+pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let a = AccountId::new("a").unwrap();
+    let e = h
+        .store
+        .endpoint_create(EndpointCreateRequest::new(
+            a.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_b2xk"),
+        ))
+        .await
+        .unwrap();
+    h.store
+        .endpoint_rotate_secret(
+            &a,
+            e.id,
+            Secret::new("whsec_bmV3"),
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    let r = purge_all(&h, Duration::from_secs(86_400)).await;
+    assert_eq!(r.previous_secrets, 0, "still in its grace");
+    let kept = h.store.endpoint_get(&a, e.id).await.unwrap();
+    assert_eq!(
+        kept.secrets.previous.as_ref().map(Secret::expose),
+        Some("whsec_b2xk")
+    );
+    h.clock.advance(Duration::from_secs(3601));
+    let r = purge_all(&h, Duration::from_secs(86_400)).await;
+    assert_eq!(r.previous_secrets, 1);
+    let cleared = h.store.endpoint_get(&a, e.id).await.unwrap();
+    assert_eq!(cleared.secrets.previous, None);
+    assert_eq!(cleared.secrets.previous_expires_at, None);
+    assert_eq!(cleared.secrets.current.expose(), "whsec_bmV3");
+}
+
 /// Purges with `retention` until a batch removes nothing; the sum.
 async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
     let mut total = PurgeReport::default();

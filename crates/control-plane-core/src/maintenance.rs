@@ -63,6 +63,9 @@ pub enum Purged {
     UsageBatches,
     /// Idempotency records, by their expiry: the cutoff is now.
     IdempotencyRecords,
+    /// Rotated-out signing secrets, by the end of their grace: the cutoff is
+    /// now. The endpoint stays; its `previous_secret` is cleared.
+    PreviousSecrets,
 }
 
 impl Purged {
@@ -70,7 +73,7 @@ impl Purged {
     pub fn cutoff(self, now: Timestamp, retention: Duration) -> i64 {
         let age = now.minus(retention).as_millis();
         match self {
-            Purged::IdempotencyRecords => now.as_millis(),
+            Purged::IdempotencyRecords | Purged::PreviousSecrets => now.as_millis(),
             Purged::UsageWindows => age.saturating_sub(3_600_000),
             _ => age,
         }
@@ -105,6 +108,8 @@ pub struct PurgeReport {
     pub usage: u64,
     /// Expired idempotency records.
     pub idempotency_records: u64,
+    /// Rotated-out signing secrets cleared after their grace.
+    pub previous_secrets: u64,
 }
 
 impl PurgeReport {
@@ -117,6 +122,7 @@ impl PurgeReport {
             + self.alerts
             + self.usage
             + self.idempotency_records
+            + self.previous_secrets
     }
 
     /// Counts `n` rows removed by a statement of kind `what`.
@@ -129,6 +135,7 @@ impl PurgeReport {
             Purged::Alerts => &mut self.alerts,
             Purged::UsageWindows | Purged::UsageBatches => &mut self.usage,
             Purged::IdempotencyRecords => &mut self.idempotency_records,
+            Purged::PreviousSecrets => &mut self.previous_secrets,
         };
         *field += n;
     }
@@ -142,5 +149,6 @@ impl PurgeReport {
         self.alerts += other.alerts;
         self.usage += other.usage;
         self.idempotency_records += other.idempotency_records;
+        self.previous_secrets += other.previous_secrets;
     }
 }

@@ -331,16 +331,13 @@ pub trait DeliveryStore: Send + Sync {
     ///
     /// # Cancellation safety
     /// Safe to retry: repeats are duplicates.
+    ///
+    /// Required: [`DeliveryStore::delivery_record_outcome`] is this with a
+    /// batch of one, so the two can never call each other in a loop.
     async fn delivery_record_outcomes(
         &self,
         batch: Vec<(Lease, DeliveryOutcome)>,
-    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-        let mut out = Vec::with_capacity(batch.len());
-        for (lease, outcome) in batch {
-            out.push(self.delivery_record_outcome(&lease, outcome).await);
-        }
-        Ok(out)
-    }
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>>;
 
     /// Moves a `dead` delivery back to `pending`, due now, with a fresh attempt budget.
     ///
@@ -832,6 +829,8 @@ pub trait MaintenanceStore: Send + Sync {
     /// - Usage windows that ended before the cutoff go, with the batch ids
     ///   recorded before it (`retention_purges_ended_usage_windows`).
     /// - Expired idempotency records go (`idempotency_records_expire_and_are_swept`).
+    /// - A rotated-out signing secret is cleared once its grace has ended
+    ///   (`a_rotated_out_secret_is_cleared_after_its_grace`).
     /// - `maintenance::run_maintenance` runs it on one replica per interval,
     ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).
     ///

@@ -83,6 +83,9 @@ fn parse_args() -> Role {
 }
 
 fn main() -> ExitCode {
+    // Every file this process creates (the embedded store, its write-ahead
+    // log, a generated admin token) is readable by its user only.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let role = parse_args();
     let config = match Config::from_vars(std::env::vars()) {
         Ok(c) => c,

@@ -274,16 +274,56 @@ pub async fn usage_loop(
 
 /// The admin token: the configured one, or for `serve` a fresh one printed
 /// once. `api` alone refuses to start without one, since replicas must agree.
-fn admin_token(role: Role, config: &Config) -> Result<String, String> {
+/// The admin token: `CONTROLPLANE_ADMIN_TOKEN`, or for `serve` a fresh one
+/// written to [`token_file`] (readable by this user only), whose path comes
+/// back to be logged. The token itself never goes to stdout or a log, where
+/// collectors would keep it.
+fn admin_token(
+    role: Role,
+    config: &Config,
+) -> Result<(String, Option<std::path::PathBuf>), String> {
     if let Some(t) = &config.admin_token {
-        return Ok(t.expose().to_string());
+        return Ok((t.expose().to_string(), None));
     }
     if role == Role::Api {
         return Err(API_NEEDS_TOKEN.into());
     }
     let token = api::generate_token("cpa_");
-    println!("admin token (shown once; set CONTROLPLANE_ADMIN_TOKEN to keep a token across restarts): {token}");
-    Ok(token)
+    let path = token_file(config);
+    write_private(&path, &format!("{token}\n")).map_err(|e| {
+        format!(
+            "CONTROLPLANE_ADMIN_TOKEN is not set and the generated token cannot be written to {}: {e}; \
+             set CONTROLPLANE_ADMIN_TOKEN",
+            path.display()
+        )
+    })?;
+    Ok((token, Some(path)))
+}
+
+/// Where a generated admin token goes: beside the embedded store's file, or
+/// in the working directory.
+fn token_file(config: &Config) -> std::path::PathBuf {
+    const NAME: &str = "control-plane.admin-token";
+    match &config.store {
+        StoreProfile::Embedded { path } => path.with_file_name(NAME),
+        _ => std::path::PathBuf::from(NAME),
+    }
+}
+
+/// Writes `text` to `path`, created or truncated, readable and writable by
+/// this user only (mode 0600, also when the file existed).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
 }
 
 /// The meters every component of one process shares: the dispatcher's
@@ -403,8 +443,8 @@ async fn spawn_api(
     config: &Config,
     store: &DynControlPlaneStore,
     meters: &Meters,
-) -> Result<std::net::SocketAddr, String> {
-    let token = admin_token(role, config)?;
+) -> Result<(std::net::SocketAddr, Option<std::path::PathBuf>), String> {
+    let (token, token_file) = admin_token(role, config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| {
@@ -431,7 +471,7 @@ async fn spawn_api(
             Err(e) => format!("api (failed: {e})"),
         }
     });
-    Ok(addr)
+    Ok((addr, token_file))
 }
 
 /// Starts the delivery dispatcher, the workflow task runner and maintenance.
@@ -478,10 +518,11 @@ pub async fn run_service(
 ) -> Result<(), String> {
     let supervisor = Supervisor::default();
     let meters = Meters::default();
-    let api_addr = if role == Role::Worker {
-        None
+    let (api_addr, token_file) = if role == Role::Worker {
+        (None, None)
     } else {
-        Some(spawn_api(&supervisor, role, config, &store, &meters).await?)
+        let (addr, file) = spawn_api(&supervisor, role, config, &store, &meters).await?;
+        (Some(addr), file)
     };
     if role != Role::Api {
         spawn_workers(&supervisor, config, &store, &meters)?;
@@ -500,6 +541,13 @@ pub async fn run_service(
             .map(|a| format!(", API on http://{a}"))
             .unwrap_or_default()
     );
+    if let Some(path) = token_file {
+        tracing::warn!(
+            "CONTROLPLANE_ADMIN_TOKEN is not set: a new admin token was written to {} \
+             (readable by this user only; a new one at every start)",
+            path.display()
+        );
+    }
     supervisor.run(shutdown_signal).await
 }
 

@@ -237,12 +237,53 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
     let mut child = bin()
         .arg("serve")
         .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let ready = lines.next().unwrap().unwrap();
     assert!(ready.contains("ready on the embedded store"), "{ready}");
+    // No CONTROLPLANE_ADMIN_TOKEN: the generated token is in a file of this
+    // user's only, beside the store (also 0600), and the log names the file.
+    let told = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("admin token"))
+        .unwrap();
+    let token_file = dir.path().join("control-plane.admin-token");
+    assert!(told.contains(&token_file.display().to_string()), "{told}");
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(token.starts_with("cpa_") && token.len() >= 32, "{token}");
+    use std::os::unix::fs::PermissionsExt;
+    for file in [&token_file, &path] {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+    }
+    let api = ready
+        .split("API on http://")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&api).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        format!(
+            "GET /v1/accounts/acme/endpoints HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the file's token works: {answer}"
+    );
     let busy = bin()
         .arg("status")
         .env("CONTROLPLANE_EMBEDDED_PATH", &path)
@@ -272,6 +313,12 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut said).unwrap();
+    for line in lines {
+        said.push_str(&line.unwrap());
+    }
+    assert!(!said.contains(&token), "the token was written out: {said}");
     let after = bin()
         .arg("status")
         .env("CONTROLPLANE_EMBEDDED_PATH", &path)

@@ -960,6 +960,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn heads_past_the_header_count_or_the_size_limit_fail_the_request() {
+        let mut many = String::from("HTTP/1.1 200 OK\r\n");
+        for i in 0..=MAX_HEADERS {
+            many.push_str(&format!("x{i}: y\r\n"));
+        }
+        many.push_str("content-length: 0\r\n\r\n");
+        let big = format!(
+            "HTTP/1.1 200 OK\r\nx-pad: {}\r\ncontent-length: 0\r\n\r\n",
+            "a".repeat(HEAD_LIMIT)
+        );
+        for answer in [many, big] {
+            let answer: &'static str = Box::leak(answer.into_boxed_str());
+            let (url, _, _) = receiver(vec![answer], 64 * 1024).await;
+            let got = post(&client(), &url).await;
+            assert!(matches!(got, Err(Failure::Failed(_))), "{}", &answer[..40]);
+        }
+    }
+
+    #[tokio::test]
     async fn a_promised_body_that_never_comes_costs_the_connection_not_the_timeout() {
         let (url, connections, _) = receiver(
             vec!["HTTP/1.1 200 OK\r\ncontent-length: 65536\r\n\r\n"],

@@ -40,6 +40,12 @@ pub(crate) trait Work: Send + Sync {
     }
 }
 
+/// Parked items per slot at most: a parked send is an open socket and a
+/// small future (about 10 KiB), so a worker of 64 slots keeps at most 256
+/// parked sends, and new receivers that never answer can take the slots
+/// again (until they are parked too) four times over before slots stay held.
+pub(crate) const PARKED_PER_SLOT: usize = 4;
+
 /// How the loop runs.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pump {
@@ -58,8 +64,9 @@ pub(crate) struct Pump {
     /// The longest such wait.
     pub gather: Duration,
     /// An item still running after this long gives its slot back and runs
-    /// on as parked, while fewer than `concurrency` items are parked
-    /// (ADR 0019): slow items then never hold every slot. `None` never parks.
+    /// on as parked, while fewer than [`PARKED_PER_SLOT`] × `concurrency`
+    /// items are parked (ADR 0019): slow items then never hold every slot.
+    /// `None` never parks.
     pub park_after: Option<Duration>,
 }
 
@@ -72,7 +79,9 @@ impl Pump {
         mut ended: impl FnMut(W::Ended),
     ) {
         let permits = Arc::new(Semaphore::new(self.concurrency.max(1)));
-        let parking = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let parking = Arc::new(Semaphore::new(
+            self.concurrency.max(1).saturating_mul(PARKED_PER_SLOT),
+        ));
         let freed = Arc::new(Notify::new());
         let halt = CancellationToken::new();
         let mut running: JoinSet<W::Ended> = JoinSet::new();

@@ -30,7 +30,7 @@ pub struct DispatcherConfig {
     /// Worker name, recorded on leases.
     pub worker: String,
     /// Send slots. A send running past `slow_answer` gives its slot back
-    /// and runs on as parked, up to as many again (ADR 0019).
+    /// and runs on as parked, up to four times as many (ADR 0019).
     pub concurrency: usize,
     /// Largest claim.
     pub max_batch: u32,

@@ -58,6 +58,11 @@ const PURGES: &[(Purged, &str)] = &[
         "DELETE FROM idempotency WHERE (scope, key) IN \
          (SELECT (scope, key) FROM idempotency WHERE expires_at <= $1 LIMIT $2)",
     ),
+    (
+        Purged::PreviousSecrets,
+        "UPDATE endpoints SET previous_secret = NULL, previous_expires_at = NULL WHERE id IN \
+         (SELECT id FROM endpoints WHERE previous_expires_at <= $1 LIMIT $2)",
+    ),
 ];
 
 /// One small batch per table. The embedded store has one writer, so the

@@ -191,13 +191,36 @@ fn open_connection(path: &Path) -> StoreResult<Connection> {
             )));
         }
     }
-    Connection::open(path).map_err(|e| match crate::error::map(e) {
+    let conn = Connection::open(path).map_err(|e| match crate::error::map(e) {
         StoreError::Backend(m) => StoreError::Unavailable(format!(
             "cannot open the embedded store file {}: {m}",
             path.display()
         )),
         other => other,
-    })
+    })?;
+    keep_private(path)?;
+    Ok(conn)
+}
+
+/// Makes the store's file and its write-ahead log readable and writable by
+/// this user only (mode 0600): they hold signing secrets and payloads,
+/// and DuckDB creates them with the process's umask.
+fn keep_private(path: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push(".wal");
+    for file in [path.to_path_buf(), std::path::PathBuf::from(wal)] {
+        if !file.exists() {
+            continue;
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot make the embedded store file {} private (mode 0600): {e}",
+                file.display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<()> {

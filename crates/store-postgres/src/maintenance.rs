@@ -66,6 +66,11 @@ const PURGES: &[(Purged, &str)] = &[
         "WITH c AS (SELECT scope, key FROM idempotency WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
          DELETE FROM idempotency i USING c WHERE i.scope = c.scope AND i.key = c.key",
     ),
+    (
+        Purged::PreviousSecrets,
+        "WITH c AS (SELECT id FROM endpoints WHERE previous_expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         UPDATE endpoints e SET previous_secret = NULL, previous_expires_at = NULL FROM c WHERE e.id = c.id",
+    ),
 ];
 
 /// One batch per table, in one short transaction.
