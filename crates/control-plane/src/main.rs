@@ -82,10 +82,28 @@ fn parse_args() -> Role {
     }
 }
 
+/// Raises the soft limit of open files to the hard limit: every send, kept
+/// connection, pooled database connection and API client is a descriptor,
+/// and soft limits are often 1,024. Best effort: a refusal leaves the limit.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.maximum.is_some() && limit.current != limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+}
+
 fn main() -> ExitCode {
     // Every file this process creates (the embedded store, its write-ahead
     // log, a generated admin token) is readable by its user only.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    raise_open_files_limit();
     let role = parse_args();
     let config = match Config::from_vars(std::env::vars()) {
         Ok(c) => c,

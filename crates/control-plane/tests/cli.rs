@@ -230,6 +230,49 @@ fn status_reports_counts_on_the_embedded_default() {
     );
 }
 
+/// The service raises its soft limit of open files to the hard limit (here
+/// started with a soft limit of 256).
+#[test]
+fn serve_raises_its_open_files_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sh = Command::new("bash");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
+        sh.env_remove(k);
+    }
+    let mut child = sh
+        .args([
+            "-c",
+            "ulimit -S -n 256 && exec \"$0\" serve",
+            env!("CARGO_BIN_EXE_control-plane"),
+        ])
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_EMBEDDED_PATH", dir.path().join("s.duckdb"))
+        .env(
+            "CONTROLPLANE_ADMIN_TOKEN",
+            "cpa_limits_admin_token_0123456789abcdef",
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.next().unwrap().unwrap();
+    assert!(ready.contains("ready on the embedded store"), "{ready}");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    assert_ne!(numbers[0], "256", "the soft limit was not raised: {line}");
+    assert_eq!(
+        numbers[0], numbers[1],
+        "soft limit below the hard one: {line}"
+    );
+}
+
 #[test]
 fn serve_runs_until_sigterm_and_releases_the_file() {
     let dir = tempfile::tempdir().unwrap();
