@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 use workspace_tests::Schema;
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_control-plane"));
+    isolated(Command::new(env!("CARGO_BIN_EXE_control-plane")))
+}
+
+/// `c` without the shell's `CONTROLPLANE_*` settings, its API on a free port
+/// (tests run in parallel).
+fn isolated(mut c: Command) -> Command {
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
         c.env_remove(k);
     }
-    // Tests run in parallel: each API listens on a free port.
     c.env("CONTROLPLANE_LISTEN", "127.0.0.1:0");
     c
 }
@@ -235,17 +239,12 @@ fn status_reports_counts_on_the_embedded_default() {
 #[test]
 fn serve_raises_its_open_files_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let mut sh = Command::new("bash");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
-        sh.env_remove(k);
-    }
-    let mut child = sh
+    let mut child = isolated(Command::new("bash"))
         .args([
             "-c",
             "ulimit -S -n 256 && exec \"$0\" serve",
             env!("CARGO_BIN_EXE_control-plane"),
         ])
-        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
         .env("CONTROLPLANE_EMBEDDED_PATH", dir.path().join("s.duckdb"))
         .env(
             "CONTROLPLANE_ADMIN_TOKEN",

@@ -385,10 +385,9 @@ impl HttpClient {
         let list = idle.by_origin.entry(origin).or_default();
         let before = list.len();
         list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
-        let room = list.len() < IDLE_PER_ORIGIN;
         let kept = list.len();
-        idle.total = (idle.total + kept).saturating_sub(before);
-        if !room {
+        idle.total = idle.total.saturating_sub(before - kept);
+        if kept >= IDLE_PER_ORIGIN {
             return;
         }
         if idle.total >= self.idle_total {
@@ -551,26 +550,23 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
     // answer.
     let chunked =
         matches!(encodings.as_slice(), [v] if v.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-    let has_length = response
+    // Two different lengths make the framing ambiguous (RFC 9112 6.3):
+    // the answer is refused, not guessed at.
+    let lengths: Vec<Option<&str>> = response
         .headers
         .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("content-length"));
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| std::str::from_utf8(h.value).ok().map(str::trim))
+        .collect();
+    let first = lengths.first().copied().flatten();
+    if lengths.iter().any(|v| *v != first) {
+        return Err(Unanswered::Broken);
+    }
     let closes = response.version != Some(1)
         || value("connection")
             .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
         || (!encodings.is_empty() && !chunked)
-        || (chunked && has_length);
-    // Two different lengths make the framing ambiguous (RFC 9112 6.3):
-    // the answer is refused, not guessed at.
-    let mut lengths = response
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .map(|h| std::str::from_utf8(h.value).ok().map(str::trim));
-    let first = lengths.next().flatten();
-    if lengths.any(|v| v != first) {
-        return Err(Unanswered::Broken);
-    }
+        || (chunked && !lengths.is_empty());
     let body = if closes {
         None
     } else if status == 204 || status == 304 {

@@ -235,21 +235,15 @@ impl Work for Sends {
         let pace = self.pace.clone();
         async move {
             let lease = c.lease.clone();
+            // Halted, the send is dropped with its tracking: nothing learned.
             let tracked = Tracked::new(pace, c.delivery.endpoint_id, c.delivery.id);
-            let (sent, took) = tokio::select! {
-                done = deliver(&ctx, &recorder, c) => done,
+            tokio::select! {
+                sent = deliver(&ctx, &recorder, c, tracked) => sent,
                 () = halt.cancelled() => match store.delivery_release(&lease).await {
-                    Ok(()) => (Sent::Released, Duration::ZERO),
-                    Err(_) => (Sent::NotRecorded, Duration::ZERO),
+                    Ok(()) => Sent::Released,
+                    Err(_) => Sent::NotRecorded,
                 },
-            };
-            let answered = match sent {
-                Sent::Delivered => Answered::Success,
-                Sent::Failed => Answered::Failure,
-                Sent::Released | Sent::NotRecorded => Answered::Nothing,
-            };
-            tracked.finish(answered, took);
-            sent
+            }
         }
     }
 
@@ -283,9 +277,15 @@ enum Sent {
 
 /// Sends one claimed delivery and records its outcome, logging in a span
 /// that names the account, endpoint, delivery and attempt (never the URL,
-/// whose query may hold a credential, nor the secret). Also how long the
-/// HTTP exchange took (recording it is not the receiver's time).
-async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> (Sent, Duration) {
+/// whose query may hold a credential, nor the secret). Pacing learns from
+/// the attempt itself, before it is recorded: the store's time is not the
+/// receiver's, and a lost lease does not make an answer unseen.
+async fn deliver(
+    ctx: &SendContext,
+    recorder: &Recorder,
+    c: ClaimedDelivery,
+    tracked: Tracked,
+) -> Sent {
     // A `debug` span: at the default `info` level it is never built, which
     // matters at thousands of sends a second; the dead-letter line names the
     // delivery itself.
@@ -301,8 +301,15 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
         let outcome = attempt(ctx, &c).await;
         let (result, report) = (outcome.kind(), outcome.report().clone());
         let delivered = outcome.is_success();
-        let took = Duration::from_millis(report.latency_ms);
-        let sent = match recorder.record(c.lease.clone(), outcome).await {
+        tracked.finish(
+            if delivered {
+                Answered::Success
+            } else {
+                Answered::Failure
+            },
+            Duration::from_millis(report.latency_ms),
+        );
+        match recorder.record(c.lease.clone(), outcome).await {
             Ok(r) => {
                 let state = r.state.as_str();
                 let (status, latency_ms) = (report.status_code, report.latency_ms);
@@ -342,8 +349,7 @@ async fn deliver(ctx: &SendContext, recorder: &Recorder, c: ClaimedDelivery) -> 
                 tracing::warn!("cannot record the outcome: {e}");
                 Sent::NotRecorded
             }
-        };
-        (sent, took)
+        }
     }
     .instrument(span)
     .await
