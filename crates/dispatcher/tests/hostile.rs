@@ -3,6 +3,9 @@
 //! account, with the slot count of a small deployment (16): every hostile
 //! attempt is recorded with the outcome it deserves within its bound, and
 //! the healthy endpoint's deliveries arrive as if the others were not there.
+//! Beside them, a crowd of 20 more silent endpoints (more than the slots)
+//! that the worker has never seen: without parking their sends would hold
+//! every slot until the request timeout.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -18,6 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Silent endpoints beside the behaviours, each with one delivery: more
+/// than the 16 slots.
+const CROWD: usize = 20;
 
 /// What a hostile path's first attempt must record: a status, or a failure
 /// whose error contains the text.
@@ -294,6 +301,16 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
         let e = store.endpoint_create(req).await.unwrap();
         by_endpoint.insert(e.id, (*path, *expect));
     }
+    for _ in 0..CROWD {
+        let mut req = EndpointCreateRequest::new(
+            hostile.clone(),
+            format!("{base}/silence"),
+            generate_secret(),
+        );
+        req.event_types = vec!["crowd".to_string()];
+        let e = store.endpoint_create(req).await.unwrap();
+        by_endpoint.insert(e.id, ("silence (crowd)", Expect::Error("timed out")));
+    }
     let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let healthy_url = healthy_server(arrivals.clone()).await;
     store
@@ -322,6 +339,16 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
             hostile_deliveries.extend(p.deliveries);
         }
     }
+    let crowd = store
+        .event_publish(PublishRequest::new(
+            hostile.clone(),
+            "crowd",
+            serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(crowd.deliveries.len(), CROWD);
+    hostile_deliveries.extend(crowd.deliveries);
     let d = Dispatcher::new(
         store.clone(),
         DispatcherConfig {
