@@ -40,15 +40,17 @@ impl Lcg {
     }
 }
 
-/// Answers 200 after 0 to 30 ms (by webhook-id), so kills often land while
-/// a send is in flight.
+/// Answers 200 after 100 to 400 ms (by webhook-id), so that a run lasts
+/// longer than the first kills and they land while sends are in flight
+/// (`verify` asserts that some did).
 fn answer_after_a_while() -> Answer {
     Arc::new(|r: Received, _| {
         let wait = r
             .webhook_id()
             .bytes()
             .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
-            % 30;
+            % 300
+            + 100;
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(wait)).await;
             "ok".into_response()
@@ -119,6 +121,11 @@ fn verify(
         unexplained.is_empty()
     );
     assert!(lost.is_empty(), "delivered but never received: {lost:?}");
+    let expired: u32 = log.values().map(|(_, expired)| expired).sum();
+    assert!(
+        expired > 0,
+        "no kill hit a send in flight (no lease expired): the run proved nothing"
+    );
     assert_eq!(unlogged, 0, "deliveries without an attempt logged");
     assert!(
         unexplained.is_empty(),
@@ -196,10 +203,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     let start = Instant::now();
     loop {
         let open: i64 = client
-            .query_one(
-                "SELECT count(*) FROM deliveries WHERE state NOT IN ('delivered', 'dead')",
-                &[],
-            )
+            .query_one("SELECT count(*) FROM delivery_queue", &[])
             .await
             .unwrap()
             .get(0);
@@ -216,7 +220,12 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         w.kill();
     }
     let states: HashMap<String, String> = client
-        .query("SELECT id::text, state FROM deliveries", &[])
+        .query(
+            "SELECT d.id::text, coalesce(l.state, x.state, 'missing') FROM deliveries d \
+             LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+             LEFT JOIN delivery_done x ON x.delivery_id = d.id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()

@@ -22,7 +22,7 @@ const ADMIN: &str = "cpa_e2e_admin_token_0123456789abcdef";
 /// Behaviour by path: `ok`; `flaky` (500, then 200); `slow` (first answer
 /// after 6 s, beyond the request timeout); `limited` (429 with
 /// `Retry-After: 3`, longer than the 1 s retry schedule, then 200); `gone` (410); `down` (500 while `down` is
-/// on); `sleepy` (every answer after 1.5 s, within the 2 s request timeout).
+/// on); `sleepy` (every answer after 1 s, within the 2 s request timeout).
 fn cases(down: Arc<AtomicBool>) -> Answer {
     Arc::new(move |r: Received, n: usize| {
         let down = down.load(Ordering::SeqCst);
@@ -39,7 +39,7 @@ fn cases(down: Arc<AtomicBool>) -> Answer {
                 ("gone", _) => StatusCode::GONE.into_response(),
                 ("down", _) if down => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
                 ("sleepy", _) => {
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    tokio::time::sleep(Duration::from_millis(1000)).await;
                     StatusCode::OK.into_response()
                 }
                 _ => StatusCode::OK.into_response(),

@@ -181,6 +181,9 @@ pub fn log_message(line: &str) -> String {
     line.to_string()
 }
 
+/// How long a started process may take to say it is ready.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
 impl Process {
     /// Starts `bin command` with no `CONTROLPLANE_*` variable of the test's
     /// own environment, the API on a free loopback port, then `env`; waits
@@ -198,17 +201,30 @@ impl Process {
             c.env(k, v);
         }
         let mut child = c.spawn().unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        // Lines before "ready" (dependencies' notices, debug detail) are kept.
-        let mut before = Vec::new();
+        let stderr = child.stderr.take().unwrap();
+        // Every line is kept (dependencies' notices, debug detail); the
+        // ready line is awaited with a deadline, so a child that never
+        // says it fails the test instead of hanging the suite.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line.clone());
+                let _ = lines_tx.send(line);
+            }
+        });
         let ready = loop {
-            match lines.next().and_then(Result::ok) {
-                Some(line) if log_message(&line).contains(" ready on the ") => break line,
-                Some(line) => before.push(line),
-                None => {
+            match lines.recv_timeout(READY_WITHIN) {
+                Ok(line) if log_message(&line).contains(" ready on the ") => break line,
+                Ok(_) => {}
+                Err(e) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    panic!("`{command}` did not start:\n{}", before.join("\n"));
+                    panic!(
+                        "`{command}` did not start within {READY_WITHIN:?} ({e}):\n{}",
+                        log.lock().unwrap().join("\n")
+                    );
                 }
             }
         };
@@ -216,14 +232,6 @@ impl Process {
             .split("API on ")
             .nth(1)
             .map(|a| a.trim().to_string());
-        before.push(ready);
-        let log = Arc::new(Mutex::new(before));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
         Process { child, api, log }
     }
 

@@ -239,19 +239,24 @@ async fn prefill(store: &dyn ControlPlaneStore, n: usize) -> BenchResult<()> {
 }
 
 /// A postgres backlog of `n` pending deliveries written with
-/// `generate_series` (what the port would write, much faster), then analyzed
-/// as autovacuum would after such an insert. Burn-down measures the drain.
+/// `generate_series` (what the port would write, much faster; its ids
+/// time-ordered as the port's are), then analyzed as autovacuum would after
+/// such an insert. Burn-down measures the drain.
 async fn pg_prefill(url: &str, schema: &str, e: &Endpoint, n: usize) -> BenchResult<()> {
     let c = raw_client(url, schema).await?;
     let now = now_ms();
     let n = i64::try_from(n).map_err(fail)?;
     c.execute(
-        "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
-         SELECT gen_random_uuid(), 'bench', 'bench.event', '{\"type\":\"bench.event\",\"data\":{}}', NULL, $2 \
-         FROM generate_series(1, $3::bigint) RETURNING id) \
-         INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, due_at, \
-         created_at, updated_at) SELECT gen_random_uuid(), 'bench', $1, ev.id, nextval('delivery_seq'), \
-         'pending', 0, 8, $2, $2, $2 FROM ev",
+        "WITH g AS (SELECT (lpad(to_hex($2::bigint), 12, '0') || '70008' || lpad(to_hex(g), 15, '0'))::uuid AS id \
+         FROM generate_series(1, $3::bigint) g), \
+         ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+         SELECT id, 'bench', 'bench.event', '{\"type\":\"bench.event\",\"data\":{}}', NULL, $2 \
+         FROM g ORDER BY id RETURNING id), \
+         d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
+         SELECT ev.id, 'bench', $1, ev.id, nextval('delivery_seq'), $2 FROM ev \
+         RETURNING id, endpoint_id, seq) \
+         INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+         due_at, updated_at) SELECT endpoint_id, seq, id, 'bench', 'pending', 0, 8, $2, $2 FROM d",
         &[&e.id.0, &now, &n],
     )
     .await
@@ -323,17 +328,6 @@ async fn drain_port(
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-/// The batch completion: the fenced update and the attempt rows in one
-/// statement over arrays, as the adapter's fast path issues it.
-const RAW_COMPLETE: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS i(id, token)), \
-     d AS (UPDATE deliveries SET state = 'delivered', lease_expires_at = NULL, leased_by = NULL, \
-     last_outcome = 'delivered', updated_at = $3 FROM i \
-     WHERE deliveries.id = i.id AND deliveries.lease_token = i.token AND deliveries.state = 'leased' \
-     RETURNING deliveries.id, deliveries.endpoint_id, deliveries.account, deliveries.attempts) \
-     INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
-     will_retry, next_attempt_at, recorded_at) \
-     SELECT d.id, d.endpoint_id, d.account, d.attempts, 'delivered', 200, NULL, 1, false, NULL, $3 FROM d";
-
 fn now_ms() -> i64 {
     SystemClock.now().as_millis()
 }
@@ -362,7 +356,10 @@ async fn drain_raw(
                 .prepare(&store_postgres::claim_statement())
                 .await
                 .map_err(fail)?;
-            let complete = client.prepare(RAW_COMPLETE).await.map_err(fail)?;
+            let complete = client
+                .prepare(store_postgres::RECORD_DELIVERED)
+                .await
+                .map_err(fail)?;
             let worker = format!("raw{w}");
             // The claim goes endpoint by endpoint: every endpoint, up to a batch each.
             let endpoints: Vec<uuid::Uuid> = client
@@ -407,8 +404,14 @@ async fn drain_raw(
                 let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
                 // Column 19 of the claim is the lease token.
                 let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(19)).collect();
+                let errors: Vec<Option<String>> = vec![None; ids.len()];
+                let codes: Vec<Option<i64>> = vec![Some(200); ids.len()];
+                let latencies: Vec<i64> = vec![1; ids.len()];
                 let n = client
-                    .execute(&complete, &[&ids, &tokens, &now_ms()])
+                    .execute(
+                        &complete,
+                        &[&ids, &tokens, &errors, &codes, &latencies, &now_ms()],
+                    )
                     .await
                     .map_err(fail)?;
                 done.fetch_add(n, Ordering::Relaxed);
@@ -1151,10 +1154,11 @@ async fn growth(a: &Args) -> BenchResult<String> {
         c.execute(
             "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
              SELECT gen_random_uuid(), 'bench', 'old', '{}', NULL, $2 FROM generate_series(1, $3::bigint) \
-             RETURNING id) \
-             INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
-             due_at, created_at, updated_at) SELECT gen_random_uuid(), 'bench', $1, ev.id, \
-             -row_number() OVER (), 'delivered', 1, 8, $2, $2, $2 FROM ev",
+             RETURNING id), \
+             d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
+             SELECT gen_random_uuid(), 'bench', $1, ev.id, -row_number() OVER (), $2 FROM ev RETURNING id) \
+             INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, finished_at) \
+             SELECT id, 'delivered', 1, 8, $2, $2 FROM d",
             &[&e.id.0, &now, &size],
         )
         .await

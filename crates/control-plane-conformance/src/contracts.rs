@@ -1074,6 +1074,131 @@ pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
     assert!(matches!(r, Err(StoreError::NotFound { .. })));
 }
 
+/// `DeliveryStore::delivery_record_outcome`: a retried delivery keeps its
+/// identity, sequence number and log: its retry repeated is a duplicate,
+/// the next claim continues its attempt count, the retried lease is lost.
+pub async fn a_retried_delivery_keeps_its_place_and_its_log(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let first = publish(&h, "a").await.deliveries[0];
+    let second = publish(&h, "a").await.deliveries[0];
+    let c = claim(&h, 1).await.remove(0);
+    assert_eq!(c.delivery.id, first);
+    let later = h.clock.now().plus(Duration::from_secs(10));
+    assert_eq!(
+        record(&h, &c, fail_at(later)).await.state,
+        DeliveryState::Pending
+    );
+    assert_eq!(
+        record(&h, &c, fail_at(later)).await,
+        OutcomeRecorded {
+            state: DeliveryState::Pending,
+            duplicate: true
+        }
+    );
+    let meanwhile = claim(&h, 10).await;
+    assert_eq!(ids(&meanwhile), vec![second], "the retry is not due yet");
+    assert_eq!(
+        record(&h, &meanwhile[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    h.clock.advance(Duration::from_secs(10));
+    let again = claim(&h, 10).await;
+    assert_eq!(ids(&again), vec![first]);
+    assert_eq!(
+        (again[0].lease.attempt, again[0].delivery.seq),
+        (2, c.delivery.seq)
+    );
+    assert_eq!(
+        h.store.delivery_record_outcome(&c.lease, ok()).await,
+        Err(StoreError::LeaseLost),
+        "the retried lease still fenced"
+    );
+    assert_eq!(
+        record(&h, &again[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    let log: Vec<(u32, AttemptResult)> = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), first)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| (a.attempt, a.result))
+        .collect();
+    assert_eq!(
+        log,
+        vec![(1, AttemptResult::Failed), (2, AttemptResult::Delivered)]
+    );
+    let d = get(&h, "a", first).await;
+    assert_eq!(
+        (d.state, d.attempts, d.seq),
+        (DeliveryState::Delivered, 2, c.delivery.seq)
+    );
+}
+
+/// `DeliveryStore::delivery_replay`: a replayed dead delivery keeps its
+/// sequence number (on an ordered endpoint it is the head again), its log
+/// grows, and the lease that ended it is answered as a repeat until the
+/// replay and lost after it.
+pub async fn a_replayed_delivery_keeps_its_place_and_fences_its_old_lease(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    endpoint(&h, "a", true).await;
+    let first = publish(&h, "a").await.deliveries[0];
+    let c = claim(&h, 1).await.remove(0);
+    let died = fail_at(h.clock.now());
+    assert_eq!(
+        record(&h, &c, died.clone()).await.state,
+        DeliveryState::Dead
+    );
+    assert_eq!(
+        record(&h, &c, died.clone()).await,
+        OutcomeRecorded {
+            state: DeliveryState::Dead,
+            duplicate: true
+        }
+    );
+    let second = publish(&h, "a").await.deliveries[0];
+    let next = claim(&h, 1).await;
+    assert_eq!(
+        ids(&next),
+        vec![second],
+        "a dead delivery blocked the order"
+    );
+    h.store.delivery_replay(&acct("a"), first).await.unwrap();
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "two deliveries of an ordered endpoint in flight"
+    );
+    assert_eq!(
+        record(&h, &next[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    assert_eq!(
+        h.store.delivery_record_outcome(&c.lease, died).await,
+        Err(StoreError::LeaseLost),
+        "the lease that ended it outlived the replay"
+    );
+    let again = claim(&h, 10).await;
+    assert_eq!(ids(&again), vec![first]);
+    assert_eq!(
+        (again[0].lease.attempt, again[0].delivery.seq),
+        (2, c.delivery.seq)
+    );
+    assert_eq!(
+        record(&h, &again[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    assert_eq!(
+        h.store
+            .attempt_list_for_delivery(&acct("a"), first)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
 /// Claims every due delivery and fails it for good (one attempt each);
 /// returns (delivery, endpoint) pairs.
 async fn kill_all(h: &Harness) -> Vec<(DeliveryId, EndpointId)> {

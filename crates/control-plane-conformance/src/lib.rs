@@ -86,6 +86,8 @@ macro_rules! conformance_suite {
             exhausted_attempts_end_dead,
             gone_disables_endpoint_and_holds_delivery,
             replay_gives_a_dead_delivery_a_fresh_budget,
+            a_retried_delivery_keeps_its_place_and_its_log,
+            a_replayed_delivery_keeps_its_place_and_fences_its_old_lease,
             bulk_replay_revives_matching_dead_deliveries_once,
             attempt_stats_count_results_and_rank_latencies,
             event_list_filters_and_pages_newest_first,

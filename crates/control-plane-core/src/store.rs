@@ -286,6 +286,9 @@ pub trait DeliveryStore: Send + Sync {
     ///   (`stale_lease_token_gets_lease_lost_and_changes_nothing`).
     /// - The same outcome again is a no-op reported as `duplicate`
     ///   (`repeated_outcome_is_a_noop`).
+    /// - A retry keeps the delivery's identity, sequence number and attempt
+    ///   log; its lease is lost once the delivery is claimed again
+    ///   (`a_retried_delivery_keeps_its_place_and_its_log`).
     /// - Delivered, retry, give-up and exhaustion transitions
     ///   (`outcomes_move_the_delivery`, `exhausted_attempts_end_dead`).
     /// - `Gone` disables the endpoint and holds the delivery (`gone_disables_endpoint_and_holds_delivery`).
@@ -343,6 +346,9 @@ pub trait DeliveryStore: Send + Sync {
     ///
     /// # Behavior
     /// - Dead becomes pending and claimable (`replay_gives_a_dead_delivery_a_fresh_budget`).
+    /// - It keeps its sequence number (the head of an ordered endpoint again)
+    ///   and its attempt log, and the lease that ended it is lost
+    ///   (`a_replayed_delivery_keeps_its_place_and_fences_its_old_lease`).
     ///
     /// # Errors
     /// `NotFound`; `Conflict` when it is not dead or its endpoint was deleted.

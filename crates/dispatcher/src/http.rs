@@ -1224,7 +1224,8 @@ mod tests {
                 "HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n",
             ],
             2,
-            Duration::from_millis(200),
+            // Twenty times the receiver's pause before its stray head.
+            Duration::from_millis(1000),
         )
         .await;
         assert_eq!(seen, [200, 201]);

@@ -137,13 +137,13 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(&dir, 3).await;
     let runs = Arc::new(AtomicU32::new(0));
-    let mut runner = TaskRunner::new(store.clone(), config(Duration::from_millis(300)));
+    let mut runner = TaskRunner::new(store.clone(), config(Duration::from_millis(600)));
     let counter = runs.clone();
     runner.register("long", move |_t: Task| {
         let counter = counter.clone();
         async move {
             counter.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(1200)).await;
+            tokio::time::sleep(Duration::from_millis(3000)).await;
             Ok(json!("done"))
         }
     });
@@ -151,7 +151,8 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
     let stop = CancellationToken::new();
     let stopped = stop.clone();
     let run = tokio::spawn(async move { runner.run(stopped).await });
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Two and a half leases: only renewals keep the rival out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let rival = store
         .workflow_claim(TaskClaimRequest {
             worker: "rival".into(),
@@ -163,7 +164,7 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
         .unwrap();
     assert!(
         rival.is_empty(),
-        "the lease (300 ms) was renewed past its first expiry"
+        "the lease (600 ms) was not renewed past its first expiry"
     );
     let t = until(&store, "l1", |t| t.state == TaskState::Completed).await;
     assert_eq!(t.attempts, 1);

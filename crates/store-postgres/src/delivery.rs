@@ -19,9 +19,22 @@ use crate::error::PgResultExt;
 use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx, CLAIM_SETTINGS};
 use crate::util::{ts_opt, u32_of};
 
-const DELIVERY_COLS: &str =
-    "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
-     d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at";
+/// A delivery with its state: the immutable row `d`, and its live row `l`
+/// while it is pending or leased or its finished row `x` once it is
+/// delivered or dead (ADR 0020). One of the two always exists: every change
+/// moves a delivery between them inside one transaction.
+const DELIVERY_FROM: &str = "deliveries d \
+     LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+     LEFT JOIN delivery_done x ON x.delivery_id = d.id";
+
+/// The columns of [`row_to_delivery`] over [`DELIVERY_FROM`].
+const DELIVERY_COLS: &str = "d.id, d.account, d.endpoint_id, d.event_id, d.seq, \
+     coalesce(l.state, x.state), coalesce(l.attempts, x.attempts), \
+     coalesce(l.max_attempts, x.max_attempts), coalesce(l.due_at, x.due_at), l.lease_expires_at, \
+     coalesce(l.last_error, x.last_error), d.created_at, coalesce(l.updated_at, x.finished_at)";
+
+/// The state of a row of [`DELIVERY_FROM`], `NULL` for none.
+const STATE_OF: &str = "coalesce(l.state, x.state)";
 
 fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
     Ok(Delivery {
@@ -137,9 +150,12 @@ async fn insert_delivery(
     let id = DeliveryId::new();
     let insert = t
         .prepare_cached(
-            "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
-             due_at, created_at, updated_at) VALUES ($1, $2, $3, $4, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6) \
-             ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id",
+            "WITH d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
+             VALUES ($1, $2, $3, $4, nextval('delivery_seq'), $6) \
+             ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id, account, endpoint_id, seq) \
+             INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+             due_at, updated_at) SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d \
+             RETURNING delivery_id",
         )
         .await
         .db()?;
@@ -177,16 +193,17 @@ async fn lock_ordered(t: &Tx<'_>, endpoints: &[Uuid]) -> StoreResult<()> {
 const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
      SELECT u.id, u.account, u.event_type, u.body, u.key, $6 \
      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, account, event_type, body, key) \
-     ON CONFLICT (account, idempotency_key) DO NOTHING RETURNING id";
+     ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";
 
 /// Stores pending deliveries given as parallel arrays, their sequence
-/// numbers in the arrays' order.
-const INSERT_DELIVERIES: &str = "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
-     due_at, created_at, updated_at) \
-     SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), 'pending', 0, $5, $6, $6, $6 \
+/// numbers in the arrays' order: the immutable row and the live one.
+const INSERT_DELIVERIES: &str = "WITH d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
+     SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), $6 \
      FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[]) WITH ORDINALITY \
      AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
-     ON CONFLICT (endpoint_id, event_id) DO NOTHING";
+     ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id, account, endpoint_id, seq) \
+     INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, due_at, updated_at) \
+     SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d";
 
 /// What a publish writes, as the parallel arrays its statements take.
 struct PublishRows<'a> {
@@ -516,11 +533,12 @@ pub(crate) async fn enqueue(
     })
 }
 
-/// The fields of a delivery a transition needs.
+/// The fields of a live delivery a transition needs.
 struct LeaseRow {
     id: DeliveryId,
     account: AccountId,
     endpoint_id: EndpointId,
+    seq: i64,
     attempts: u32,
     max_attempts: u32,
     due_at: Timestamp,
@@ -541,28 +559,34 @@ impl LeaseRow {
 }
 
 const LEASE_COLS: &str =
-    "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
-     lease_expires_at, last_outcome";
+    "l.delivery_id, l.account, l.endpoint_id, l.seq, l.attempts, l.max_attempts, l.due_at, l.state, \
+     l.lease_token, l.lease_expires_at, l.last_outcome";
 
 fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
     Ok(LeaseRow {
         id: DeliveryId(r.get(0)),
         account: AccountId::new(r.get::<_, String>(1))?,
         endpoint_id: EndpointId(r.get(2)),
-        attempts: u32_of(r.get(3)),
-        max_attempts: u32_of(r.get(4)),
-        due_at: Timestamp::from_millis(r.get(5)),
-        state: r.get::<_, String>(6).parse()?,
-        lease_token: r.get(7),
-        lease_expires_at: ts_opt(r.get(8)),
-        last_outcome: r.get(9),
+        seq: r.get(3),
+        attempts: u32_of(r.get(4)),
+        max_attempts: u32_of(r.get(5)),
+        due_at: Timestamp::from_millis(r.get(6)),
+        state: r.get::<_, String>(7).parse()?,
+        lease_token: r.get(8),
+        lease_expires_at: ts_opt(r.get(9)),
+        last_outcome: r.get(10),
     })
 }
 
-/// The row under its lock.
-async fn lock_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
+/// The live row of a delivery under its lock; `None` once it is finished
+/// (or when it does not exist).
+async fn lock_live(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
     t.query_opt(
-        &format!("SELECT {LEASE_COLS} FROM deliveries WHERE id = $1 FOR UPDATE"),
+        &format!(
+            "SELECT {LEASE_COLS} FROM deliveries d \
+             JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+             WHERE d.id = $1 FOR UPDATE OF l"
+        ),
         &[&id.0],
     )
     .await
@@ -572,14 +596,41 @@ async fn lock_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
     .transpose()
 }
 
-/// The locked row, if `lease` is its current lease.
+/// The live row, if `lease` is its current lease.
 async fn lock_leased(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
-    Ok(lock_row(t, lease.delivery_id)
+    Ok(lock_live(t, lease.delivery_id)
         .await?
         .filter(|r| r.state == DeliveryState::Leased && r.lease_token == Some(lease.token.0)))
 }
 
-/// Writes a transition: the delivery, its attempt-log row, a disable.
+/// How a finished delivery ended: its state, the token of its last lease
+/// and the outcome recorded under it.
+struct Finished {
+    state: DeliveryState,
+    lease_token: Option<Uuid>,
+    last_outcome: Option<String>,
+}
+
+async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<Finished>> {
+    let row = t
+        .query_opt(
+            "SELECT state, lease_token, last_outcome FROM delivery_done WHERE delivery_id = $1",
+            &[&id.0],
+        )
+        .await
+        .db()?;
+    row.map(|r| {
+        Ok(Finished {
+            state: r.get::<_, String>(0).parse()?,
+            lease_token: r.get(1),
+            last_outcome: r.get(2),
+        })
+    })
+    .transpose()
+}
+
+/// Writes a transition: the live row moved to its new due time, or deleted
+/// and its finished row written; the attempt-log row; a disable.
 async fn apply(
     t: &Tx<'_>,
     row: &LeaseRow,
@@ -587,21 +638,58 @@ async fn apply(
     keep_token: Option<Uuid>,
     outcome_kind: Option<&str>,
 ) -> StoreResult<()> {
-    t.execute(
-        "UPDATE deliveries SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
-         leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 WHERE id = $7",
-        &[
-            &tr.state.as_str(),
-            &tr.due_at.as_millis(),
-            &tr.last_error,
-            &keep_token,
-            &outcome_kind,
-            &t.now.as_millis(),
-            &row.id.0,
-        ],
-    )
-    .await
-    .db()?;
+    let now = t.now.as_millis();
+    if tr.state.is_final() {
+        let finish = t
+            .prepare_cached(
+                "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
+                 RETURNING delivery_id, attempts, max_attempts) \
+                 INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+                 lease_token, last_outcome, finished_at) \
+                 SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g",
+            )
+            .await
+            .db()?;
+        t.execute(
+            &finish,
+            &[
+                &row.endpoint_id.0,
+                &row.seq,
+                &tr.state.as_str(),
+                &tr.due_at.as_millis(),
+                &tr.last_error,
+                &keep_token,
+                &outcome_kind,
+                &now,
+            ],
+        )
+        .await
+        .db()?;
+    } else {
+        let retry = t
+            .prepare_cached(
+                "UPDATE delivery_queue SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
+                 leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 \
+                 WHERE endpoint_id = $7 AND seq = $8",
+            )
+            .await
+            .db()?;
+        t.execute(
+            &retry,
+            &[
+                &tr.state.as_str(),
+                &tr.due_at.as_millis(),
+                &tr.last_error,
+                &keep_token,
+                &outcome_kind,
+                &now,
+                &row.endpoint_id.0,
+                &row.seq,
+            ],
+        )
+        .await
+        .db()?;
+    }
     attempt::insert(
         t,
         row.id,
@@ -627,8 +715,8 @@ async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
     let rows = t
         .query(
             &format!(
-                "SELECT {LEASE_COLS} FROM deliveries WHERE state = 'leased' AND lease_expires_at <= $1 \
-                 ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED"
+                "SELECT {LEASE_COLS} FROM delivery_queue l WHERE l.state = 'leased' AND l.lease_expires_at <= $1 \
+                 ORDER BY l.seq LIMIT 1000 FOR UPDATE SKIP LOCKED"
             ),
             &[&t.now.as_millis()],
         )
@@ -647,19 +735,23 @@ async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
     Ok(())
 }
 
-/// Pending, due, on a live enabled endpoint, and the head of an ordered one.
-const CLAIMABLE: &str =
-    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
-     AND (NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
-          WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
+/// The first claimable live row of endpoint `$2` at `$1`: pending, due, on a
+/// live enabled endpoint, and the head of an ordered one.
+const PROBE_CANDIDATE: &str = "SELECT l.seq, l.due_at FROM delivery_queue l JOIN endpoints e ON e.id = l.endpoint_id \
+     WHERE l.endpoint_id = $2 AND l.state = 'pending' AND l.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     AND (NOT e.ordered OR l.seq = (SELECT min(h.seq) FROM delivery_queue h WHERE h.endpoint_id = l.endpoint_id)) \
+     ORDER BY l.due_at, l.seq LIMIT 1 FOR UPDATE OF l SKIP LOCKED";
 
-/// Leases the rows of the CTE `c` and returns them with what a sender needs.
-const LEASE_AND_RETURN: &str = "UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, \
+/// Leases the live rows named by the CTE `c` (endpoint, seq) and returns
+/// them with what a sender needs.
+const LEASE_AND_RETURN: &str = "UPDATE delivery_queue l SET state = 'leased', attempts = l.attempts + 1, \
      lease_token = gen_random_uuid(), lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $1 \
-     FROM c, events ev, endpoints e WHERE d.id = c.id AND ev.id = d.event_id AND e.id = d.endpoint_id \
-     RETURNING d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, d.max_attempts, d.due_at, \
-     d.lease_expires_at, d.last_error, d.created_at, d.updated_at, ev.event_type, ev.body, e.url, e.secret, \
-     e.previous_secret, e.previous_expires_at, d.lease_token";
+     FROM c, deliveries d, events ev, endpoints e \
+     WHERE l.endpoint_id = c.endpoint_id AND l.seq = c.seq AND d.id = l.delivery_id AND ev.id = d.event_id \
+     AND e.id = l.endpoint_id \
+     RETURNING d.id, d.account, d.endpoint_id, d.event_id, d.seq, l.state, l.attempts, l.max_attempts, l.due_at, \
+     l.lease_expires_at, l.last_error, d.created_at, l.updated_at, ev.event_type, ev.body, e.url, e.secret, \
+     e.previous_secret, e.previous_expires_at, l.lease_token";
 
 /// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
 /// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
@@ -673,11 +765,12 @@ pub fn claim_statement() -> String {
     format!(
         "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[], $7::bigint[]) \
                AS q(endpoint_id, n, head, cap)), \
-         c AS (SELECT x.id FROM q CROSS JOIN LATERAL (SELECT d.id FROM deliveries d \
-               WHERE d.endpoint_id = q.endpoint_id AND d.state = 'pending' AND d.due_at <= $1 \
-               AND (q.head IS NULL OR d.seq = q.head) ORDER BY d.due_at, d.seq \
-               LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM deliveries l \
-                 WHERE l.endpoint_id = q.endpoint_id AND l.state = 'leased' AND l.lease_expires_at > $1))) \
+         c AS (SELECT x.endpoint_id, x.seq FROM q CROSS JOIN LATERAL (SELECT p.endpoint_id, p.seq \
+               FROM delivery_queue p \
+               WHERE p.endpoint_id = q.endpoint_id AND p.state = 'pending' AND p.due_at <= $1 \
+               AND (q.head IS NULL OR p.seq = q.head) ORDER BY p.due_at, p.seq \
+               LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM delivery_queue k \
+                 WHERE k.endpoint_id = q.endpoint_id AND k.state = 'leased' AND k.lease_expires_at > $1))) \
                FOR UPDATE SKIP LOCKED) x) \
          {LEASE_AND_RETURN}"
     )
@@ -686,23 +779,23 @@ pub fn claim_statement() -> String {
 /// Per endpoint with due work on a closed circuit (`$1` now): account,
 /// oldest due `(due_at, seq)`, due count up to `$2`, live leases, cap, rate
 /// limit, bucket, ordered. Unordered endpoints by their due index, ordered
-/// ones by their head.
+/// ones by their head (the first live row by sequence).
 const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.seq, \
-     (SELECT count(*) FROM (SELECT 1 FROM deliveries x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
+     (SELECT count(*) FROM (SELECT 1 FROM delivery_queue x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
        AND x.due_at <= $1 LIMIT $2) k), \
-     (SELECT count(*) FROM deliveries y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
+     (SELECT count(*) FROM delivery_queue y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
      e.max_in_flight, e.rate_limit_per_s, f.tokens, f.refilled_at, e.ordered \
      FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
-     CROSS JOIN LATERAL (SELECT x.due_at, x.seq FROM deliveries x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
+     CROSS JOIN LATERAL (SELECT x.due_at, x.seq FROM delivery_queue x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
        AND x.due_at <= $1 ORDER BY x.due_at, x.seq LIMIT 1) h \
      WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND NOT e.ordered \
      UNION ALL \
      SELECT e.id, e.account, h.due_at, h.seq, 1::bigint, \
-     (SELECT count(*) FROM deliveries y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
+     (SELECT count(*) FROM delivery_queue y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
      e.max_in_flight, e.rate_limit_per_s, f.tokens, f.refilled_at, e.ordered \
      FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
-     CROSS JOIN LATERAL (SELECT x.state, x.due_at, x.seq FROM deliveries x WHERE x.endpoint_id = e.id \
-       AND x.state IN ('pending', 'leased') ORDER BY x.seq LIMIT 1) h \
+     CROSS JOIN LATERAL (SELECT x.state, x.due_at, x.seq FROM delivery_queue x WHERE x.endpoint_id = e.id \
+       ORDER BY x.seq LIMIT 1) h \
      WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND e.ordered \
      AND h.state = 'pending' AND h.due_at <= $1";
 
@@ -927,39 +1020,37 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
         Vec::new()
     };
     if !open.is_empty() {
-        let mut candidates: Vec<(i64, i64, Uuid, Uuid)> = Vec::new();
+        // (due_at, seq, endpoint)
+        let mut candidates: Vec<(i64, i64, Uuid)> = Vec::new();
         for r in &open {
             let endpoint_id: Uuid = r.get(0);
             let found = t
-                .query_opt(
-                    &format!(
-                        "SELECT d.id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
-                         WHERE d.endpoint_id = $2 AND {CLAIMABLE} ORDER BY d.due_at, d.seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
-                    ),
-                    &[&now_ms, &endpoint_id],
-                )
+                .query_opt(PROBE_CANDIDATE, &[&now_ms, &endpoint_id])
                 .await
                 .db()?;
             if let Some(f) = found {
-                candidates.push((f.get(1), f.get(2), f.get(0), endpoint_id));
+                candidates.push((f.get(1), f.get(0), endpoint_id));
             }
         }
         candidates.sort();
         candidates.truncate(req.limit as usize);
-        for (_, _, id, endpoint_id) in candidates {
+        for (_, seq, endpoint_id) in candidates {
             let rows = t
                 .query(
-                    &format!("WITH c AS (SELECT $2::uuid AS id) {LEASE_AND_RETURN}"),
-                    &[&now_ms, &id, &expires, &req.worker],
+                    &format!(
+                        "WITH c AS (SELECT $2::uuid AS endpoint_id, $5::bigint AS seq) {LEASE_AND_RETURN}"
+                    ),
+                    &[&now_ms, &endpoint_id, &expires, &req.worker, &seq],
                 )
                 .await
                 .db()?;
             for r in &rows {
-                out.push(row_to_claimed(r, true)?);
+                let claimed = row_to_claimed(r, true)?;
+                let mut c = endpoint::load_circuit(t, EndpointId(endpoint_id), false).await?;
+                c.start_probe(claimed.delivery.id);
+                endpoint::save_circuit(t, EndpointId(endpoint_id), &c).await?;
+                out.push(claimed);
             }
-            let mut c = endpoint::load_circuit(t, EndpointId(endpoint_id), false).await?;
-            c.start_probe(DeliveryId(id));
-            endpoint::save_circuit(t, EndpointId(endpoint_id), &c).await?;
         }
     }
 
@@ -981,8 +1072,13 @@ pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> St
     }
     let expires_at = t.now.plus(lease_for);
     t.execute(
-        "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
-        &[&expires_at.as_millis(), &t.now.as_millis(), &row.id.0],
+        "UPDATE delivery_queue SET lease_expires_at = $1, updated_at = $2 WHERE endpoint_id = $3 AND seq = $4",
+        &[
+            &expires_at.as_millis(),
+            &t.now.as_millis(),
+            &row.endpoint_id.0,
+            &row.seq,
+        ],
     )
     .await
     .db()?;
@@ -1000,9 +1096,9 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
         endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
     }
     t.execute(
-        "UPDATE deliveries SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
-         lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE id = $2",
-        &[&t.now.as_millis(), &row.id.0],
+        "UPDATE delivery_queue SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE endpoint_id = $2 AND seq = $3",
+        &[&t.now.as_millis(), &row.endpoint_id.0, &row.seq],
     )
     .await
     .db()?;
@@ -1012,9 +1108,30 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
 /// The common outcome, for many leases in one statement (arrays through
 /// `unnest`): a success, under its live lease, on an endpoint whose circuit is
 /// closed with nothing to reset. `plan_outcome` gives exactly this transition
-/// there (delivered, attempt logged, circuit unchanged, no alert). Returns the
-/// deliveries it recorded; the others need the general path, which handles
-/// everything. On a plain client the statement commits on its own.
+/// there (delivered, attempt logged, circuit unchanged, no alert): the live
+/// row is deleted, the finished row and the attempt row are inserted.
+/// Returns the deliveries it recorded; the others need the general path,
+/// which handles everything. On a plain client the statement commits on its
+/// own. The benchmark issues this same text raw.
+pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[]) \
+     AS i(id, token, error, code, latency)), \
+     g AS (DELETE FROM delivery_queue l USING i, deliveries d \
+     WHERE d.id = i.id AND l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+     AND l.lease_token = i.token AND l.state = 'leased' \
+     AND EXISTS (SELECT 1 FROM circuits c WHERE c.endpoint_id = l.endpoint_id \
+     AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
+     AND c.failing_since IS NULL AND c.probe IS NULL) \
+     RETURNING l.delivery_id, l.endpoint_id, l.account, l.attempts, l.max_attempts, l.due_at, \
+     i.token, i.error, i.code, i.latency), \
+     f AS (INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+     lease_token, last_outcome, finished_at) \
+     SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, error, token, 'delivered', $6 FROM g) \
+     INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+     latency_ms, will_retry, next_attempt_at, recorded_at) \
+     SELECT g.delivery_id, g.endpoint_id, g.account, g.attempts, 'delivered', g.code, g.error, g.latency, \
+     false, NULL, $6 FROM g RETURNING delivery_id";
+
+/// Runs [`RECORD_DELIVERED`] on `items`.
 pub(crate) async fn record_delivered_fast_batch(
     client: &deadpool_postgres::ClientWrapper,
     now: Timestamp,
@@ -1034,25 +1151,7 @@ pub(crate) async fn record_delivered_fast_batch(
         .iter()
         .map(|(_, r)| i64::try_from(r.latency_ms).unwrap_or(i64::MAX))
         .collect();
-    let complete = client
-        .prepare_cached(
-            "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[]) \
-             AS i(id, token, error, code, latency)), \
-             d AS (UPDATE deliveries SET state = 'delivered', last_error = i.error, lease_expires_at = NULL, \
-             leased_by = NULL, last_outcome = 'delivered', updated_at = $6 FROM i \
-             WHERE deliveries.id = i.id AND deliveries.lease_token = i.token AND deliveries.state = 'leased' \
-             AND EXISTS (SELECT 1 FROM circuits c WHERE c.endpoint_id = deliveries.endpoint_id \
-             AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
-             AND c.failing_since IS NULL AND c.probe IS NULL) \
-             RETURNING deliveries.id, deliveries.endpoint_id, deliveries.account, deliveries.attempts, \
-             i.error, i.code, i.latency) \
-             INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-             latency_ms, will_retry, next_attempt_at, recorded_at) \
-             SELECT d.id, d.endpoint_id, d.account, d.attempts, 'delivered', d.code, d.error, d.latency, \
-             false, NULL, $6 FROM d RETURNING delivery_id",
-        )
-        .await
-        .db()?;
+    let complete = client.prepare_cached(RECORD_DELIVERED).await.db()?;
     let rows = client
         .query(
             &complete,
@@ -1068,9 +1167,21 @@ pub(crate) async fn record_outcome(
     lease: &Lease,
     outcome: DeliveryOutcome,
 ) -> StoreResult<OutcomeRecorded> {
-    let row = lock_row(t, lease.delivery_id)
-        .await?
-        .ok_or(StoreError::LeaseLost)?;
+    let Some(row) = lock_live(t, lease.delivery_id).await? else {
+        // Finished: the same outcome again under its last lease is a repeat.
+        let done = finished(t, lease.delivery_id)
+            .await?
+            .ok_or(StoreError::LeaseLost)?;
+        repeat_verdict(
+            done.lease_token == Some(lease.token.0),
+            done.last_outcome.as_deref(),
+            outcome.kind(),
+        )?;
+        return Ok(OutcomeRecorded {
+            state: done.state,
+            duplicate: true,
+        });
+    };
     let same_token = row.lease_token == Some(lease.token.0);
     if !(same_token && row.state == DeliveryState::Leased) {
         repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind())?;
@@ -1109,7 +1220,10 @@ pub(crate) async fn record_outcome(
 pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
     let row = t
         .query_opt(
-            &format!("SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.id = $1 AND d.account = $2"),
+            &format!(
+                "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} \
+                 WHERE d.id = $1 AND d.account = $2 AND {STATE_OF} IS NOT NULL"
+            ),
             &[&id.0, &account.as_str()],
         )
         .await
@@ -1123,46 +1237,61 @@ pub(crate) async fn replay(
     account: &AccountId,
     id: DeliveryId,
 ) -> StoreResult<Delivery> {
-    let d = get(t, account, id).await?;
-    let row = lock_row(t, id)
-        .await?
-        .ok_or_else(|| StoreError::not_found("delivery", id))?;
-    if row.state != DeliveryState::Dead {
-        return Err(StoreError::Conflict(format!(
-            "delivery {id} is {}; only dead deliveries can be replayed",
-            row.state.as_str()
-        )));
-    }
+    get(t, account, id).await?;
     let deleted: bool = t
         .query_opt(
-            "SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1",
-            &[&d.endpoint_id.0],
+            "SELECT e.deleted_at IS NOT NULL FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+             WHERE d.id = $1",
+            &[&id.0],
         )
         .await
         .db()?
         .is_none_or(|r| r.get(0));
-    if deleted {
+    // The finished row under its lock: a dead one goes back to the queue
+    // with its own sequence number and a new budget of attempts.
+    let moved = t
+        .execute(
+            "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+             WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = 'dead' AND NOT $4::boolean \
+             RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
+             INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+             due_at, last_error, updated_at) \
+             SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x",
+            &[
+                &t.now.as_millis(),
+                &i64::from(t.options.max_attempts),
+                &id.0,
+                &deleted,
+            ],
+        )
+        .await
+        .db()?;
+    if moved == 0 {
+        let d = get(t, account, id).await?;
+        if d.state != DeliveryState::Dead {
+            return Err(StoreError::Conflict(format!(
+                "delivery {id} is {}; only dead deliveries can be replayed",
+                d.state.as_str()
+            )));
+        }
         return Err(StoreError::Conflict(format!(
             "delivery {id} cannot be replayed: its endpoint was removed"
         )));
     }
-    t.execute(
-        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-         last_outcome = NULL, updated_at = $1 WHERE id = $3",
-        &[&t.now.as_millis(), &i64::from(t.options.max_attempts), &id.0],
-    )
-    .await
-    .db()?;
     get(t, account, id).await
 }
 
 pub(crate) async fn replay_dead(t: &Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
     t.execute(
-        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-         last_outcome = NULL, updated_at = $1 \
-         WHERE account = $3 AND state = 'dead' AND ($4::uuid IS NULL OR endpoint_id = $4) \
-         AND ($5::bigint IS NULL OR updated_at >= $5) AND ($6::bigint IS NULL OR updated_at < $6) \
-         AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL)",
+        "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+         WHERE d.id = x.delivery_id AND x.state = 'dead' AND d.account = $3 \
+         AND ($4::uuid IS NULL OR d.endpoint_id = $4) \
+         AND ($5::bigint IS NULL OR x.finished_at >= $5) AND ($6::bigint IS NULL OR x.finished_at < $6) \
+         AND d.endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL) \
+         RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
+         INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+         due_at, last_error, updated_at) \
+         SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x",
         &[
             &t.now.as_millis(),
             &i64::from(t.options.max_attempts),
@@ -1181,8 +1310,8 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
     let rows = t
         .query(
             &format!(
-                "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
-                 AND ($2::text IS NULL OR d.state = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
+                "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
+                 AND ($2::text IS NULL OR {STATE_OF} = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
                  AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
                  ORDER BY d.seq DESC LIMIT $6"
             ),
@@ -1207,7 +1336,8 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
 pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
     let rows = t
         .query(
-            "SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state",
+            "SELECT state, sum(n)::bigint FROM (SELECT state, count(*) AS n FROM delivery_queue GROUP BY state \
+             UNION ALL SELECT state, count(*) FROM delivery_done GROUP BY state) s GROUP BY state ORDER BY state",
             &[],
         )
         .await
@@ -1227,7 +1357,11 @@ pub(crate) async fn count_by_account_and_state(
 ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
     let rows = t
         .query(
-            "SELECT account, state, count(*) FROM deliveries GROUP BY account, state ORDER BY account, state",
+            "SELECT account, state, sum(n)::bigint FROM (\
+             SELECT account, state, count(*) AS n FROM delivery_queue GROUP BY account, state \
+             UNION ALL SELECT d.account, x.state, count(*) FROM delivery_done x \
+             JOIN deliveries d ON d.id = x.delivery_id GROUP BY d.account, x.state) s \
+             GROUP BY account, state ORDER BY account, state",
             &[],
         )
         .await

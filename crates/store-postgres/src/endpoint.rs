@@ -183,10 +183,13 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
     )
     .await
     .db()?;
+    // Its live deliveries die; a lease still held on one is lost.
     t.execute(
-        "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
-         lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
-         WHERE endpoint_id = $2 AND state IN ('pending', 'leased')",
+        "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $2 \
+         RETURNING delivery_id, attempts, max_attempts, due_at) \
+         INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+         lease_token, last_outcome, finished_at) \
+         SELECT delivery_id, 'dead', attempts, max_attempts, due_at, 'endpoint removed', NULL, NULL, $1 FROM g",
         &[&t.now.as_millis(), &id.0],
     )
     .await

@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use control_plane_core::*;
 
 pub use config::PostgresConfig;
-pub use delivery::claim_statement;
+pub use delivery::{claim_statement, RECORD_DELIVERED};
 pub use error::classify;
 pub use store::{PostgresStore, CLAIM_SETTINGS};
 

@@ -14,22 +14,23 @@ use crate::store::{in_tx, PostgresStore, Tx};
 const PURGES: &[(Purged, &str)] = &[
     (
         Purged::Deliveries,
-        "WITH c AS (SELECT id FROM deliveries WHERE state = 'delivered' AND updated_at <= $1 \
-                    ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         DELETE FROM deliveries d USING c WHERE d.id = c.id",
+        "WITH c AS (SELECT delivery_id FROM delivery_done WHERE state = 'delivered' AND finished_at <= $1 \
+                    LIMIT $2 FOR UPDATE SKIP LOCKED), \
+         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id RETURNING x.delivery_id) \
+         DELETE FROM deliveries d USING x WHERE d.id = x.delivery_id",
     ),
     (
         Purged::Deliveries,
-        "WITH c AS (SELECT d.id FROM endpoints e \
-                    JOIN deliveries d ON d.account = e.account AND d.endpoint_id = e.id \
-                    WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' AND d.updated_at <= $1 \
-                    LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
-         DELETE FROM deliveries d USING c WHERE d.id = c.id",
+        "WITH c AS (SELECT x.delivery_id FROM delivery_done x JOIN deliveries d ON d.id = x.delivery_id \
+                    JOIN endpoints e ON e.id = d.endpoint_id \
+                    WHERE e.deleted_at IS NOT NULL AND x.state = 'dead' AND x.finished_at <= $1 \
+                    LIMIT $2 FOR UPDATE OF x SKIP LOCKED), \
+         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id RETURNING x.delivery_id) \
+         DELETE FROM deliveries d USING x WHERE d.id = x.delivery_id",
     ),
     (
         Purged::Attempts,
-        "WITH c AS (SELECT id FROM attempts WHERE recorded_at <= $1 ORDER BY recorded_at, id LIMIT $2) \
-         DELETE FROM attempts a USING c WHERE a.id = c.id",
+        "DELETE FROM attempts WHERE ctid = ANY(ARRAY(SELECT ctid FROM attempts WHERE recorded_at <= $1 LIMIT $2))",
     ),
     (
         Purged::Events,

@@ -32,6 +32,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (7, include_str!("migrations/0007_events_by_account.sql")),
     (8, include_str!("migrations/0008_one_index_of_leases.sql")),
     (9, include_str!("migrations/0009_one_index_by_event.sql")),
+    (
+        10,
+        include_str!("migrations/0010_write_each_delivery_once.sql"),
+    ),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
