@@ -126,13 +126,21 @@ pub(crate) async fn caller_for_token(
     state: &ApiState,
     token: &str,
 ) -> Result<Option<Caller>, ApiError> {
-    let hash = hash_token(token);
+    caller_for_hash(state, &hash_token(token)).await
+}
+
+/// The caller whose token hashes to `hash` (see [`hash_token`]), if any: the
+/// admin, or the account of a stored, unrevoked key.
+pub(crate) async fn caller_for_hash(
+    state: &ApiState,
+    hash: &str,
+) -> Result<Option<Caller>, ApiError> {
     if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
         return Ok(Some(Caller::Admin));
     }
     Ok(state
         .store
-        .account_key_find(&hash)
+        .account_key_find(hash)
         .await?
         .map(|key| Caller::Account(key.account)))
 }

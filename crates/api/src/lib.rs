@@ -74,6 +74,7 @@ pub struct ApiState {
     pub(crate) endpoint_concurrency: u32,
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
+    pub(crate) sign_in_failures: ui::SignInLimiter,
 }
 
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
@@ -96,6 +97,7 @@ pub fn router(
         rotation_grace: config.rotation_grace,
         endpoint_concurrency: config.endpoint_concurrency,
         openapi: openapi::to_json(doc),
+        sign_in_failures: ui::SignInLimiter::default(),
     });
     routes
         .merge(ui::router())

@@ -1025,3 +1025,197 @@ async fn concurrent_publishes_fail_only_the_bad_one() {
         "every accepted event once, the bad one not at all"
     );
 }
+
+/// A raw dashboard request: (status, headers, body as text).
+async fn ui(
+    api: &Api,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: Option<String>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut b = Request::builder().method(method).uri(path);
+    if let Some(c) = cookie {
+        b = b.header("cookie", c);
+    }
+    let req = match form {
+        Some(f) => b
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(f))
+            .unwrap(),
+        None => b.body(Body::empty()).unwrap(),
+    };
+    let resp = api.app.clone().oneshot(req).await.unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+/// Signs in with `token`; the session cookie (`cp_session=<id>`).
+async fn sign_in(api: &Api, token: &str) -> String {
+    let (s, h, body) = ui(
+        api,
+        "POST",
+        "/ui/login",
+        None,
+        Some(format!("token={token}")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{body}");
+    let set = h["set-cookie"].to_str().unwrap();
+    assert!(
+        set.contains("HttpOnly")
+            && set.contains("SameSite=Strict")
+            && set.contains("Max-Age=43200"),
+        "{set}"
+    );
+    set.split(';').next().unwrap().to_string()
+}
+
+/// The CSRF token a dashboard page carries in its forms.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no CSRF token on the page: {page}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn dashboard_sessions_live_on_the_server_and_end_at_sign_out_or_revocation() {
+    let api = api().await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let id = cookie.strip_prefix("cp_session=").unwrap();
+    let token_hex: String = ADMIN.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        id.len() == 64 && !id.contains(&token_hex) && !id.contains(ADMIN),
+        "the cookie must hold a session id, not the token: {id}"
+    );
+    assert!(
+        ui(
+            &api,
+            "GET",
+            "/ui/a/acme",
+            Some(&format!("cp_session={token_hex}")),
+            None
+        )
+        .await
+        .0
+        .is_redirection(),
+        "a cookie made from the token opens nothing"
+    );
+    let (s, _, page) = ui(&api, "GET", "/ui/a/acme/dead", Some(&cookie), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let csrf = csrf_of(&page);
+    assert_ne!(
+        csrf,
+        csrf_of(
+            &ui(
+                &api,
+                "GET",
+                "/ui/a/acme/dead",
+                Some(&sign_in(&api, ADMIN).await),
+                None
+            )
+            .await
+            .2
+        ),
+        "two sessions share a CSRF token"
+    );
+    // A complete form with another CSRF token is refused as such (403), not
+    // for a missing field.
+    let (s, _, body) = ui(
+        &api,
+        "POST",
+        "/ui/a/acme/dead/replay",
+        Some(&cookie),
+        Some(format!(
+            "csrf={}&endpoint_id=&within_hours=",
+            "0".repeat(64)
+        )),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    let (s, _, body) = ui(
+        &api,
+        "POST",
+        "/ui/a/acme/dead/replay",
+        Some(&cookie),
+        Some(format!("csrf={csrf}&endpoint_id=&within_hours=")),
+    )
+    .await;
+    assert!(s.is_redirection() || s == StatusCode::OK, "{s}: {body}");
+
+    // Signing out ends the session on the server: the old cookie, replayed,
+    // opens nothing.
+    let (s, _, _) = ui(
+        &api,
+        "POST",
+        "/ui/logout",
+        Some(&cookie),
+        Some(format!("csrf={csrf}")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (s, h, _) = ui(&api, "GET", "/ui/a/acme", Some(&cookie), None).await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/ui/login"),
+        "a signed-out session still works"
+    );
+
+    // A session of an account key ends when the key is revoked.
+    let (s, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    assert_eq!(s, StatusCode::CREATED, "{key}");
+    let keyed = sign_in(&api, key["key"].as_str().unwrap()).await;
+    assert_eq!(
+        ui(&api, "GET", "/ui/a/acme", Some(&keyed), None).await.0,
+        StatusCode::OK
+    );
+    let (s, _) = call(
+        "DELETE",
+        format!("/v1/accounts/acme/keys/{}", key["id"].as_str().unwrap()),
+    )
+    .send(&api)
+    .await;
+    assert!(s.is_success(), "{s}");
+    assert_eq!(
+        ui(&api, "GET", "/ui/a/acme", Some(&keyed), None).await.0,
+        StatusCode::SEE_OTHER,
+        "a revoked key's session still works"
+    );
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_limited() {
+    let api = api().await;
+    for i in 0..10 {
+        let (s, _, _) = ui(
+            &api,
+            "POST",
+            "/ui/login",
+            None,
+            Some(format!("token=wrong{i}")),
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "failure {i}");
+    }
+    let (s, h, _) = ui(
+        &api,
+        "POST",
+        "/ui/login",
+        None,
+        Some(format!("token={ADMIN}")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=61).contains(&wait), "{wait}");
+    // The API's bearer tokens still work.
+    let (s, _) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
+    assert_eq!(s, StatusCode::OK);
+}

@@ -1000,6 +1000,50 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
     assert!(to(&other_account).await.is_empty());
 }
 
+/// `SessionStore`: a session is found by its id's hash until it expires
+/// (store time) or is ended, and retention removes it after its expiry.
+pub async fn a_session_lives_until_it_expires_or_ends(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let hex = |c: char| c.to_string().repeat(64);
+    let hour = Duration::from_secs(3600);
+    let req = |id: char, life: Duration| {
+        SessionCreateRequest::new(hex(id), hex('e'), hex('c'), life).unwrap()
+    };
+    let a = h.store.session_create(req('a', hour)).await.unwrap();
+    assert_eq!(
+        (a.created_at, a.expires_at),
+        (h.clock.now(), h.clock.now().plus(hour))
+    );
+    assert_eq!(h.store.session_get(&hex('a')).await.unwrap(), Some(a));
+    assert!(matches!(
+        h.store.session_create(req('a', hour)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(h.store.session_get(&hex('9')).await.unwrap(), None);
+    h.store.session_create(req('b', 2 * hour)).await.unwrap();
+    h.store.session_end(&hex('b')).await.unwrap();
+    assert_eq!(h.store.session_get(&hex('b')).await.unwrap(), None, "ended");
+    h.store.session_end(&hex('b')).await.unwrap();
+    let c = h.store.session_create(req('c', 2 * hour)).await.unwrap();
+    h.clock.advance(hour);
+    assert_eq!(
+        h.store.session_get(&hex('a')).await.unwrap(),
+        None,
+        "expired at its end"
+    );
+    assert_eq!(
+        h.store.session_get(&hex('c')).await.unwrap(),
+        Some(c.clone())
+    );
+    let purged = h
+        .store
+        .maintenance_purge(Duration::from_secs(30 * 86_400), 100)
+        .await
+        .unwrap();
+    assert_eq!(purged.sessions, 1, "only the expired one goes");
+    assert_eq!(h.store.session_get(&hex('c')).await.unwrap(), Some(c));
+}
+
 /// `AccountKeyStore`: keys are found by hash, scoped to their account, revoked.
 pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;

@@ -96,6 +96,7 @@ pub mod maintenance;
 pub mod migration;
 pub mod model;
 pub mod policy;
+pub mod session;
 pub mod store;
 pub mod tick;
 pub mod types;
@@ -115,10 +116,11 @@ pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::*;
 pub use maintenance::PurgeReport;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
+pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
-    DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, TickStore, UsageStore,
-    WorkflowStore,
+    DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, SessionStore,
+    TickStore, UsageStore, WorkflowStore,
 };
 pub use tick::*;
 pub use types::*;

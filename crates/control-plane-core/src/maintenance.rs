@@ -66,6 +66,8 @@ pub enum Purged {
     /// Rotated-out signing secrets, by the end of their grace: the cutoff is
     /// now. The endpoint stays; its `previous_secret` is cleared.
     PreviousSecrets,
+    /// Dashboard sessions, by their expiry: the cutoff is now.
+    Sessions,
 }
 
 impl Purged {
@@ -73,7 +75,9 @@ impl Purged {
     pub fn cutoff(self, now: Timestamp, retention: Duration) -> i64 {
         let age = now.minus(retention).as_millis();
         match self {
-            Purged::IdempotencyRecords | Purged::PreviousSecrets => now.as_millis(),
+            Purged::IdempotencyRecords | Purged::PreviousSecrets | Purged::Sessions => {
+                now.as_millis()
+            }
             Purged::UsageWindows => age.saturating_sub(3_600_000),
             _ => age,
         }
@@ -110,6 +114,8 @@ pub struct PurgeReport {
     pub idempotency_records: u64,
     /// Rotated-out signing secrets cleared after their grace.
     pub previous_secrets: u64,
+    /// Expired dashboard sessions.
+    pub sessions: u64,
 }
 
 impl PurgeReport {
@@ -123,6 +129,7 @@ impl PurgeReport {
             + self.usage
             + self.idempotency_records
             + self.previous_secrets
+            + self.sessions
     }
 
     /// Counts `n` rows removed by a statement of kind `what`.
@@ -136,6 +143,7 @@ impl PurgeReport {
             Purged::UsageWindows | Purged::UsageBatches => &mut self.usage,
             Purged::IdempotencyRecords => &mut self.idempotency_records,
             Purged::PreviousSecrets => &mut self.previous_secrets,
+            Purged::Sessions => &mut self.sessions,
         };
         *field += n;
     }
@@ -150,5 +158,6 @@ impl PurgeReport {
         self.usage += other.usage;
         self.idempotency_records += other.idempotency_records;
         self.previous_secrets += other.previous_secrets;
+        self.sessions += other.sessions;
     }
 }

@@ -812,6 +812,37 @@ pub trait AccountKeyStore: Send + Sync {
     async fn account_key_revoke(&self, account: &AccountId, id: KeyId) -> StoreResult<()>;
 }
 
+/// Dashboard sessions (ADR 0021).
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Stores a new session.
+    ///
+    /// # Behavior
+    /// - A stored session is found by its id's hash until it expires or is
+    ///   ended; then it is found no more, and retention removes it
+    ///   (`a_session_lives_until_it_expires_or_ends`).
+    ///
+    /// # Errors
+    /// `Conflict` when the id hash is already stored.
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may or may not have stored the session.
+    async fn session_create(&self, req: SessionCreateRequest) -> StoreResult<DashboardSession>;
+
+    /// The live session whose id hashes to `id_hash`: `None` when it is
+    /// unknown, ended or expired (by the store's clock).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn session_get(&self, id_hash: &str) -> StoreResult<Option<DashboardSession>>;
+
+    /// Ends a session (sign-out). Ending an unknown or ended one is `Ok`.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn session_end(&self, id_hash: &str) -> StoreResult<()>;
+}
+
 /// Retention.
 #[async_trait]
 pub trait MaintenanceStore: Send + Sync {
@@ -819,7 +850,8 @@ pub trait MaintenanceStore: Send + Sync {
     /// history older than `retention`: delivered deliveries, dead deliveries
     /// of deleted endpoints, attempt-log rows, events left without
     /// deliveries, completed tasks, alerts, usage
-    /// windows (and their batch ids), and expired idempotency records.
+    /// windows (and their batch ids), expired idempotency records and expired
+    /// dashboard sessions.
     ///
     /// # Behavior
     /// - Only old delivered history goes; live deliveries stay
@@ -861,6 +893,7 @@ pub trait ControlPlaneStore:
     + UsageStore
     + AlertStore
     + AccountKeyStore
+    + SessionStore
     + MaintenanceStore
 {
     /// The adapter's name (`embedded`, `postgres`).

@@ -11,6 +11,7 @@ mod endpoint;
 mod error;
 mod idempotency;
 mod maintenance;
+mod session;
 mod store;
 mod tick;
 mod usage;

@@ -63,6 +63,11 @@ const PURGES: &[(Purged, &str)] = &[
         "UPDATE endpoints SET previous_secret = NULL, previous_expires_at = NULL WHERE id IN \
          (SELECT id FROM endpoints WHERE previous_expires_at <= $1 LIMIT $2)",
     ),
+    (
+        Purged::Sessions,
+        "DELETE FROM sessions WHERE id_hash IN \
+         (SELECT id_hash FROM sessions WHERE expires_at <= $1 LIMIT $2)",
+    ),
 ];
 
 /// One small batch per table. The embedded store has one writer, so the

@@ -32,6 +32,7 @@ const MIGRATIONS: &[Migration] = &[
         5,
         include_str!("migrations/0005_tasks_scoped_by_account.sql"),
     ),
+    (6, include_str!("migrations/0006_dashboard_sessions.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

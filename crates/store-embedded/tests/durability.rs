@@ -100,9 +100,8 @@ async fn committed_state_survives_close_and_reopen() {
     );
 }
 
-/// Child role: publish events one by one and report each after its commit.
-async fn child_writer(path: &Path, round: &str) {
-    let store = open(path).await.unwrap();
+/// Creates the account's endpoint unless an earlier round did.
+async fn ensure_endpoint(store: &EmbeddedStore) {
     if store.endpoint_list(&acct()).await.unwrap().is_empty() {
         store
             .endpoint_create(EndpointCreateRequest::new(
@@ -113,6 +112,12 @@ async fn child_writer(path: &Path, round: &str) {
             .await
             .unwrap();
     }
+}
+
+/// Child role: publish events one by one and report each after its commit.
+async fn child_writer(path: &Path, round: &str) {
+    let store = open(path).await.unwrap();
+    ensure_endpoint(&store).await;
     for n in 0usize.. {
         let p = store
             .event_publish(keyed_req(format!("round{round}-{n}")))
@@ -123,13 +128,49 @@ async fn child_writer(path: &Path, round: &str) {
     }
 }
 
+/// Child role: 16 tasks publish keyless events at once, so the writer
+/// commits them in groups; each reports its event after its publish returns.
+async fn child_burst(path: &Path, round: &str) {
+    let store = Arc::new(open(path).await.unwrap());
+    ensure_endpoint(&store).await;
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let (store, round) = (store.clone(), round.to_string());
+        tasks.push(tokio::spawn(async move {
+            for n in 0usize.. {
+                let req = PublishRequest::new(
+                    acct(),
+                    "t",
+                    serde_json::json!({ "round": round, "task": task, "n": n }),
+                );
+                let p = store.event_publish(req).await.unwrap();
+                println!("committed {} {}", p.event.id, p.deliveries[0]);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
+    sigkilled_loses_nothing("child-writer").await;
+}
+
+async fn a_writer_killed_in_a_burst_of_concurrent_publishes_loses_nothing_it_answered() {
+    sigkilled_loses_nothing("child-burst").await;
+}
+
+/// Starts `role` three times and SIGKILLs it after it acknowledged some
+/// publishes; then every acknowledged event is there with its pending
+/// delivery.
+async fn sigkilled_loses_nothing(role: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.duckdb");
     let mut acknowledged = Vec::new();
     for round in 0..3 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .arg("child-writer")
+            .arg(role)
             .arg(&path)
             .arg(round.to_string())
             .stdout(Stdio::piped())
@@ -167,7 +208,7 @@ async fn a_sigkilled_writer_loses_nothing_it_acknowledged() {
         acknowledged.len()
     );
     println!(
-        "  {} acknowledged publishes over 3 SIGKILLs, all present",
+        "  {role}: {} acknowledged publishes over 3 SIGKILLs, all present",
         acknowledged.len()
     );
 }
@@ -297,6 +338,7 @@ fn main() {
         Some("child-writer") => {
             return rt.block_on(child_writer(&PathBuf::from(&args[2]), &args[3]))
         }
+        Some("child-burst") => return rt.block_on(child_burst(&PathBuf::from(&args[2]), &args[3])),
         Some("child-open") => return rt.block_on(child_open(&PathBuf::from(&args[2]))),
         _ => {}
     }
@@ -311,6 +353,14 @@ fn main() {
         ("a_sigkilled_writer_loses_nothing_it_acknowledged", || {
             Box::pin(a_sigkilled_writer_loses_nothing_it_acknowledged())
         }),
+        (
+            "a_writer_killed_in_a_burst_of_concurrent_publishes_loses_nothing_it_answered",
+            || {
+                Box::pin(
+                    a_writer_killed_in_a_burst_of_concurrent_publishes_loses_nothing_it_answered(),
+                )
+            },
+        ),
         (
             "a_second_process_gets_a_clear_error_and_the_file_is_intact",
             || Box::pin(a_second_process_gets_a_clear_error_and_the_file_is_intact()),

@@ -742,16 +742,35 @@ const PROBE_CANDIDATE: &str = "SELECT l.seq, l.due_at FROM delivery_queue l JOIN
      AND (NOT e.ordered OR l.seq = (SELECT min(h.seq) FROM delivery_queue h WHERE h.endpoint_id = l.endpoint_id)) \
      ORDER BY l.due_at, l.seq LIMIT 1 FOR UPDATE OF l SKIP LOCKED";
 
-/// Leases the live rows named by the CTE `c` (endpoint, seq) and returns
-/// them with what a sender needs.
+/// What a sender needs of the live rows `x` (their `endpoint_id`, `seq`
+/// and `delivery_id`): the columns of the CTE `c` that
+/// [`LEASE_AND_RETURN`] reads, joined by [`SENDER_JOINS`].
+const SENDER_COLS: &str = "x.endpoint_id, x.seq, dv.id, dv.account, dv.event_id, dv.created_at, \
+     ev.event_type, ev.body, ep.url, ep.secret, ep.previous_secret, ep.previous_expires_at";
+
+/// The lookups of [`SENDER_COLS`], one row each by primary key. Written as
+/// lateral subqueries with `LIMIT 1` so that the planner cannot turn them
+/// into joins over whole tables: the claim runs a generic plan made once per
+/// connection, and with the statistics of a small table it chose hash joins
+/// over full index scans.
+const SENDER_JOINS: &str = "CROSS JOIN LATERAL (SELECT d.id, d.account, d.event_id, d.created_at \
+       FROM deliveries d WHERE d.id = x.delivery_id LIMIT 1) dv \
+     CROSS JOIN LATERAL (SELECT v.event_type, v.body FROM events v WHERE v.id = dv.event_id LIMIT 1) ev \
+     CROSS JOIN LATERAL (SELECT e.url, e.secret, e.previous_secret, e.previous_expires_at \
+       FROM endpoints e WHERE e.id = x.endpoint_id LIMIT 1) ep";
+
+/// Leases the live rows of the CTE `c` ([`SENDER_COLS`]) and returns them
+/// with what a sender needs. The lookups happen inside `c`, so the update
+/// finds each live row by its whole key: with the endpoint joined here, a
+/// generic plan made while the table was small looked the rows up by
+/// endpoint alone and filtered the sequence, reading every live row of the
+/// endpoint per claimed one (78 ms claims at 5,000 live rows).
 const LEASE_AND_RETURN: &str = "UPDATE delivery_queue l SET state = 'leased', attempts = l.attempts + 1, \
      lease_token = gen_random_uuid(), lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $1 \
-     FROM c, deliveries d, events ev, endpoints e \
-     WHERE l.endpoint_id = c.endpoint_id AND l.seq = c.seq AND d.id = l.delivery_id AND ev.id = d.event_id \
-     AND e.id = l.endpoint_id \
-     RETURNING d.id, d.account, d.endpoint_id, d.event_id, d.seq, l.state, l.attempts, l.max_attempts, l.due_at, \
-     l.lease_expires_at, l.last_error, d.created_at, l.updated_at, ev.event_type, ev.body, e.url, e.secret, \
-     e.previous_secret, e.previous_expires_at, l.lease_token";
+     FROM c WHERE l.endpoint_id = c.endpoint_id AND l.seq = c.seq \
+     RETURNING c.id, c.account, c.endpoint_id, c.event_id, c.seq, l.state, l.attempts, l.max_attempts, l.due_at, \
+     l.lease_expires_at, l.last_error, c.created_at, l.updated_at, c.event_type, c.body, c.url, c.secret, \
+     c.previous_secret, c.previous_expires_at, l.lease_token";
 
 /// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
 /// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
@@ -765,13 +784,13 @@ pub fn claim_statement() -> String {
     format!(
         "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[], $7::bigint[]) \
                AS q(endpoint_id, n, head, cap)), \
-         c AS (SELECT x.endpoint_id, x.seq FROM q CROSS JOIN LATERAL (SELECT p.endpoint_id, p.seq \
-               FROM delivery_queue p \
+         c AS (SELECT {SENDER_COLS} FROM q CROSS JOIN LATERAL \
+               (SELECT p.endpoint_id, p.seq, p.delivery_id FROM delivery_queue p \
                WHERE p.endpoint_id = q.endpoint_id AND p.state = 'pending' AND p.due_at <= $1 \
                AND (q.head IS NULL OR p.seq = q.head) ORDER BY p.due_at, p.seq \
                LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM delivery_queue k \
                  WHERE k.endpoint_id = q.endpoint_id AND k.state = 'leased' AND k.lease_expires_at > $1))) \
-               FOR UPDATE SKIP LOCKED) x) \
+               FOR UPDATE SKIP LOCKED) x {SENDER_JOINS}) \
          {LEASE_AND_RETURN}"
     )
 }
@@ -1038,7 +1057,8 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
             let rows = t
                 .query(
                     &format!(
-                        "WITH c AS (SELECT $2::uuid AS endpoint_id, $5::bigint AS seq) {LEASE_AND_RETURN}"
+                        "WITH c AS (SELECT {SENDER_COLS} FROM delivery_queue x {SENDER_JOINS} \
+                         WHERE x.endpoint_id = $2 AND x.seq = $5) {LEASE_AND_RETURN}"
                     ),
                     &[&now_ms, &endpoint_id, &expires, &req.worker, &seq],
                 )

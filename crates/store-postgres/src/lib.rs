@@ -12,6 +12,7 @@ mod error;
 mod idempotency;
 mod maintenance;
 mod notify;
+mod session;
 mod store;
 mod tick;
 mod usage;

@@ -72,6 +72,11 @@ const PURGES: &[(Purged, &str)] = &[
         "WITH c AS (SELECT id FROM endpoints WHERE previous_expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
          UPDATE endpoints e SET previous_secret = NULL, previous_expires_at = NULL FROM c WHERE e.id = c.id",
     ),
+    (
+        Purged::Sessions,
+        "WITH c AS (SELECT id_hash FROM sessions WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM sessions s USING c WHERE s.id_hash = c.id_hash",
+    ),
 ];
 
 /// One batch per table, in one short transaction.

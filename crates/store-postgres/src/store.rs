@@ -36,6 +36,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         10,
         include_str!("migrations/0010_write_each_delivery_once.sql"),
     ),
+    (11, include_str!("migrations/0011_dashboard_sessions.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
@@ -277,15 +278,18 @@ impl<'a> Tx<'a> {
 ///   session in [`PostgresStore::open`]): the claim's statements take one
 ///   endpoint's index range each, whatever the parameters, and their
 ///   planning costs about as much as running them;
-/// - no sequential scan: a generic plan is made once per connection with
-///   the statistics of that moment, and one made while the table was small
-///   would scan the whole table at every claim as it grows; every statement
-///   of the claim has an index for what it reads.
+/// - no sequential scan, and no hash or merge join: a generic plan is made
+///   once per connection with the statistics of that moment, and one made
+///   while the tables were small would scan whole tables (or whole indexes,
+///   to hash them) at every claim as they grow; every statement of the claim
+///   reads a few rows by index, so nested loops of index lookups are always
+///   right (ADR 0020).
 ///
 /// What it buys: claimers of one endpoint hold its flow-row lock for one
 /// disk flush and one planning less. Public for the plan test.
 pub const CLAIM_SETTINGS: &str = "SET LOCAL synchronous_commit TO off; \
-     SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off";
+     SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off; \
+     SET LOCAL enable_hashjoin TO off; SET LOCAL enable_mergejoin TO off";
 
 /// A transaction on a pooled connection that its user ends by sending
 /// `COMMIT` itself, so the commit can go out pipelined with the last

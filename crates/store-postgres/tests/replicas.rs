@@ -234,7 +234,7 @@ async fn four_processes_migrating_at_once_end_with_one_schema() {
     }
     assert_eq!(
         stores[3].applied_migrations().await.unwrap(),
-        (1..=10).collect::<Vec<i64>>()
+        (1..=11).collect::<Vec<i64>>()
     );
     add_endpoint(&stores[2]).await;
     assert_eq!(stores[0].endpoint_list(&acct()).await.unwrap().len(), 1);
@@ -620,5 +620,13 @@ async fn the_claim_plan_made_on_an_empty_store_reads_by_index() {
     assert!(
         !plan.contains("Seq Scan"),
         "the claim scans a whole table:\n{plan}"
+    );
+    assert!(
+        !plan.contains("Hash Join") && !plan.contains("Merge Join"),
+        "the claim joins whole tables:\n{plan}"
+    );
+    assert!(
+        plan.contains("Index Cond: ((endpoint_id = c.endpoint_id) AND (seq = c.seq))"),
+        "the claim does not find each live row by its whole key:\n{plan}"
     );
 }

@@ -210,9 +210,8 @@ async fn a_version_9_database_upgrades_without_losing_a_delivery() {
 
     let clock = Arc::new(ManualClock::new(Timestamp::from_millis(T0)));
     let store = open_in(&schema, StoreOptions::default(), clock.clone(), 4).await;
-    assert_eq!(
-        store.applied_migrations().await.unwrap().last(),
-        Some(&10),
+    assert!(
+        store.applied_migrations().await.unwrap().contains(&10),
         "the upgrade did not run"
     );
 

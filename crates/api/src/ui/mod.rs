@@ -1,14 +1,19 @@
 //! The operator's web dashboard at `/ui`: server-rendered HTML over the same
 //! port as the API, no script at all.
 //!
-//! Sign-in takes the admin token or an account key and keeps it in an
-//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui` (also `Secure` when
-//! the browser came over HTTPS); the key reaches what
-//! it reaches through the API (an account key only its own account, `404`
-//! elsewhere). Every form that changes something carries a CSRF token
-//! derived from the session (a hash no other site can compute) and every
-//! `POST` must come from this origin. Every answer carries a strict
-//! Content-Security-Policy: no script, styles only from `/ui/app.css`.
+//! Sign-in takes the admin token or an account key and starts a session
+//! kept by the store (ADR 0021): the browser gets a random session id in an
+//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui` that lasts
+//! [`SESSION_LIFETIME`] (also `Secure` when the browser came over HTTPS),
+//! never the token; the store keeps the id's hash, so signing out ends the
+//! session on every replica. Each request checks the token signed in with
+//! again, so a revoked key ends its sessions. The session reaches what its
+//! token reaches through the API (an account key only its own account,
+//! `404` elsewhere). Every form that changes something carries the
+//! session's random CSRF token and every `POST` must come from this
+//! origin. Failed sign-ins are limited ([`SignInLimiter`]). Every answer
+//! carries a strict Content-Security-Policy: no script, styles only from
+//! `/ui/app.css`.
 
 mod html;
 mod pages;
@@ -24,16 +29,62 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use control_plane_core::AccountId;
+use control_plane_core::{AccountId, SessionCreateRequest};
 
-use crate::auth::{caller_for_token, Caller};
+use crate::auth::{caller_for_hash, caller_for_token, generate_token, hash_token, Caller};
 use crate::error::ApiError;
 use crate::ApiState;
 
 const COOKIE: &str = "cp_session";
+
+/// How long a dashboard session lasts from its sign-in.
+pub const SESSION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// Failed sign-ins allowed per [`SIGN_IN_WINDOW`] and process; more are
+/// answered `429` until the window has room again.
+pub const SIGN_IN_FAILURES: usize = 10;
+
+/// The window of [`SIGN_IN_FAILURES`].
+pub const SIGN_IN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Counts failed sign-ins over the last [`SIGN_IN_WINDOW`]. Tokens are far
+/// too long to guess; the limit keeps a guesser from filling the logs and
+/// the store's key lookups.
+#[derive(Default)]
+pub(crate) struct SignInLimiter {
+    failures: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
+}
+
+impl SignInLimiter {
+    /// `Err(wait)` when the window is full.
+    fn check(&self, now: std::time::Instant) -> Result<(), std::time::Duration> {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= SIGN_IN_WINDOW)
+        {
+            failures.pop_front();
+        }
+        match failures.front() {
+            Some(oldest) if failures.len() >= SIGN_IN_FAILURES => {
+                Err(SIGN_IN_WINDOW.saturating_sub(now.duration_since(*oldest)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn failed(&self, now: std::time::Instant) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_back(now);
+    }
+}
 
 /// The dashboard's routes.
 pub(crate) fn router() -> Router<Arc<ApiState>> {
@@ -92,10 +143,12 @@ async fn stylesheet() -> impl IntoResponse {
     )
 }
 
-/// A signed-in operator: who they are and the CSRF token of their session.
+/// A signed-in operator: who they are, the CSRF token of their session and
+/// the hash of its id.
 pub(crate) struct Session {
     pub(crate) caller: Caller,
     pub(crate) csrf: String,
+    id_hash: String,
 }
 
 impl Session {
@@ -126,37 +179,16 @@ impl Session {
     }
 }
 
-/// The CSRF token of a session: a hash of its token, so only a page this
-/// service rendered for that session holds it.
-fn csrf_of(token: &str) -> String {
-    let d = Sha256::digest(format!("control-plane dashboard csrf\n{token}").as_bytes());
-    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The session token from the cookie (hex, so any admin token fits a cookie).
-fn session_token(headers: &HeaderMap) -> Option<String> {
+/// The session id from the cookie: 64 lowercase hex digits.
+fn session_id(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .find_map(from_hex)
-}
-
-fn to_hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(s: &str) -> Option<String> {
-    if !s.len().is_multiple_of(2) || s.len() > 512 {
-        return None;
-    }
-    let bytes = (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+        .find(|id| control_plane_core::session::check_hex("session id", id).is_ok())
+        .map(str::to_string)
 }
 
 impl FromRequestParts<Arc<ApiState>> for Session {
@@ -167,13 +199,26 @@ impl FromRequestParts<Arc<ApiState>> for Session {
         state: &Arc<ApiState>,
     ) -> Result<Self, Self::Rejection> {
         let to_login = || Redirect::to("/ui/login").into_response();
-        let token = session_token(&parts.headers).ok_or_else(to_login)?;
-        match caller_for_token(state, &token).await {
+        let id = session_id(&parts.headers).ok_or_else(to_login)?;
+        let id_hash = hash_token(&id);
+        let stored = state
+            .store
+            .session_get(&id_hash)
+            .await
+            .map_err(|e| UiError::from(e).into_response())?
+            .ok_or_else(to_login)?;
+        match caller_for_hash(state, &stored.token_hash).await {
             Ok(Some(caller)) => Ok(Session {
                 caller,
-                csrf: csrf_of(&token),
+                csrf: stored.csrf,
+                id_hash,
             }),
-            Ok(None) => Err(to_login()),
+            // The token signed in with is no longer valid (a revoked key,
+            // a changed admin token): the session ends with it.
+            Ok(None) => {
+                let _ = state.store.session_end(&id_hash).await;
+                Err(to_login())
+            }
             Err(e) => Err(UiError(e).into_response()),
         }
     }
@@ -255,27 +300,48 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-/// Checks the token and sets the session cookie.
+/// Checks the token, starts a session and sets its cookie.
 async fn login(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
+    let now = std::time::Instant::now();
+    if let Err(wait) = state.sign_in_failures.check(now) {
+        let mut r = UiError(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed sign-ins: wait a minute and try again",
+        ))
+        .into_response();
+        if let Ok(v) = HeaderValue::from_str(&(wait.as_secs() + 1).to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(r);
+    }
     let token = form.token.trim();
-    if token.is_empty() || token.len() > control_plane_core::config::MAX_TOKEN_BYTES {
+    let caller = if token.is_empty() || token.len() > control_plane_core::config::MAX_TOKEN_BYTES {
+        None
+    } else {
+        caller_for_token(&state, token).await?
+    };
+    if caller.is_none() {
+        state.sign_in_failures.failed(now);
         return Ok((StatusCode::UNAUTHORIZED, Html(login_page(true))).into_response());
     }
-    match caller_for_token(&state, token).await? {
-        Some(_) => {
-            let mut r = Redirect::to("/ui").into_response();
-            if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, Some(token))) {
-                r.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            Ok(r)
-        }
-        None => Ok((StatusCode::UNAUTHORIZED, Html(login_page(true))).into_response()),
+    let id = generate_token("");
+    let req = SessionCreateRequest::new(
+        hash_token(&id),
+        hash_token(token),
+        generate_token(""),
+        SESSION_LIFETIME,
+    )?;
+    state.store.session_create(req).await?;
+    let mut r = Redirect::to("/ui").into_response();
+    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, Some(&id))) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
     }
+    Ok(r)
 }
 
 #[derive(Deserialize)]
@@ -283,14 +349,16 @@ pub(crate) struct CsrfForm {
     pub(crate) csrf: String,
 }
 
-/// Clears the session cookie.
+/// Ends the session in the store and clears its cookie.
 async fn logout(
+    State(state): State<Arc<ApiState>>,
     session: Session,
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     session.check_csrf(&form.csrf)?;
+    state.store.session_end(&session.id_hash).await?;
     let mut r = Redirect::to("/ui/login").into_response();
     if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, None)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -298,12 +366,12 @@ async fn logout(
     Ok(r)
 }
 
-/// The `Set-Cookie` value of a session holding `token` (`None` clears it).
+/// The `Set-Cookie` value of the session `id` (`None` clears it).
 /// It is `Secure` when the browser reached the service over HTTPS (its
 /// `Origin`, or a proxy's `X-Forwarded-Proto`), so that such a session is
 /// never sent in clear; over plain HTTP (the local quickstart) a browser
 /// would refuse a `Secure` cookie.
-fn session_cookie(headers: &HeaderMap, token: Option<&str>) -> String {
+fn session_cookie(headers: &HeaderMap, id: Option<&str>) -> String {
     let https = |name| {
         headers
             .get(name)
@@ -316,10 +384,10 @@ fn session_cookie(headers: &HeaderMap, token: Option<&str>) -> String {
         } else {
             ""
         };
-    match token {
-        Some(token) => format!(
-            "{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict{secure}",
-            to_hex(token)
+    match id {
+        Some(id) => format!(
+            "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+            SESSION_LIFETIME.as_secs()
         ),
         None => format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
     }
@@ -329,15 +397,19 @@ fn session_cookie(headers: &HeaderMap, token: Option<&str>) -> String {
 mod tests {
     use super::*;
 
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
     #[test]
-    fn the_session_cookie_round_trips_any_token() {
-        let token = "odd; token=with spaces,and\"quotes";
+    fn the_session_cookie_holds_an_id_never_a_token() {
         let mut h = HeaderMap::new();
-        let v = format!("other=1; {COOKIE}={}; x=y", to_hex(token));
+        let v = format!("other=1; {COOKIE}={ID}; x=y");
         h.insert(header::COOKIE, HeaderValue::from_str(&v).unwrap());
-        assert_eq!(session_token(&h).as_deref(), Some(token));
-        h.insert(header::COOKIE, HeaderValue::from_static("cp_session=zz"));
-        assert_eq!(session_token(&h), None);
+        assert_eq!(session_id(&h).as_deref(), Some(ID));
+        // What the old cookie held (the hex of a token) and junk are refused.
+        for bad in ["cp_session=zz", "cp_session=6370615f61", "cp_session="] {
+            h.insert(header::COOKIE, HeaderValue::from_static(bad));
+            assert_eq!(session_id(&h), None, "{bad}");
+        }
     }
 
     #[test]
@@ -347,14 +419,18 @@ mod tests {
             header::ORIGIN,
             HeaderValue::from_static("http://127.0.0.1:8080"),
         );
-        let plain = session_cookie(&h, Some("t"));
-        assert!(plain.starts_with(&format!("{COOKIE}={}", to_hex("t"))));
+        let plain = session_cookie(&h, Some(ID));
+        assert!(plain.starts_with(&format!("{COOKIE}={ID}")));
+        assert!(
+            plain.contains(&format!("Max-Age={}", SESSION_LIFETIME.as_secs())),
+            "{plain}"
+        );
         assert!(!plain.contains("Secure"), "{plain}");
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("https://cp.example"),
         );
-        assert!(session_cookie(&h, Some("t")).ends_with("; Secure"));
+        assert!(session_cookie(&h, Some(ID)).ends_with("; Secure"));
         h.remove(header::ORIGIN);
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let cleared = session_cookie(&h, None);
@@ -362,9 +438,17 @@ mod tests {
     }
 
     #[test]
-    fn csrf_tokens_differ_by_session() {
-        assert_ne!(csrf_of("a"), csrf_of("b"));
-        assert_eq!(csrf_of("a"), csrf_of("a"));
+    fn failed_sign_ins_are_limited_per_window() {
+        let limiter = SignInLimiter::default();
+        let t0 = std::time::Instant::now();
+        for i in 0..SIGN_IN_FAILURES {
+            assert!(limiter.check(t0).is_ok(), "failure {i}");
+            limiter.failed(t0);
+        }
+        let wait = limiter.check(t0).unwrap_err();
+        assert_eq!(wait, SIGN_IN_WINDOW);
+        let later = t0 + SIGN_IN_WINDOW;
+        assert!(limiter.check(later).is_ok(), "the window moved on");
     }
 
     #[test]

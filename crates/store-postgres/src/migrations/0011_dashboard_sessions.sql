@@ -1,0 +1,9 @@
+-- Version 11: dashboard sessions (ADR 0021), by the hash of their id.
+CREATE TABLE sessions (
+    id_hash    text PRIMARY KEY,
+    token_hash text NOT NULL,
+    csrf       text NOT NULL,
+    created_at bigint NOT NULL,
+    expires_at bigint NOT NULL
+);
+CREATE INDEX sessions_expiry ON sessions (expires_at);

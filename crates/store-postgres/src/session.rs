@@ -1,0 +1,75 @@
+//! Dashboard sessions (ADR 0021).
+
+use async_trait::async_trait;
+use control_plane_core::*;
+
+use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
+
+fn row_to_session(r: &tokio_postgres::Row) -> DashboardSession {
+    DashboardSession {
+        id_hash: r.get(0),
+        token_hash: r.get(1),
+        csrf: r.get(2),
+        created_at: Timestamp::from_millis(r.get(3)),
+        expires_at: Timestamp::from_millis(r.get(4)),
+    }
+}
+
+async fn create(t: &Tx<'_>, req: &SessionCreateRequest) -> StoreResult<DashboardSession> {
+    let s = req.session_at(t.now);
+    let n = t
+        .execute(
+            "INSERT INTO sessions (id_hash, token_hash, csrf, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id_hash) DO NOTHING",
+            &[
+                &s.id_hash,
+                &s.token_hash,
+                &s.csrf,
+                &s.created_at.as_millis(),
+                &s.expires_at.as_millis(),
+            ],
+        )
+        .await
+        .db()?;
+    if n == 0 {
+        return Err(StoreError::Conflict(
+            "this session id hash is already stored".into(),
+        ));
+    }
+    Ok(s)
+}
+
+async fn get(t: &Tx<'_>, id_hash: &str) -> StoreResult<Option<DashboardSession>> {
+    let row = t
+        .query_opt(
+            "SELECT id_hash, token_hash, csrf, created_at, expires_at FROM sessions \
+             WHERE id_hash = $1 AND expires_at > $2",
+            &[&id_hash, &t.now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(row.as_ref().map(row_to_session))
+}
+
+async fn end(t: &Tx<'_>, id_hash: &str) -> StoreResult<()> {
+    t.execute("DELETE FROM sessions WHERE id_hash = $1", &[&id_hash])
+        .await
+        .db()?;
+    Ok(())
+}
+
+#[async_trait]
+impl SessionStore for PostgresStore {
+    async fn session_create(&self, req: SessionCreateRequest) -> StoreResult<DashboardSession> {
+        in_tx!(self, |t| create(&t, &req))
+    }
+
+    async fn session_get(&self, id_hash: &str) -> StoreResult<Option<DashboardSession>> {
+        in_tx!(self, |t| get(&t, id_hash))
+    }
+
+    async fn session_end(&self, id_hash: &str) -> StoreResult<()> {
+        in_tx!(self, |t| end(&t, id_hash))
+    }
+}
