@@ -341,7 +341,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     let base = service.api();
 
     // Two endpoints of acme, one of another account, keys for both.
-    let mut ids = Vec::new();
+    let (mut ids, mut secrets) = (Vec::new(), Vec::new());
     for path in ["flaky", "broken"] {
         let (s, v) = api(
             &http,
@@ -355,6 +355,9 @@ async fn the_dashboard_works_in_a_real_browser() {
         .await;
         assert_eq!(s, 201, "{v}");
         ids.push(v["id"].as_str().unwrap().to_string());
+        let secret = v["secret"].as_str().unwrap().to_string();
+        assert!(secret.starts_with("whsec_"), "{v}");
+        secrets.push(secret);
     }
     let (s, _) = api(
         &http,
@@ -457,7 +460,20 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{request}"
     );
     assert!(browser.find_all("script").await.is_empty());
-    assert!(!request.contains("whsec_"), "no secret on the page");
+    // The signing secrets the API returned once are on no page (the
+    // signature, made with one, is).
+    let whole = browser.text("body").await;
+    for secret in &secrets {
+        let key = secret.trim_start_matches("whsec_");
+        assert!(
+            !whole.contains(key),
+            "a signing secret on the delivery page"
+        );
+    }
+    assert!(
+        request.contains("webhook-signature: v1,"),
+        "the request shows its signature: {request}"
+    );
     browser.screenshot("delivery").await;
 
     // The broken one dies; replay it from its row on the dead-letter page.
@@ -505,6 +521,14 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{endpoints}"
     );
     assert!(!endpoints.contains("other-secret-endpoint"));
+    let whole = browser.text("body").await;
+    for secret in &secrets {
+        let key = secret.trim_start_matches("whsec_");
+        assert!(
+            !whole.contains(key),
+            "a signing secret on the endpoints page"
+        );
+    }
     browser.screenshot("endpoints").await;
     browser
         .wait_text(&format!("{acme}/tasks"), "#dead-tasks", "nightly/report")

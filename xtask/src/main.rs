@@ -14,8 +14,8 @@ tasks:
   test         every test of the workspace; the postgres tests use
                CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
                from the installed PostgreSQL server binaries
-  conformance  the conformance suite on every adapter (embedded and postgres;
-               the database as for `test`)
+  conformance  the conformance suite on every adapter (embedded and postgres)
+               and every crate's unit tests; the database as for `test`
   tidy         fmt check and clippy only
   bench        release build, then every benchmark (medians of 3 runs) into
                BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
@@ -107,13 +107,18 @@ fn test() -> Result<(), String> {
     cargo(&["test", "--workspace", "--doc"], &env)
 }
 
-/// The conformance suite on every adapter: each adapter crate's
-/// `conformance` test target (`--workspace`, so the build cache is the one
-/// `test` uses).
+/// The conformance suite on every adapter (each adapter crate's
+/// `conformance` test target) and every crate's unit tests (`--workspace`,
+/// so the build cache is the one `test` uses). CI also runs it without
+/// `CONTROLPLANE_TEST_DATABASE_URL`, on a throwaway cluster as a new user's
+/// `cargo xtask ci` does, whose settings may differ from the machine's server.
 fn conformance() -> Result<(), String> {
     let (url, _cluster) = test_database()?;
     let env = [("CONTROLPLANE_TEST_DATABASE_URL", url.as_str())];
-    cargo(&["test", "--workspace", "--test", "conformance"], &env)
+    cargo(
+        &["test", "--workspace", "--lib", "--test", "conformance"],
+        &env,
+    )
 }
 
 /// A PostgreSQL cluster made with the installed server binaries in a
