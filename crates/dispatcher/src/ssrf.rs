@@ -22,6 +22,10 @@ fn private_v4(ip: Ipv4Addr) -> bool {
         || (a == 192 && b == 0 && c == 0)
         // Benchmarking, 198.18.0.0/15.
         || (a == 198 && (b == 18 || b == 19))
+        // Documentation, 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24.
+        || (a == 192 && b == 0 && c == 2)
+        || (a == 198 && b == 51 && c == 100)
+        || (a == 203 && b == 0 && c == 113)
         // Reserved for future use, 240.0.0.0/4.
         || a >= 240
 }
@@ -66,8 +70,16 @@ fn private_v6(ip: Ipv6Addr) -> bool {
         // Local-use NAT64 64:ff9b:1::/48 (RFC 8215): translates to any IPv4
         // address, private ones included.
         || (first == 0x64 && s[1] == 0xff9b && s[2] == 1)
-        // Teredo 2001::/32: its IPv4 address is obfuscated.
-        || (first == 0x2001 && s[1] == 0)
+        // IETF protocol assignments 2001::/23, Teredo 2001::/32 among them
+        // (its IPv4 address is obfuscated), and benchmarking 2001:2::/48.
+        || (first == 0x2001 && s[1] < 0x0200)
+        // Documentation 2001:db8::/32 and 3fff::/20.
+        || (first == 0x2001 && s[1] == 0x0db8)
+        || (first == 0x3fff && s[1] < 0x1000)
+        // Discard-only 100::/64.
+        || (first == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0)
+        // Segment routing (SRv6) SIDs 5f00::/16.
+        || first == 0x5f00
 }
 
 /// Whether `ip` is private, loopback, link-local or unspecified (IPv4-mapped
@@ -179,6 +191,128 @@ mod tests {
         match r {
             Err(Failure::Refused(e)) => e,
             other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    /// Every entry of IANA's special-purpose address registries (IPv4 and
+    /// IPv6, as of 2026), by its first and last address (or one inside for
+    /// the large IPv6 blocks): refused unless the registry marks it
+    /// globally reachable. Blocks whose reachability depends on the address
+    /// they carry (IPv4-mapped, NAT64, 6to4) are judged by that address and
+    /// checked in `private_ranges_are_recognised`. Where a block mixes both
+    /// (192.0.0.0/24, 2001::/23), the whole block is refused: no webhook
+    /// receiver lives there.
+    #[test]
+    fn every_special_purpose_block_that_is_not_globally_reachable_is_refused() {
+        let refused_blocks: &[(&str, &[&str])] = &[
+            ("0.0.0.0/8 this network", &["0.0.0.0", "0.255.255.255"]),
+            ("10.0.0.0/8 private", &["10.0.0.0", "10.255.255.255"]),
+            ("100.64.0.0/10 shared", &["100.64.0.0", "100.127.255.255"]),
+            ("127.0.0.0/8 loopback", &["127.0.0.0", "127.255.255.255"]),
+            (
+                "169.254.0.0/16 link local",
+                &["169.254.0.0", "169.254.255.255"],
+            ),
+            ("172.16.0.0/12 private", &["172.16.0.0", "172.31.255.255"]),
+            (
+                "192.0.0.0/24 IETF",
+                &["192.0.0.0", "192.0.0.9", "192.0.0.255"],
+            ),
+            ("192.0.2.0/24 TEST-NET-1", &["192.0.2.0", "192.0.2.255"]),
+            (
+                "192.168.0.0/16 private",
+                &["192.168.0.0", "192.168.255.255"],
+            ),
+            (
+                "198.18.0.0/15 benchmarking",
+                &["198.18.0.0", "198.19.255.255"],
+            ),
+            (
+                "198.51.100.0/24 TEST-NET-2",
+                &["198.51.100.0", "198.51.100.255"],
+            ),
+            (
+                "203.0.113.0/24 TEST-NET-3",
+                &["203.0.113.0", "203.0.113.255"],
+            ),
+            ("224.0.0.0/4 multicast", &["224.0.0.0", "239.255.255.255"]),
+            ("240.0.0.0/4 reserved", &["240.0.0.0", "255.255.255.254"]),
+            ("255.255.255.255/32 broadcast", &["255.255.255.255"]),
+            ("::1/128 loopback", &["::1"]),
+            ("::/128 unspecified", &["::"]),
+            (
+                "64:ff9b:1::/48 local-use NAT64",
+                &["64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "100::/64 discard-only",
+                &["100::", "100::ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "2001::/23 IETF",
+                &[
+                    "2001::",
+                    "2001:1::1",
+                    "2001:3::1",
+                    "2001:20::1",
+                    "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
+                ],
+            ),
+            (
+                "2001:2::/48 benchmarking",
+                &["2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "2001:db8::/32 documentation",
+                &["2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "3fff::/20 documentation",
+                &["3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "5f00::/16 SRv6 SIDs",
+                &["5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "fc00::/7 unique local",
+                &["fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "fe80::/10 link local",
+                &["fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "fec0::/10 site local (deprecated)",
+                &["fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "ff00::/8 multicast",
+                &["ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"],
+            ),
+        ];
+        for (block, addresses) in refused_blocks {
+            for a in *addresses {
+                assert!(is_private(ip(a)), "{a} of {block} is connected to");
+            }
+        }
+        // Just outside those blocks, and globally reachable neighbours.
+        for a in [
+            "11.0.0.0",
+            "100.128.0.0",
+            "172.32.0.0",
+            "192.0.3.0",
+            "198.20.0.0",
+            "198.51.101.0",
+            "203.0.114.0",
+            "223.255.255.255",
+            "2001:200::1",
+            "2001:db9::1",
+            "3fff:1000::1",
+            "2620:4f:8000::1",
+            "2600::1",
+        ] {
+            assert!(!is_private(ip(a)), "{a} is refused but globally reachable");
         }
     }
 
