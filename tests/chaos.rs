@@ -681,6 +681,14 @@ async fn a_failing_neighbour_opens_its_circuit_and_healthy_endpoints_keep_flowin
         "chaos: healthy endpoint enqueue-to-arrival p50/p99: alone {:.1}/{:.1} ms, beside a failing neighbour {:.1}/{:.1} ms",
         alone.0, alone.1, beside.0, beside.1
     );
+    // The neighbour holds each of its sends for 1.2 s: a healthy delivery
+    // that waited for one of them to end would take at least that long.
+    assert!(
+        beside.0 < 1_000.0,
+        "the healthy endpoint waited behind its failing neighbour: p50 {:.1} ms (alone {:.1} ms)",
+        beside.0,
+        alone.0
+    );
     let circuit = |_: &()| call_circuit(&http, &base, &failing_id);
     let start = Instant::now();
     loop {
