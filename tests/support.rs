@@ -195,18 +195,27 @@ impl Process {
         }
         c.arg(command)
             .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, v) in env {
             c.env(k, v);
         }
         let mut child = c.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
         // Every line is kept (dependencies' notices, debug detail); the
         // ready line is awaited with a deadline, so a child that never
         // says it fails the test instead of hanging the suite.
         let log = Arc::new(Mutex::new(Vec::new()));
         let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+        // Standard output is kept too: what the process prints there (a
+        // collector keeps it as well) is checked with the rest.
+        let out_sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                out_sink.lock().unwrap().push(line);
+            }
+        });
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
