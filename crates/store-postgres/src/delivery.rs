@@ -147,26 +147,15 @@ async fn insert_delivery(
     endpoint: EndpointId,
     event: EventId,
 ) -> StoreResult<Option<DeliveryId>> {
-    let id = DeliveryId::new();
-    let insert = t
-        .prepare_cached(
-            "WITH d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
-             VALUES ($1, $2, $3, $4, nextval('delivery_seq'), $6) \
-             ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id, account, endpoint_id, seq) \
-             INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
-             due_at, updated_at) SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d \
-             RETURNING delivery_id",
-        )
-        .await
-        .db()?;
+    let insert = t.prepare_cached(INSERT_DELIVERIES).await.db()?;
     let row = t
         .query_opt(
             &insert,
             &[
-                &id.0,
-                &account.as_str(),
-                &endpoint.0,
-                &event.0,
+                &vec![DeliveryId::new().0],
+                &vec![account.as_str()],
+                &vec![endpoint.0],
+                &vec![event.0],
                 &i64::from(t.options.max_attempts),
                 &t.now.as_millis(),
             ],
@@ -196,14 +185,15 @@ const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_type, body, 
      ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";
 
 /// Stores pending deliveries given as parallel arrays, their sequence
-/// numbers in the arrays' order: the immutable row and the live one.
+/// numbers in the arrays' order: the immutable row and the live one;
+/// returns the ids of those it stored (a pair already delivered is skipped).
 const INSERT_DELIVERIES: &str = "WITH d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
      SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), $6 \
      FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::uuid[]) WITH ORDINALITY \
      AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
      ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id, account, endpoint_id, seq) \
      INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, due_at, updated_at) \
-     SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d";
+     SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d RETURNING delivery_id";
 
 /// What a publish writes, as the parallel arrays its statements take.
 struct PublishRows<'a> {
@@ -1252,6 +1242,15 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> Stor
     row_to_delivery(&row)
 }
 
+/// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x
+/// USING deliveries d` in a CTE `x`: the dead rows it deleted go back to the
+/// queue, due at `$1`, with their own sequence numbers and `$2` more
+/// attempts.
+const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
+     INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+     due_at, last_error, updated_at) \
+     SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x";
+
 pub(crate) async fn replay(
     t: &Tx<'_>,
     account: &AccountId,
@@ -1271,12 +1270,11 @@ pub(crate) async fn replay(
     // with its own sequence number and a new budget of attempts.
     let moved = t
         .execute(
-            "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
-             WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = 'dead' AND NOT $4::boolean \
-             RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
-             INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
-             due_at, last_error, updated_at) \
-             SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x",
+            &format!(
+                "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+                 WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = 'dead' AND NOT $4::boolean \
+                 {REQUEUE}"
+            ),
             &[
                 &t.now.as_millis(),
                 &i64::from(t.options.max_attempts),
@@ -1303,15 +1301,14 @@ pub(crate) async fn replay(
 
 pub(crate) async fn replay_dead(t: &Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
     t.execute(
-        "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
-         WHERE d.id = x.delivery_id AND x.state = 'dead' AND d.account = $3 \
-         AND ($4::uuid IS NULL OR d.endpoint_id = $4) \
-         AND ($5::bigint IS NULL OR x.finished_at >= $5) AND ($6::bigint IS NULL OR x.finished_at < $6) \
-         AND d.endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL) \
-         RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
-         INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
-         due_at, last_error, updated_at) \
-         SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x",
+        &format!(
+            "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+             WHERE d.id = x.delivery_id AND x.state = 'dead' AND d.account = $3 \
+             AND ($4::uuid IS NULL OR d.endpoint_id = $4) \
+             AND ($5::bigint IS NULL OR x.finished_at >= $5) AND ($6::bigint IS NULL OR x.finished_at < $6) \
+             AND d.endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL) \
+             {REQUEUE}"
+        ),
         &[
             &t.now.as_millis(),
             &i64::from(t.options.max_attempts),
