@@ -15,7 +15,7 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use control_plane_core::*;
 use workspace_tests::{
-    database_url, events, pg_client, Answer, Process, Received, Receiver, Schema,
+    database_url, events, pg_client, secret_keys, Answer, Process, Received, Receiver, Schema,
 };
 
 const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
@@ -159,6 +159,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     );
     cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 4;
+    cfg.keys = secret_keys();
     let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
         .await
         .unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use control_plane_core::config::DatabaseUrl;
 use control_plane_core::*;
 use workspace_tests::{
-    answer_ok, assert_rate_kept, database_url, events, Process, Receiver, Schema,
+    answer_ok, assert_rate_kept, database_url, events, secret_keys, Process, Receiver, Schema,
 };
 
 /// Three worker processes, one endpoint limited to 20 requests per second
@@ -23,6 +23,7 @@ async fn three_worker_processes_keep_an_endpoints_rate_limit() {
     let mut cfg = store_postgres::PostgresConfig::new(DatabaseUrl::new(database_url()));
     cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 2;
+    cfg.keys = secret_keys();
     let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
         .await
         .unwrap();

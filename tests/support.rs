@@ -147,11 +147,45 @@ impl Schema {
     pub fn env(&self, pool_size: usize) -> Vec<(&'static str, String)> {
         vec![
             ("CONTROLPLANE_STORE", "postgres".to_string()),
+            (
+                "CONTROLPLANE_SECRET_KEY_FILE",
+                key_file().display().to_string(),
+            ),
             ("CONTROLPLANE_DATABASE_URL", database_url()),
             ("CONTROLPLANE_DATABASE_SCHEMA", self.0.clone()),
             ("CONTROLPLANE_POOL_SIZE", pool_size.to_string()),
         ]
     }
+}
+
+/// A key file every `control-plane` process of this test binary shares
+/// (replicas of one store must seal with one key), mode 0600, under the
+/// system's temporary directory; written once per test process.
+pub fn key_file() -> PathBuf {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = std::env::temp_dir().join(unique("cp-test-key"));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        writeln!(f, "{}", control_plane_core::SecretKey::generate().to_text()).unwrap();
+        path
+    })
+    .clone()
+}
+
+/// The keys of [`key_file`], for a store a test opens beside the processes.
+pub fn secret_keys() -> control_plane_core::SecretKeys {
+    let text = std::fs::read_to_string(key_file()).unwrap();
+    control_plane_core::SecretKeys::new(
+        control_plane_core::SecretKey::parse(&text).unwrap(),
+        vec![],
+    )
 }
 
 impl Drop for Schema {

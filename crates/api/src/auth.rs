@@ -112,11 +112,31 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= control_plane_core::config::MAX_TOKEN_BYTES)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
-        caller_for_token(state, token)
-            .await?
-            .ok_or_else(|| unauthorized("the token is not valid"))
+        let addr = crate::limiter::client_address(parts);
+        let now = std::time::Instant::now();
+        state.bearer_failures.check(addr, now).map_err(|wait| {
+            ApiError::too_many(
+                "too many requests with invalid tokens from this address: wait and try again",
+                wait,
+            )
+        })?;
+        match caller_for_token(state, token).await? {
+            Some(caller) => Ok(caller),
+            None => {
+                state.bearer_failures.failed(addr, now);
+                Err(unauthorized("the token is not valid"))
+            }
+        }
     }
 }
+
+/// Requests with an unknown bearer token allowed per client address and
+/// [`BEARER_WINDOW`]; past them the address is answered `429` before its
+/// token is looked up, until the window has room.
+pub const BEARER_FAILURES: usize = 30;
+
+/// The window of [`BEARER_FAILURES`].
+pub const BEARER_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Who `token` is: the admin, an account's key, or nobody (`None`).
 ///

@@ -15,6 +15,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong, for a person.
     pub message: String,
+    /// When to try again (`Retry-After`, whole seconds rounded up).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
@@ -24,6 +26,15 @@ impl ApiError {
             status,
             code: code_for(status),
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// `429 too_many_requests` with `Retry-After: wait`.
+    pub fn too_many(message: impl Into<String>, wait: std::time::Duration) -> Self {
+        ApiError {
+            retry_after: Some(wait),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
         }
     }
 
@@ -60,6 +71,7 @@ pub fn code_for(status: StatusCode) -> &'static str {
         413 => "payload_too_large",
         415 => "unsupported_media_type",
         422 => "invalid_input",
+        429 => "too_many_requests",
         503 => "unavailable",
         s if s >= 500 => "internal",
         _ => "error",
@@ -100,6 +112,12 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Some(wait) = self.retry_after {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

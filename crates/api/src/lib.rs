@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod error;
+mod limiter;
 pub mod metrics;
 mod openapi;
 mod publisher;
@@ -74,7 +75,8 @@ pub struct ApiState {
     pub(crate) endpoint_concurrency: u32,
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
-    pub(crate) sign_in_failures: ui::SignInLimiter,
+    pub(crate) sign_in_failures: limiter::FailureLimiter,
+    pub(crate) bearer_failures: limiter::FailureLimiter,
 }
 
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
@@ -97,7 +99,8 @@ pub fn router(
         rotation_grace: config.rotation_grace,
         endpoint_concurrency: config.endpoint_concurrency,
         openapi: openapi::to_json(doc),
-        sign_in_failures: ui::SignInLimiter::default(),
+        sign_in_failures: limiter::FailureLimiter::new(ui::SIGN_IN_FAILURES, ui::SIGN_IN_WINDOW),
+        bearer_failures: limiter::FailureLimiter::new(auth::BEARER_FAILURES, auth::BEARER_WINDOW),
     });
     routes
         .merge(ui::router())
@@ -117,7 +120,8 @@ pub async fn serve(
     router: Router,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }

@@ -75,7 +75,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 }
 
 /// The statuses any authenticated operation may answer with an error.
-const ERRORS: [u16; 8] = [400, 401, 404, 409, 413, 415, 422, 503];
+const ERRORS: [u16; 9] = [400, 401, 404, 409, 413, 415, 422, 429, 503];
 
 /// Where an answer's ids lead (OpenAPI links): the operations that take
 /// the id a response carries, so a client or a fuzzer (schemathesis's

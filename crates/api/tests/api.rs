@@ -55,6 +55,7 @@ struct Call<'a> {
     body: Option<String>,
     content_type: &'a str,
     headers: Vec<(&'a str, &'a str)>,
+    client: Option<&'a str>,
 }
 
 fn call<'a>(method: &'a str, path: impl Into<String>) -> Call<'a> {
@@ -65,6 +66,7 @@ fn call<'a>(method: &'a str, path: impl Into<String>) -> Call<'a> {
         body: None,
         content_type: "application/json",
         headers: vec![],
+        client: None,
     }
 }
 
@@ -86,8 +88,20 @@ impl<'a> Call<'a> {
         self.headers.push((k, v));
         self
     }
+    /// The client address the server sees (as `serve` gives it).
+    fn from(mut self, addr: &'a str) -> Self {
+        self.client = Some(addr);
+        self
+    }
     async fn send(self, api: &Api) -> (StatusCode, Value) {
+        self.send_full(api).await.0
+    }
+    async fn send_full(self, api: &Api) -> ((StatusCode, Value), axum::http::HeaderMap) {
         let mut b = Request::builder().method(self.method).uri(&self.path);
+        if let Some(addr) = self.client {
+            let addr: std::net::SocketAddr = addr.parse().unwrap();
+            b = b.extension(axum::extract::ConnectInfo(addr));
+        }
         if let Some(t) = self.token {
             b = b.header("authorization", format!("Bearer {t}"));
         }
@@ -104,6 +118,7 @@ impl<'a> Call<'a> {
         };
         let resp = api.app.clone().oneshot(req).await.unwrap();
         let status = resp.status();
+        let headers = resp.headers().clone();
         let ct = resp
             .headers()
             .get("content-type")
@@ -122,7 +137,7 @@ impl<'a> Call<'a> {
             serde_json::from_slice(&bytes)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
-        (status, v)
+        ((status, v), headers)
     }
 }
 
@@ -1190,6 +1205,36 @@ async fn dashboard_sessions_live_on_the_server_and_end_at_sign_out_or_revocation
     );
 }
 
+/// Past 30 unknown bearer tokens in a minute, an address is answered `429`
+/// with `Retry-After` before its token is looked up (the admin's too);
+/// another address is not affected.
+#[tokio::test]
+async fn unknown_bearer_tokens_are_limited_per_address() {
+    let api = api().await;
+    let bad = "192.0.2.7:40000";
+    for i in 0..api::auth::BEARER_FAILURES {
+        let (s, _) = call("GET", "/v1/accounts/acme/endpoints")
+            .token(Some("cpk_wrong"))
+            .from(bad)
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "failure {i}");
+    }
+    let ((s, v), h) = call("GET", "/v1/accounts/acme/endpoints")
+        .from(bad)
+        .send_full(&api)
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_error(&v, "too_many_requests");
+    let wait: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let (s, _) = call("GET", "/v1/accounts/acme/endpoints")
+        .from("192.0.2.8:40000")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "another address");
+}
+
 #[tokio::test]
 async fn failed_sign_ins_are_limited() {
     let api = api().await;
@@ -1218,4 +1263,19 @@ async fn failed_sign_ins_are_limited() {
     // The API's bearer tokens still work.
     let (s, _) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
     assert_eq!(s, StatusCode::OK);
+    // Another address may still sign in.
+    let other: std::net::SocketAddr = "192.0.2.9:1".parse().unwrap();
+    let req = Request::builder()
+        .method("POST")
+        .uri("/ui/login")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .extension(axum::extract::ConnectInfo(other))
+        .body(Body::from(format!("token={ADMIN}")))
+        .unwrap();
+    let resp = api.app.clone().oneshot(req).await.unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::SEE_OTHER,
+        "another address signs in"
+    );
 }

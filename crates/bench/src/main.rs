@@ -1235,9 +1235,28 @@ fn control_plane(
     if let Some(schema) = schema {
         c.env("CONTROLPLANE_STORE", "postgres")
             .env("CONTROLPLANE_DATABASE_URL", &a.url)
-            .env("CONTROLPLANE_DATABASE_SCHEMA", schema);
+            .env("CONTROLPLANE_DATABASE_SCHEMA", schema)
+            .env("CONTROLPLANE_SECRET_KEY_FILE", key_file(schema)?);
     }
     Ok(c)
+}
+
+/// The key file the processes on `schema` share, written on first use.
+fn key_file(schema: &str) -> BenchResult<std::path::PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!("{schema}.key"));
+    if !path.exists() {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        writeln!(f, "{}", control_plane_core::SecretKey::generate().to_text())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(path)
 }
 
 /// `control-plane serve` on `profile`, its API's base address, and (on

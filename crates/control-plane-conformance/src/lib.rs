@@ -13,6 +13,7 @@ use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
 pub mod contracts;
 pub mod model_test;
 pub mod ops_contracts;
+pub mod secrets;
 
 /// One isolated store for one contract: a fresh file or schema, driven by a
 /// manual clock.
@@ -116,6 +117,7 @@ macro_rules! conformance_suite {
             workflow_non_retryable_failure_dead_letters_at_once,
             workflow_staged_result_is_finalized_without_rerun,
             workflow_account_scoping_fails_closed,
+            workflow_same_id_in_two_accounts_stays_apart,
             workflow_release_keeps_the_attempt_budget,
             workflow_heartbeat_extends_and_stale_lease_is_lost,
             workflow_expired_lease_is_claimable_again,

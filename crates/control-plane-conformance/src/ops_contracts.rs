@@ -388,6 +388,62 @@ pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
     );
 }
 
+/// The same task id in two accounts is two tasks: each lease completes,
+/// fails, heartbeats and releases its own account's task only, and a lease
+/// carried over to the other account (same id, same token) is refused there.
+pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    for a in ["a", "b"] {
+        h.store.workflow_enqueue(task("t", a, "k")).await.unwrap();
+    }
+    let claimed = claim_kinds(&h, &["k"], 2).await;
+    assert_eq!(claimed.len(), 2);
+    let lease_of = |a: &str| {
+        claimed
+            .iter()
+            .find(|c| c.lease.account == acct(a))
+            .unwrap()
+            .lease
+            .clone()
+    };
+    let (la, lb) = (lease_of("a"), lease_of("b"));
+    let state = |a: &'static str| {
+        let store = h.store.clone();
+        async move { store.workflow_get(&acct(a), &tid("t")).await.unwrap().state }
+    };
+    // a's token presented as b's: b's task has another token.
+    let crossed = TaskLease {
+        account: acct("b"),
+        ..la.clone()
+    };
+    assert!(matches!(
+        h.store.workflow_complete(&crossed, json!(0)).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(h.store.workflow_heartbeat(&crossed, LEASE).await.is_err());
+    assert_eq!(state("b").await, TaskState::Leased);
+    h.store.workflow_complete(&la, json!(1)).await.unwrap();
+    assert_eq!(
+        (state("a").await, state("b").await),
+        (TaskState::Completed, TaskState::Leased)
+    );
+    h.store.workflow_heartbeat(&lb, LEASE).await.unwrap();
+    h.store
+        .workflow_fail(&lb, "x".into(), TaskFailure::Permanent)
+        .await
+        .unwrap();
+    assert_eq!(
+        (state("a").await, state("b").await),
+        (TaskState::Completed, TaskState::DeadLettered)
+    );
+    let done = h.store.workflow_get(&acct("a"), &tid("t")).await.unwrap();
+    assert_eq!(
+        done.result,
+        Some(json!(1)),
+        "b's failure left a's result alone"
+    );
+}
+
 /// `WorkflowStore::workflow_release`: release keeps the attempt budget.
 pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;

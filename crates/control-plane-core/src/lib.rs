@@ -96,6 +96,7 @@ pub mod maintenance;
 pub mod migration;
 pub mod model;
 pub mod policy;
+pub mod sealing;
 pub mod session;
 pub mod store;
 pub mod tick;
@@ -116,6 +117,7 @@ pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::*;
 pub use maintenance::PurgeReport;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
+pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,

@@ -81,6 +81,23 @@ pub trait EndpointStore: Send + Sync {
         grace: Duration,
     ) -> StoreResult<Endpoint>;
 
+    /// Seals the credentials of up to `limit` endpoints (deleted ones
+    /// included) that are not sealed under the store's current key: plain
+    /// text and values under a previous key are rewritten (ADR 0022).
+    /// `control-plane rotate-key` calls it until it answers 0.
+    ///
+    /// # Behavior
+    /// - Secrets read back unchanged, and a store opened with the current key
+    ///   alone reads them (`tests/secrets.rs` of each adapter).
+    ///
+    /// # Errors
+    /// `InvalidInput` when the store has no key to seal with; `Unavailable`
+    /// for a value sealed under a key the store does not hold.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not rewrite a batch; every value stays readable.
+    async fn endpoint_reseal_secrets(&self, limit: u32) -> StoreResult<u64>;
+
     /// Enables or disables an endpoint.
     ///
     /// # Behavior
@@ -567,6 +584,10 @@ pub trait WorkflowStore: Send + Sync {
     ) -> StoreResult<()>;
 
     /// Completes a task with its result. A repeat with the same lease returns the task.
+    ///
+    /// # Behavior
+    /// - A lease reaches its own account's task only, also when another
+    ///   account has a task of the same id (`workflow_same_id_in_two_accounts_stays_apart`).
     ///
     /// # Errors
     /// `LeaseLost`; `NotFound` when the lease names another account

@@ -38,6 +38,10 @@ pub enum Role {
     Migrate,
     /// Print deliveries by state, open circuits and disabled endpoints as JSON, then exit.
     Status,
+    /// Seal every endpoint secret under the key of CONTROLPLANE_SECRET_KEY_FILE
+    /// (plain text and secrets under CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES),
+    /// in batches, then exit.
+    RotateKey,
 }
 
 impl Role {
@@ -49,6 +53,7 @@ impl Role {
             Role::Worker => "worker",
             Role::Migrate => "migrate",
             Role::Status => "status",
+            Role::RotateKey => "rotate-key",
         }
     }
 }
@@ -71,6 +76,7 @@ fn parse_args() -> Role {
         Role::Worker,
         Role::Migrate,
         Role::Status,
+        Role::RotateKey,
     ] {
         let name = role.name();
         cmd = cmd.mut_subcommand(name, |c| c.after_help(variables_help(name)));
@@ -135,6 +141,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// Endpoints `rotate-key` reseals per transaction.
+const RESEAL_BATCH: u32 = 500;
+
 async fn run(role: Role, config: Config) -> Result<(), String> {
     let store: DynControlPlaneStore = wiring::open_store(role, &config).await?;
     match role {
@@ -145,6 +154,22 @@ async fn run(role: Role, config: Config) -> Result<(), String> {
         Role::Status => {
             let status = store_status(&store).await.map_err(|e| e.to_string())?;
             println!("{status}");
+            Ok(())
+        }
+        Role::RotateKey => {
+            let mut sealed = 0;
+            loop {
+                let n = store
+                    .endpoint_reseal_secrets(RESEAL_BATCH)
+                    .await
+                    .map_err(|e| format!("rotate-key stopped after {sealed} endpoints: {e}"))?;
+                if n == 0 {
+                    break;
+                }
+                sealed += n;
+                tracing::info!(sealed, "resealed a batch of endpoint secrets");
+            }
+            println!("the secrets of {sealed} endpoints were resealed under the current key");
             Ok(())
         }
         Role::Serve | Role::Api | Role::Worker => {

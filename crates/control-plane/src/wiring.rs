@@ -5,11 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use control_plane_core::config::SecretKeyFiles;
 use control_plane_core::maintenance::run_maintenance;
 use control_plane_core::migration::Migrations;
 use control_plane_core::{
-    Clock, Config, DynControlPlaneStore, PublishRequest, StoreOptions, StoreProfile, SystemClock,
-    TaskId, UsageMeter, UsageMetric,
+    Clock, Config, DynControlPlaneStore, PublishRequest, SecretKey, SecretKeys, StoreOptions,
+    StoreProfile, SystemClock, TaskId, UsageMeter, UsageMetric,
 };
 use dispatcher::{
     DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner,
@@ -76,24 +77,68 @@ fn store_options(role: Role, config: &Config) -> StoreOptions {
 /// Opens the store the profile names.
 pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneStore, String> {
     let options = store_options(role, config);
+    let keys = load_keys(&config.secret_keys)?;
     match &config.store {
-        StoreProfile::Embedded { path } => open_embedded(path, options).await,
+        StoreProfile::Embedded { path } => open_embedded(path, options, keys).await,
         StoreProfile::Postgres {
             url,
             pool_size,
             schema,
-        } => open_postgres(url, *pool_size, schema, options).await,
+        } => open_postgres(url, *pool_size, schema, options, keys).await,
     }
+}
+
+/// The keys that seal endpoint secrets (ADR 0022), read from their files;
+/// the embedded default's file is created with a new key when missing.
+fn load_keys(files: &SecretKeyFiles) -> Result<SecretKeys, String> {
+    let current = if files.create_if_missing && !files.current.exists() {
+        let key = SecretKey::generate();
+        write_private(&files.current, &format!("{}\n", key.to_text()), false).map_err(|e| {
+            format!(
+                "cannot create the secret key file {}: {e}; set CONTROLPLANE_SECRET_KEY_FILE",
+                files.current.display()
+            )
+        })?;
+        tracing::info!(
+            path = %files.current.display(),
+            key_id = key.id(),
+            "created the key that seals endpoint secrets; keep it, and back it up apart from the store"
+        );
+        key
+    } else {
+        read_key(&files.current)?
+    };
+    let previous = files
+        .previous
+        .iter()
+        .map(|p| read_key(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SecretKeys::new(current, previous))
+}
+
+fn read_key(path: &std::path::Path) -> Result<SecretKey, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the secret key file {shown}: {e}"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(path = %shown, "the secret key file is readable by other users; chmod 600 it");
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the secret key file {shown}: {e}"))?;
+    SecretKey::parse(&text).map_err(|e| format!("the secret key file {shown}: {e}"))
 }
 
 #[cfg(feature = "embedded")]
 async fn open_embedded(
     path: &std::path::Path,
     options: StoreOptions,
+    keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     let cfg = store_embedded::EmbeddedConfig {
         path: path.to_path_buf(),
         options,
+        keys,
     };
     let store = store_embedded::EmbeddedStore::open(cfg, Arc::new(SystemClock))
         .await
@@ -105,6 +150,7 @@ async fn open_embedded(
 async fn open_embedded(
     _: &std::path::Path,
     _: StoreOptions,
+    _: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     Err("built without the `embedded` feature".into())
 }
@@ -115,11 +161,13 @@ async fn open_postgres(
     pool_size: u32,
     schema: &str,
     options: StoreOptions,
+    keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     let mut cfg = store_postgres::PostgresConfig::new(url.clone());
     cfg.pool_size = pool_size;
     cfg.schema = Some(schema.to_string());
     cfg.options = options;
+    cfg.keys = keys;
     let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
         .await
         .map_err(|e| format!("cannot open the postgres store at {}: {e}", url.redacted()))?;
@@ -132,6 +180,7 @@ async fn open_postgres(
     _: u32,
     _: &str,
     _: StoreOptions,
+    _: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     Err("built without the `postgres` feature".into())
 }
@@ -290,7 +339,7 @@ fn admin_token(
     }
     let token = api::generate_token("cpa_");
     let path = token_file(config);
-    write_private(&path, &format!("{token}\n")).map_err(|e| {
+    write_private(&path, &format!("{token}\n"), true).map_err(|e| {
         format!(
             "CONTROLPLANE_ADMIN_TOKEN is not set and the generated token cannot be written to {}: {e}; \
              set CONTROLPLANE_ADMIN_TOKEN",
@@ -310,15 +359,17 @@ fn token_file(config: &Config) -> std::path::PathBuf {
     }
 }
 
-/// Writes `text` to `path`, created or truncated, readable and writable by
-/// this user only (mode 0600, also when the file existed).
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+/// Writes `text` to `path`, readable and writable by this user only (mode
+/// 0600, also when the file existed); an existing file is replaced when
+/// `replace`, refused otherwise.
+fn write_private(path: &std::path::Path, text: &str, replace: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create(replace)
+        .create_new(!replace)
+        .truncate(replace)
         .mode(0o600)
         .open(path)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;

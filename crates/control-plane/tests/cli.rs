@@ -88,6 +88,7 @@ fn split_roles_on_embedded_fail_closed() {
     let o = bin()
         .arg("api")
         .env("CONTROLPLANE_STORE", "postgres")
+        .env("CONTROLPLANE_SECRET_KEY_FILE", "/nonexistent/key")
         .env("CONTROLPLANE_DATABASE_URL", "postgres://app@127.0.0.1:1/db")
         .output()
         .unwrap();
@@ -254,7 +255,12 @@ fn serve_raises_its_open_files_limit() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = lines.next().unwrap().unwrap();
+    // The first start also logs the key file it created, before it is ready.
+    let ready = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("ready on"))
+        .unwrap();
     assert!(ready.contains("ready on the embedded store"), "{ready}");
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     let _ = child.kill();
@@ -284,7 +290,12 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = lines.next().unwrap().unwrap();
+    // The first start also logs the key file it created, before it is ready.
+    let ready = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("ready on"))
+        .unwrap();
     assert!(ready.contains("ready on the embedded store"), "{ready}");
     // No CONTROLPLANE_ADMIN_TOKEN: the generated token is in a file of this
     // user's only, beside the store (also 0600), and the log names the file.
@@ -387,6 +398,7 @@ fn unreachable_postgres_is_a_clear_error_without_the_password() {
     let o = bin()
         .arg("status")
         .env("CONTROLPLANE_STORE", "postgres")
+        .env("CONTROLPLANE_SECRET_KEY_FILE", workspace_tests::key_file())
         .env(
             "CONTROLPLANE_DATABASE_URL",
             "postgres://app:sekrit-pw@127.0.0.1:1/db",
@@ -513,4 +525,69 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["deliveries"]["delivered"], 1, "{v}");
+}
+
+/// The embedded default creates its key file (0600) beside the store;
+/// `rotate-key` seals the plain secrets written before; without that key
+/// the store refuses to start, naming the key id; given it back, it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_file_is_created_and_rotate_key_seals_what_was_plain() {
+    use control_plane_core::*;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.duckdb");
+    {
+        // Written as a version before sealing would: plain text.
+        let store = store_embedded::EmbeddedStore::open(
+            store_embedded::EmbeddedConfig::new(&path),
+            std::sync::Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        let acct = AccountId::new("acme").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                acct,
+                "https://example.com/hook",
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ))
+            .await
+            .unwrap();
+    }
+    let run = |cmd: &str, key: Option<&std::path::Path>| {
+        let mut c = bin();
+        c.arg(cmd).env("CONTROLPLANE_EMBEDDED_PATH", &path);
+        if let Some(k) = key {
+            c.env("CONTROLPLANE_SECRET_KEY_FILE", k);
+        }
+        c.output().unwrap()
+    };
+    let o = run("rotate-key", None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("the secrets of 1 endpoints"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let key_file = dir.path().join("s.duckdb.key");
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let key = SecretKey::parse(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+    assert!(stderr(&o).contains(key.id()), "the new key's id is logged");
+    assert!(
+        !stderr(&o).contains(&key.to_text()),
+        "the key itself is not"
+    );
+    // Rotating again finds nothing left.
+    let o = run("rotate-key", None);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("the secrets of 0 endpoints"));
+    // The key moved away: a new one is made, and the store refuses it.
+    let kept = dir.path().join("kept.key");
+    std::fs::rename(&key_file, &kept).unwrap();
+    let o = run("status", None);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(key.id()), "{}", stderr(&o));
+    // Given back, it starts.
+    let o = run("status", Some(&kept));
+    assert!(o.status.success(), "{}", stderr(&o));
 }

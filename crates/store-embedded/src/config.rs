@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use control_plane_core::StoreOptions;
+use control_plane_core::{SecretKeys, StoreOptions};
 
 /// Where and how to open the embedded store.
 #[derive(Clone, Debug)]
@@ -11,6 +11,9 @@ pub struct EmbeddedConfig {
     pub path: PathBuf,
     /// Store-side policy.
     pub options: StoreOptions,
+    /// The keys endpoint credentials are sealed with (ADR 0022); none by
+    /// default (plain text).
+    pub keys: SecretKeys,
 }
 
 impl EmbeddedConfig {
@@ -19,6 +22,7 @@ impl EmbeddedConfig {
         EmbeddedConfig {
             path: path.into(),
             options: StoreOptions::default(),
+            keys: SecretKeys::default(),
         }
     }
 }

@@ -277,7 +277,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
             keyed.insert(slot, out.len());
         }
         if !endpoints.contains_key(&req.account) {
-            endpoints.insert(req.account.clone(), endpoint::list(t, &req.account)?);
+            endpoints.insert(req.account.clone(), endpoint::list_sealed(t, &req.account)?);
         }
         let live = endpoints.get(&req.account).map_or(&[][..], Vec::as_slice);
         out.push(rows.event(t, &req, live, None));
@@ -290,7 +290,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
 pub(crate) fn raise_alert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     crate::alert::insert(t, alert)?;
     let req = alert.event();
-    let endpoints = endpoint::list(t, &alert.account)?;
+    let endpoints = endpoint::list_sealed(t, &alert.account)?;
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
         let mut rows = NewRows::default();
@@ -905,8 +905,11 @@ fn lease(
             .collect::<Result<_, _>>()
             .db()?
     };
-    for c in claimed.values() {
+    for c in claimed.values_mut() {
         t.seqs.insert(c.delivery.id, c.delivery.seq);
+        c.secrets = t
+            .keys
+            .open_secrets(c.delivery.endpoint_id.0.as_bytes(), &c.secrets)?;
     }
     picks
         .iter()

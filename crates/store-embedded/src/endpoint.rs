@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::sealing::SEALED_PREFIX;
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
@@ -13,6 +14,32 @@ use crate::util::{col_uuid, ts, ts_opt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
+
+/// The ids of the keys stored credentials are sealed under.
+fn sealed_key_ids_sql() -> String {
+    format!(
+        "SELECT DISTINCT split_part(s, ':', 2) FROM \
+         (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints) AS c \
+         WHERE s LIKE '{SEALED_PREFIX}%'"
+    )
+}
+
+/// Refuses a store holding credentials sealed under keys `keys` lacks.
+pub(crate) fn check_keys(conn: &duckdb::Connection, keys: &SecretKeys) -> StoreResult<()> {
+    let mut st = conn.prepare(&sealed_key_ids_sql()).db()?;
+    let ids = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .db()?
+        .collect::<Result<Vec<_>, _>>()
+        .db()?;
+    keys.check_known(ids.iter().map(String::as_str))
+}
+
+/// The endpoint as read, its credentials opened with the transaction's keys.
+fn opened(t: &Tx<'_>, mut e: Endpoint) -> StoreResult<Endpoint> {
+    e.secrets = t.keys.open_secrets(e.id.0.as_bytes(), &e.secrets)?;
+    Ok(e)
+}
 
 pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
     let types: String = r.get(6)?;
@@ -58,7 +85,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
             id.to_string(),
             req.account.as_str(),
             req.url,
-            req.secret.expose(),
+            t.keys.seal(id.0.as_bytes(), &req.secret)?,
             types_json(&req.event_types)?,
             req.rate_limit_per_s,
             req.ordered,
@@ -81,9 +108,20 @@ pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResul
     .optional()
     .db()?
     .ok_or_else(|| StoreError::not_found("endpoint", id))
+    .and_then(|e| opened(t, e))
 }
 
+/// The live endpoints of `account`, oldest first, their secrets opened.
 pub(crate) fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+    list_sealed(t, account)?
+        .into_iter()
+        .map(|e| opened(t, e))
+        .collect()
+}
+
+/// [`list`] with the secrets left as stored: for fan-out, which reads no
+/// secret and should not pay to open them.
+pub(crate) fn list_sealed(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
     let mut st = t
         .prepare(&format!(
             "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
@@ -132,8 +170,8 @@ pub(crate) fn rotate_secret(
     t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
         params![
-            secret.expose(),
-            e.secrets.current.expose(),
+            t.keys.seal(id.0.as_bytes(), &secret)?,
+            t.keys.seal(id.0.as_bytes(), &e.secrets.current)?,
             t.now.plus(grace).as_millis(),
             t.now.as_millis(),
             id.to_string()
@@ -141,6 +179,44 @@ pub(crate) fn rotate_secret(
     )
     .db()?;
     get(t, account, id)
+}
+
+/// Seals the credentials of up to `limit` endpoints (deleted ones included)
+/// that are not sealed under the current key; how many it rewrote.
+pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
+    let pattern = t.keys.current_pattern()?;
+    let rows = {
+        let mut st = t
+            .prepare(
+                "SELECT id, secret, previous_secret FROM endpoints \
+                 WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 LIMIT $2",
+            )
+            .db()?;
+        let rows = st
+            .query_map(params![pattern, limit], |r| {
+                Ok((
+                    col_uuid(r, 0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })
+            .db()?;
+        rows.collect::<Result<Vec<_>, _>>().db()?
+    };
+    for (id, secret, previous) in &rows {
+        let owner = id.as_bytes();
+        let secret = t.keys.reseal(owner, secret)?;
+        let previous = previous
+            .as_deref()
+            .map(|p| t.keys.reseal(owner, p))
+            .transpose()?;
+        t.execute(
+            "UPDATE endpoints SET secret = $1, previous_secret = $2 WHERE id = $3",
+            params![secret, previous, id.to_string()],
+        )
+        .db()?;
+    }
+    Ok(rows.len() as u64)
 }
 
 pub(crate) fn set_enabled(
@@ -297,6 +373,10 @@ impl EndpointStore for EmbeddedStore {
         let account = account.clone();
         self.tx(move |t| rotate_secret(t, &account, id, secret, grace))
             .await
+    }
+
+    async fn endpoint_reseal_secrets(&self, limit: u32) -> StoreResult<u64> {
+        self.tx(move |t| reseal(t, limit)).await
     }
 
     async fn endpoint_set_enabled(

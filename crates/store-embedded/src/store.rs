@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
-use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_core::{
+    Clock, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp,
+};
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
@@ -49,6 +51,7 @@ pub(crate) struct Writer {
     conn: Connection,
     clock: Arc<dyn Clock>,
     options: StoreOptions,
+    keys: SecretKeys,
     counters: Counters,
     housekeeping: Housekeeping,
     seqs: SeqCache,
@@ -84,6 +87,8 @@ pub(crate) struct Tx<'a> {
     pub now: Timestamp,
     /// Store-side policy.
     pub options: StoreOptions,
+    /// The keys credentials are sealed and opened with.
+    pub keys: &'a SecretKeys,
     counters: &'a mut Counters,
     dirty: Vec<&'static str>,
     /// The gate of claim-time sweeps and probe searches.
@@ -167,6 +172,7 @@ impl Writer {
                 tx,
                 now,
                 options: self.options,
+                keys: &self.keys,
                 counters: &mut self.counters,
                 dirty: Vec::new(),
                 housekeeping: &self.housekeeping,
@@ -277,6 +283,7 @@ impl EmbeddedStore {
                 let writer = (|| {
                     let mut conn = open_connection(&config.path)?;
                     migrate(&mut conn, config.options.migrations)?;
+                    crate::endpoint::check_keys(&conn, &config.keys)?;
                     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
                     let mut counters = Counters::new();
                     {
@@ -293,6 +300,7 @@ impl EmbeddedStore {
                         conn,
                         clock,
                         options: config.options,
+                        keys: config.keys,
                         counters,
                         housekeeping: Housekeeping::default(),
                         seqs: SeqCache::default(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::{conformance_suite, Harness, StoreFactory};
-use control_plane_core::{ManualClock, StoreOptions};
+use control_plane_core::{ManualClock, SecretKey, SecretKeys, StoreOptions};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
 /// Each store gets a fresh file in its own temporary directory.
@@ -19,6 +19,8 @@ impl StoreFactory for Embedded {
         let config = EmbeddedConfig {
             path: dir.path().join("store.duckdb"),
             options,
+            // The suite runs with endpoint secrets sealed, as the service does.
+            keys: SecretKeys::new(SecretKey::generate(), vec![]),
         };
         let store = EmbeddedStore::open(config, clock.clone()).await.unwrap();
         Harness {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use control_plane_core::config::DatabaseUrl;
-use control_plane_core::StoreOptions;
+use control_plane_core::{SecretKeys, StoreOptions};
 
 /// How to reach PostgreSQL and size the pool.
 #[derive(Clone, Debug)]
@@ -24,6 +24,9 @@ pub struct PostgresConfig {
     /// Whether to LISTEN for other replicas' wake-ups (on by default; off,
     /// workers on this store find others' work by polling only).
     pub listen: bool,
+    /// The keys endpoint credentials are sealed with (ADR 0022); none by
+    /// default (plain text).
+    pub keys: SecretKeys,
 }
 
 impl PostgresConfig {
@@ -37,6 +40,7 @@ impl PostgresConfig {
             statement_timeout: Duration::from_secs(30),
             options: StoreOptions::default(),
             listen: true,
+            keys: SecretKeys::default(),
         }
     }
 }

@@ -340,7 +340,7 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
     for account in accounts_of(&reqs) {
-        endpoints.push((account.clone(), endpoint::list(t, account).await?));
+        endpoints.push((account.clone(), endpoint::list_sealed(t, account).await?));
     }
     let created = publish_new(t, &reqs, &endpoints, None).await?;
     let mut out = Vec::with_capacity(reqs.len());
@@ -394,7 +394,7 @@ async fn publish_keyless(
         // BEGIN is sent first: the lists run inside the transaction.
         let ((), lists) = futures::try_join!(
             async { t.batch_execute("BEGIN").await.db() },
-            futures::future::try_join_all(accounts.iter().map(|a| endpoint::list(&t, a)))
+            futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a)))
         )?;
         let endpoints: Vec<(AccountId, Vec<Endpoint>)> =
             accounts.into_iter().cloned().zip(lists).collect();
@@ -486,7 +486,7 @@ async fn publish_new(
 async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     alert::insert(t, alert).await?;
     let req = alert.event();
-    let endpoints = endpoint::list(t, &alert.account).await?;
+    let endpoints = endpoint::list_sealed(t, &alert.account).await?;
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
         let endpoints = [(alert.account.clone(), endpoints)];
@@ -957,13 +957,13 @@ async fn claim_fair(
         .db()?;
         let claimed = rows
             .iter()
-            .map(|r| row_to_claimed(r, false))
+            .map(|r| row_to_claimed(r, false, t.keys))
             .collect::<StoreResult<Vec<_>>>()?;
         return Ok((claimed, ClaimTx::Committed));
     };
     let claimed = rows
         .iter()
-        .map(|r| row_to_claimed(r, false))
+        .map(|r| row_to_claimed(r, false, t.keys))
         .collect::<StoreResult<Vec<_>>>()?;
     for (endpoint, _, _, _, budget) in &wanted {
         let Some(b) = budget else { continue };
@@ -982,8 +982,14 @@ async fn claim_fair(
     Ok((claimed, ClaimTx::Open))
 }
 
-fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
+fn row_to_claimed(r: &Row, probe: bool, keys: &SecretKeys) -> StoreResult<ClaimedDelivery> {
     let delivery = row_to_delivery(r)?;
+    let secrets = SigningSecrets {
+        current: Secret::new(r.get::<_, String>(16)),
+        previous: r.get::<_, Option<String>>(17).map(Secret::new),
+        previous_expires_at: ts_opt(r.get(18)),
+    };
+    let secrets = keys.open_secrets(delivery.endpoint_id.0.as_bytes(), &secrets)?;
     Ok(ClaimedDelivery {
         lease: Lease {
             delivery_id: delivery.id,
@@ -995,11 +1001,7 @@ fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
         event_type: r.get(13),
         body: r.get(14),
         url: r.get(15),
-        secrets: SigningSecrets {
-            current: Secret::new(r.get::<_, String>(16)),
-            previous: r.get::<_, Option<String>>(17).map(Secret::new),
-            previous_expires_at: ts_opt(r.get(18)),
-        },
+        secrets,
         probe,
     })
 }
@@ -1055,7 +1057,7 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
                 .await
                 .db()?;
             for r in &rows {
-                let claimed = row_to_claimed(r, true)?;
+                let claimed = row_to_claimed(r, true, t.keys)?;
                 let mut c = endpoint::load_circuit(t, EndpointId(endpoint_id), false).await?;
                 c.start_probe(claimed.delivery.id);
                 endpoint::save_circuit(t, EndpointId(endpoint_id), &c).await?;

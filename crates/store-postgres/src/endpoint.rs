@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::sealing::SEALED_PREFIX;
 use control_plane_core::*;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -13,6 +14,56 @@ use crate::util::{ts_opt, u32_of};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
+
+/// Refuses a store holding credentials sealed under keys it lacks.
+pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
+    let client = store.pool.get().await.map_err(crate::error::map_pool)?;
+    let sql = format!(
+        "SELECT DISTINCT split_part(s, ':', 2) FROM \
+         (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints) AS c \
+         WHERE s LIKE '{SEALED_PREFIX}%'"
+    );
+    let rows = client.query(&sql, &[]).await.db()?;
+    store
+        .keys
+        .check_known(rows.iter().map(|r| r.get::<_, &str>(0)))
+}
+
+/// Seals the credentials of up to `limit` endpoints (deleted ones included)
+/// that are not sealed under the current key; how many it rewrote.
+pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
+    let pattern = t.keys.current_pattern()?;
+    let rows = t
+        .query(
+            "SELECT id, secret, previous_secret FROM endpoints \
+             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 LIMIT $2 FOR UPDATE",
+            &[&pattern, &i64::from(limit)],
+        )
+        .await
+        .db()?;
+    for r in &rows {
+        let id: Uuid = r.get(0);
+        let owner = id.as_bytes();
+        let secret = t.keys.reseal(owner, r.get(1))?;
+        let previous = r
+            .get::<_, Option<&str>>(2)
+            .map(|p| t.keys.reseal(owner, p))
+            .transpose()?;
+        t.execute(
+            "UPDATE endpoints SET secret = $1, previous_secret = $2 WHERE id = $3",
+            &[&secret, &previous, &id],
+        )
+        .await
+        .db()?;
+    }
+    Ok(rows.len() as u64)
+}
+
+/// The endpoint as read, its credentials opened with the transaction's keys.
+fn opened(t: &Tx<'_>, mut e: Endpoint) -> StoreResult<Endpoint> {
+    e.secrets = t.keys.open_secrets(e.id.0.as_bytes(), &e.secrets)?;
+    Ok(e)
+}
 
 pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
     let types: serde_json::Value = r.get(6);
@@ -51,7 +102,7 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
             &id.0,
             &req.account.as_str(),
             &req.url,
-            &req.secret.expose(),
+            &t.keys.seal(id.0.as_bytes(), &req.secret)?,
             &types,
             &req.rate_limit_per_s.map(i64::from),
             &req.ordered,
@@ -86,10 +137,21 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> Stor
         .await
         .db()?
         .ok_or_else(|| StoreError::not_found("endpoint", id))?;
-    row_to_endpoint(&row)
+    opened(t, row_to_endpoint(&row)?)
 }
 
+/// The live endpoints of `account`, oldest first, their secrets opened.
 pub(crate) async fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
+    list_sealed(t, account)
+        .await?
+        .into_iter()
+        .map(|e| opened(t, e))
+        .collect()
+}
+
+/// [`list`] with the secrets left as stored: for fan-out, which reads no
+/// secret and should not pay to open them.
+pub(crate) async fn list_sealed(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>> {
     let list = t
         .prepare_cached(&format!(
             "SELECT {ENDPOINT_COLS} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id"
@@ -139,7 +201,13 @@ pub(crate) async fn rotate_secret(
     let e = get(t, account, id).await?;
     t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
-        &[&secret.expose(), &e.secrets.current.expose(), &t.now.plus(grace).as_millis(), &t.now.as_millis(), &id.0],
+        &[
+            &t.keys.seal(id.0.as_bytes(), &secret)?,
+            &t.keys.seal(id.0.as_bytes(), &e.secrets.current)?,
+            &t.now.plus(grace).as_millis(),
+            &t.now.as_millis(),
+            &id.0,
+        ],
     )
     .await
     .db()?;
@@ -305,6 +373,10 @@ impl EndpointStore for PostgresStore {
         grace: Duration,
     ) -> StoreResult<Endpoint> {
         in_tx!(self, |t| rotate_secret(&t, account, id, secret, grace))
+    }
+
+    async fn endpoint_reseal_secrets(&self, limit: u32) -> StoreResult<u64> {
+        in_tx!(self, |t| reseal(&t, limit))
     }
 
     async fn endpoint_set_enabled(

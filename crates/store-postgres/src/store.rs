@@ -6,7 +6,7 @@ use std::sync::Arc;
 use control_plane_core::hash::fnv1a;
 use control_plane_core::migration::{self, Migration};
 use control_plane_core::{
-    Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup,
+    Clock, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, StatementCache};
 use tokio_postgres::NoTls;
@@ -45,6 +45,7 @@ pub struct PostgresStore {
     pub(crate) pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) options: StoreOptions,
+    pub(crate) keys: Arc<SecretKeys>,
     pub(crate) schema: String,
     pub(crate) wakeup: Arc<Wakeup>,
     pub(crate) channel: String,
@@ -134,6 +135,7 @@ impl PostgresStore {
             pool,
             clock,
             options: config.options,
+            keys: Arc::new(config.keys),
             schema,
             wakeup,
             channel,
@@ -141,6 +143,7 @@ impl PostgresStore {
             _listener: listener,
         };
         store.migrate().await?;
+        crate::endpoint::check_keys(&store).await?;
         Ok(store)
     }
 
@@ -232,6 +235,8 @@ pub(crate) struct Tx<'a> {
     pub now: Timestamp,
     /// Store-side policy.
     pub options: &'a StoreOptions,
+    /// The keys credentials are sealed and opened with.
+    pub keys: &'a SecretKeys,
     /// The gate of claim-time sweeps and probe searches.
     pub housekeeping: &'a Housekeeping,
 }
@@ -249,6 +254,7 @@ impl<'a> Tx<'a> {
             statements,
             now,
             options: &store.options,
+            keys: &store.keys,
             housekeeping: &store.housekeeping,
         }
     }

@@ -11,7 +11,7 @@
 //! token reaches through the API (an account key only its own account,
 //! `404` elsewhere). Every form that changes something carries the
 //! session's random CSRF token and every `POST` must come from this
-//! origin. Failed sign-ins are limited ([`SignInLimiter`]). Every answer
+//! origin. Failed sign-ins are limited per client address ([`SIGN_IN_FAILURES`]). Every answer
 //! carries a strict Content-Security-Policy: no script, styles only from
 //! `/ui/app.css`.
 
@@ -35,6 +35,7 @@ use control_plane_core::{AccountId, SessionCreateRequest};
 
 use crate::auth::{caller_for_hash, caller_for_token, generate_token, hash_token, Caller};
 use crate::error::ApiError;
+use crate::limiter::ClientAddr;
 use crate::ApiState;
 
 const COOKIE: &str = "cp_session";
@@ -42,49 +43,12 @@ const COOKIE: &str = "cp_session";
 /// How long a dashboard session lasts from its sign-in.
 pub const SESSION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
-/// Failed sign-ins allowed per [`SIGN_IN_WINDOW`] and process; more are
-/// answered `429` until the window has room again.
+/// Failed sign-ins allowed per client address and [`SIGN_IN_WINDOW`]; more
+/// are answered `429` until the window has room again.
 pub const SIGN_IN_FAILURES: usize = 10;
 
 /// The window of [`SIGN_IN_FAILURES`].
 pub const SIGN_IN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Counts failed sign-ins over the last [`SIGN_IN_WINDOW`]. Tokens are far
-/// too long to guess; the limit keeps a guesser from filling the logs and
-/// the store's key lookups.
-#[derive(Default)]
-pub(crate) struct SignInLimiter {
-    failures: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
-}
-
-impl SignInLimiter {
-    /// `Err(wait)` when the window is full.
-    fn check(&self, now: std::time::Instant) -> Result<(), std::time::Duration> {
-        let mut failures = self
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= SIGN_IN_WINDOW)
-        {
-            failures.pop_front();
-        }
-        match failures.front() {
-            Some(oldest) if failures.len() >= SIGN_IN_FAILURES => {
-                Err(SIGN_IN_WINDOW.saturating_sub(now.duration_since(*oldest)))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn failed(&self, now: std::time::Instant) {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push_back(now);
-    }
-}
 
 /// The dashboard's routes.
 pub(crate) fn router() -> Router<Arc<ApiState>> {
@@ -265,14 +229,25 @@ impl From<control_plane_core::StoreError> for UiError {
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         let ApiError {
-            status, message, ..
+            status,
+            message,
+            retry_after,
+            ..
         } = self.0;
         let body = format!(
             "<p class=\"error\" id=\"error\">{}</p><p><a href=\"/ui\">Back to the start</a></p>",
             html::esc(&message)
         );
         let title = status.canonical_reason().unwrap_or("Error");
-        (status, Html(html::page(title, None, None, &body))).into_response()
+        let mut r = (status, Html(html::page(title, None, None, &body))).into_response();
+        if let Some(wait) = retry_after {
+            // The API's header, on the dashboard's page.
+            let api = ApiError::too_many("", wait).into_response();
+            if let Some(v) = api.headers().get(header::RETRY_AFTER) {
+                r.headers_mut().insert(header::RETRY_AFTER, v.clone());
+            }
+        }
+        r
     }
 }
 
@@ -304,20 +279,16 @@ pub(crate) struct LoginForm {
 async fn login(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
+    ClientAddr(addr): ClientAddr,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     let now = std::time::Instant::now();
-    if let Err(wait) = state.sign_in_failures.check(now) {
-        let mut r = UiError(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
+    if let Err(wait) = state.sign_in_failures.check(addr, now) {
+        return Err(UiError(ApiError::too_many(
             "too many failed sign-ins: wait a minute and try again",
-        ))
-        .into_response();
-        if let Ok(v) = HeaderValue::from_str(&(wait.as_secs() + 1).to_string()) {
-            r.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return Ok(r);
+            wait,
+        )));
     }
     let token = form.token.trim();
     let caller = if token.is_empty() || token.len() > control_plane_core::config::MAX_TOKEN_BYTES {
@@ -326,7 +297,7 @@ async fn login(
         caller_for_token(&state, token).await?
     };
     if caller.is_none() {
-        state.sign_in_failures.failed(now);
+        state.sign_in_failures.failed(addr, now);
         return Ok((StatusCode::UNAUTHORIZED, Html(login_page(true))).into_response());
     }
     let id = generate_token("");
@@ -435,20 +406,6 @@ mod tests {
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let cleared = session_cookie(&h, None);
         assert!(cleared.contains("Max-Age=0") && cleared.ends_with("; Secure"));
-    }
-
-    #[test]
-    fn failed_sign_ins_are_limited_per_window() {
-        let limiter = SignInLimiter::default();
-        let t0 = std::time::Instant::now();
-        for i in 0..SIGN_IN_FAILURES {
-            assert!(limiter.check(t0).is_ok(), "failure {i}");
-            limiter.failed(t0);
-        }
-        let wait = limiter.check(t0).unwrap_err();
-        assert_eq!(wait, SIGN_IN_WINDOW);
-        let later = t0 + SIGN_IN_WINDOW;
-        assert!(limiter.check(later).is_ok(), "the window moved on");
     }
 
     #[test]

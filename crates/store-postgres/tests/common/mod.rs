@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use control_plane_core::config::DatabaseUrl;
-use control_plane_core::{Clock, StoreOptions};
+use control_plane_core::{Clock, SecretKey, SecretKeys, StoreOptions};
 use store_postgres::{PostgresConfig, PostgresStore};
 
 /// The test database. Fails (never skips) when none is configured: run the
@@ -38,6 +38,7 @@ pub async fn open_in(
     config.schema = Some(schema.to_string());
     config.pool_size = pool;
     config.options = options;
+    config.keys = test_keys();
     PostgresStore::open(config, clock)
         .await
         .unwrap_or_else(|e| {
@@ -46,6 +47,13 @@ pub async fn open_in(
                 database_url().redacted()
             )
         })
+}
+
+/// The key every store of this test process seals endpoint secrets with
+/// (replicas of one schema must share it), as the service does.
+pub fn test_keys() -> SecretKeys {
+    static KEY: std::sync::OnceLock<SecretKey> = std::sync::OnceLock::new();
+    SecretKeys::new(KEY.get_or_init(SecretKey::generate).clone(), vec![])
 }
 
 /// Drops a test schema when dropped.

@@ -1,0 +1,124 @@
+//! Failed token checks counted per client address: past the limit within a
+//! window, the address is answered `429` before its token is looked up.
+//! Tokens carry 244 random bits, so the limit is not what stops a guesser;
+//! it keeps one client from filling the logs and the store with lookups, and
+//! does so without letting it lock other addresses out.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+
+/// Addresses remembered at once; past it, those with no failure in the
+/// window are forgotten first, then all (an attacker with that many
+/// addresses gains one fresh window each).
+const MAX_ADDRESSES: usize = 10_000;
+
+/// Failures per client address over a sliding window.
+pub(crate) struct FailureLimiter {
+    limit: usize,
+    window: Duration,
+    by_address: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+}
+
+impl FailureLimiter {
+    /// At most `limit` failures per address within `window`.
+    pub(crate) fn new(limit: usize, window: Duration) -> Self {
+        FailureLimiter {
+            limit,
+            window,
+            by_address: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Err(wait)` while `addr` has used up its failures.
+    pub(crate) fn check(&self, addr: IpAddr, now: Instant) -> Result<(), Duration> {
+        let mut map = self
+            .by_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(failures) = map.get_mut(&addr) else {
+            return Ok(());
+        };
+        while failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= self.window)
+        {
+            failures.pop_front();
+        }
+        match failures.front() {
+            Some(oldest) if failures.len() >= self.limit => {
+                Err(self.window.saturating_sub(now.duration_since(*oldest)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failure of `addr`.
+    pub(crate) fn failed(&self, addr: IpAddr, now: Instant) {
+        let mut map = self
+            .by_address
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
+            let window = self.window;
+            map.retain(|_, f| f.back().is_some_and(|t| now.duration_since(*t) < window));
+            if map.len() >= MAX_ADDRESSES {
+                map.clear();
+            }
+        }
+        let failures = map.entry(addr).or_default();
+        failures.push_back(now);
+        if failures.len() > self.limit {
+            failures.pop_front();
+        }
+    }
+}
+
+/// The client's address, as an extractor (never fails).
+pub(crate) struct ClientAddr(pub IpAddr);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(client_address(parts)))
+    }
+}
+
+/// The client's address, from the connection (`0.0.0.0` when the router
+/// runs without one, as in tests that call it directly).
+pub(crate) fn client_address(parts: &Parts) -> IpAddr {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_address_is_limited_alone_and_only_within_the_window() {
+        let l = FailureLimiter::new(3, Duration::from_secs(60));
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let t0 = Instant::now();
+        for i in 0..3 {
+            assert!(l.check(a, t0).is_ok(), "failure {i}");
+            l.failed(a, t0 + Duration::from_secs(i));
+        }
+        let wait = l.check(a, t0 + Duration::from_secs(10)).unwrap_err();
+        assert_eq!(wait, Duration::from_secs(50));
+        assert!(l.check(b, t0).is_ok(), "another address is not limited");
+        assert!(
+            l.check(a, t0 + Duration::from_secs(60)).is_ok(),
+            "the oldest left the window"
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! Endpoint secrets at rest (ADR 0022): one scenario every adapter runs
+//! from its own `tests/secrets.rs`, since it reopens one store with other
+//! keys and reads the stored values raw, which the port cannot.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::sealing::{key_id_of, SEALED_PREFIX};
+use control_plane_core::*;
+
+/// One store's location, opened again as the service opens it after a
+/// restart, and read raw.
+#[async_trait]
+pub trait Reopen: Send + Sync {
+    /// Opens the store (the same one at every call) with `keys`. The caller
+    /// drops the previous handle first.
+    async fn open(&self, keys: SecretKeys) -> StoreResult<DynControlPlaneStore>;
+
+    /// Every stored `secret` and `previous_secret` value, as stored, with
+    /// no handle open.
+    async fn stored_secrets(&self) -> Vec<String>;
+}
+
+fn secret(n: u8) -> Secret {
+    Secret::new(format!("whsec_{}", format!("c2VjcmV0{n}").repeat(4)))
+}
+
+async fn endpoint(store: &DynControlPlaneStore, s: Secret) -> Endpoint {
+    let acct = AccountId::new("sealed").unwrap();
+    store
+        .endpoint_create(EndpointCreateRequest::new(
+            acct,
+            "https://example.com/hook",
+            s,
+        ))
+        .await
+        .unwrap()
+}
+
+async fn read(store: &DynControlPlaneStore, id: EndpointId) -> SigningSecrets {
+    let acct = AccountId::new("sealed").unwrap();
+    store.endpoint_get(&acct, id).await.unwrap().secrets
+}
+
+/// Plain text written before keys existed still reads; every write under
+/// a key is sealed and shows nothing of the secret; a store holding values
+/// sealed under a key it is not given refuses to open, naming the key; a
+/// rotation (new key current, old one previous, `endpoint_reseal_secrets`
+/// in batches) leaves every value under the new key, readable with it
+/// alone, and a claim hands the sender the opened secrets.
+pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
+    let old = SecretKey::generate();
+    let new = SecretKey::generate();
+
+    // Before keys: plain text.
+    let store = r.open(SecretKeys::default()).await.unwrap();
+    let plain = endpoint(&store, secret(1)).await;
+    drop(store);
+    assert!(r
+        .stored_secrets()
+        .await
+        .contains(&secret(1).expose().to_string()));
+
+    // Under the old key: the plain value reads, new writes are sealed.
+    let store = r.open(SecretKeys::new(old.clone(), vec![])).await.unwrap();
+    assert_eq!(read(&store, plain.id).await.current, secret(1));
+    let sealed = endpoint(&store, secret(2)).await;
+    store
+        .endpoint_rotate_secret(
+            &sealed.account,
+            sealed.id,
+            secret(3),
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    drop(store);
+    let raw = r.stored_secrets().await;
+    assert_eq!(raw.len(), 3, "{raw:?}");
+    for s in [secret(2), secret(3)] {
+        let body = s.expose().trim_start_matches("whsec_").to_string();
+        assert!(!raw.iter().any(|v| v.contains(&body)), "{raw:?}");
+    }
+    let under_old = raw
+        .iter()
+        .filter(|v| key_id_of(v) == Some(old.id()))
+        .count();
+    assert_eq!(under_old, 2, "{raw:?}");
+
+    // Without the old key the store refuses to start, naming it.
+    for keys in [SecretKeys::default(), SecretKeys::new(new.clone(), vec![])] {
+        let e = r
+            .open(keys)
+            .await
+            .err()
+            .expect("a store with unknown keys opens");
+        assert!(e.to_string().contains(old.id()), "{e}");
+    }
+
+    // Rotation: new key current, old previous; reseal in batches of one.
+    let store = r
+        .open(SecretKeys::new(new.clone(), vec![old.clone()]))
+        .await
+        .unwrap();
+    let mut resealed = 0;
+    loop {
+        let n = store.endpoint_reseal_secrets(1).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        assert_eq!(n, 1, "a batch of one");
+        resealed += n;
+    }
+    assert_eq!(resealed, 2, "both endpoints, the plain one included");
+    drop(store);
+    let raw = r.stored_secrets().await;
+    assert!(
+        raw.iter()
+            .all(|v| v.starts_with(SEALED_PREFIX) && key_id_of(v) == Some(new.id())),
+        "{raw:?}"
+    );
+
+    // The new key alone reads every value, and a claim opens them for the sender.
+    let store = r.open(SecretKeys::new(new.clone(), vec![])).await.unwrap();
+    assert_eq!(read(&store, plain.id).await.current, secret(1));
+    let rotated = read(&store, sealed.id).await;
+    assert_eq!(
+        (rotated.current, rotated.previous),
+        (secret(3), Some(secret(2)))
+    );
+    let acct = AccountId::new("sealed").unwrap();
+    store
+        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
+        .await
+        .unwrap();
+    let claimed = store
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    for c in &claimed {
+        let want = if c.delivery.endpoint_id == plain.id {
+            secret(1)
+        } else {
+            secret(3)
+        };
+        assert_eq!(c.secrets.current, want);
+    }
+    // Nothing left to rotate.
+    assert_eq!(store.endpoint_reseal_secrets(10).await.unwrap(), 0);
+}

@@ -1,0 +1,345 @@
+//! Endpoint credentials encrypted at rest (ADR 0022).
+//!
+//! A stored credential is either sealed, `sealed1:<key id>:<base64 of nonce
+//! and ciphertext>` (XChaCha20-Poly1305 under a 32-byte key, the owner's id
+//! as associated data, so a sealed value copied onto another row does not
+//! open), or plain text written before keys existed. Adapters seal on every
+//! write and open on every read through [`SecretKeys`]; they never see a key.
+
+use std::fmt;
+
+use base64::Engine;
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use sha2::{Digest, Sha256};
+
+use crate::endpoint::{Secret, SigningSecrets};
+use crate::error::{StoreError, StoreResult};
+
+/// The prefix of every sealed value; the format's version is part of it.
+pub const SEALED_PREFIX: &str = "sealed1:";
+
+const NONCE_BYTES: usize = 24;
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// One 32-byte key and its id (the first four bytes of its SHA-256, in hex):
+/// the id is stored beside every value the key sealed, so a store knows
+/// which key it needs without holding it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretKey {
+    id: String,
+    bytes: [u8; 32],
+}
+
+impl SecretKey {
+    /// A new random key.
+    pub fn generate() -> Self {
+        let key = XChaCha20Poly1305::generate_key(&mut OsRng);
+        let mut bytes = [0u8; 32];
+        bytes.copy_from_slice(&key);
+        Self::from_bytes(bytes)
+    }
+
+    fn from_bytes(bytes: [u8; 32]) -> Self {
+        let digest = Sha256::digest(bytes);
+        let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        SecretKey { id, bytes }
+    }
+
+    /// Reads a key written as the base64 of 32 bytes (surrounding white
+    /// space ignored, so a key file may end with a newline).
+    ///
+    /// # Errors
+    /// What was wrong, never the text itself.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let decoded = B64
+            .decode(text.trim())
+            .map_err(|_| "expected the base64 of 32 random bytes, e.g. from `head -c 32 /dev/urandom | base64`".to_string())?;
+        let bytes: [u8; 32] = decoded.try_into().map_err(|v: Vec<u8>| {
+            format!("expected the base64 of 32 bytes, got {} bytes", v.len())
+        })?;
+        Ok(Self::from_bytes(bytes))
+    }
+
+    /// The key as [`SecretKey::parse`] reads it; write it only to a file only
+    /// its owner can read.
+    pub fn to_text(&self) -> String {
+        B64.encode(self.bytes)
+    }
+
+    /// The key's id, safe to show.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new((&self.bytes).into())
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretKey({})", self.id)
+    }
+}
+
+/// The keys a store seals and opens credentials with: the current one seals
+/// every write; it and the previous ones open reads. Without a current key
+/// credentials are written as plain text (the library default; the service
+/// always configures one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecretKeys {
+    current: Option<SecretKey>,
+    previous: Vec<SecretKey>,
+}
+
+impl SecretKeys {
+    /// `current` seals and opens; `previous` only open (during a rotation).
+    pub fn new(current: SecretKey, previous: Vec<SecretKey>) -> Self {
+        SecretKeys {
+            current: Some(current),
+            previous,
+        }
+    }
+
+    /// The key that seals, if any.
+    pub fn current(&self) -> Option<&SecretKey> {
+        self.current.as_ref()
+    }
+
+    fn find(&self, id: &str) -> Option<&SecretKey> {
+        self.current
+            .iter()
+            .chain(self.previous.iter())
+            .find(|k| k.id == id)
+    }
+
+    /// The stored form of `secret`, owned by the record `owner`: sealed under
+    /// the current key, or the plain text when there is none.
+    ///
+    /// # Errors
+    /// `Backend` if encryption fails (it does not for valid keys).
+    pub fn seal(&self, owner: &[u8], secret: &Secret) -> StoreResult<String> {
+        let Some(key) = &self.current else {
+            return Ok(secret.expose().to_string());
+        };
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let sealed = key
+            .cipher()
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: secret.expose().as_bytes(),
+                    aad: owner,
+                },
+            )
+            .map_err(|_| StoreError::Backend("cannot seal a credential".into()))?;
+        let mut out = Vec::with_capacity(NONCE_BYTES + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        Ok(format!("{SEALED_PREFIX}{}:{}", key.id, B64.encode(out)))
+    }
+
+    /// The credential stored as `stored` on the record `owner`.
+    ///
+    /// # Errors
+    /// `Backend` naming the key id when no configured key has that id, or
+    /// when the value does not open (altered, or copied from another record).
+    pub fn open(&self, owner: &[u8], stored: &str) -> StoreResult<Secret> {
+        let Some(rest) = stored.strip_prefix(SEALED_PREFIX) else {
+            return Ok(Secret::new(stored));
+        };
+        let (id, body) = rest
+            .split_once(':')
+            .ok_or_else(|| StoreError::Backend("a sealed credential is malformed".into()))?;
+        let key = self.find(id).ok_or_else(|| unknown_key(id))?;
+        let bytes = B64
+            .decode(body)
+            .ok()
+            .filter(|b| b.len() > NONCE_BYTES)
+            .ok_or_else(|| StoreError::Backend("a sealed credential is malformed".into()))?;
+        let (nonce, sealed) = bytes.split_at(NONCE_BYTES);
+        let plain = key
+            .cipher()
+            .decrypt(
+                XNonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: owner,
+                },
+            )
+            .map_err(|_| {
+                StoreError::Backend(format!(
+                    "a credential sealed under key {id} does not open: it was altered or copied from another record"
+                ))
+            })?;
+        String::from_utf8(plain)
+            .map(Secret::new)
+            .map_err(|_| StoreError::Backend("a sealed credential is not text".into()))
+    }
+
+    /// Both secrets of an endpoint, opened.
+    ///
+    /// # Errors
+    /// As [`SecretKeys::open`].
+    pub fn open_secrets(&self, owner: &[u8], s: &SigningSecrets) -> StoreResult<SigningSecrets> {
+        Ok(SigningSecrets {
+            current: self.open(owner, s.current.expose())?,
+            previous: s
+                .previous
+                .as_ref()
+                .map(|p| self.open(owner, p.expose()))
+                .transpose()?,
+            previous_expires_at: s.previous_expires_at,
+        })
+    }
+
+    /// `stored` opened and sealed again under the current key (a rotation).
+    ///
+    /// # Errors
+    /// As [`SecretKeys::open`] and [`SecretKeys::seal`].
+    pub fn reseal(&self, owner: &[u8], stored: &str) -> StoreResult<String> {
+        self.seal(owner, &self.open(owner, stored)?)
+    }
+
+    /// A SQL `LIKE` pattern matching the values sealed under the current
+    /// key: a rotation rewrites the values it does not match.
+    ///
+    /// # Errors
+    /// `InvalidInput` when no key is configured (nothing to rotate to).
+    pub fn current_pattern(&self) -> StoreResult<String> {
+        match &self.current {
+            Some(k) => Ok(format!("{SEALED_PREFIX}{}:%", k.id)),
+            None => Err(StoreError::InvalidInput(
+                "no secret key is configured to seal with; set CONTROLPLANE_SECRET_KEY_FILE".into(),
+            )),
+        }
+    }
+
+    /// Whether `stored` is sealed under the current key (a value a rotation
+    /// leaves alone).
+    pub fn is_current(&self, stored: &str) -> bool {
+        match (&self.current, key_id_of(stored)) {
+            (Some(k), Some(id)) => k.id == id,
+            _ => false,
+        }
+    }
+
+    /// Checks the key ids found in a store at open: every one must be a
+    /// configured key, or the store refuses to start.
+    ///
+    /// # Errors
+    /// `Unavailable` naming the missing key ids and what to configure.
+    pub fn check_known<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
+        let mut missing: Vec<&str> = ids
+            .into_iter()
+            .filter(|id| self.find(id).is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        Err(StoreError::Unavailable(format!(
+            "stored credentials are sealed under key(s) {} that are not configured; set \
+             CONTROLPLANE_SECRET_KEY_FILE (or CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES during a rotation) \
+             to the file holding them",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// The key id a stored value is sealed under; `None` for plain text.
+pub fn key_id_of(stored: &str) -> Option<&str> {
+    stored
+        .strip_prefix(SEALED_PREFIX)
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(id, _)| id)
+}
+
+fn unknown_key(id: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "a credential is sealed under key {id}, which is not configured (CONTROLPLANE_SECRET_KEY_FILE, \
+         CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    const OWNER: &[u8] = b"endpoint-1";
+
+    #[test]
+    fn a_sealed_secret_opens_and_shows_nothing_of_itself() {
+        let keys = SecretKeys::new(SecretKey::generate(), vec![]);
+        let secret = Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0");
+        let stored = keys.seal(OWNER, &secret).unwrap();
+        assert!(stored.starts_with(SEALED_PREFIX), "{stored}");
+        assert!(!stored.contains("c2VjcmV0"), "{stored}");
+        assert_eq!(key_id_of(&stored), Some(keys.current().unwrap().id()));
+        assert_eq!(keys.open(OWNER, &stored).unwrap(), secret);
+        // Two seals of one secret differ (random nonce).
+        assert_ne!(keys.seal(OWNER, &secret).unwrap(), stored);
+    }
+
+    #[test]
+    fn a_sealed_value_does_not_open_on_another_record_or_altered() {
+        let keys = SecretKeys::new(SecretKey::generate(), vec![]);
+        let stored = keys.seal(OWNER, &Secret::new("whsec_x")).unwrap();
+        assert!(matches!(
+            keys.open(b"endpoint-2", &stored),
+            Err(StoreError::Backend(_))
+        ));
+        let mut altered = stored.clone().into_bytes();
+        let last = altered.len() - 3;
+        altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(altered).unwrap();
+        assert!(keys.open(OWNER, &altered).is_err());
+    }
+
+    #[test]
+    fn previous_keys_open_but_do_not_seal_and_unknown_keys_are_named() {
+        let old = SecretKey::generate();
+        let new = SecretKey::generate();
+        let stored = SecretKeys::new(old.clone(), vec![])
+            .seal(OWNER, &Secret::new("whsec_y"))
+            .unwrap();
+        let rotating = SecretKeys::new(new.clone(), vec![old.clone()]);
+        assert_eq!(rotating.open(OWNER, &stored).unwrap().expose(), "whsec_y");
+        assert!(!rotating.is_current(&stored));
+        assert!(rotating.is_current(&rotating.seal(OWNER, &Secret::new("z")).unwrap()));
+        let without = SecretKeys::new(new, vec![]);
+        let e = without.open(OWNER, &stored).unwrap_err().to_string();
+        assert!(e.contains(old.id()), "{e}");
+        let e = without.check_known([old.id()]).unwrap_err().to_string();
+        assert!(e.contains(old.id()), "{e}");
+        assert!(rotating.check_known([old.id()]).is_ok());
+        assert!(SecretKeys::default().check_known([old.id()]).is_err());
+    }
+
+    #[test]
+    fn without_keys_secrets_are_plain_and_plain_text_still_opens() {
+        let none = SecretKeys::default();
+        assert_eq!(
+            none.seal(OWNER, &Secret::new("whsec_p")).unwrap(),
+            "whsec_p"
+        );
+        let keys = SecretKeys::new(SecretKey::generate(), vec![]);
+        assert_eq!(keys.open(OWNER, "whsec_p").unwrap().expose(), "whsec_p");
+        assert!(!keys.is_current("whsec_p"));
+    }
+
+    #[test]
+    fn keys_parse_from_their_text_and_refuse_other_lengths() {
+        let k = SecretKey::generate();
+        let back = SecretKey::parse(&format!("{}\n", k.to_text())).unwrap();
+        assert_eq!(back, k);
+        assert!(SecretKey::parse("c2hvcnQ=")
+            .unwrap_err()
+            .contains("5 bytes"));
+        assert!(SecretKey::parse("not base64!").is_err());
+        assert!(!format!("{k:?}").contains(&k.to_text()));
+    }
+}
