@@ -12,10 +12,25 @@ use std::time::{Duration, Instant};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 
-/// Addresses remembered at once; past it, those with no failure in the
-/// window are forgotten first, then all (an attacker with that many
-/// addresses gains one fresh window each).
+/// Clients remembered at once; past it, those with no failure in the window
+/// are forgotten first, then the one whose last failure is oldest.
 const MAX_ADDRESSES: usize = 10_000;
+
+/// The client an address stands for: an IPv4 address, or an IPv6 address's
+/// /64 (one host commonly holds a whole /64, and would otherwise count as
+/// many clients).
+fn client_of(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
 
 /// Failures per client address over a sliding window.
 pub(crate) struct FailureLimiter {
@@ -40,7 +55,7 @@ impl FailureLimiter {
             .by_address
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(failures) = map.get_mut(&addr) else {
+        let Some(failures) = map.get_mut(&client_of(addr)) else {
             return Ok(());
         };
         while failures
@@ -59,6 +74,7 @@ impl FailureLimiter {
 
     /// Counts a failure of `addr`.
     pub(crate) fn failed(&self, addr: IpAddr, now: Instant) {
+        let addr = client_of(addr);
         let mut map = self
             .by_address
             .lock()
@@ -67,7 +83,13 @@ impl FailureLimiter {
             let window = self.window;
             map.retain(|_, f| f.back().is_some_and(|t| now.duration_since(*t) < window));
             if map.len() >= MAX_ADDRESSES {
-                map.clear();
+                let stalest = map
+                    .iter()
+                    .min_by_key(|(_, f)| f.back().copied())
+                    .map(|(a, _)| *a);
+                if let Some(a) = stalest {
+                    map.remove(&a);
+                }
             }
         }
         let failures = map.entry(addr).or_default();
@@ -119,6 +141,22 @@ mod tests {
         assert!(
             l.check(a, t0 + Duration::from_secs(60)).is_ok(),
             "the oldest left the window"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_client() {
+        let l = FailureLimiter::new(2, Duration::from_secs(60));
+        let t0 = Instant::now();
+        l.failed("2001:db8:1:2::1".parse().unwrap(), t0);
+        l.failed("2001:db8:1:2:ffff::9".parse().unwrap(), t0);
+        assert!(l.check("2001:db8:1:2::77".parse().unwrap(), t0).is_err());
+        assert!(l.check("2001:db8:1:3::1".parse().unwrap(), t0).is_ok());
+        l.failed("::ffff:192.0.2.1".parse().unwrap(), t0);
+        l.failed("192.0.2.1".parse().unwrap(), t0);
+        assert!(
+            l.check("192.0.2.1".parse().unwrap(), t0).is_err(),
+            "an IPv4-mapped address is the same client"
         );
     }
 }

@@ -22,7 +22,7 @@ use crate::{routes as r, ApiState};
     info(
         title = "control-plane",
         description = "Durable webhook delivery and workflow queue. Every route under \
-            `/v1/accounts/{account}` and `/metrics` needs `Authorization: Bearer <token>`: \
+            `/v1/accounts/{account}`, `/v1/sessions` and `/metrics` needs `Authorization: Bearer <token>`: \
             the admin token reaches every account, an account key only its own (anything \
             else answers `404`). Every error has the shape `{\"error\": {\"code\", \"message\"}}`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
@@ -31,6 +31,7 @@ use crate::{routes as r, ApiState};
     tags(
         (name = "service", description = "Health, readiness, metrics and this document"),
         (name = "keys", description = "Account keys (admin only)"),
+        (name = "sessions", description = "Dashboard sessions (admin only)"),
         (name = "endpoints", description = "Where deliveries go"),
         (name = "events", description = "What is published"),
         (name = "deliveries", description = "One event to one endpoint, with its attempts"),
@@ -50,6 +51,8 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(crate::serve_openapi))
         .routes(routes!(r::key_create))
         .routes(routes!(r::key_revoke))
+        .routes(routes!(r::session_list))
+        .routes(routes!(r::session_revoke))
         .routes(routes!(r::endpoint_create, r::endpoint_list))
         .routes(routes!(
             r::endpoint_get,
@@ -164,7 +167,9 @@ fn finish(mut doc: OpenApi) -> OpenApi {
         ),
     );
     for (path, item) in doc.paths.paths.iter_mut() {
-        let secured = path.starts_with("/v1/accounts/") || path == "/metrics";
+        let secured = path.starts_with("/v1/accounts/")
+            || path.starts_with("/v1/sessions")
+            || path == "/metrics";
         for op in operations(item) {
             let statuses: &[u16] = if secured { &ERRORS } else { &[503] };
             if secured {

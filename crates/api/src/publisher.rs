@@ -17,10 +17,10 @@ use control_plane_core::{
 };
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-/// Most publishes written in one transaction.
+/// Most publishes written in one transaction. As many groups are in flight
+/// at once as the store's `write_concurrency` (each on its own connection
+/// on postgres; one on the embedded store's one writer).
 const MAX_GROUP: usize = 128;
-/// Transactions in flight at once (each on its own connection on postgres).
-const WRITERS: usize = 4;
 
 type Reply = oneshot::Sender<StoreResult<Published>>;
 
@@ -46,7 +46,7 @@ impl Publisher {
         let queue = self.queue.get_or_init(|| {
             let (queue, rx) = mpsc::unbounded_channel();
             let rx = Arc::new(Mutex::new(rx));
-            for _ in 0..WRITERS {
+            for _ in 0..self.store.write_concurrency().max(1) {
                 tokio::spawn(write_groups(self.store.clone(), rx.clone()));
             }
             queue

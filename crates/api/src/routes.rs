@@ -21,13 +21,14 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{
-    generate_secret, generate_token, hash_token, validate_secret, AdminScope, Caller, Scope,
+    caller_for_hash, generate_secret, generate_token, hash_token, validate_secret, AdminScope,
+    Caller, Scope,
 };
 use crate::error::{ApiError, ErrorBody};
 use crate::views::{
     self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
     EndpointStats, EndpointView, EndpointWithSecret, EventView, KeyCreated, Listing, Published,
-    Replayed, TaskView, UsageList, UsageView,
+    Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
 };
 use crate::ApiState;
 
@@ -205,6 +206,63 @@ pub(crate) async fn key_revoke(
 ) -> Answer {
     let key: KeyId = id("account key", &p.id)?;
     s.store.account_key_revoke(&account, key).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The live dashboard sessions (admin only; ADR 0021).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    responses((status = 200, description = "Newest first, at most 1000", body = SessionList)),
+)]
+pub(crate) async fn session_list(State(s): Shared, caller: Caller) -> Answer {
+    caller.admin_only()?;
+    let mut items = Vec::new();
+    for session in s.store.session_list().await? {
+        let signed_in_as = match caller_for_hash(&s, &session.token_hash).await? {
+            Some(Caller::Admin) => Some("admin".to_string()),
+            Some(Caller::Account(a)) => Some(a.as_str().to_string()),
+            None => None,
+        };
+        items.push(SessionView {
+            id: session.id_hash,
+            signed_in_as,
+            created_at: views::time(session.created_at),
+            expires_at: views::time(session.expires_at),
+        });
+    }
+    ok(StatusCode::OK, SessionList { items })
+}
+
+/// A session's id in the path.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct SessionPath {
+    /// The session's `id` as listed.
+    #[param(pattern = "^[0-9a-f]{64}$")]
+    id: String,
+}
+
+/// Ends a dashboard session (admin only): its cookie opens nothing any more.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}",
+    tag = "sessions",
+    params(SessionPath),
+    responses((status = 204, description = "Ended")),
+)]
+pub(crate) async fn session_revoke(
+    State(s): Shared,
+    caller: Caller,
+    Path(p): Path<SessionPath>,
+) -> Answer {
+    caller.admin_only()?;
+    let live = s.store.session_list().await?;
+    if !live.iter().any(|x| x.id_hash == p.id) {
+        return Err(ApiError::not_found("session"));
+    }
+    s.store.session_end(&p.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -429,3 +429,26 @@ pub(crate) struct KeyCreated {
     #[schema(format = DateTime)]
     pub(crate) created_at: String,
 }
+
+/// A live dashboard session (admin only).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SessionView {
+    /// The SHA-256 (hex) of the session id: names the session without being
+    /// a cookie that opens it.
+    pub(crate) id: String,
+    /// Who signed in: `admin`, the account of the key, or `null` when that
+    /// token is no longer valid (the session ends at its next use).
+    pub(crate) signed_in_as: Option<String>,
+    #[schema(format = DateTime)]
+    pub(crate) created_at: String,
+    /// When it ends unless used again (idle), never later than 12 hours
+    /// after sign-in.
+    #[schema(format = DateTime)]
+    pub(crate) expires_at: String,
+}
+
+/// The live dashboard sessions, newest first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SessionList {
+    pub(crate) items: Vec<SessionView>,
+}

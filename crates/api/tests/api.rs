@@ -965,14 +965,14 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{what}");
             assert_ne!(v["error"]["message"], "route not found", "{what}");
             assert!(op["responses"].get(s.as_str()).is_some(), "{what}");
-            if path.starts_with("/v1/accounts/") {
+            if path.starts_with("/v1/accounts/") || path.starts_with("/v1/sessions") {
                 assert!(op["security"].is_array(), "{what}: no security");
                 assert!(op["responses"].get("401").is_some(), "{what}: no 401");
             }
             operations += 1;
         }
     }
-    assert_eq!(operations, 28, "every route is described");
+    assert_eq!(operations, 30, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()
@@ -1098,6 +1098,49 @@ fn csrf_of(page: &str) -> String {
         .and_then(|rest| rest.split('"').next())
         .unwrap_or_else(|| panic!("no CSRF token on the page: {page}"))
         .to_string()
+}
+
+/// The admin lists the live dashboard sessions and ends one: its cookie
+/// opens nothing any more, on any replica; an account key sees no such route.
+#[tokio::test]
+async fn the_admin_lists_and_ends_dashboard_sessions() {
+    let api = api().await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let (s, v) = call("GET", "/v1/sessions").send(&api).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    assert_eq!(items[0]["signed_in_as"], "admin");
+    let id = items[0]["id"].as_str().unwrap().to_string();
+    let session_id = cookie.strip_prefix("cp_session=").unwrap();
+    assert_ne!(id, session_id, "the listed id is not the cookie");
+    let (s, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let key = key["key"].as_str().unwrap().to_string();
+    let (s, _) = call("GET", "/v1/sessions")
+        .token(Some(&key))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "admin only");
+    let (s, _) = call("DELETE", format!("/v1/sessions/{id}"))
+        .token(Some(&key))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "admin only");
+    let (s, _, _) = ui(&api, "GET", "/ui/a/acme", Some(&cookie), None).await;
+    assert_eq!(s, StatusCode::OK, "still signed in");
+    let (s, _) = call("DELETE", format!("/v1/sessions/{id}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _, _) = ui(&api, "GET", "/ui/a/acme", Some(&cookie), None).await;
+    assert!(s.is_redirection(), "the ended session opens nothing: {s}");
+    let (s, _) = call("DELETE", format!("/v1/sessions/{id}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "already ended");
+    let (_, v) = call("GET", "/v1/sessions").send(&api).await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 0);
 }
 
 #[tokio::test]

@@ -134,6 +134,7 @@ macro_rules! conformance_suite {
             alerts_are_published_to_endpoints_that_subscribe_by_name,
             account_keys_are_found_by_hash_and_revoked,
             a_session_lives_until_it_expires_or_ends,
+            a_session_is_extended_listed_and_revoked,
             maintenance_purges_old_history_in_batches,
             retention_purges_events_left_without_deliveries,
             retention_purges_dead_deliveries_of_deleted_endpoints,

@@ -1100,6 +1100,51 @@ pub async fn a_session_lives_until_it_expires_or_ends(f: &dyn StoreFactory) {
     assert_eq!(h.store.session_get(&hex('c')).await.unwrap(), Some(c));
 }
 
+/// `SessionStore::session_extend` and `session_list`: an extended session
+/// outlives its first expiry, an expired or ended one is not revived; the
+/// list holds the live sessions, newest first.
+pub async fn a_session_is_extended_listed_and_revoked(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let hex = |c: char| c.to_string().repeat(64);
+    let hour = Duration::from_secs(3600);
+    let req = |id: char| SessionCreateRequest::new(hex(id), hex('e'), hex('c'), hour).unwrap();
+    h.store.session_create(req('a')).await.unwrap();
+    h.clock.advance(Duration::from_secs(60));
+    h.store.session_create(req('b')).await.unwrap();
+    let listed: Vec<String> = h
+        .store
+        .session_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id_hash)
+        .collect();
+    assert_eq!(listed, vec![hex('b'), hex('a')], "newest first");
+    h.clock.advance(Duration::from_secs(50 * 60));
+    let until = h.clock.now().plus(hour);
+    assert!(h.store.session_extend(&hex('a'), until).await.unwrap());
+    h.clock.advance(Duration::from_secs(30 * 60));
+    let a = h.store.session_get(&hex('a')).await.unwrap();
+    assert_eq!(
+        a.map(|s| s.expires_at),
+        Some(until),
+        "outlived its first expiry"
+    );
+    assert_eq!(
+        h.store.session_get(&hex('b')).await.unwrap(),
+        None,
+        "b expired"
+    );
+    assert!(
+        !h.store.session_extend(&hex('b'), until).await.unwrap(),
+        "an expired session is not revived"
+    );
+    assert_eq!(h.store.session_get(&hex('b')).await.unwrap(), None);
+    h.store.session_end(&hex('a')).await.unwrap();
+    assert!(!h.store.session_extend(&hex('a'), until).await.unwrap());
+    assert!(h.store.session_list().await.unwrap().is_empty());
+}
+
 /// `AccountKeyStore`: keys are found by hash, scoped to their account, revoked.
 pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;

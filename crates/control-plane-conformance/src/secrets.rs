@@ -19,6 +19,10 @@ pub trait Reopen: Send + Sync {
     /// Every stored `secret` and `previous_secret` value, as stored, with
     /// no handle open.
     async fn stored_secrets(&self) -> Vec<String>;
+
+    /// Copies the stored `secret` of endpoint `from` onto endpoint `to`, as
+    /// someone with write access to the database could, with no handle open.
+    async fn copy_secret(&self, from: EndpointId, to: EndpointId);
 }
 
 fn secret(n: u8) -> Secret {
@@ -148,4 +152,23 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     }
     // Nothing left to rotate.
     assert_eq!(store.endpoint_reseal_secrets(10).await.unwrap(), 0);
+    drop(store);
+
+    // A sealed value copied onto another endpoint does not open there, and
+    // it stops that endpoint's deliveries only: a claim still hands out the
+    // others.
+    r.copy_secret(sealed.id, plain.id).await;
+    let store = r.open(SecretKeys::new(new.clone(), vec![])).await.unwrap();
+    let acct = AccountId::new("sealed").unwrap();
+    assert!(store.endpoint_get(&acct, plain.id).await.is_err());
+    store
+        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
+        .await
+        .unwrap();
+    let claimed = store
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let to: Vec<EndpointId> = claimed.iter().map(|c| c.delivery.endpoint_id).collect();
+    assert_eq!(to, vec![sealed.id], "the intact endpoint's delivery only");
 }

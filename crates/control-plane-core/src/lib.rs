@@ -84,6 +84,7 @@ macro_rules! string_id {
 pub mod account_key;
 pub mod alert;
 pub mod attempt;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod delivery;
@@ -122,7 +123,7 @@ pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
     DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, SessionStore,
-    TickStore, UsageStore, WorkflowStore,
+    TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
 };
 pub use tick::*;
 pub use types::*;

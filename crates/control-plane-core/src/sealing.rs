@@ -13,6 +13,7 @@ use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use sha2::{Digest, Sha256};
 
+use crate::delivery::ClaimedDelivery;
 use crate::endpoint::{Secret, SigningSecrets};
 use crate::error::{StoreError, StoreResult};
 
@@ -21,6 +22,24 @@ pub const SEALED_PREFIX: &str = "sealed1:";
 
 const NONCE_BYTES: usize = 24;
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// Which of an endpoint's credentials a value is: part of its associated
+/// data, so the two cannot be swapped unnoticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// The secret that signs.
+    Current,
+    /// The previous secret, during a rotation's grace.
+    Previous,
+}
+
+fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
+    let name: &[u8] = match slot {
+        Slot::Current => b"secret",
+        Slot::Previous => b"previous_secret",
+    };
+    [owner, b":", name].concat()
+}
 
 /// One 32-byte key and its id (the first four bytes of its SHA-256, in hex):
 /// the id is stored beside every value the key sealed, so a store knows
@@ -119,7 +138,7 @@ impl SecretKeys {
     ///
     /// # Errors
     /// `Backend` if encryption fails (it does not for valid keys).
-    pub fn seal(&self, owner: &[u8], secret: &Secret) -> StoreResult<String> {
+    pub fn seal(&self, owner: &[u8], slot: Slot, secret: &Secret) -> StoreResult<String> {
         let Some(key) = &self.current else {
             return Ok(secret.expose().to_string());
         };
@@ -130,7 +149,7 @@ impl SecretKeys {
                 &nonce,
                 Payload {
                     msg: secret.expose().as_bytes(),
-                    aad: owner,
+                    aad: &aad(owner, slot),
                 },
             )
             .map_err(|_| StoreError::Backend("cannot seal a credential".into()))?;
@@ -145,7 +164,7 @@ impl SecretKeys {
     /// # Errors
     /// `Backend` naming the key id when no configured key has that id, or
     /// when the value does not open (altered, or copied from another record).
-    pub fn open(&self, owner: &[u8], stored: &str) -> StoreResult<Secret> {
+    pub fn open(&self, owner: &[u8], slot: Slot, stored: &str) -> StoreResult<Secret> {
         let Some(rest) = stored.strip_prefix(SEALED_PREFIX) else {
             return Ok(Secret::new(stored));
         };
@@ -165,12 +184,12 @@ impl SecretKeys {
                 XNonce::from_slice(nonce),
                 Payload {
                     msg: sealed,
-                    aad: owner,
+                    aad: &aad(owner, slot),
                 },
             )
             .map_err(|_| {
                 StoreError::Backend(format!(
-                    "a credential sealed under key {id} does not open: it was altered or copied from another record"
+                    "a credential sealed under key {id} does not open: it was altered, or copied from another record or slot"
                 ))
             })?;
         String::from_utf8(plain)
@@ -184,11 +203,11 @@ impl SecretKeys {
     /// As [`SecretKeys::open`].
     pub fn open_secrets(&self, owner: &[u8], s: &SigningSecrets) -> StoreResult<SigningSecrets> {
         Ok(SigningSecrets {
-            current: self.open(owner, s.current.expose())?,
+            current: self.open(owner, Slot::Current, s.current.expose())?,
             previous: s
                 .previous
                 .as_ref()
-                .map(|p| self.open(owner, p.expose()))
+                .map(|p| self.open(owner, Slot::Previous, p.expose()))
                 .transpose()?,
             previous_expires_at: s.previous_expires_at,
         })
@@ -198,8 +217,8 @@ impl SecretKeys {
     ///
     /// # Errors
     /// As [`SecretKeys::open`] and [`SecretKeys::seal`].
-    pub fn reseal(&self, owner: &[u8], stored: &str) -> StoreResult<String> {
-        self.seal(owner, &self.open(owner, stored)?)
+    pub fn reseal(&self, owner: &[u8], slot: Slot, stored: &str) -> StoreResult<String> {
+        self.seal(owner, slot, &self.open(owner, slot, stored)?)
     }
 
     /// A SQL `LIKE` pattern matching the values sealed under the current
@@ -249,6 +268,37 @@ impl SecretKeys {
     }
 }
 
+impl SecretKeys {
+    /// Opens the secrets of freshly claimed deliveries, which the adapters
+    /// read as stored. A delivery whose secrets do not open (sealed under a
+    /// key this process lacks, or altered) is left out and logged: it stays
+    /// leased until its lease expires and is claimed again, by a replica
+    /// that holds its key or until its attempts run out, so one bad value
+    /// cannot stop every other delivery.
+    pub fn open_claimed(&self, claimed: Vec<ClaimedDelivery>) -> Vec<ClaimedDelivery> {
+        claimed
+            .into_iter()
+            .filter_map(|mut c| {
+                let owner = c.delivery.endpoint_id.0;
+                match self.open_secrets(owner.as_bytes(), &c.secrets) {
+                    Ok(s) => {
+                        c.secrets = s;
+                        Some(c)
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            delivery_id = %c.delivery.id,
+                            endpoint_id = %owner,
+                            "{e}; the delivery stays leased until its lease expires"
+                        );
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
 /// The key id a stored value is sealed under; `None` for plain text.
 pub fn key_id_of(stored: &str) -> Option<&str> {
     stored
@@ -275,28 +325,30 @@ mod tests {
     fn a_sealed_secret_opens_and_shows_nothing_of_itself() {
         let keys = SecretKeys::new(SecretKey::generate(), vec![]);
         let secret = Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0");
-        let stored = keys.seal(OWNER, &secret).unwrap();
+        let stored = keys.seal(OWNER, Slot::Current, &secret).unwrap();
         assert!(stored.starts_with(SEALED_PREFIX), "{stored}");
         assert!(!stored.contains("c2VjcmV0"), "{stored}");
         assert_eq!(key_id_of(&stored), Some(keys.current().unwrap().id()));
-        assert_eq!(keys.open(OWNER, &stored).unwrap(), secret);
+        assert_eq!(keys.open(OWNER, Slot::Current, &stored).unwrap(), secret);
         // Two seals of one secret differ (random nonce).
-        assert_ne!(keys.seal(OWNER, &secret).unwrap(), stored);
+        assert_ne!(keys.seal(OWNER, Slot::Current, &secret).unwrap(), stored);
     }
 
     #[test]
     fn a_sealed_value_does_not_open_on_another_record_or_altered() {
         let keys = SecretKeys::new(SecretKey::generate(), vec![]);
-        let stored = keys.seal(OWNER, &Secret::new("whsec_x")).unwrap();
+        let stored = keys
+            .seal(OWNER, Slot::Current, &Secret::new("whsec_x"))
+            .unwrap();
         assert!(matches!(
-            keys.open(b"endpoint-2", &stored),
+            keys.open(b"endpoint-2", Slot::Current, &stored),
             Err(StoreError::Backend(_))
         ));
         let mut altered = stored.clone().into_bytes();
         let last = altered.len() - 3;
         altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
         let altered = String::from_utf8(altered).unwrap();
-        assert!(keys.open(OWNER, &altered).is_err());
+        assert!(keys.open(OWNER, Slot::Current, &altered).is_err());
     }
 
     #[test]
@@ -304,14 +356,27 @@ mod tests {
         let old = SecretKey::generate();
         let new = SecretKey::generate();
         let stored = SecretKeys::new(old.clone(), vec![])
-            .seal(OWNER, &Secret::new("whsec_y"))
+            .seal(OWNER, Slot::Current, &Secret::new("whsec_y"))
             .unwrap();
         let rotating = SecretKeys::new(new.clone(), vec![old.clone()]);
-        assert_eq!(rotating.open(OWNER, &stored).unwrap().expose(), "whsec_y");
+        assert_eq!(
+            rotating
+                .open(OWNER, Slot::Current, &stored)
+                .unwrap()
+                .expose(),
+            "whsec_y"
+        );
         assert!(!rotating.is_current(&stored));
-        assert!(rotating.is_current(&rotating.seal(OWNER, &Secret::new("z")).unwrap()));
+        assert!(rotating.is_current(
+            &rotating
+                .seal(OWNER, Slot::Current, &Secret::new("z"))
+                .unwrap()
+        ));
         let without = SecretKeys::new(new, vec![]);
-        let e = without.open(OWNER, &stored).unwrap_err().to_string();
+        let e = without
+            .open(OWNER, Slot::Current, &stored)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(old.id()), "{e}");
         let e = without.check_known([old.id()]).unwrap_err().to_string();
         assert!(e.contains(old.id()), "{e}");
@@ -323,11 +388,15 @@ mod tests {
     fn without_keys_secrets_are_plain_and_plain_text_still_opens() {
         let none = SecretKeys::default();
         assert_eq!(
-            none.seal(OWNER, &Secret::new("whsec_p")).unwrap(),
+            none.seal(OWNER, Slot::Current, &Secret::new("whsec_p"))
+                .unwrap(),
             "whsec_p"
         );
         let keys = SecretKeys::new(SecretKey::generate(), vec![]);
-        assert_eq!(keys.open(OWNER, "whsec_p").unwrap().expose(), "whsec_p");
+        assert_eq!(
+            keys.open(OWNER, Slot::Current, "whsec_p").unwrap().expose(),
+            "whsec_p"
+        );
         assert!(!keys.is_current("whsec_p"));
     }
 

@@ -862,7 +862,28 @@ pub trait SessionStore: Send + Sync {
     /// # Cancellation safety
     /// Safe to retry.
     async fn session_end(&self, id_hash: &str) -> StoreResult<()>;
+
+    /// Moves a live session's expiry to `until` (the dashboard's idle
+    /// expiry); `false` when the session is unknown, ended or expired, which
+    /// it never revives.
+    ///
+    /// # Behavior
+    /// - An extended session outlives its first expiry; an expired one stays
+    ///   gone (`a_session_is_extended_listed_and_revoked`).
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn session_extend(&self, id_hash: &str, until: Timestamp) -> StoreResult<bool>;
+
+    /// The live sessions, newest first, at most [`MAX_SESSIONS_LISTED`].
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn session_list(&self) -> StoreResult<Vec<DashboardSession>>;
 }
+
+/// The most sessions [`SessionStore::session_list`] answers.
+pub const MAX_SESSIONS_LISTED: i64 = 1000;
 
 /// Retention.
 #[async_trait]
@@ -919,6 +940,12 @@ pub trait ControlPlaneStore:
 {
     /// The adapter's name (`embedded`, `postgres`).
     fn backend_name(&self) -> &'static str;
+
+    /// How many write transactions the store usefully runs at once: a
+    /// caller that groups writes (the API's publisher, ADR 0015) keeps this
+    /// many groups in flight. More only splits groups that would have
+    /// shared a commit (ADR 0023).
+    fn write_concurrency(&self) -> usize;
 
     /// Checks that the backend answers (readiness).
     ///

@@ -215,7 +215,7 @@ impl Default for WorkflowPolicy {
 impl WorkflowPolicy {
     /// The delay after failed attempt `attempt` (from 1) of `task`: the capped
     /// exponential `base * 2^(attempt-1)`, scaled by a jitter factor in
-    /// [0.5, 1.0) derived from the task id and attempt. The jitter is
+    /// [0.5, 1.0] derived from the task id and attempt ([`crate::backoff`]). The jitter is
     /// deterministic, so every replica and the model agree, yet tasks that
     /// failed together spread out.
     pub fn backoff(&self, task: &TaskId, attempt: u32) -> Duration {
@@ -225,9 +225,8 @@ impl WorkflowPolicy {
             .checked_mul(1u32 << exp)
             .unwrap_or(self.backoff_max)
             .min(self.backoff_max);
-        let h = crate::hash::fnv1a(task.as_str().bytes().chain(attempt.to_le_bytes()));
-        let jitter_permille = 500 + (h % 500) as u32;
-        full * jitter_permille / 1000
+        let seed: Vec<u8> = task.as_str().bytes().chain(attempt.to_le_bytes()).collect();
+        crate::backoff::jittered(full, crate::backoff::jitter_unit(&seed), 0.5, 1.0).min(full)
     }
 }
 
@@ -248,7 +247,7 @@ mod tests {
                 Duration::from_secs(2 * (1u64 << (attempt - 1))).min(Duration::from_secs(60));
             let d = p.backoff(&t, attempt);
             assert!(
-                d >= full / 2 && d < full,
+                d >= full / 2 && d <= full,
                 "attempt {attempt}: {d:?} vs {full:?}"
             );
         }

@@ -158,11 +158,22 @@ async fn run(role: Role, config: Config) -> Result<(), String> {
         }
         Role::RotateKey => {
             let mut sealed = 0;
+            let mut retries = 0;
             loop {
-                let n = store
-                    .endpoint_reseal_secrets(RESEAL_BATCH)
-                    .await
-                    .map_err(|e| format!("rotate-key stopped after {sealed} endpoints: {e}"))?;
+                let n = match store.endpoint_reseal_secrets(RESEAL_BATCH).await {
+                    Ok(n) => n,
+                    // A batch that met a deadlock or a serialization failure
+                    // changed nothing; it is run again.
+                    Err(e) if e.is_retryable() && retries < 10 => {
+                        retries += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(100 * retries)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(format!("rotate-key stopped after {sealed} endpoints: {e}"))
+                    }
+                };
+                retries = 0;
                 if n == 0 {
                     break;
                 }

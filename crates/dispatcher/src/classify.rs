@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use control_plane_core::backoff::RetryPolicy;
 use control_plane_core::{AttemptReport, DeliveryOutcome, Timestamp};
 
 /// What one send observed.
@@ -18,58 +19,13 @@ pub struct SendResult {
     pub latency_ms: u64,
 }
 
-/// The retry schedule: delays before each retry, with jitter.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RetryPolicy {
-    /// Delay before retry n (n from 1); the last entry repeats.
-    pub schedule: Vec<Duration>,
-    /// Jitter as a fraction of the delay, added or removed (0.0 to 1.0).
-    pub jitter: f64,
-    /// `Retry-After` is honoured up to this long.
-    pub max_retry_after: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// README `CONTROLPLANE_RETRY_SCHEDULE`: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, jitter 10 %,
-    /// `Retry-After` honoured up to 1 h.
-    fn default() -> Self {
-        RetryPolicy {
-            schedule: control_plane_core::config::default_retry_schedule(),
-            jitter: 0.1,
-            max_retry_after: Duration::from_secs(3600),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The delay after failed attempt `attempt` (from 1). `seed` spreads the
-    /// jitter of deliveries that failed together; `retry_after` (bounded by
-    /// `max_retry_after`) wins when it is longer.
-    pub fn delay(&self, attempt: u32, seed: u64, retry_after: Option<Duration>) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.schedule.len().saturating_sub(1));
-        let base = self
-            .schedule
-            .get(idx)
-            .copied()
-            .unwrap_or(Duration::from_secs(60));
-        // A factor in [1 - jitter, 1 + jitter] from the seed.
-        let unit = (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
-        let jitter = self.jitter.clamp(0.0, 1.0);
-        let delay = base.mul_f64(1.0 - jitter + 2.0 * jitter * unit);
-        match retry_after {
-            Some(ra) => delay.max(ra.min(self.max_retry_after)),
-            None => delay,
-        }
-    }
-}
-
 /// The outcome to record for `result` of attempt `attempt` at `now`:
 /// 2xx delivered; 410 gone (disables the endpoint); 408, 425, 429, 5xx,
 /// transport errors, 3xx (redirects are not followed) and other 4xx retry.
 pub fn classify(
     result: &SendResult,
     attempt: u32,
-    seed: u64,
+    seed: &[u8],
     policy: &RetryPolicy,
     now: Timestamp,
 ) -> DeliveryOutcome {
@@ -127,17 +83,17 @@ mod tests {
         let p = RetryPolicy::default();
         let now = Timestamp::from_millis(0);
         assert!(matches!(
-            classify(&res(Some(204)), 1, 1, &p, now),
+            classify(&res(Some(204)), 1, &[1], &p, now),
             DeliveryOutcome::Delivered(_)
         ));
         assert!(matches!(
-            classify(&res(Some(410)), 1, 1, &p, now),
+            classify(&res(Some(410)), 1, &[1], &p, now),
             DeliveryOutcome::Gone(_)
         ));
         for s in [301, 400, 404, 408, 425, 429, 500, 503] {
             assert!(
                 matches!(
-                    classify(&res(Some(s)), 1, 1, &p, now),
+                    classify(&res(Some(s)), 1, &[1], &p, now),
                     DeliveryOutcome::Retry { .. }
                 ),
                 "{s}"
@@ -149,31 +105,15 @@ mod tests {
             error: Some("connection refused".into()),
             latency_ms: 1,
         };
-        let DeliveryOutcome::Retry { report, .. } = classify(&refused, 1, 1, &p, now) else {
+        let DeliveryOutcome::Retry { report, .. } = classify(&refused, 1, &[1], &p, now) else {
             panic!("retry")
         };
         assert_eq!(report.error.as_deref(), Some("connection refused"));
-        let DeliveryOutcome::Retry { report, .. } = classify(&res(Some(302)), 1, 1, &p, now) else {
+        let DeliveryOutcome::Retry { report, .. } = classify(&res(Some(302)), 1, &[1], &p, now)
+        else {
             panic!("retry")
         };
         assert!(report.error.unwrap_or_default().contains("redirects"));
-    }
-
-    #[test]
-    fn delays_follow_the_schedule_with_bounded_jitter() {
-        let p = RetryPolicy::default();
-        for (attempt, base) in [(1u32, 5u64), (2, 300), (7, 36_000), (20, 36_000)] {
-            for seed in 0..50 {
-                let d = p.delay(attempt, seed, None).as_secs_f64();
-                let b = base as f64;
-                assert!(
-                    d >= b * 0.9 - 0.001 && d <= b * 1.1 + 0.001,
-                    "attempt {attempt}: {d} vs {b}"
-                );
-            }
-        }
-        let spread: std::collections::HashSet<_> = (0..20).map(|s| p.delay(2, s, None)).collect();
-        assert!(spread.len() > 10);
     }
 
     #[test]
@@ -182,12 +122,12 @@ mod tests {
         let now = Timestamp::from_millis(0);
         let mut r = res(Some(429));
         r.retry_after = Some(Duration::from_secs(120));
-        let DeliveryOutcome::Retry { at, .. } = classify(&r, 1, 7, &p, now) else {
+        let DeliveryOutcome::Retry { at, .. } = classify(&r, 1, &[7], &p, now) else {
             panic!("retry")
         };
         assert_eq!(at, now.plus(Duration::from_secs(120)));
         r.retry_after = Some(Duration::from_secs(999_999));
-        let DeliveryOutcome::Retry { at, .. } = classify(&r, 1, 7, &p, now) else {
+        let DeliveryOutcome::Retry { at, .. } = classify(&r, 1, &[7], &p, now) else {
             panic!("retry")
         };
         assert_eq!(at, now.plus(Duration::from_secs(3600)), "capped");

@@ -12,7 +12,8 @@ pub mod ssrf;
 pub mod tasks;
 pub mod worker;
 
-pub use classify::{classify, RetryPolicy, SendResult};
+pub use classify::{classify, SendResult};
+pub use control_plane_core::backoff::RetryPolicy;
 pub use metrics::DeliveryMetrics;
 pub use tasks::{TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};

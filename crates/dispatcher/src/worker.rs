@@ -7,18 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    ClaimRequest, ClaimedDelivery, Clock, DeliveryId, DeliveryOutcome, DeliveryState,
-    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
+    ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState, DynControlPlaneStore,
+    Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::classify::{classify, parse_retry_after, RetryPolicy, SendResult};
+use crate::classify::{classify, parse_retry_after, SendResult};
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
 use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Work};
 use crate::signing::signature_header;
+use control_plane_core::backoff::RetryPolicy;
 
 /// How long the loop may wait for more free send slots before it claims
 /// for the few it has (see [`Dispatcher::run`]).
@@ -256,12 +257,6 @@ impl Work for Sends {
     }
 }
 
-/// A stable seed for a delivery's jitter.
-fn seed(id: DeliveryId) -> u64 {
-    let b = id.0.as_bytes();
-    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
-}
-
 /// How one send ended, for the dispatcher's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sent {
@@ -397,7 +392,7 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
     let outcome = classify(
         &result,
         c.lease.attempt,
-        seed(c.delivery.id),
+        c.delivery.id.0.as_bytes(),
         &ctx.policy,
         ctx.clock.now(),
     );

@@ -905,20 +905,18 @@ fn lease(
             .collect::<Result<_, _>>()
             .db()?
     };
-    for c in claimed.values_mut() {
+    for c in claimed.values() {
         t.seqs.insert(c.delivery.id, c.delivery.seq);
-        c.secrets = t
-            .keys
-            .open_secrets(c.delivery.endpoint_id.0.as_bytes(), &c.secrets)?;
     }
-    picks
+    let claimed = picks
         .iter()
         .map(|((id, ..), _)| {
             claimed.remove(id).ok_or_else(|| {
                 StoreError::Backend(format!("claimed delivery {id} was not read back"))
             })
         })
-        .collect()
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(t.keys.open_claimed(claimed))
 }
 
 pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -1214,17 +1212,17 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        self.tx(move |t| claim(t, req)).await
+        self.work_tx(move |t| claim(t, req)).await
     }
 
     async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
         let lease = lease.clone();
-        self.tx(move |t| extend(t, &lease, lease_for)).await
+        self.work_tx(move |t| extend(t, &lease, lease_for)).await
     }
 
     async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
         let lease = lease.clone();
-        self.tx(move |t| release(t, &lease)).await?;
+        self.work_tx(move |t| release(t, &lease)).await?;
         self.wakeup.notify();
         Ok(())
     }
@@ -1233,7 +1231,7 @@ impl DeliveryStore for EmbeddedStore {
         &self,
         batch: Vec<(Lease, DeliveryOutcome)>,
     ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-        self.tx(move |t| record_outcomes(t, batch)).await
+        self.work_tx(move |t| record_outcomes(t, batch)).await
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::sealing::SEALED_PREFIX;
+use control_plane_core::sealing::{Slot, SEALED_PREFIX};
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
@@ -85,7 +85,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
             id.to_string(),
             req.account.as_str(),
             req.url,
-            t.keys.seal(id.0.as_bytes(), &req.secret)?,
+            t.keys.seal(id.0.as_bytes(), Slot::Current, &req.secret)?,
             types_json(&req.event_types)?,
             req.rate_limit_per_s,
             req.ordered,
@@ -170,8 +170,8 @@ pub(crate) fn rotate_secret(
     t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
         params![
-            t.keys.seal(id.0.as_bytes(), &secret)?,
-            t.keys.seal(id.0.as_bytes(), &e.secrets.current)?,
+            t.keys.seal(id.0.as_bytes(), Slot::Current, &secret)?,
+            t.keys.seal(id.0.as_bytes(), Slot::Previous, &e.secrets.current)?,
             t.now.plus(grace).as_millis(),
             t.now.as_millis(),
             id.to_string()
@@ -205,10 +205,10 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
     };
     for (id, secret, previous) in &rows {
         let owner = id.as_bytes();
-        let secret = t.keys.reseal(owner, secret)?;
+        let secret = t.keys.reseal(owner, Slot::Current, secret)?;
         let previous = previous
             .as_deref()
-            .map(|p| t.keys.reseal(owner, p))
+            .map(|p| t.keys.reseal(owner, Slot::Previous, p))
             .transpose()?;
         t.execute(
             "UPDATE endpoints SET secret = $1, previous_secret = $2 WHERE id = $3",

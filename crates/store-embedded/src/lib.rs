@@ -31,7 +31,12 @@ impl ControlPlaneStore for EmbeddedStore {
         "embedded"
     }
 
+    /// One: every transaction runs on the one writer thread.
+    fn write_concurrency(&self) -> usize {
+        1
+    }
+
     async fn ping(&self) -> StoreResult<()> {
-        self.call(|_| Ok(())).await
+        self.call(crate::store::Lane::Request, |_| Ok(())).await
     }
 }

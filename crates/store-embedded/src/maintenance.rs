@@ -90,6 +90,6 @@ pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreRes
 #[async_trait]
 impl MaintenanceStore for EmbeddedStore {
     async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-        self.tx(move |t| purge(t, retention, batch)).await
+        self.work_tx(move |t| purge(t, retention, batch)).await
     }
 }

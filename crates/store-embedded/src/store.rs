@@ -46,6 +46,85 @@ type Counters = std::collections::BTreeMap<String, i64>;
 
 type Job = Box<dyn FnOnce(&mut Writer) + Send>;
 
+/// Which queue of the writer a call waits in (ADR 0023).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// A caller waiting on an answer: API requests (publishes, reads,
+    /// operator actions).
+    Request,
+    /// The workers' own bookkeeping: claims, outcomes, leases, ticks,
+    /// maintenance, usage.
+    Work,
+}
+
+/// The writer's two queues: a request runs before queued work, and after
+/// [`Lanes::REQUESTS_IN_A_ROW`] request(s) in a row one waiting piece of
+/// work runs, so neither lane starves (ADR 0023: with more requests in a
+/// row, deliveries fell behind publishes).
+struct Lanes<J> {
+    request: std::collections::VecDeque<J>,
+    work: std::collections::VecDeque<J>,
+    requests_in_a_row: usize,
+}
+
+impl<J> Default for Lanes<J> {
+    fn default() -> Self {
+        Lanes {
+            request: std::collections::VecDeque::new(),
+            work: std::collections::VecDeque::new(),
+            requests_in_a_row: 0,
+        }
+    }
+}
+
+impl<J> Lanes<J> {
+    const REQUESTS_IN_A_ROW: usize = 1;
+
+    fn push(&mut self, lane: Lane, job: J) {
+        match lane {
+            Lane::Request => self.request.push_back(job),
+            Lane::Work => self.work.push_back(job),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.request.is_empty() && self.work.is_empty()
+    }
+
+    /// The job to run next.
+    fn next(&mut self) -> Option<J> {
+        let work_first = self.request.is_empty()
+            || (!self.work.is_empty() && self.requests_in_a_row >= Self::REQUESTS_IN_A_ROW);
+        if work_first {
+            self.requests_in_a_row = 0;
+            self.work.pop_front()
+        } else {
+            self.requests_in_a_row += 1;
+            self.request.pop_front()
+        }
+    }
+}
+
+/// Runs the jobs of `rx` on `writer` by [`Lanes`] until every sender is gone
+/// and every queued job has run.
+fn run_jobs<W, J: FnOnce(&mut W)>(rx: &mpsc::Receiver<(Lane, J)>, writer: &mut W) {
+    let mut lanes = Lanes::default();
+    loop {
+        if lanes.is_empty() {
+            match rx.recv() {
+                Ok((lane, job)) => lanes.push(lane, job),
+                Err(_) => return,
+            }
+        }
+        while let Ok((lane, job)) = rx.try_recv() {
+            lanes.push(lane, job);
+        }
+        if let Some(job) = lanes.next() {
+            job(writer);
+        }
+    }
+}
+
 /// The state the writer thread owns.
 pub(crate) struct Writer {
     conn: Connection,
@@ -256,7 +335,7 @@ fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<()> {
 /// handle finishes queued calls, closes the file and releases its lock.
 pub struct EmbeddedStore {
     pub(crate) wakeup: control_plane_core::Wakeup,
-    jobs: Option<mpsc::Sender<Job>>,
+    jobs: Option<mpsc::Sender<(Lane, Job)>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -276,7 +355,7 @@ impl EmbeddedStore {
     /// its directory does not exist.
     pub async fn open(config: EmbeddedConfig, clock: Arc<dyn Clock>) -> StoreResult<Self> {
         let (ready_tx, ready_rx) = oneshot::channel();
-        let (jobs, rx) = mpsc::channel::<Job>();
+        let (jobs, rx) = mpsc::channel::<(Lane, Job)>();
         let thread = std::thread::Builder::new()
             .name("embedded-store-writer".into())
             .spawn(move || {
@@ -316,9 +395,7 @@ impl EmbeddedStore {
                         return;
                     }
                 };
-                while let Ok(job) = rx.recv() {
-                    job(&mut writer);
-                }
+                run_jobs(&rx, &mut writer);
                 // Dropping the writer closes the connection, checkpoints the
                 // WAL and releases the file lock.
             })
@@ -341,7 +418,7 @@ impl EmbeddedStore {
 
     /// Runs `f` on the writer thread and waits for its result. A call
     /// cancelled after it was queued still runs to completion.
-    pub(crate) async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    pub(crate) async fn call<T, F>(&self, lane: Lane, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Writer) -> StoreResult<T> + Send + 'static,
@@ -351,21 +428,32 @@ impl EmbeddedStore {
             .jobs
             .as_ref()
             .ok_or_else(|| StoreError::Unavailable("the embedded store is closed".into()))?;
-        jobs.send(Box::new(move |w: &mut Writer| {
+        let job: Job = Box::new(move |w: &mut Writer| {
             let _ = tx.send(f(w));
-        }))
-        .map_err(|_| StoreError::Unavailable("the embedded store writer has stopped".into()))?;
+        });
+        jobs.send((lane, job))
+            .map_err(|_| StoreError::Unavailable("the embedded store writer has stopped".into()))?;
         rx.await
             .map_err(|_| StoreError::Unavailable("the embedded store writer has stopped".into()))?
     }
 
-    /// Runs `f` in one transaction on the writer thread.
+    /// Runs `f` in one transaction on the writer thread, in the request lane.
     pub(crate) async fn tx<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.call(move |w| w.tx(f)).await
+        self.call(Lane::Request, move |w| w.tx(f)).await
+    }
+
+    /// [`EmbeddedStore::tx`] in the work lane: for the workers' calls, which
+    /// no one is waiting on an answer for.
+    pub(crate) async fn work_tx<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.call(Lane::Work, move |w| w.tx(f)).await
     }
 }
 
@@ -383,6 +471,30 @@ mod tests {
     use duckdb::params;
 
     use super::*;
+
+    /// A queued request runs before queued work, then requests and work
+    /// alternate while both wait; every job runs, also after the senders left.
+    #[test]
+    fn requests_go_first_and_work_is_never_starved() {
+        type Recorded = Box<dyn FnOnce(&mut Vec<String>) + Send>;
+        let (tx, rx) = mpsc::channel::<(Lane, Recorded)>();
+        let job =
+            |name: String| -> Recorded { Box::new(move |ran: &mut Vec<String>| ran.push(name)) };
+        for i in 0..3 {
+            tx.send((Lane::Work, job(format!("w{i}")))).unwrap();
+        }
+        for i in 0..6 {
+            tx.send((Lane::Request, job(format!("r{i}")))).unwrap();
+        }
+        drop(tx);
+        let mut ran = Vec::new();
+        run_jobs(&rx, &mut ran);
+        assert_eq!(
+            ran,
+            ["r0", "w0", "r1", "w1", "r2", "w2", "r3", "r4", "r5"],
+            "a request first, then one of each while both wait, then the rest"
+        );
+    }
 
     /// Version 5 rebuilds the tasks table (its key becomes `(account, id)`):
     /// a file written by version 4 keeps every task, and afterwards another

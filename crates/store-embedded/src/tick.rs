@@ -95,11 +95,12 @@ impl TickStore for EmbeddedStore {
         every: Duration,
     ) -> StoreResult<Option<TickLease>> {
         let name = name.to_string();
-        self.tx(move |t| claim(t, &name, lease_for, every)).await
+        self.work_tx(move |t| claim(t, &name, lease_for, every))
+            .await
     }
 
     async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()> {
         let lease = lease.clone();
-        self.tx(move |t| complete(t, &lease, state)).await
+        self.work_tx(move |t| complete(t, &lease, state)).await
     }
 }

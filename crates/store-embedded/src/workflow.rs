@@ -353,7 +353,7 @@ impl WorkflowStore for EmbeddedStore {
     }
 
     async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-        self.tx(move |t| claim(t, req)).await
+        self.work_tx(move |t| claim(t, req)).await
     }
 
     async fn workflow_heartbeat(
@@ -362,7 +362,7 @@ impl WorkflowStore for EmbeddedStore {
         lease_for: Duration,
     ) -> StoreResult<TaskLease> {
         let lease = lease.clone();
-        self.tx(move |t| heartbeat(t, &lease, lease_for)).await
+        self.work_tx(move |t| heartbeat(t, &lease, lease_for)).await
     }
 
     async fn workflow_stage_result(
@@ -371,7 +371,7 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<()> {
         let lease = lease.clone();
-        self.tx(move |t| stage(t, &lease, result)).await
+        self.work_tx(move |t| stage(t, &lease, result)).await
     }
 
     async fn workflow_complete(
@@ -380,7 +380,7 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.tx(move |t| complete(t, &lease, result)).await
+        self.work_tx(move |t| complete(t, &lease, result)).await
     }
 
     async fn workflow_fail(
@@ -390,12 +390,12 @@ impl WorkflowStore for EmbeddedStore {
         failure: TaskFailure,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.tx(move |t| fail(t, &lease, error, failure)).await
+        self.work_tx(move |t| fail(t, &lease, error, failure)).await
     }
 
     async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
         let lease = lease.clone();
-        self.tx(move |t| release(t, &lease)).await
+        self.work_tx(move |t| release(t, &lease)).await
     }
 
     async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::secrets::{secrets_are_sealed_at_rest_and_rotate, Reopen};
-use control_plane_core::{DynControlPlaneStore, SecretKeys, StoreResult, SystemClock};
+use control_plane_core::{DynControlPlaneStore, EndpointId, SecretKeys, StoreResult, SystemClock};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
 struct File(PathBuf);
@@ -31,6 +31,15 @@ impl Reopen for File {
             .unwrap();
         let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
         rows.map(Result::unwrap).collect()
+    }
+
+    async fn copy_secret(&self, from: EndpointId, to: EndpointId) {
+        let conn = duckdb::Connection::open(&self.0).unwrap();
+        conn.execute(
+            "UPDATE endpoints SET secret = (SELECT secret FROM endpoints WHERE id = $1) WHERE id = $2",
+            duckdb::params![from.to_string(), to.to_string()],
+        )
+        .unwrap();
     }
 }
 

@@ -957,13 +957,13 @@ async fn claim_fair(
         .db()?;
         let claimed = rows
             .iter()
-            .map(|r| row_to_claimed(r, false, t.keys))
+            .map(|r| row_to_claimed(r, false))
             .collect::<StoreResult<Vec<_>>>()?;
         return Ok((claimed, ClaimTx::Committed));
     };
     let claimed = rows
         .iter()
-        .map(|r| row_to_claimed(r, false, t.keys))
+        .map(|r| row_to_claimed(r, false))
         .collect::<StoreResult<Vec<_>>>()?;
     for (endpoint, _, _, _, budget) in &wanted {
         let Some(b) = budget else { continue };
@@ -982,14 +982,15 @@ async fn claim_fair(
     Ok((claimed, ClaimTx::Open))
 }
 
-fn row_to_claimed(r: &Row, probe: bool, keys: &SecretKeys) -> StoreResult<ClaimedDelivery> {
+/// A claimed delivery as stored: its secrets are opened by the claim's end
+/// ([`SecretKeys::open_claimed`]).
+fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     let delivery = row_to_delivery(r)?;
     let secrets = SigningSecrets {
         current: Secret::new(r.get::<_, String>(16)),
         previous: r.get::<_, Option<String>>(17).map(Secret::new),
         previous_expires_at: ts_opt(r.get(18)),
     };
-    let secrets = keys.open_secrets(delivery.endpoint_id.0.as_bytes(), &secrets)?;
     Ok(ClaimedDelivery {
         lease: Lease {
             delivery_id: delivery.id,
@@ -1057,7 +1058,7 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
                 .await
                 .db()?;
             for r in &rows {
-                let claimed = row_to_claimed(r, true, t.keys)?;
+                let claimed = row_to_claimed(r, true)?;
                 let mut c = endpoint::load_circuit(t, EndpointId(endpoint_id), false).await?;
                 c.start_probe(claimed.delivery.id);
                 endpoint::save_circuit(t, EndpointId(endpoint_id), &c).await?;
@@ -1074,7 +1075,7 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
         state = fair_state;
     }
     out.sort_by_key(|c| (c.delivery.due_at, c.delivery.seq));
-    Ok((out, state))
+    Ok((t.keys.open_claimed(out), state))
 }
 
 pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::sealing::SEALED_PREFIX;
+use control_plane_core::sealing::{Slot, SEALED_PREFIX};
 use control_plane_core::*;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -36,7 +36,8 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
     let rows = t
         .query(
             "SELECT id, secret, previous_secret FROM endpoints \
-             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 LIMIT $2 FOR UPDATE",
+             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 ORDER BY id LIMIT $2 \
+             FOR NO KEY UPDATE",
             &[&pattern, &i64::from(limit)],
         )
         .await
@@ -44,10 +45,10 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
     for r in &rows {
         let id: Uuid = r.get(0);
         let owner = id.as_bytes();
-        let secret = t.keys.reseal(owner, r.get(1))?;
+        let secret = t.keys.reseal(owner, Slot::Current, r.get(1))?;
         let previous = r
             .get::<_, Option<&str>>(2)
-            .map(|p| t.keys.reseal(owner, p))
+            .map(|p| t.keys.reseal(owner, Slot::Previous, p))
             .transpose()?;
         t.execute(
             "UPDATE endpoints SET secret = $1, previous_secret = $2 WHERE id = $3",
@@ -102,7 +103,7 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
             &id.0,
             &req.account.as_str(),
             &req.url,
-            &t.keys.seal(id.0.as_bytes(), &req.secret)?,
+            &t.keys.seal(id.0.as_bytes(), Slot::Current, &req.secret)?,
             &types,
             &req.rate_limit_per_s.map(i64::from),
             &req.ordered,
@@ -202,8 +203,8 @@ pub(crate) async fn rotate_secret(
     t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
         &[
-            &t.keys.seal(id.0.as_bytes(), &secret)?,
-            &t.keys.seal(id.0.as_bytes(), &e.secrets.current)?,
+            &t.keys.seal(id.0.as_bytes(), Slot::Current, &secret)?,
+            &t.keys.seal(id.0.as_bytes(), Slot::Previous, &e.secrets.current)?,
             &t.now.plus(grace).as_millis(),
             &t.now.as_millis(),
             &id.0,

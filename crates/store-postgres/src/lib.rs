@@ -33,6 +33,12 @@ impl ControlPlaneStore for PostgresStore {
         "postgres"
     }
 
+    /// Four: enough groups in flight to keep a commit's disk wait busy
+    /// (ADR 0015), few enough to leave the pool to the workers.
+    fn write_concurrency(&self) -> usize {
+        4
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         let client = self.pool.get().await.map_err(crate::error::map_pool)?;
         client

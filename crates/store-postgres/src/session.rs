@@ -52,6 +52,29 @@ async fn get(t: &Tx<'_>, id_hash: &str) -> StoreResult<Option<DashboardSession>>
     Ok(row.as_ref().map(row_to_session))
 }
 
+async fn extend(t: &Tx<'_>, id_hash: &str, until: Timestamp) -> StoreResult<bool> {
+    let n = t
+        .execute(
+            "UPDATE sessions SET expires_at = $1 WHERE id_hash = $2 AND expires_at > $3",
+            &[&until.as_millis(), &id_hash, &t.now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(n > 0)
+}
+
+async fn list(t: &Tx<'_>) -> StoreResult<Vec<DashboardSession>> {
+    let rows = t
+        .query(
+            "SELECT id_hash, token_hash, csrf, created_at, expires_at FROM sessions \
+             WHERE expires_at > $1 ORDER BY created_at DESC, id_hash LIMIT $2",
+            &[&t.now.as_millis(), &MAX_SESSIONS_LISTED],
+        )
+        .await
+        .db()?;
+    Ok(rows.iter().map(row_to_session).collect())
+}
+
 async fn end(t: &Tx<'_>, id_hash: &str) -> StoreResult<()> {
     t.execute("DELETE FROM sessions WHERE id_hash = $1", &[&id_hash])
         .await
@@ -71,5 +94,13 @@ impl SessionStore for PostgresStore {
 
     async fn session_end(&self, id_hash: &str) -> StoreResult<()> {
         in_tx!(self, |t| end(&t, id_hash))
+    }
+
+    async fn session_extend(&self, id_hash: &str, until: Timestamp) -> StoreResult<bool> {
+        in_tx!(self, |t| extend(&t, id_hash, until))
+    }
+
+    async fn session_list(&self) -> StoreResult<Vec<DashboardSession>> {
+        in_tx!(self, |t| list(&t))
     }
 }

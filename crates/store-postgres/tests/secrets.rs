@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::secrets::{secrets_are_sealed_at_rest_and_rotate, Reopen};
-use control_plane_core::{DynControlPlaneStore, SecretKeys, StoreResult, SystemClock};
+use control_plane_core::{DynControlPlaneStore, EndpointId, SecretKeys, StoreResult, SystemClock};
 use store_postgres::{PostgresConfig, PostgresStore};
 
 struct Schema(common::SchemaGuard);
@@ -25,11 +25,7 @@ impl Reopen for Schema {
     }
 
     async fn stored_secrets(&self) -> Vec<String> {
-        let (client, conn) =
-            tokio_postgres::connect(common::database_url().expose(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let client = self.client().await;
         let rows = client
             .query(
                 &format!(
@@ -42,6 +38,32 @@ impl Reopen for Schema {
             .await
             .unwrap();
         rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    async fn copy_secret(&self, from: EndpointId, to: EndpointId) {
+        let client = self.client().await;
+        client
+            .execute(
+                &format!(
+                    "UPDATE {0}.endpoints SET secret = (SELECT secret FROM {0}.endpoints WHERE id = $1) \
+                     WHERE id = $2",
+                    self.0 .0
+                ),
+                &[&from.0, &to.0],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+impl Schema {
+    async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) =
+            tokio_postgres::connect(common::database_url().expose(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        client
     }
 }
 

@@ -40,8 +40,25 @@ use crate::ApiState;
 
 const COOKIE: &str = "cp_session";
 
-/// How long a dashboard session lasts from its sign-in.
+/// How long a dashboard session lasts from its sign-in, at most.
 pub const SESSION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// A session not used for this long ends: each use moves its expiry this far
+/// ahead (at most once a minute), never past [`SESSION_LIFETIME`].
+pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The expiry a session used at `now` gets, when that moves it by more than
+/// a minute: `now` + [`SESSION_IDLE`], capped at [`SESSION_LIFETIME`] after
+/// its sign-in.
+fn renewed_expiry(
+    s: &control_plane_core::DashboardSession,
+    now: control_plane_core::Timestamp,
+) -> Option<control_plane_core::Timestamp> {
+    let idle = now.plus(SESSION_IDLE).as_millis();
+    let until = idle.min(s.created_at.plus(SESSION_LIFETIME).as_millis());
+    (until > s.expires_at.as_millis() + 60_000)
+        .then_some(control_plane_core::Timestamp::from_millis(until))
+}
 
 /// Failed sign-ins allowed per client address and [`SIGN_IN_WINDOW`]; more
 /// are answered `429` until the window has room again.
@@ -172,11 +189,20 @@ impl FromRequestParts<Arc<ApiState>> for Session {
             .map_err(|e| UiError::from(e).into_response())?
             .ok_or_else(to_login)?;
         match caller_for_hash(state, &stored.token_hash).await {
-            Ok(Some(caller)) => Ok(Session {
-                caller,
-                csrf: stored.csrf,
-                id_hash,
-            }),
+            Ok(Some(caller)) => {
+                if let Some(until) = renewed_expiry(&stored, state.clock.now()) {
+                    state
+                        .store
+                        .session_extend(&id_hash, until)
+                        .await
+                        .map_err(|e| UiError::from(e).into_response())?;
+                }
+                Ok(Session {
+                    caller,
+                    csrf: stored.csrf,
+                    id_hash,
+                })
+            }
             // The token signed in with is no longer valid (a revoked key,
             // a changed admin token): the session ends with it.
             Ok(None) => {
@@ -305,7 +331,7 @@ async fn login(
         hash_token(&id),
         hash_token(token),
         generate_token(""),
-        SESSION_LIFETIME,
+        SESSION_IDLE,
     )?;
     state.store.session_create(req).await?;
     let mut r = Redirect::to("/ui").into_response();
@@ -406,6 +432,42 @@ mod tests {
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let cleared = session_cookie(&h, None);
         assert!(cleared.contains("Max-Age=0") && cleared.ends_with("; Secure"));
+    }
+
+    #[test]
+    fn a_used_session_moves_its_expiry_up_to_its_lifetime() {
+        use control_plane_core::{DashboardSession, Timestamp};
+        let t0 = Timestamp::from_millis(1_000_000);
+        let s = DashboardSession {
+            id_hash: ID.into(),
+            token_hash: ID.into(),
+            csrf: ID.into(),
+            created_at: t0,
+            expires_at: t0.plus(SESSION_IDLE),
+        };
+        assert_eq!(renewed_expiry(&s, t0), None, "just signed in");
+        assert_eq!(
+            renewed_expiry(&s, t0.plus(std::time::Duration::from_secs(30))),
+            None,
+            "within a minute"
+        );
+        let later = t0.plus(std::time::Duration::from_secs(600));
+        assert_eq!(renewed_expiry(&s, later), Some(later.plus(SESSION_IDLE)));
+        let near_end = t0.plus(SESSION_LIFETIME - std::time::Duration::from_secs(600));
+        let s = DashboardSession {
+            expires_at: near_end,
+            ..s
+        };
+        assert_eq!(
+            renewed_expiry(&s, near_end),
+            Some(t0.plus(SESSION_LIFETIME)),
+            "capped at the lifetime"
+        );
+        let s = DashboardSession {
+            expires_at: t0.plus(SESSION_LIFETIME),
+            ..s
+        };
+        assert_eq!(renewed_expiry(&s, near_end), None, "already at its cap");
     }
 
     #[test]
