@@ -1100,6 +1100,41 @@ fn csrf_of(page: &str) -> String {
         .to_string()
 }
 
+/// A session used after a while gets its idle expiry moved an hour ahead
+/// (here one stored to end in two minutes).
+#[tokio::test]
+async fn using_a_session_moves_its_idle_expiry() {
+    let api = api().await;
+    let id = "ab".repeat(32);
+    let req = control_plane_core::SessionCreateRequest::new(
+        api::hash_token(&id),
+        api::hash_token(ADMIN),
+        "cd".repeat(32),
+        std::time::Duration::from_secs(120),
+    )
+    .unwrap();
+    let before = api.store.session_create(req).await.unwrap();
+    let (s, _, _) = ui(
+        &api,
+        "GET",
+        "/ui/a/acme",
+        Some(&format!("cp_session={id}")),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let after = api
+        .store
+        .session_get(&api::hash_token(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        after.expires_at.as_millis() >= before.created_at.as_millis() + 3_500_000,
+        "{before:?} -> {after:?}"
+    );
+}
+
 /// The admin lists the live dashboard sessions and ends one: its cookie
 /// opens nothing any more, on any replica; an account key sees no such route.
 #[tokio::test]
