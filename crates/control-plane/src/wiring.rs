@@ -77,15 +77,23 @@ fn store_options(role: Role, config: &Config) -> StoreOptions {
 /// Opens the store the profile names.
 pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneStore, String> {
     let options = store_options(role, config);
+    let created = !config.secret_keys.current.exists();
     let keys = load_keys(&config.secret_keys)?;
-    match &config.store {
+    let opened = match &config.store {
         StoreProfile::Embedded { path } => open_embedded(path, options, keys).await,
         StoreProfile::Postgres {
             url,
             pool_size,
             schema,
         } => open_postgres(url, *pool_size, schema, options, keys).await,
+    };
+    // A key made for a store that then did not open (it holds values under
+    // another key, or its file is held) would stand where the right key
+    // file has to be restored: it goes again.
+    if opened.is_err() && created {
+        let _ = std::fs::remove_file(&config.secret_keys.current);
     }
+    opened
 }
 
 /// The keys that seal endpoint secrets (ADR 0022), read from their files;

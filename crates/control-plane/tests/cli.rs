@@ -581,12 +581,17 @@ async fn the_key_file_is_created_and_rotate_key_seals_what_was_plain() {
     // Rotating again finds nothing left.
     let o = run("rotate-key", None);
     assert!(String::from_utf8_lossy(&o.stdout).contains("the secrets of 0 endpoints"));
-    // The key moved away: a new one is made, and the store refuses it.
+    // The key moved away: a new one is made, the store refuses it, and the
+    // new one goes again.
     let kept = dir.path().join("kept.key");
     std::fs::rename(&key_file, &kept).unwrap();
     let o = run("status", None);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains(key.id()), "{}", stderr(&o));
+    assert!(
+        !key_file.exists(),
+        "the key made for a store that did not open is not left where the right one belongs"
+    );
     // Given back, it starts.
     let o = run("status", Some(&kept));
     assert!(o.status.success(), "{}", stderr(&o));
