@@ -46,6 +46,19 @@ async fn read(store: &DynControlPlaneStore, id: EndpointId) -> SigningSecrets {
     store.endpoint_get(&acct, id).await.unwrap().secrets
 }
 
+/// Publishes one event of the test account and claims what it fanned out to.
+async fn publish_and_claim(store: &DynControlPlaneStore) -> Vec<ClaimedDelivery> {
+    let acct = AccountId::new("sealed").unwrap();
+    store
+        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
+        .await
+        .unwrap();
+    store
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .await
+        .unwrap()
+}
+
 /// Plain text written before keys existed still reads; every write under
 /// a key is sealed and shows nothing of the secret; a store holding values
 /// sealed under a key it is not given refuses to open, naming the key; a
@@ -132,15 +145,7 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
         (rotated.current, rotated.previous),
         (secret(3), Some(secret(2)))
     );
-    let acct = AccountId::new("sealed").unwrap();
-    store
-        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
-        .await
-        .unwrap();
-    let claimed = store
-        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let claimed = publish_and_claim(&store).await;
     assert_eq!(claimed.len(), 2);
     for c in &claimed {
         let want = if c.delivery.endpoint_id == plain.id {
@@ -161,14 +166,7 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     let store = r.open(SecretKeys::new(new.clone(), vec![])).await.unwrap();
     let acct = AccountId::new("sealed").unwrap();
     assert!(store.endpoint_get(&acct, plain.id).await.is_err());
-    store
-        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
-        .await
-        .unwrap();
-    let claimed = store
-        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let claimed = publish_and_claim(&store).await;
     let to: Vec<EndpointId> = claimed.iter().map(|c| c.delivery.endpoint_id).collect();
     assert_eq!(to, vec![sealed.id], "the intact endpoint's delivery only");
 }

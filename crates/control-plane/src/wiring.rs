@@ -77,8 +77,7 @@ fn store_options(role: Role, config: &Config) -> StoreOptions {
 /// Opens the store the profile names.
 pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneStore, String> {
     let options = store_options(role, config);
-    let created = !config.secret_keys.current.exists();
-    let keys = load_keys(&config.secret_keys)?;
+    let (keys, created) = load_keys(&config.secret_keys)?;
     let opened = match &config.store {
         StoreProfile::Embedded { path } => open_embedded(path, options, keys).await,
         StoreProfile::Postgres {
@@ -97,9 +96,11 @@ pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneSt
 }
 
 /// The keys that seal endpoint secrets (ADR 0022), read from their files;
-/// the embedded default's file is created with a new key when missing.
-fn load_keys(files: &SecretKeyFiles) -> Result<SecretKeys, String> {
-    let current = if files.create_if_missing && !files.current.exists() {
+/// the embedded default's file is created with a new key when missing (the
+/// `bool` says so).
+fn load_keys(files: &SecretKeyFiles) -> Result<(SecretKeys, bool), String> {
+    let created = files.create_if_missing && !files.current.exists();
+    let current = if created {
         let key = SecretKey::generate();
         write_private(&files.current, &format!("{}\n", key.to_text()), false).map_err(|e| {
             format!(
@@ -121,7 +122,7 @@ fn load_keys(files: &SecretKeyFiles) -> Result<SecretKeys, String> {
         .iter()
         .map(|p| read_key(p))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(SecretKeys::new(current, previous))
+    Ok((SecretKeys::new(current, previous), created))
 }
 
 fn read_key(path: &std::path::Path) -> Result<SecretKey, String> {
