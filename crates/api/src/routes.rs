@@ -13,8 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
     DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventId, EventListRequest, KeyId, PageRequest, PublishRequest,
-    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
+    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, KeyId, PageRequest,
+    PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp,
+    UsageMetric, RECOVER_TASK,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -274,6 +275,11 @@ pub(crate) struct EndpointCreateBody {
     /// Event types it receives; empty or absent means every type.
     #[serde(default)]
     event_types: Vec<String>,
+    /// A filter on the event's type and payload, such as
+    /// `{"data.amount": {"$gte": 100}}` (README, "Endpoint filters");
+    /// absent means every event of its types.
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Value>,
     /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
     secret: Option<String>,
     /// One delivery in flight at a time, in publish order.
@@ -324,6 +330,7 @@ pub(crate) async fn endpoint_create(
     let secret = given_or_new_secret(body.secret)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
+    req.filter = body.filter.map(EventFilter::parse).transpose()?;
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
@@ -381,6 +388,10 @@ pub(crate) async fn endpoint_get(
 pub(crate) struct EndpointUpdateBody {
     url: Option<String>,
     event_types: Option<Vec<String>>,
+    /// A new filter; `null` removes it.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Option<Value>>,
     ordered: Option<bool>,
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<u32>)]
@@ -416,6 +427,10 @@ pub(crate) async fn endpoint_update(
     let req = EndpointUpdateRequest {
         url: body.url,
         event_types: body.event_types,
+        filter: body
+            .filter
+            .map(|f| f.map(EventFilter::parse).transpose())
+            .transpose()?,
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
         max_in_flight: body.max_in_flight,
@@ -426,6 +441,56 @@ pub(crate) async fn endpoint_update(
         .endpoint_update(&account, id("endpoint", &p.id)?, req)
         .await?;
     ok(StatusCode::OK, EndpointView::from(&e))
+}
+
+/// The window of events an endpoint gets again.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecoverBody {
+    /// Events published at or after this time (Unix seconds).
+    since: i64,
+    /// Events published before this time (Unix seconds); now when absent.
+    until: Option<i64>,
+}
+
+/// Recovers an endpoint: every event of the window it is subscribed to
+/// (by its event types and filter) is delivered to it again, once: finished
+/// deliveries are resent under their ids, missing ones created. It runs as a
+/// workflow task (kind `control-plane.recover`); the answer is that task,
+/// whose state and result (`GET .../tasks/{id}`) show its progress.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/recover",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body = RecoverBody,
+    responses((status = 202, description = "The recovery task, queued", body = TaskView)),
+)]
+pub(crate) async fn endpoint_recover(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    Json(body): Json<RecoverBody>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let since = unix_seconds("since", Some(body.since), ApiError::invalid)?
+        .unwrap_or(Timestamp::from_millis(0));
+    let until = unix_seconds("until", body.until, ApiError::invalid)?.unwrap_or(s.clock.now());
+    let recovery = Recovery::new(endpoint, since, until)?;
+    s.store.endpoint_get(&account, endpoint).await?;
+    let payload =
+        serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
+    let enqueued = s
+        .store
+        .workflow_enqueue(TaskEnqueueRequest {
+            id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
+            account,
+            kind: RECOVER_TASK.into(),
+            payload,
+            run_at: None,
+        })
+        .await?;
+    ok(StatusCode::ACCEPTED, TaskView::from(&enqueued.task))
 }
 
 /// Deletes an endpoint; its undelivered deliveries become dead.
@@ -824,6 +889,27 @@ pub(crate) async fn delivery_replay(
     let d = s
         .store
         .delivery_replay(&account, id("delivery", &p.id)?)
+        .await?;
+    ok(StatusCode::OK, DeliveryView::from(&d))
+}
+
+/// Sends a finished (delivered or dead) delivery again, under the same id
+/// (its `webhook-id`), with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/{id}/resend",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery, pending again", body = DeliveryView)),
+)]
+pub(crate) async fn delivery_resend(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let d = s
+        .store
+        .delivery_resend(&account, id("delivery", &p.id)?)
         .await?;
     ok(StatusCode::OK, DeliveryView::from(&d))
 }

@@ -5,7 +5,7 @@
 
 use control_plane_core::{
     Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
-    EventId, Page, Task, Timestamp, UsageRow,
+    EventFilter, EventId, Page, Task, Timestamp, UsageRow,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -24,6 +24,9 @@ pub(crate) struct EndpointView {
     url: String,
     /// Event types it receives; empty means every type.
     event_types: Vec<String>,
+    /// Its filter on the event's type and payload, if any.
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Value>,
     enabled: bool,
     /// Why it was disabled (by an operator or by the circuit's policy).
     disabled_reason: Option<String>,
@@ -47,6 +50,7 @@ impl From<&Endpoint> for EndpointView {
             account: e.account.as_str().to_string(),
             url: e.url.clone(),
             event_types: e.event_types.clone(),
+            filter: e.filter.as_ref().map(EventFilter::to_json),
             enabled: e.enabled,
             disabled_reason: e.disabled_reason.clone(),
             ordered: e.ordered,

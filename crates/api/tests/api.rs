@@ -583,6 +583,80 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
 }
 
 #[tokio::test]
+async fn endpoint_filters_are_checked_shown_and_applied() {
+    let api = api().await;
+    // A malformed filter is refused, naming where, and creates nothing.
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/hook", "filter": {"data.amount": {"$gtx": 1}}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_error(&v, "invalid_input");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("data.amount.$gtx"),
+        "{v}"
+    );
+    let (_, list) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
+    assert_eq!(list["items"], json!([]));
+
+    let filter = json!({"data.amount": {"$gte": 100}});
+    let (s, e) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/hook", "filter": filter}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    assert_eq!(e["filter"], filter);
+    let path = format!("/v1/accounts/acme/endpoints/{}", e["id"].as_str().unwrap());
+    let publish = |amount: i64| {
+        call("POST", "/v1/accounts/acme/events")
+            .json(json!({"type": "order.paid", "payload": {"amount": amount}}))
+    };
+    let (_, small) = publish(5).send(&api).await;
+    assert_eq!(small["deliveries"], json!([]), "{small}");
+    let (_, big) = publish(500).send(&api).await;
+    assert_eq!(big["deliveries"].as_array().map(Vec::len), Some(1), "{big}");
+
+    // A bad change is refused and changes nothing; null removes the filter.
+    let (s, v) = call("PATCH", &path)
+        .json(json!({"filter": {"$or": []}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let (_, now) = call("GET", &path).send(&api).await;
+    assert_eq!(now["filter"], filter, "{now}");
+    let (s, v) = call("PATCH", &path)
+        .json(json!({"filter": null}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["filter"].is_null(), "{v}");
+    let (_, small) = publish(5).send(&api).await;
+    assert_eq!(
+        small["deliveries"].as_array().map(Vec::len),
+        Some(1),
+        "{small}"
+    );
+
+    // The dashboard shows a filter, escaped.
+    let (s, _) = call("PATCH", &path)
+        .json(json!({"filter": {"data.note": "<script>"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let cookie = sign_in(&api, ADMIN).await;
+    let (s, _, page) = ui(&api, "GET", "/ui/a/acme/endpoints", Some(&cookie), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        page.contains("filter: <code>{&quot;data.note&quot;:&quot;&lt;script&gt;&quot;}</code>"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>"), "{page}");
+}
+
+#[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;
     let e = create_endpoint(&api, "acme").await;
@@ -654,6 +728,118 @@ async fn dead_deliveries_are_replayed_in_bulk_once() {
         .send(&api)
         .await;
     assert_eq!((s, &v), (StatusCode::OK, &json!({"replayed": 0})), "once");
+}
+
+/// A delivered delivery is resent through the API and the dashboard: 409
+/// while it is pending, 200 and pending again once delivered.
+#[tokio::test]
+async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
+    let api = api().await;
+    create_endpoint(&api, "acme").await;
+    let (_, published) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.paid", "payload": {}}))
+        .send(&api)
+        .await;
+    let id = published["deliveries"][0].as_str().unwrap().to_string();
+    let resend = format!("/v1/accounts/acme/deliveries/{id}/resend");
+    let (s, v) = call("POST", &resend).send(&api).await;
+    assert_eq!(s, StatusCode::CONFLICT, "pending is not resent: {v}");
+    assert_error(&v, "conflict");
+    let deliver = || async {
+        let c = api
+            .store
+            .delivery_claim(ClaimRequest::new(
+                "w",
+                1,
+                std::time::Duration::from_secs(30),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(c.len(), 1);
+        let ok = DeliveryOutcome::Delivered(AttemptReport {
+            status_code: Some(200),
+            error: None,
+            latency_ms: 1,
+        });
+        api.store
+            .delivery_record_outcome(&c[0].lease, ok)
+            .await
+            .unwrap();
+    };
+    deliver().await;
+    let (s, v) = call("POST", &resend).send(&api).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], id.as_str());
+    assert_eq!(v["state"], "pending");
+    deliver().await;
+
+    let cookie = sign_in(&api, ADMIN).await;
+    let page_path = format!("/ui/a/acme/deliveries/{id}");
+    let (_, _, page) = ui(&api, "GET", &page_path, Some(&cookie), None).await;
+    assert!(
+        page.contains("id=\"resend\""),
+        "a delivered one has the button: {page}"
+    );
+    let form = format!("csrf={}", csrf_of(&page));
+    let (s, h, _) = ui(
+        &api,
+        "POST",
+        &format!("{page_path}/resend"),
+        Some(&cookie),
+        Some(form),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert!(h["location"].to_str().unwrap().ends_with("?resent=1"));
+    let (_, _, page) = ui(&api, "GET", &page_path, Some(&cookie), None).await;
+    assert!(
+        page.contains("<dd id=\"fact-state\">pending</dd>"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("id=\"resend\""),
+        "no button while pending: {page}"
+    );
+}
+
+/// Recovering an endpoint queues its task, which the task API shows; a
+/// window the wrong way round is 422 and an unknown endpoint 404, queuing
+/// nothing.
+#[tokio::test]
+async fn an_endpoint_recovery_is_queued_as_a_task() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let path = format!(
+        "/v1/accounts/acme/endpoints/{}/recover",
+        e["id"].as_str().unwrap()
+    );
+    let (s, v) = call("POST", &path)
+        .json(json!({"since": 200, "until": 100}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_error(&v, "invalid_input");
+    let unknown = "/v1/accounts/acme/endpoints/0b8e9c1e-5f7a-4c1e-9a59-1f0d2f3a4b5c/recover";
+    let (s, v) = call("POST", unknown)
+        .json(json!({"since": 0}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, task) = call("POST", &path)
+        .json(json!({"since": 0}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{task}");
+    assert_eq!(task["kind"], "control-plane.recover");
+    assert_eq!(task["state"], "pending");
+    assert_eq!(task["payload"]["endpoint_id"], e["id"]);
+    assert_eq!(task["payload"]["since_ms"], 0);
+    let id = task["id"].as_str().unwrap();
+    let (s, again) = call("GET", format!("/v1/accounts/acme/tasks/{id}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again["id"], task["id"]);
 }
 
 #[tokio::test]
@@ -972,7 +1158,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 30, "every route is described");
+    assert_eq!(operations, 32, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()

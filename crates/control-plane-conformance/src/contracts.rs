@@ -293,6 +293,128 @@ pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
 }
 
 /// `DeliveryStore::event_publish`: one delivery per matching endpoint, disabled ones held.
+/// Endpoint filters (ADR 0024): a publish goes to the endpoints whose
+/// filter its type and payload pass, decided in the publish's transaction;
+/// a payload a filter cannot evaluate does not pass and fails nothing; the
+/// filter is stored, read back, changed and removed.
+pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let filtered = |v: serde_json::Value| {
+        let mut req = EndpointCreateRequest::new(
+            acct("a"),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        req.filter = Some(EventFilter::parse(v).unwrap());
+        req
+    };
+    let big = h
+        .store
+        .endpoint_create(filtered(json!({"data.amount": {"$gte": 100}})))
+        .await
+        .unwrap();
+    let eur_or_void = h
+        .store
+        .endpoint_create(filtered(json!({"$or": [
+            {"data.currency": "EUR"},
+            {"type": "invoice.void"}
+        ]})))
+        .await
+        .unwrap();
+    let all = endpoint(&h, "a", false).await;
+    assert_eq!(
+        h.store
+            .endpoint_get(&acct("a"), big.id)
+            .await
+            .unwrap()
+            .filter,
+        big.filter,
+        "the filter is stored and read back"
+    );
+    let targets = |p: &Published| p.deliveries.clone();
+    let publish_payload = |ty: &str, payload: serde_json::Value| {
+        PublishRequest::new(acct("a"), ty.to_string(), payload)
+    };
+    let published = h
+        .store
+        .event_publish_batch(vec![
+            publish_payload("invoice.paid", json!({"amount": 150, "currency": "USD"})),
+            publish_payload("invoice.paid", json!({"amount": 50, "currency": "EUR"})),
+            publish_payload("invoice.void", json!({"amount": "a lot"})),
+            publish_payload("invoice.paid", json!(["not", "an", "object"])),
+        ])
+        .await
+        .unwrap();
+    let mut reached = Vec::new();
+    for p in &published {
+        let mut eps = Vec::new();
+        for d in targets(p) {
+            eps.push(get(&h, "a", d).await.endpoint_id);
+        }
+        eps.sort();
+        reached.push(eps);
+    }
+    let sorted = |mut v: Vec<EndpointId>| {
+        v.sort();
+        v
+    };
+    assert_eq!(reached[0], sorted(vec![big.id, all.id]));
+    assert_eq!(reached[1], sorted(vec![eur_or_void.id, all.id]));
+    assert_eq!(
+        reached[2],
+        sorted(vec![eur_or_void.id, all.id]),
+        "a string amount does not pass $gte 100, and fails nothing"
+    );
+    assert_eq!(reached[3], vec![all.id]);
+
+    // Changed, then removed.
+    let update = |filter| EndpointUpdateRequest {
+        filter: Some(filter),
+        ..EndpointUpdateRequest::default()
+    };
+    let changed = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            big.id,
+            update(Some(
+                EventFilter::parse(json!({"data.amount": {"$lt": 100}})).unwrap(),
+            )),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        changed.filter.map(|f| f.to_json()),
+        Some(json!({"data.amount": {"$lt": 100}}))
+    );
+    let p = h
+        .store
+        .event_publish(publish_payload("invoice.paid", json!({"amount": 50})))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.deliveries.len(),
+        2,
+        "the changed filter lets a small amount through"
+    );
+    let cleared = h
+        .store
+        .endpoint_update(&acct("a"), big.id, update(None))
+        .await
+        .unwrap();
+    assert_eq!(cleared.filter, None);
+    let p = h
+        .store
+        .event_publish(publish_payload("invoice.paid", json!({"amount": 500})))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.deliveries.len(),
+        2,
+        "without its filter the endpoint takes every event"
+    );
+}
+
 pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     let h = open(f).await;
     let all = endpoint(&h, "a", false).await;
@@ -1072,6 +1194,148 @@ pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
     );
     let r = h.store.delivery_replay(&acct("a"), DeliveryId::new()).await;
     assert!(matches!(r, Err(StoreError::NotFound { .. })));
+}
+
+/// `DeliveryStore::delivery_resend`: a delivered (or dead) delivery goes
+/// back to pending under the same id, sequence number and log, with a fresh
+/// budget; its old lease is lost; pending, leased, unknown and removed ones
+/// are refused.
+pub async fn a_finished_delivery_is_resent_under_its_id(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    let e = endpoint(&h, "a", false).await;
+    let p = publish(&h, "a").await;
+    let id = p.deliveries[0];
+    let conflict = |r: StoreResult<Delivery>, what: &str| {
+        assert!(matches!(r, Err(StoreError::Conflict(_))), "{what}: {r:?}");
+    };
+    conflict(h.store.delivery_resend(&acct("a"), id).await, "pending");
+    let c = claim(&h, 1).await.remove(0);
+    conflict(h.store.delivery_resend(&acct("a"), id).await, "leased");
+    assert_eq!(record(&h, &c, ok()).await.state, DeliveryState::Delivered);
+    let before = get(&h, "a", id).await;
+    h.clock.advance(Duration::from_secs(5));
+    let d = h.store.delivery_resend(&acct("a"), id).await.unwrap();
+    assert_eq!(d.id, id);
+    assert_eq!(d.state, DeliveryState::Pending);
+    assert_eq!(d.seq, before.seq);
+    assert_eq!(d.due_at, h.clock.now());
+    assert_eq!(
+        d.max_attempts, 2,
+        "one attempt spent, a fresh budget of one"
+    );
+    let stale = h.store.delivery_record_outcome(&c.lease, ok()).await;
+    assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
+    let again = claim(&h, 1).await.remove(0);
+    assert_eq!(again.delivery.id, id);
+    assert_eq!(again.lease.attempt, 2);
+    assert_eq!(again.body, p.event.body, "the same message");
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1, "the first attempt stays in the log");
+    // Dead ones are resent too.
+    assert_eq!(
+        record(&h, &again, fail_at(h.clock.now())).await.state,
+        DeliveryState::Dead
+    );
+    let d = h.store.delivery_resend(&acct("a"), id).await.unwrap();
+    assert_eq!(d.state, DeliveryState::Pending);
+    let r = h.store.delivery_resend(&acct("a"), DeliveryId::new()).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    let r = h.store.delivery_resend(&acct("b"), id).await;
+    assert!(
+        matches!(r, Err(StoreError::NotFound { .. })),
+        "another account's: {r:?}"
+    );
+    // A removed endpoint's deliveries are not sent again.
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, ok()).await;
+    h.store.endpoint_delete(&acct("a"), e.id).await.unwrap();
+    conflict(
+        h.store.delivery_resend(&acct("a"), id).await,
+        "endpoint removed",
+    );
+}
+
+/// `control_plane_core::recover` over the port: an endpoint gets the
+/// window's events it is subscribed to again, once each: finished ones
+/// resent under their ids, missing ones created, queued ones left; events
+/// outside the window or of other types are not touched.
+pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let a = acct("a");
+    let paid = endpoint_for(&h, "a", &["invoice.paid"]).await;
+    let since = h.clock.now();
+    let first = publish(&h, "a").await;
+    let second = publish(&h, "a").await;
+    h.store
+        .event_publish(publish_req("a", "invoice.void"))
+        .await
+        .unwrap();
+    for c in claim(&h, 10).await {
+        record(&h, &c, ok()).await;
+    }
+    h.clock.advance(Duration::from_secs(60));
+    let until = h.clock.now();
+    let later = publish(&h, "a").await;
+    // An endpoint made after the window has no delivery of it yet.
+    let newcomer = endpoint_for(&h, "a", &["invoice.paid"]).await;
+
+    let window = |e: EndpointId| Recovery::new(e, since, until).unwrap();
+    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Recovered {
+            events: 3,
+            matched: 2,
+            created: 0,
+            resent: 2,
+            in_queue: 0
+        }
+    );
+    for p in [&first, &second] {
+        let d = get(&h, "a", p.deliveries[0]).await;
+        assert_eq!(d.state, DeliveryState::Pending, "resent under its id");
+    }
+    assert_eq!(
+        get(&h, "a", later.deliveries[0]).await.state,
+        DeliveryState::Pending,
+        "outside the window: as it was (never claimed)"
+    );
+    // Again at once: they are still queued, nothing is sent twice.
+    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+        .await
+        .unwrap();
+    assert_eq!((r.resent, r.in_queue, r.created), (0, 2, 0));
+    // The newcomer gets deliveries made for it, once.
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+        .await
+        .unwrap();
+    assert_eq!((r.matched, r.created, r.resent), (2, 2, 0));
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+        .await
+        .unwrap();
+    assert_eq!((r.created, r.in_queue), (0, 2));
+    let claimed = claim(&h, 10).await;
+    let to_newcomer = claimed
+        .iter()
+        .filter(|c| c.delivery.endpoint_id == newcomer.id)
+        .count();
+    assert_eq!(
+        to_newcomer, 2,
+        "the two recovered (the later event came before it)"
+    );
+    // An unknown endpoint, or a window the wrong way round, is refused.
+    let r = recover(h.store.as_ref(), &a, &window(EndpointId::new())).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    assert!(matches!(
+        Recovery::new(paid.id, until, since),
+        Err(StoreError::InvalidInput(_))
+    ));
 }
 
 /// `DeliveryStore::delivery_record_outcome`: a retried delivery keeps its

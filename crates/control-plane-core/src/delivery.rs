@@ -146,6 +146,41 @@ impl DeliveryState {
     }
 }
 
+/// Which finished deliveries go back to the queue: a replay takes a dead
+/// one, a resend any finished one (delivered or dead). Either way the
+/// delivery keeps its id (the `webhook-id`), sequence number and attempt log,
+/// and gets a fresh attempt budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// [`crate::DeliveryStore::delivery_replay`]: dead ones.
+    Replay,
+    /// [`crate::DeliveryStore::delivery_resend`]: delivered or dead ones.
+    Resend,
+}
+
+impl Requeue {
+    /// The states it takes back.
+    pub fn states(self) -> &'static [DeliveryState] {
+        match self {
+            Requeue::Replay => &[DeliveryState::Dead],
+            Requeue::Resend => &[DeliveryState::Dead, DeliveryState::Delivered],
+        }
+    }
+
+    /// The `Conflict` for a delivery it does not take back: one in `state`
+    /// (`None`: one whose endpoint was removed).
+    pub fn refused(self, id: DeliveryId, state: Option<DeliveryState>) -> StoreError {
+        let (verb, which) = match self {
+            Requeue::Replay => ("replayed", "only dead deliveries"),
+            Requeue::Resend => ("resent", "only delivered or dead deliveries"),
+        };
+        StoreError::Conflict(match state {
+            Some(s) => format!("delivery {id} is {}; {which} can be {verb}", s.as_str()),
+            None => format!("delivery {id} cannot be {verb}: its endpoint was removed"),
+        })
+    }
+}
+
 /// One event to one endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {

@@ -67,6 +67,9 @@ pub struct Endpoint {
     pub secrets: SigningSecrets,
     /// Event types this endpoint receives; empty means every type.
     pub event_types: Vec<String>,
+    /// A filter on the event's type and payload, beside `event_types`
+    /// ([`crate::filter`]); `None` lets every accepted type through.
+    pub filter: Option<EventFilter>,
     /// Whether deliveries are claimed. A disabled endpoint's deliveries are held.
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
@@ -88,20 +91,24 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Whether an event of `event_type` is delivered to this endpoint.
+    /// Whether an event of `event_type` is delivered to this endpoint, by
+    /// its event types alone (its filter aside).
     pub fn accepts(&self, event_type: &str) -> bool {
         self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type || t == "*")
     }
 }
 
-/// Where an event of `event_type` fans out: the ids, in order, of the live
-/// endpoints that accept it. An operational event (an [`crate::AlertKind`]
-/// name) goes only to endpoints that name its type explicitly, and never to
-/// the endpoint it is `about`, so a failing endpoint is not told about itself
-/// and catch-all endpoints receive only the events their owners publish.
+/// Where an event of `event_type` with `payload` fans out: the ids, in
+/// order, of the live endpoints that accept its type and whose filter it
+/// passes (a payload a filter cannot evaluate does not pass it). An
+/// operational event (an [`crate::AlertKind`] name) goes only to endpoints
+/// that name its type explicitly, and never to the endpoint it is `about`,
+/// so a failing endpoint is not told about itself and catch-all endpoints
+/// receive only the events their owners publish.
 pub fn fan_out(
     endpoints: &[Endpoint],
     event_type: &str,
+    payload: &serde_json::Value,
     about: Option<EndpointId>,
 ) -> Vec<EndpointId> {
     let operational = crate::AlertKind::from_event_type(event_type).is_some();
@@ -114,6 +121,11 @@ pub fn fan_out(
             } else {
                 e.accepts(event_type)
             }
+        })
+        .filter(|e| {
+            e.filter
+                .as_ref()
+                .is_none_or(|f| f.matches(event_type, payload))
         })
         .map(|e| e.id)
         .collect();
@@ -158,6 +170,8 @@ pub struct EndpointCreateRequest {
     pub secret: Secret,
     /// Event types received; empty means every type.
     pub event_types: Vec<String>,
+    /// Optional filter on the event's type and payload.
+    pub filter: Option<EventFilter>,
     /// Ordered mode.
     pub ordered: bool,
     /// Optional rate limit, requests per second (1 to 100,000).
@@ -176,6 +190,7 @@ impl EndpointCreateRequest {
             url: url.into(),
             secret,
             event_types: Vec::new(),
+            filter: None,
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
@@ -203,8 +218,10 @@ impl EndpointCreateRequest {
 pub struct EndpointUpdateRequest {
     /// New URL.
     pub url: Option<String>,
-    /// New event-type filter.
+    /// New event types.
     pub event_types: Option<Vec<String>>,
+    /// New payload filter (`Some(None)` removes it).
+    pub filter: Option<Option<EventFilter>>,
     /// New ordered mode.
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
@@ -241,6 +258,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(types) = self.event_types {
             e.event_types = types;
+        }
+        if let Some(f) = self.filter {
+            e.filter = f;
         }
         if let Some(o) = self.ordered {
             e.ordered = o;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::flow::{share_claim, FlowCandidate};
+use crate::lease::{fence, FencedWrite, Held, Refused, Verdict};
 use crate::policy::{
     plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
 };
@@ -21,6 +22,15 @@ pub enum ModelError {
     LeaseLost,
     /// The operation contradicts the state.
     Conflict,
+}
+
+impl From<Refused> for ModelError {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Lost => ModelError::LeaseLost,
+            Refused::Conflict { .. } => ModelError::Conflict,
+        }
+    }
 }
 
 /// A model endpoint.
@@ -327,10 +337,15 @@ impl DeliveryModel {
         out
     }
 
-    fn leased(&self, i: usize, token: u64) -> bool {
-        self.deliveries
-            .get(i)
-            .is_some_and(|d| d.state == DeliveryState::Leased && d.token == Some(token))
+    /// The lease check (`crate::lease`) on delivery `i`.
+    fn fence(&self, i: usize, token: u64, write: FencedWrite<'_>) -> Result<Verdict, ModelError> {
+        let held = self.deliveries.get(i).map(|d| Held {
+            leased: d.state == DeliveryState::Leased,
+            token: d.token,
+            expires_at: d.lease_expires_at,
+            last_outcome: d.last_outcome,
+        });
+        Ok(fence(held.as_ref(), &token, write)?)
     }
 
     /// Records an outcome for delivery `i` under `token`.
@@ -340,15 +355,11 @@ impl DeliveryModel {
         token: u64,
         outcome: &DeliveryOutcome,
     ) -> Result<(DeliveryState, bool), ModelError> {
-        if !self.leased(i, token) {
-            let d = self.deliveries.get(i).ok_or(ModelError::LeaseLost)?;
-            return match d.last_outcome {
-                Some(kind) if d.token == Some(token) && kind == outcome.kind() => {
-                    Ok((d.state, true))
-                }
-                Some(_) if d.token == Some(token) => Err(ModelError::Conflict),
-                _ => Err(ModelError::LeaseLost),
-            };
+        let end = FencedWrite::End {
+            kind: outcome.kind(),
+        };
+        if self.fence(i, token, end)? == Verdict::Repeat {
+            return Ok((self.deliveries[i].state, true));
         }
         let now = self.now;
         let tr = self.plan_and_apply(i, |state, circuit, probe, options| {
@@ -385,9 +396,7 @@ impl DeliveryModel {
 
     /// Releases a lease without consuming the attempt.
     pub fn release(&mut self, i: usize, token: u64) -> Result<(), ModelError> {
-        if !self.leased(i, token) {
-            return Err(ModelError::LeaseLost);
-        }
+        self.fence(i, token, FencedWrite::Within)?;
         let now = self.now;
         let e = self.deliveries[i].endpoint;
         self.endpoints[e].circuit.cancel_probe(model_id(i));
@@ -408,13 +417,7 @@ impl DeliveryModel {
         lease_for: Duration,
     ) -> Result<Timestamp, ModelError> {
         let now = self.now;
-        if !self.leased(i, token)
-            || self.deliveries[i]
-                .lease_expires_at
-                .is_some_and(|t| t <= now)
-        {
-            return Err(ModelError::LeaseLost);
-        }
+        self.fence(i, token, FencedWrite::Keep { now })?;
         let at = now.plus(lease_for);
         self.deliveries[i].lease_expires_at = Some(at);
         Ok(at)
@@ -576,24 +579,15 @@ impl WorkflowModel {
         out
     }
 
-    fn leased(&self, i: usize, token: u64) -> bool {
-        self.tasks.get(i).is_some_and(|t| {
-            t.state == crate::workflow::TaskState::Leased && t.token == Some(token)
-        })
-    }
-
-    fn repeat(
-        &self,
-        i: usize,
-        token: u64,
-        kind: &'static str,
-    ) -> Result<crate::workflow::TaskState, ModelError> {
-        let t = self.tasks.get(i).ok_or(ModelError::LeaseLost)?;
-        match t.last_outcome {
-            Some(k) if t.token == Some(token) && k == kind => Ok(t.state),
-            Some(_) if t.token == Some(token) => Err(ModelError::Conflict),
-            _ => Err(ModelError::LeaseLost),
-        }
+    /// The lease check (`crate::lease`) on task `i`.
+    fn fence(&self, i: usize, token: u64, write: FencedWrite<'_>) -> Result<Verdict, ModelError> {
+        let held = self.tasks.get(i).map(|t| Held {
+            leased: t.state == crate::workflow::TaskState::Leased,
+            token: t.token,
+            expires_at: t.expires_at,
+            last_outcome: t.last_outcome,
+        });
+        Ok(fence(held.as_ref(), &token, write)?)
     }
 
     /// Heartbeat.
@@ -604,9 +598,7 @@ impl WorkflowModel {
         lease_for: Duration,
     ) -> Result<Timestamp, ModelError> {
         let now = self.now;
-        if !self.leased(i, token) || self.tasks[i].expires_at.is_some_and(|e| e <= now) {
-            return Err(ModelError::LeaseLost);
-        }
+        self.fence(i, token, FencedWrite::Keep { now })?;
         let at = now.plus(lease_for);
         self.tasks[i].expires_at = Some(at);
         Ok(at)
@@ -614,9 +606,7 @@ impl WorkflowModel {
 
     /// Stages a result.
     pub fn stage(&mut self, i: usize, token: u64, v: serde_json::Value) -> Result<(), ModelError> {
-        if !self.leased(i, token) {
-            return Err(ModelError::LeaseLost);
-        }
+        self.fence(i, token, FencedWrite::Within)?;
         self.tasks[i].staged = Some(v);
         Ok(())
     }
@@ -629,8 +619,8 @@ impl WorkflowModel {
         v: serde_json::Value,
     ) -> Result<crate::workflow::TaskState, ModelError> {
         use crate::workflow::TaskState;
-        if !self.leased(i, token) {
-            return self.repeat(i, token, "complete");
+        if self.fence(i, token, FencedWrite::End { kind: "complete" })? == Verdict::Repeat {
+            return Ok(self.tasks[i].state);
         }
         let t = &mut self.tasks[i];
         t.state = TaskState::Completed;
@@ -650,8 +640,8 @@ impl WorkflowModel {
         retryable: bool,
     ) -> Result<crate::workflow::TaskState, ModelError> {
         use crate::workflow::TaskState;
-        if !self.leased(i, token) {
-            return self.repeat(i, token, "fail");
+        if self.fence(i, token, FencedWrite::End { kind: "fail" })? == Verdict::Repeat {
+            return Ok(self.tasks[i].state);
         }
         let now = self.now;
         let policy = self.policy;
@@ -671,9 +661,7 @@ impl WorkflowModel {
 
     /// Releases.
     pub fn release(&mut self, i: usize, token: u64) -> Result<(), ModelError> {
-        if !self.leased(i, token) {
-            return Err(ModelError::LeaseLost);
-        }
+        self.fence(i, token, FencedWrite::Within)?;
         let now = self.now;
         let t = &mut self.tasks[i];
         t.state = crate::workflow::TaskState::Pending;

@@ -371,27 +371,6 @@ pub fn plan_lease_expiry(
     }
 }
 
-/// The answer of a lease-fenced write that found its row no longer leased
-/// under the presented token: the same outcome again under the same token is
-/// a duplicate (`Ok`), a different one a `Conflict`, anything else `LeaseLost`.
-///
-/// # Errors
-/// `Conflict` or `LeaseLost`, as above.
-pub fn repeat_verdict(
-    same_token: bool,
-    last_outcome: Option<&str>,
-    kind: &str,
-) -> Result<(), crate::error::StoreError> {
-    use crate::error::StoreError;
-    match last_outcome {
-        Some(k) if same_token && k == kind => Ok(()),
-        Some(k) if same_token => Err(StoreError::Conflict(format!(
-            "a different outcome ({k}) was already recorded with this lease"
-        ))),
-        _ => Err(StoreError::LeaseLost),
-    }
-}
-
 /// The alerts a transition raises, with their messages. `disabled` says
 /// whether the endpoint was enabled until this transition disabled it.
 pub fn alerts_for(

@@ -50,6 +50,8 @@ pub trait EndpointStore: Send + Sync {
     ///
     /// # Behavior
     /// - Fields not given keep their values (`endpoint_update_changes_only_given_fields`).
+    /// - A filter is set, changed and removed (`Some(None)`)
+    ///   (`endpoint_filters_decide_which_events_fan_out`).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.
@@ -142,6 +144,12 @@ pub trait EndpointStore: Send + Sync {
 }
 
 /// Events, fan-out and the delivery queue.
+///
+/// Every write under a [`Lease`] (`delivery_extend`, `delivery_release`,
+/// `delivery_record_outcome(s)`) is decided by the one lease check,
+/// [`crate::lease::fence`] (ADR 0002); in both adapters it is called from
+/// `delivery.rs` (`fenced_row` and `record_outcome(s)`), on what
+/// `LeaseRow::held` reads off the row.
 #[async_trait]
 pub trait DeliveryStore: Send + Sync {
     /// Stores an event and one delivery per matching endpoint of the account,
@@ -150,6 +158,10 @@ pub trait DeliveryStore: Send + Sync {
     /// # Behavior
     /// - One delivery per matching endpoint, enabled or not (disabled ones are
     ///   held); none for filtered-out or deleted ones (`publish_fans_out_to_matching_endpoints`).
+    /// - An endpoint with a filter ([`crate::filter`]) gets the events whose
+    ///   type and payload pass it, decided in the publish's transaction; a
+    ///   payload it cannot evaluate does not pass and fails nothing
+    ///   (`endpoint_filters_decide_which_events_fan_out`).
     /// - The same `(account, idempotency_key)` returns the first event and
     ///   creates nothing (`publish_with_same_idempotency_key_creates_nothing_new`);
     ///   with another type or payload it is `InvalidInput` and the publish (or
@@ -374,6 +386,26 @@ pub trait DeliveryStore: Send + Sync {
     /// Cancelling may or may not replay.
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
 
+    /// Sends a finished delivery again: a `delivered` or `dead` one goes
+    /// back to `pending`, due now, with a fresh attempt budget, under the
+    /// same id, so its receiver can tell it is the same message.
+    ///
+    /// # Behavior
+    /// - Delivered or dead becomes pending and claimable, keeping its id,
+    ///   sequence number and attempt log; the lease that finished it is lost
+    ///   (`a_finished_delivery_is_resent_under_its_id`).
+    /// - [`crate::recover`] builds on it and on `delivery_enqueue`: an
+    ///   endpoint gets a window's events again, once each
+    ///   (`recovering_an_endpoint_sends_its_window_again_once`).
+    ///
+    /// # Errors
+    /// `NotFound`; `Conflict` when it is pending or leased, or its endpoint
+    /// was deleted.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not resend.
+    async fn delivery_resend(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery>;
+
     /// Replays, as [`DeliveryStore::delivery_replay`] does, every dead
     /// delivery of the filter's account that matches it (its endpoint; the
     /// time it died, in `[dead_since, dead_until)`), in one transaction, and
@@ -521,6 +553,10 @@ pub trait CircuitStore: Send + Sync {
 }
 
 /// The workflow handoff queue: leased jobs handed between processes.
+///
+/// Heartbeats, staged results, completions, failures and releases are
+/// decided by the same lease check as deliveries, [`crate::lease::fence`],
+/// on what `TaskRow::held` reads off the row in each adapter's `workflow.rs`.
 #[async_trait]
 pub trait WorkflowStore: Send + Sync {
     /// Enqueues a task, idempotent on its id within its account.

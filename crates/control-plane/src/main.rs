@@ -8,6 +8,8 @@ use control_plane_core::config::VARIABLES;
 use control_plane_core::{Config, DynControlPlaneStore};
 
 mod logs;
+mod loops;
+mod tasks;
 mod wiring;
 
 /// The durable control plane for webhook delivery and leased work.

@@ -6,17 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::config::SecretKeyFiles;
-use control_plane_core::maintenance::run_maintenance;
 use control_plane_core::migration::Migrations;
 use control_plane_core::{
-    Clock, Config, DynControlPlaneStore, PublishRequest, SecretKey, SecretKeys, StoreOptions,
-    StoreProfile, SystemClock, TaskId, UsageMeter, UsageMetric,
+    Config, DynControlPlaneStore, SecretKey, SecretKeys, StoreOptions, StoreProfile, SystemClock,
+    UsageMeter,
 };
-use dispatcher::{
-    DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy, TaskError, TaskRunner,
-    TaskRunnerConfig,
-};
-use sha2::{Digest, Sha256};
+use dispatcher::{DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -226,108 +221,6 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
         ..DispatcherConfig::default()
     };
     Dispatcher::new(store, cfg)
-}
-
-/// Runs maintenance on its tick every minute (a single replica does the
-/// work): purges finished history older than `retention`, in batches.
-pub async fn maintenance_loop(
-    store: DynControlPlaneStore,
-    retention: Duration,
-    stop: CancellationToken,
-) {
-    let every = Duration::from_secs(60);
-    while !stop.is_cancelled() {
-        match run_maintenance(store.as_ref(), retention, 500, every).await {
-            Ok(Some(report)) if report.total() > 0 => {
-                tracing::info!(?report, "maintenance purged finished history");
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("maintenance failed: {e}"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.cancelled() => {}
-        }
-    }
-}
-
-/// The task kind the service runs itself: publish an event later. The
-/// payload is `{"type", "payload"}`; the task id is the idempotency key, so a
-/// rerun after a crash never publishes twice.
-pub const PUBLISH_TASK: &str = "control-plane.publish";
-
-/// The idempotency key of a publish task's event: `task:` and the task id,
-/// or, for an id too long for a key (over 250 characters), `task-sha256:` and
-/// the id's hash, so every valid task id publishes at most once.
-fn publish_key(id: &TaskId) -> String {
-    let key = format!("task:{}", id.as_str());
-    if key.len() <= 255 {
-        key
-    } else {
-        format!("task-sha256:{:x}", Sha256::digest(id.as_str().as_bytes()))
-    }
-}
-
-/// The workflow runner with the service's own handlers.
-pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskRunner {
-    let mut runner = TaskRunner::new(
-        store.clone(),
-        TaskRunnerConfig {
-            worker: format!("control-plane-{}", std::process::id()),
-            ..TaskRunnerConfig::default()
-        },
-    );
-    runner.register(PUBLISH_TASK, move |task| {
-        let store = store.clone();
-        let usage = usage.clone();
-        async move {
-            let event_type = task.payload["type"]
-                .as_str()
-                .ok_or_else(|| TaskError::fatal("the payload needs a string \"type\""))?
-                .to_string();
-            let req = PublishRequest {
-                account: task.account.clone(),
-                event_type,
-                payload: task.payload["payload"].clone(),
-                idempotency_key: Some(publish_key(&task.id)),
-            };
-            match store.event_publish(req).await {
-                Ok(p) => {
-                    if p.created {
-                        usage.add(&task.account, UsageMetric::EventsPublished, 1);
-                    }
-                    Ok(serde_json::json!({
-                    "event_id": p.event.id,
-                        "deliveries": p.deliveries.len(),
-                    }))
-                }
-                Err(e) if e.is_retryable() => Err(TaskError::retry(e.to_string())),
-                Err(e) => Err(TaskError::fatal(e.to_string())),
-            }
-        }
-    });
-    runner
-}
-
-/// Writes metered usage every second until `stop`, then once more.
-pub async fn usage_loop(
-    store: DynControlPlaneStore,
-    usage: Arc<UsageMeter>,
-    stop: CancellationToken,
-) {
-    loop {
-        let stopping = stop.is_cancelled();
-        if let Err(e) = usage.flush(store.as_ref(), SystemClock.now()).await {
-            tracing::warn!("usage not recorded yet (kept for the next try): {e}");
-        }
-        if stopping {
-            return;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.cancelled() => {}
-        }
-    }
 }
 
 /// The admin token: the configured one, or for `serve` a fresh one printed
@@ -551,7 +444,7 @@ fn spawn_workers(
             r.delivered, r.failed, r.released
         )
     });
-    let runner = task_runner(store.clone(), meters.usage.clone());
+    let runner = crate::tasks::task_runner(store.clone(), meters.usage.clone());
     let stop = supervisor.token();
     supervisor.spawn("tasks", async move {
         let r = runner.run(stop).await;
@@ -562,7 +455,7 @@ fn spawn_workers(
     });
     let (stop, st, retention) = (supervisor.token(), store.clone(), config.retention);
     supervisor.spawn("maintenance", async move {
-        maintenance_loop(st, retention, stop).await;
+        crate::loops::maintenance_loop(st, retention, stop).await;
         "maintenance".to_string()
     });
     Ok(())
@@ -589,7 +482,7 @@ pub async fn run_service(
     }
     let (stop, st, usage) = (supervisor.token(), store.clone(), meters.usage.clone());
     supervisor.spawn("usage", async move {
-        usage_loop(st, usage, stop).await;
+        crate::loops::usage_loop(st, usage, stop).await;
         "usage".to_string()
     });
     tracing::info!(
@@ -775,107 +668,5 @@ mod tests {
             .unwrap();
         assert_eq!(d.state, DeliveryState::Pending, "the lease was released");
         assert_eq!(d.attempts, 0, "a released lease costs no attempt");
-    }
-
-    /// The service's publish task: an id of the longest valid length still
-    /// publishes (its key fits), exactly once; an operational event type is
-    /// refused as fatal, publishing nothing.
-    #[cfg(feature = "embedded")]
-    #[tokio::test]
-    async fn the_publish_task_publishes_once_and_never_an_operational_type() {
-        use control_plane_core::{
-            AccountId, EndpointCreateRequest, EventListRequest, PageRequest, Secret,
-            TaskEnqueueRequest, TaskId, TaskState,
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let store = embedded_store(dir.path()).await;
-        let account = AccountId::new("a").unwrap();
-        store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_dGVzdA=="),
-            ))
-            .await
-            .unwrap();
-        let long = TaskId::new("t".repeat(255)).unwrap();
-        let reserved = TaskId::new("reserved").unwrap();
-        for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
-            store
-                .workflow_enqueue(TaskEnqueueRequest {
-                    id: id.clone(),
-                    account: account.clone(),
-                    kind: PUBLISH_TASK.into(),
-                    payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
-                    run_at: None,
-                })
-                .await
-                .unwrap();
-        }
-        let stop = CancellationToken::new();
-        let usage = Arc::new(UsageMeter::default());
-        let runner = task_runner(store.clone(), usage.clone());
-        let run = tokio::spawn({
-            let stop = stop.clone();
-            async move { runner.run(stop).await }
-        });
-        let states = async {
-            loop {
-                let a = store.workflow_get(&account, &long).await.unwrap().state;
-                let b = store.workflow_get(&account, &reserved).await.unwrap().state;
-                if a != TaskState::Pending
-                    && a != TaskState::Leased
-                    && b != TaskState::Pending
-                    && b != TaskState::Leased
-                {
-                    return (a, b);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        let states = tokio::time::timeout(Duration::from_secs(20), states)
-            .await
-            .expect("both tasks end");
-        stop.cancel();
-        run.await.unwrap();
-        assert_eq!(states, (TaskState::Completed, TaskState::DeadLettered));
-        let events = store
-            .event_list(EventListRequest {
-                account: account.clone(),
-                event_type: None,
-                since: None,
-                until: None,
-                page: PageRequest::first(10),
-            })
-            .await
-            .unwrap();
-        let types: Vec<&str> = events.items.iter().map(|e| e.event_type.as_str()).collect();
-        assert_eq!(types, ["order.paid"]);
-        usage
-            .flush(store.as_ref(), SystemClock.now())
-            .await
-            .unwrap();
-        let counted = store
-            .usage_query(
-                &account,
-                SystemClock.now().minus(Duration::from_secs(7200)),
-                SystemClock.now().plus(Duration::from_secs(3600)),
-            )
-            .await
-            .unwrap();
-        let published: u64 = counted
-            .iter()
-            .filter(|c| c.metric == UsageMetric::EventsPublished)
-            .map(|c| c.amount)
-            .sum();
-        assert_eq!(
-            published, 1,
-            "the task's event is metered like an API publish"
-        );
-        // The long id's key is stable and fits; another id has another key.
-        let key = publish_key(&long);
-        assert!(key.len() <= 255, "{key}");
-        assert_eq!(key, publish_key(&long));
-        assert_ne!(key, publish_key(&TaskId::new("u".repeat(255)).unwrap()));
     }
 }

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
 use control_plane_core::policy::{
-    alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
 };
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
@@ -16,7 +17,7 @@ use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{col_uuid, list, ts, ts_opt};
+use crate::util::{col_uuid, list, token_opt, ts, ts_opt};
 
 const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -185,7 +186,7 @@ impl NewRows {
         self.ev_type.push(event.event_type.clone());
         self.ev_body.push(event.body.clone());
         self.ev_key.push(event.idempotency_key.clone());
-        let deliveries = fan_out(endpoints, &req.event_type, about)
+        let deliveries = fan_out(endpoints, &req.event_type, &req.payload, about)
             .into_iter()
             .map(|e| self.delivery(t, &req.account, e, event.id))
             .collect();
@@ -292,7 +293,7 @@ pub(crate) fn raise_alert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let req = alert.event();
     let endpoints = endpoint::list_sealed(t, &alert.account)?;
     let concerned = Some(alert.endpoint_id);
-    if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
+    if !fan_out(&endpoints, &req.event_type, &req.payload, concerned).is_empty() {
         let mut rows = NewRows::default();
         rows.event(t, &req, &endpoints, concerned);
         rows.write(t)?;
@@ -343,12 +344,22 @@ struct LeaseRow {
     max_attempts: u32,
     due_at: Timestamp,
     state: DeliveryState,
-    lease_token: Option<String>,
+    lease_token: Option<LeaseToken>,
     lease_expires_at: Option<Timestamp>,
     last_outcome: Option<String>,
 }
 
 impl LeaseRow {
+    /// What the lease check sees (`control_plane_core::lease`).
+    fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.state == DeliveryState::Leased,
+            token: self.lease_token,
+            expires_at: self.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+
     fn state_for_plan(&self) -> AttemptState {
         AttemptState {
             attempts: self.attempts,
@@ -385,7 +396,7 @@ fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
         max_attempts: r.get(4)?,
         due_at: ts(r, 5)?,
         state: state.parse().map_err(|e| conv(6, e))?,
-        lease_token: r.get(7)?,
+        lease_token: token_opt(r, 7)?,
         lease_expires_at: ts_opt(r, 8)?,
         last_outcome: r.get(9)?,
         seq: r.get(10)?,
@@ -400,14 +411,6 @@ fn lease_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
     )
     .optional()
     .db()
-}
-
-/// The row, if `lease` is its current live lease.
-fn leased_row(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
-    let token = lease.token.to_string();
-    Ok(lease_row(t, lease.delivery_id)?.filter(|r| {
-        r.state == DeliveryState::Leased && r.lease_token.as_deref() == Some(token.as_str())
-    }))
 }
 
 /// Circuits read at most once per transaction and written back once, when
@@ -459,14 +462,14 @@ impl Transitions {
         t: &mut Tx<'_>,
         row: &mut LeaseRow,
         tr: &Transition,
-        keep_token: Option<String>,
+        keep_token: Option<LeaseToken>,
         outcome_kind: Option<&str>,
     ) -> StoreResult<()> {
         self.seq.push(row.seq);
         self.state.push(tr.state.as_str());
         self.due_at.push(tr.due_at.as_millis());
         self.last_error.push(tr.last_error.clone());
-        self.token.push(keep_token.clone());
+        self.token.push(keep_token.map(|k| k.to_string()));
         self.outcome.push(outcome_kind.map(str::to_string));
         self.attempts.push(
             t,
@@ -919,11 +922,19 @@ fn lease(
     Ok(t.keys.open_claimed(claimed))
 }
 
+/// The row of `lease`'s delivery, when `write` may go ahead under it.
+fn fenced_row(t: &Tx<'_>, lease: &Lease, write: FencedWrite<'_>) -> StoreResult<LeaseRow> {
+    let row = lease_row(t, lease.delivery_id)?;
+    fence(
+        row.as_ref().map(LeaseRow::held).as_ref(),
+        &lease.token,
+        write,
+    )?;
+    row.ok_or(StoreError::LeaseLost)
+}
+
 pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
-    let row = leased_row(t, lease)?.ok_or(StoreError::LeaseLost)?;
-    if row.lease_expires_at.is_some_and(|e| e <= t.now) {
-        return Err(StoreError::LeaseLost);
-    }
+    let row = fenced_row(t, lease, FencedWrite::Keep { now: t.now })?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
@@ -941,7 +952,7 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
 }
 
 pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
-    let row = leased_row(t, lease)?.ok_or(StoreError::LeaseLost)?;
+    let row = fenced_row(t, lease, FencedWrite::Within)?;
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
     if circuit.is_probe(row.id) {
         circuit.cancel_probe(row.id);
@@ -1006,22 +1017,26 @@ pub(crate) fn record_outcomes(
     let mut writes = Transitions::default();
     let mut out = Vec::with_capacity(batch.len());
     for (lease, outcome) in batch {
-        let token = lease.token.to_string();
+        let end = FencedWrite::End {
+            kind: outcome.kind(),
+        };
         let Some(row) = rows.get_mut(&lease.delivery_id) else {
-            out.push(Err(StoreError::LeaseLost));
+            out.push(Err(Refused::Lost.into()));
             continue;
         };
-        let same_token = row.lease_token.as_deref() == Some(token.as_str());
-        if !(same_token && row.state == DeliveryState::Leased) {
-            out.push(
-                repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind()).map(|()| {
-                    OutcomeRecorded {
-                        state: row.state,
-                        duplicate: true,
-                    }
-                }),
-            );
-            continue;
+        match fence(Some(&row.held()), &lease.token, end) {
+            Err(refused) => {
+                out.push(Err(refused.into()));
+                continue;
+            }
+            Ok(Verdict::Repeat) => {
+                out.push(Ok(OutcomeRecorded {
+                    state: row.state,
+                    duplicate: true,
+                }));
+                continue;
+            }
+            Ok(Verdict::Live) => {}
         }
         let circuit = circuits.get(t, row.endpoint_id)?;
         let probe = circuit.is_probe(row.id);
@@ -1033,7 +1048,7 @@ pub(crate) fn record_outcomes(
             t.now,
             &t.options,
         );
-        writes.push(t, row, &tr, Some(token), Some(outcome.kind()))?;
+        writes.push(t, row, &tr, Some(lease.token), Some(outcome.kind()))?;
         out.push(Ok(OutcomeRecorded {
             state: tr.state,
             duplicate: false,
@@ -1055,13 +1070,16 @@ pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResul
     .ok_or_else(|| StoreError::not_found("delivery", id))
 }
 
-pub(crate) fn replay(t: &mut Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+/// A finished delivery back to the queue ([`Requeue`]).
+pub(crate) fn requeue(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: DeliveryId,
+    how: Requeue,
+) -> StoreResult<Delivery> {
     let d = get(t, account, id)?;
-    if d.state != DeliveryState::Dead {
-        return Err(StoreError::Conflict(format!(
-            "delivery {id} is {}; only dead deliveries can be replayed",
-            d.state.as_str()
-        )));
+    if !how.states().contains(&d.state) {
+        return Err(how.refused(id, Some(d.state)));
     }
     let deleted: bool = t
         .query_row(
@@ -1073,9 +1091,7 @@ pub(crate) fn replay(t: &mut Tx<'_>, account: &AccountId, id: DeliveryId) -> Sto
         .db()?
         .unwrap_or(true);
     if deleted {
-        return Err(StoreError::Conflict(format!(
-            "delivery {id} cannot be replayed: its endpoint was removed"
-        )));
+        return Err(how.refused(id, None));
     }
     t.execute(
         "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
@@ -1236,7 +1252,18 @@ impl DeliveryStore for EmbeddedStore {
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
         let account = account.clone();
-        let d = self.tx(move |t| replay(t, &account, id)).await?;
+        let d = self
+            .tx(move |t| requeue(t, &account, id, Requeue::Replay))
+            .await?;
+        self.wakeup.notify();
+        Ok(d)
+    }
+
+    async fn delivery_resend(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        let d = self
+            .tx(move |t| requeue(t, &account, id, Requeue::Resend))
+            .await?;
         self.wakeup.notify();
         Ok(d)
     }

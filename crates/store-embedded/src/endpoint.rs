@@ -13,7 +13,7 @@ use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter";
 
 /// The ids of the keys stored credentials are sealed under.
 fn sealed_key_ids_sql() -> String {
@@ -67,6 +67,13 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         created_at: ts(r, 12)?,
         updated_at: ts(r, 13)?,
         max_in_flight: r.get(14)?,
+        filter: r
+            .get::<_, Option<String>>(15)?
+            .map(|f| EventFilter::from_text(&f))
+            .transpose()
+            .map_err(|e| {
+                duckdb::Error::FromSqlConversionFailure(15, duckdb::types::Type::Text, Box::new(e))
+            })?,
     })
 }
 
@@ -79,8 +86,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10, $11)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -92,6 +99,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
             req.description,
             t.now.as_millis(),
             req.max_in_flight,
+            req.filter.as_ref().map(EventFilter::to_text),
         ],
     )
     .db()?;
@@ -143,7 +151,7 @@ pub(crate) fn update(
     req.apply_to(&mut e)?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -152,7 +160,8 @@ pub(crate) fn update(
             e.description,
             t.now.as_millis(),
             id.to_string(),
-            e.max_in_flight
+            e.max_in_flight,
+            e.filter.as_ref().map(EventFilter::to_text)
         ],
     )
     .db()?;

@@ -1,6 +1,6 @@
 //! Column helpers shared by the area modules.
 
-use control_plane_core::Timestamp;
+use control_plane_core::{LeaseToken, Timestamp};
 use duckdb::types::Type;
 use duckdb::Row;
 use uuid::Uuid;
@@ -9,6 +9,17 @@ pub(crate) fn col_uuid(r: &Row<'_>, i: usize) -> duckdb::Result<Uuid> {
     let s: String = r.get(i)?;
     Uuid::parse_str(&s)
         .map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
+}
+
+/// A stored lease token (`NULL`: none).
+pub(crate) fn token_opt(r: &Row<'_>, i: usize) -> duckdb::Result<Option<LeaseToken>> {
+    r.get::<_, Option<String>>(i)?
+        .map(|s| {
+            Uuid::parse_str(&s)
+                .map(LeaseToken)
+                .map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
+        })
+        .transpose()
 }
 
 pub(crate) fn ts(r: &Row<'_>, i: usize) -> duckdb::Result<Timestamp> {

@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::policy::repeat_verdict;
+use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{ts, ts_opt};
+use crate::util::{token_opt, ts, ts_opt};
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
@@ -29,8 +29,20 @@ fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> 
 struct TaskRow {
     task: Task,
     seq: i64,
-    token: Option<String>,
+    token: Option<LeaseToken>,
     last_outcome: Option<String>,
+}
+
+impl TaskRow {
+    /// What the lease check sees (`control_plane_core::lease`).
+    fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.task.state == TaskState::Leased,
+            token: self.token,
+            expires_at: self.task.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
 }
 
 fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
@@ -55,7 +67,7 @@ fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
             updated_at: ts(r, 12)?,
         },
         seq: r.get(13)?,
-        token: r.get(14)?,
+        token: token_opt(r, 14)?,
         last_outcome: r.get(15)?,
     })
 }
@@ -194,26 +206,17 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
     Ok(out)
 }
 
-fn is_live(r: &TaskRow, lease: &TaskLease) -> bool {
-    r.task.state == TaskState::Leased
-        && r.token.as_deref() == Some(lease.token.to_string().as_str())
-}
-
-fn repeat(r: TaskRow, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
-    let same = r.token.as_deref() == Some(lease.token.to_string().as_str());
-    repeat_verdict(same, r.last_outcome.as_deref(), kind)?;
-    Ok(r.task)
-}
-
 pub(crate) fn heartbeat(
     t: &mut Tx<'_>,
     lease: &TaskLease,
     lease_for: Duration,
 ) -> StoreResult<TaskLease> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    if !is_live(&r, lease) || r.task.lease_expires_at.is_some_and(|e| e <= t.now) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(
+        Some(&r.held()),
+        &lease.token,
+        FencedWrite::Keep { now: t.now },
+    )?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $3 AND id = $4",
@@ -237,9 +240,7 @@ pub(crate) fn stage(
     result: serde_json::Value,
 ) -> StoreResult<()> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    if !is_live(&r, lease) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(Some(&r.held()), &lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         params![
@@ -259,8 +260,9 @@ pub(crate) fn complete(
     result: serde_json::Value,
 ) -> StoreResult<Task> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    if !is_live(&r, lease) {
-        return repeat(r, lease, "complete");
+    let end = FencedWrite::End { kind: "complete" };
+    if fence(Some(&r.held()), &lease.token, end)? == Verdict::Repeat {
+        return Ok(r.task);
     }
     t.execute(
         "UPDATE tasks SET state = 'completed', result = $1, staged_result = NULL, lease_expires_at = NULL, \
@@ -278,8 +280,9 @@ pub(crate) fn fail(
     failure: TaskFailure,
 ) -> StoreResult<Task> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    if !is_live(&r, lease) {
-        return repeat(r, lease, "fail");
+    let end = FencedWrite::End { kind: "fail" };
+    if fence(Some(&r.held()), &lease.token, end)? == Verdict::Repeat {
+        return Ok(r.task);
     }
     let (state, run_at) = failure.next(&r.task, t.now, &t.options.workflow);
     t.execute(
@@ -293,9 +296,7 @@ pub(crate) fn fail(
 
 pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    if !is_live(&r, lease) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(Some(&r.held()), &lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $2 AND id = $3",

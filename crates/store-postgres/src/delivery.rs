@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
 use control_plane_core::policy::{
-    alerts_for, plan_lease_expiry, plan_outcome, repeat_verdict, AttemptState, Transition,
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
 };
 use control_plane_core::*;
 use tokio_postgres::types::ToSql;
@@ -255,7 +256,7 @@ impl<'a> PublishRows<'a> {
                 .iter()
                 .find(|(a, _)| *a == req.account)
                 .map_or(&[][..], |(_, list)| list.as_slice());
-            for e in fan_out(live, &req.event_type, about) {
+            for e in fan_out(live, &req.event_type, &req.payload, about) {
                 self.targets.push((i, e));
                 self.delivery_ids.push(DeliveryId::new().0);
                 self.delivery_endpoints.push(e.0);
@@ -488,7 +489,7 @@ async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let req = alert.event();
     let endpoints = endpoint::list_sealed(t, &alert.account).await?;
     let concerned = Some(alert.endpoint_id);
-    if !fan_out(&endpoints, &req.event_type, concerned).is_empty() {
+    if !fan_out(&endpoints, &req.event_type, &req.payload, concerned).is_empty() {
         let endpoints = [(alert.account.clone(), endpoints)];
         publish_new(t, &[req], &endpoints, concerned).await?;
     }
@@ -533,12 +534,22 @@ struct LeaseRow {
     max_attempts: u32,
     due_at: Timestamp,
     state: DeliveryState,
-    lease_token: Option<Uuid>,
+    lease_token: Option<LeaseToken>,
     lease_expires_at: Option<Timestamp>,
     last_outcome: Option<String>,
 }
 
 impl LeaseRow {
+    /// What the lease check sees (`control_plane_core::lease`).
+    fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.state == DeliveryState::Leased,
+            token: self.lease_token,
+            expires_at: self.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+
     fn state_for_plan(&self) -> AttemptState {
         AttemptState {
             attempts: self.attempts,
@@ -562,7 +573,7 @@ fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
         max_attempts: u32_of(r.get(5)),
         due_at: Timestamp::from_millis(r.get(6)),
         state: r.get::<_, String>(7).parse()?,
-        lease_token: r.get(8),
+        lease_token: r.get::<_, Option<Uuid>>(8).map(LeaseToken),
         lease_expires_at: ts_opt(r.get(9)),
         last_outcome: r.get(10),
     })
@@ -586,19 +597,36 @@ async fn lock_live(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> 
     .transpose()
 }
 
-/// The live row, if `lease` is its current lease.
-async fn lock_leased(t: &Tx<'_>, lease: &Lease) -> StoreResult<Option<LeaseRow>> {
-    Ok(lock_live(t, lease.delivery_id)
-        .await?
-        .filter(|r| r.state == DeliveryState::Leased && r.lease_token == Some(lease.token.0)))
+/// The live row of `lease`'s delivery under its lock, when `write` may go
+/// ahead under it.
+async fn fenced_row(t: &Tx<'_>, lease: &Lease, write: FencedWrite<'_>) -> StoreResult<LeaseRow> {
+    let row = lock_live(t, lease.delivery_id).await?;
+    fence(
+        row.as_ref().map(LeaseRow::held).as_ref(),
+        &lease.token,
+        write,
+    )?;
+    row.ok_or(StoreError::LeaseLost)
 }
 
 /// How a finished delivery ended: its state, the token of its last lease
 /// and the outcome recorded under it.
 struct Finished {
     state: DeliveryState,
-    lease_token: Option<Uuid>,
+    lease_token: Option<LeaseToken>,
     last_outcome: Option<String>,
+}
+
+impl Finished {
+    /// What the lease check sees: no lease holds a finished delivery.
+    fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: false,
+            token: self.lease_token,
+            expires_at: None,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
 }
 
 async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<Finished>> {
@@ -612,7 +640,7 @@ async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<Finished>> {
     row.map(|r| {
         Ok(Finished {
             state: r.get::<_, String>(0).parse()?,
-            lease_token: r.get(1),
+            lease_token: r.get::<_, Option<Uuid>>(1).map(LeaseToken),
             last_outcome: r.get(2),
         })
     })
@@ -625,9 +653,10 @@ async fn apply(
     t: &Tx<'_>,
     row: &LeaseRow,
     tr: &Transition,
-    keep_token: Option<Uuid>,
+    keep_token: Option<LeaseToken>,
     outcome_kind: Option<&str>,
 ) -> StoreResult<()> {
+    let keep_token = keep_token.map(|k| k.0);
     let now = t.now.as_millis();
     if tr.state.is_final() {
         let finish = t
@@ -1079,10 +1108,7 @@ async fn claim(t: &Tx<'_>, req: ClaimRequest) -> StoreResult<(Vec<ClaimedDeliver
 }
 
 pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
-    let row = lock_leased(t, lease).await?.ok_or(StoreError::LeaseLost)?;
-    if row.lease_expires_at.is_some_and(|e| e <= t.now) {
-        return Err(StoreError::LeaseLost);
-    }
+    let row = fenced_row(t, lease, FencedWrite::Keep { now: t.now }).await?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE delivery_queue SET lease_expires_at = $1, updated_at = $2 WHERE endpoint_id = $3 AND seq = $4",
@@ -1102,7 +1128,7 @@ pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> St
 }
 
 pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
-    let row = lock_leased(t, lease).await?.ok_or(StoreError::LeaseLost)?;
+    let row = fenced_row(t, lease, FencedWrite::Within).await?;
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
     if circuit.is_probe(row.id) {
         circuit.cancel_probe(row.id);
@@ -1180,24 +1206,21 @@ pub(crate) async fn record_outcome(
     lease: &Lease,
     outcome: DeliveryOutcome,
 ) -> StoreResult<OutcomeRecorded> {
+    let end = FencedWrite::End {
+        kind: outcome.kind(),
+    };
     let Some(row) = lock_live(t, lease.delivery_id).await? else {
         // Finished: the same outcome again under its last lease is a repeat.
-        let done = finished(t, lease.delivery_id)
-            .await?
-            .ok_or(StoreError::LeaseLost)?;
-        repeat_verdict(
-            done.lease_token == Some(lease.token.0),
-            done.last_outcome.as_deref(),
-            outcome.kind(),
-        )?;
+        let Some(done) = finished(t, lease.delivery_id).await? else {
+            return Err(Refused::Lost.into());
+        };
+        fence(Some(&done.held()), &lease.token, end)?;
         return Ok(OutcomeRecorded {
             state: done.state,
             duplicate: true,
         });
     };
-    let same_token = row.lease_token == Some(lease.token.0);
-    if !(same_token && row.state == DeliveryState::Leased) {
-        repeat_verdict(same_token, row.last_outcome.as_deref(), outcome.kind())?;
+    if fence(Some(&row.held()), &lease.token, end)? == Verdict::Repeat {
         return Ok(OutcomeRecorded {
             state: row.state,
             duplicate: true,
@@ -1223,7 +1246,7 @@ pub(crate) async fn record_outcome(
     if circuit != before {
         endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
     }
-    apply(t, &row, &tr, Some(lease.token.0), Some(outcome.kind())).await?;
+    apply(t, &row, &tr, Some(lease.token), Some(outcome.kind())).await?;
     Ok(OutcomeRecorded {
         state: tr.state,
         duplicate: false,
@@ -1254,10 +1277,12 @@ const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attemp
      due_at, last_error, updated_at) \
      SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x";
 
-pub(crate) async fn replay(
+/// A finished delivery back to the queue ([`Requeue`]).
+pub(crate) async fn requeue(
     t: &Tx<'_>,
     account: &AccountId,
     id: DeliveryId,
+    how: Requeue,
 ) -> StoreResult<Delivery> {
     get(t, account, id).await?;
     let deleted: bool = t
@@ -1269,13 +1294,14 @@ pub(crate) async fn replay(
         .await
         .db()?
         .is_none_or(|r| r.get(0));
-    // The finished row under its lock: a dead one goes back to the queue
-    // with its own sequence number and a new budget of attempts.
+    // The finished row under its lock goes back to the queue with its own
+    // sequence number and a new budget of attempts.
+    let states: Vec<&str> = how.states().iter().map(|s| s.as_str()).collect();
     let moved = t
         .execute(
             &format!(
                 "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
-                 WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = 'dead' AND NOT $4::boolean \
+                 WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = ANY($5) AND NOT $4::boolean \
                  {REQUEUE}"
             ),
             &[
@@ -1283,21 +1309,17 @@ pub(crate) async fn replay(
                 &i64::from(t.options.max_attempts),
                 &id.0,
                 &deleted,
+                &states,
             ],
         )
         .await
         .db()?;
     if moved == 0 {
         let d = get(t, account, id).await?;
-        if d.state != DeliveryState::Dead {
-            return Err(StoreError::Conflict(format!(
-                "delivery {id} is {}; only dead deliveries can be replayed",
-                d.state.as_str()
-            )));
+        if !how.states().contains(&d.state) {
+            return Err(how.refused(id, Some(d.state)));
         }
-        return Err(StoreError::Conflict(format!(
-            "delivery {id} cannot be replayed: its endpoint was removed"
-        )));
+        return Err(how.refused(id, None));
     }
     get(t, account, id).await
 }
@@ -1549,7 +1571,13 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
-        let out = in_tx!(self, |t| replay(&t, account, id))?;
+        let out = in_tx!(self, |t| requeue(&t, account, id, Requeue::Replay))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_resend(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let out = in_tx!(self, |t| requeue(&t, account, id, Requeue::Resend))?;
         self.wake().await;
         Ok(out)
     }

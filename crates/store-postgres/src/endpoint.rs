@@ -13,7 +13,7 @@ use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter";
 
 /// Refuses a store holding credentials sealed under keys it lacks.
 pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
@@ -88,6 +88,10 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         created_at: Timestamp::from_millis(r.get(12)),
         updated_at: Timestamp::from_millis(r.get(13)),
         max_in_flight: r.get::<_, Option<i64>>(14).map(u32_of),
+        filter: r
+            .get::<_, Option<String>>(15)
+            .map(|f| EventFilter::from_text(&f))
+            .transpose()?,
     })
 }
 
@@ -98,7 +102,8 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, max_in_flight) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10)",
+         description, created_at, updated_at, max_in_flight, filter) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -110,6 +115,7 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
             &req.description,
             &t.now.as_millis(),
             &req.max_in_flight.map(i64::from),
+            &req.filter.as_ref().map(EventFilter::to_text),
         ],
     )
     .await
@@ -175,7 +181,7 @@ pub(crate) async fn update(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -185,6 +191,7 @@ pub(crate) async fn update(
             &t.now.as_millis(),
             &id.0,
             &e.max_in_flight.map(i64::from),
+            &e.filter.as_ref().map(EventFilter::to_text),
         ],
     )
     .await

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::policy::repeat_verdict;
+use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
 use control_plane_core::*;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -161,8 +161,20 @@ pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<
 /// The locked row of a lease's task, scoped to the lease's account.
 struct TaskRow {
     task: Task,
-    token: Option<Uuid>,
+    token: Option<LeaseToken>,
     last_outcome: Option<String>,
+}
+
+impl TaskRow {
+    /// What the lease check sees (`control_plane_core::lease`).
+    fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.task.state == TaskState::Leased,
+            token: self.token,
+            expires_at: self.task.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
 }
 
 async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
@@ -176,24 +188,9 @@ async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
         .ok_or_else(|| StoreError::not_found("task", &lease.task_id))?;
     Ok(TaskRow {
         task: row_to_task(&row)?,
-        token: row.get(14),
+        token: row.get::<_, Option<Uuid>>(14).map(LeaseToken),
         last_outcome: row.get(15),
     })
-}
-
-fn is_live(l: &TaskRow, lease: &TaskLease) -> bool {
-    l.task.state == TaskState::Leased && l.token == Some(lease.token.0)
-}
-
-/// For a lease that no longer holds its task: the repeat of `kind` is a
-/// no-op, another outcome a conflict, anything else a lost lease.
-fn repeat(l: TaskRow, lease: &TaskLease, kind: &str) -> StoreResult<Task> {
-    repeat_verdict(
-        l.token == Some(lease.token.0),
-        l.last_outcome.as_deref(),
-        kind,
-    )?;
-    Ok(l.task)
 }
 
 pub(crate) async fn heartbeat(
@@ -202,17 +199,19 @@ pub(crate) async fn heartbeat(
     lease_for: Duration,
 ) -> StoreResult<TaskLease> {
     let l = lock(t, lease).await?;
-    if !is_live(&l, lease) || l.task.lease_expires_at.is_some_and(|e| e <= t.now) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(
+        Some(&l.held()),
+        &lease.token,
+        FencedWrite::Keep { now: t.now },
+    )?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
-        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $4 AND id = $3",
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         &[
             &expires_at.as_millis(),
             &t.now.as_millis(),
-            &lease.task_id.as_str(),
             &lease.account.as_str(),
+            &lease.task_id.as_str(),
         ],
     )
     .await
@@ -229,16 +228,14 @@ pub(crate) async fn stage(
     result: serde_json::Value,
 ) -> StoreResult<()> {
     let l = lock(t, lease).await?;
-    if !is_live(&l, lease) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(Some(&l.held()), &lease.token, FencedWrite::Within)?;
     t.execute(
-        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $4 AND id = $3",
+        "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         &[
             &result,
             &t.now.as_millis(),
-            &lease.task_id.as_str(),
             &lease.account.as_str(),
+            &lease.task_id.as_str(),
         ],
     )
     .await
@@ -252,13 +249,14 @@ pub(crate) async fn complete(
     result: serde_json::Value,
 ) -> StoreResult<Task> {
     let l = lock(t, lease).await?;
-    if !is_live(&l, lease) {
-        return repeat(l, lease, "complete");
+    let end = FencedWrite::End { kind: "complete" };
+    if fence(Some(&l.held()), &lease.token, end)? == Verdict::Repeat {
+        return Ok(l.task);
     }
     t.execute(
         "UPDATE tasks SET state = 'completed', result = $1, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE account = $4 AND id = $3",
-        &[&result, &t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
+         leased_by = NULL, last_outcome = 'complete', updated_at = $2 WHERE account = $3 AND id = $4",
+        &[&result, &t.now.as_millis(), &lease.account.as_str(), &lease.task_id.as_str()],
     )
     .await
     .db()?;
@@ -272,14 +270,15 @@ pub(crate) async fn fail(
     failure: TaskFailure,
 ) -> StoreResult<Task> {
     let l = lock(t, lease).await?;
-    if !is_live(&l, lease) {
-        return repeat(l, lease, "fail");
+    let end = FencedWrite::End { kind: "fail" };
+    if fence(Some(&l.held()), &lease.token, end)? == Verdict::Repeat {
+        return Ok(l.task);
     }
     let (state, run_at) = failure.next(&l.task, t.now, &t.options.workflow);
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
-         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $6 AND id = $5",
-        &[&state.as_str(), &run_at.as_millis(), &error, &t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
+         leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $5 AND id = $6",
+        &[&state.as_str(), &run_at.as_millis(), &error, &t.now.as_millis(), &lease.account.as_str(), &lease.task_id.as_str()],
     )
     .await
     .db()?;
@@ -288,13 +287,11 @@ pub(crate) async fn fail(
 
 pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     let l = lock(t, lease).await?;
-    if !is_live(&l, lease) {
-        return Err(StoreError::LeaseLost);
-    }
+    fence(Some(&l.held()), &lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
-         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $3 AND id = $2",
-        &[&t.now.as_millis(), &lease.task_id.as_str(), &lease.account.as_str()],
+         lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $2 AND id = $3",
+        &[&t.now.as_millis(), &lease.account.as_str(), &lease.task_id.as_str()],
     )
     .await
     .db()?;
@@ -334,8 +331,8 @@ pub(crate) async fn retry_dead(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> 
     }
     t.execute(
         "UPDATE tasks SET state = 'pending', run_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-         last_outcome = NULL, updated_at = $1 WHERE account = $4 AND id = $3 AND state = 'dead_lettered'",
-        &[&t.now.as_millis(), &i64::from(t.options.workflow.max_attempts), &id.as_str(), &account.as_str()],
+         last_outcome = NULL, updated_at = $1 WHERE account = $3 AND id = $4 AND state = 'dead_lettered'",
+        &[&t.now.as_millis(), &i64::from(t.options.workflow.max_attempts), &account.as_str(), &id.as_str()],
     )
     .await
     .db()?;

@@ -83,6 +83,10 @@ pub(crate) fn router() -> Router<Arc<ApiState>> {
             "/ui/a/{account}/deliveries/{id}/replay",
             post(pages::delivery_replay),
         )
+        .route(
+            "/ui/a/{account}/deliveries/{id}/resend",
+            post(pages::delivery_resend),
+        )
         .route("/ui/a/{account}/dead", get(pages::dead))
         .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
         .route("/ui/a/{account}/tasks", get(pages::tasks))

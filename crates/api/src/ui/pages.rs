@@ -253,9 +253,13 @@ pub(crate) async fn endpoints(
         };
         rows.push(vec![
             format!(
-                "<span class=\"url\">{}</span><br><small>{}</small>",
+                "<span class=\"url\">{}</span><br><small>{}</small>{}",
                 esc(&e.url),
-                esc(e.description.as_deref().unwrap_or(""))
+                esc(e.description.as_deref().unwrap_or("")),
+                e.filter.as_ref().map_or_else(String::new, |f| format!(
+                    "<br><small>filter: <code>{}</code></small>",
+                    esc(&f.to_text())
+                ))
             ),
             state,
             format!(
@@ -414,10 +418,12 @@ pub(crate) async fn deliveries(
 #[derive(Deserialize)]
 pub(crate) struct DoneQuery {
     replayed: Option<u64>,
+    resent: Option<u64>,
 }
 
 /// One delivery: its state, the exact request it sends (never the secret)
-/// and its attempt log; a replay button while it is dead.
+/// and its attempt log; a replay button while it is dead, a resend button
+/// once it is delivered.
 pub(crate) async fn delivery(
     State(s): Shared,
     session: Session,
@@ -437,6 +443,11 @@ pub(crate) async fn delivery(
     let mut body = String::new();
     if q.replayed.is_some() {
         body.push_str(&notice("Replayed: the delivery is pending again."));
+    }
+    if q.resent.is_some() {
+        body.push_str(&notice(
+            "Resent: the delivery is pending again, under the same webhook-id.",
+        ));
     }
     let facts = [
         ("state", esc(d.state.as_str())),
@@ -463,6 +474,14 @@ pub(crate) async fn delivery(
             &session.csrf,
             "Replay this delivery",
             "replay",
+        ));
+    }
+    if d.state == DeliveryState::Delivered {
+        body.push_str(&button(
+            &format!("{}/deliveries/{}/resend", base(&account), d.id),
+            &session.csrf,
+            "Resend this delivery",
+            "resend",
         ));
     }
     let _ = write!(
@@ -529,6 +548,20 @@ pub(crate) async fn delivery_replay(
         d.id
     ))
     .into_response())
+}
+
+/// Resends one finished delivery.
+pub(crate) async fn delivery_resend(
+    State(s): Shared,
+    session: Session,
+    headers: HeaderMap,
+    Path(p): Path<ItemPath>,
+    Form(form): Form<CsrfForm>,
+) -> Page {
+    let account = session.act(&headers, &form.csrf, &p.account)?;
+    let id = p.id.parse().map_err(|_| ApiError::not_found("delivery"))?;
+    let d = s.store.delivery_resend(&account, id).await?;
+    Ok(Redirect::to(&format!("{}/deliveries/{}?resent=1", base(&account), d.id)).into_response())
 }
 
 /// Dead deliveries, newest first, each with a replay button, and the bulk

@@ -1,0 +1,132 @@
+//! Recovering an endpoint: every event of a time window it is subscribed to
+//! (by its event types and filter, as they are now) delivered to it again,
+//! each once per recovery. It runs as a workflow task of kind
+//! [`RECOVER_TASK`] (the API enqueues it, `serve` and `worker` run it), over
+//! the port, so it is the same on every adapter.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    fan_out, AccountId, ControlPlaneStore, EndpointId, EventListRequest, PageRequest, StoreError,
+    StoreResult, Timestamp,
+};
+
+/// The task kind of a recovery.
+pub const RECOVER_TASK: &str = "control-plane.recover";
+
+/// Events read per page of a recovery.
+const PAGE: u32 = 200;
+
+/// What a recovery covers: the task's payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recovery {
+    /// The endpoint that gets the events again.
+    pub endpoint_id: EndpointId,
+    /// Events published at or after this time (milliseconds since the epoch).
+    pub since_ms: i64,
+    /// Events published before this time (milliseconds since the epoch).
+    pub until_ms: i64,
+}
+
+impl Recovery {
+    /// A recovery of `endpoint_id` over `[since, until)`.
+    ///
+    /// # Errors
+    /// `InvalidInput` when `since` is not before `until`.
+    pub fn new(
+        endpoint_id: EndpointId,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<Self, StoreError> {
+        if since >= until {
+            return Err(StoreError::InvalidInput(format!(
+                "since ({}) must be before until ({})",
+                since.to_rfc3339(),
+                until.to_rfc3339()
+            )));
+        }
+        Ok(Recovery {
+            endpoint_id,
+            since_ms: since.as_millis(),
+            until_ms: until.as_millis(),
+        })
+    }
+}
+
+/// What a recovery did: the task's result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// Events of the window read.
+    pub events: u64,
+    /// Of them, the ones the endpoint is subscribed to.
+    pub matched: u64,
+    /// Deliveries created (the endpoint had none of that event).
+    pub created: u64,
+    /// Finished deliveries sent again, under their ids.
+    pub resent: u64,
+    /// Deliveries still pending or leased: they go out anyway.
+    pub in_queue: u64,
+}
+
+/// Runs `recovery` for `account`: pages through the window's events, newest
+/// first, and for each one the endpoint is subscribed to creates its
+/// delivery, or resends the finished one (`delivery_resend`), or leaves a
+/// pending or leased one as it is. Rerun after a crash, it creates nothing
+/// twice (`delivery_enqueue` is insert-wins) but may resend again what the
+/// first run resent and was delivered since.
+///
+/// # Errors
+/// `NotFound` for an endpoint that is not live; what the store returns.
+pub async fn recover(
+    store: &dyn ControlPlaneStore,
+    account: &AccountId,
+    recovery: &Recovery,
+) -> StoreResult<Recovered> {
+    let endpoint = store.endpoint_get(account, recovery.endpoint_id).await?;
+    let endpoints = std::slice::from_ref(&endpoint);
+    let mut out = Recovered::default();
+    let mut page = PageRequest::first(PAGE);
+    loop {
+        let events = store
+            .event_list(EventListRequest {
+                account: account.clone(),
+                event_type: None,
+                since: Some(Timestamp::from_millis(recovery.since_ms)),
+                until: Some(Timestamp::from_millis(recovery.until_ms)),
+                page,
+            })
+            .await?;
+        for event in &events.items {
+            out.events += 1;
+            let payload = serde_json::from_str::<serde_json::Value>(&event.body)
+                .map(|mut body| body["data"].take())
+                .unwrap_or_default();
+            if fan_out(endpoints, &event.event_type, &payload, None).is_empty() {
+                continue;
+            }
+            out.matched += 1;
+            let q = store
+                .delivery_enqueue(account, endpoint.id, event.id)
+                .await?;
+            if q.won {
+                out.created += 1;
+                continue;
+            }
+            match store.delivery_resend(account, q.delivery_id).await {
+                Ok(_) => out.resent += 1,
+                Err(StoreError::Conflict(_)) => out.in_queue += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        match events.next {
+            Some(after) => {
+                page = PageRequest {
+                    limit: PAGE,
+                    after: Some(after),
+                }
+            }
+            None => return Ok(out),
+        }
+    }
+}

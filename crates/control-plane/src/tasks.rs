@@ -1,0 +1,311 @@
+//! The workflow task kinds the service runs itself: a publish later
+//! (`control-plane.publish`) and an endpoint's recovery
+//! (`control-plane.recover`, `control_plane_core::recover`).
+
+use std::sync::Arc;
+
+use control_plane_core::{
+    recover, DynControlPlaneStore, PublishRequest, Recovery, StoreError, TaskId, UsageMeter,
+    UsageMetric, RECOVER_TASK,
+};
+use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
+use sha2::{Digest, Sha256};
+
+/// The task kind the service runs itself: publish an event later. The
+/// payload is `{"type", "payload"}`; the task id is the idempotency key, so a
+/// rerun after a crash never publishes twice.
+pub const PUBLISH_TASK: &str = "control-plane.publish";
+
+/// The idempotency key of a publish task's event: `task:` and the task id,
+/// or, for an id too long for a key (over 250 characters), `task-sha256:` and
+/// the id's hash, so every valid task id publishes at most once.
+fn publish_key(id: &TaskId) -> String {
+    let key = format!("task:{}", id.as_str());
+    if key.len() <= 255 {
+        key
+    } else {
+        format!("task-sha256:{:x}", Sha256::digest(id.as_str().as_bytes()))
+    }
+}
+
+/// The workflow runner with the service's own handlers.
+pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskRunner {
+    let mut runner = TaskRunner::new(
+        store.clone(),
+        TaskRunnerConfig {
+            worker: format!("control-plane-{}", std::process::id()),
+            ..TaskRunnerConfig::default()
+        },
+    );
+    let recovering = store.clone();
+    runner.register(PUBLISH_TASK, move |task| {
+        let store = store.clone();
+        let usage = usage.clone();
+        async move {
+            let event_type = task.payload["type"]
+                .as_str()
+                .ok_or_else(|| TaskError::fatal("the payload needs a string \"type\""))?
+                .to_string();
+            let req = PublishRequest {
+                account: task.account.clone(),
+                event_type,
+                payload: task.payload["payload"].clone(),
+                idempotency_key: Some(publish_key(&task.id)),
+            };
+            match store.event_publish(req).await {
+                Ok(p) => {
+                    if p.created {
+                        usage.add(&task.account, UsageMetric::EventsPublished, 1);
+                    }
+                    Ok(serde_json::json!({
+                    "event_id": p.event.id,
+                        "deliveries": p.deliveries.len(),
+                    }))
+                }
+                Err(e) => Err(task_error(&e)),
+            }
+        }
+    });
+    runner.register(RECOVER_TASK, move |task| {
+        let store = recovering.clone();
+        async move {
+            let recovery: Recovery = serde_json::from_value(task.payload.clone())
+                .map_err(|e| TaskError::fatal(format!("the payload is not a recovery ({e})")))?;
+            let done = recover(store.as_ref(), &task.account, &recovery)
+                .await
+                .map_err(|e| task_error(&e))?;
+            tracing::info!(account = %task.account, task = %task.id, ?done, "endpoint recovered");
+            serde_json::to_value(done).map_err(|e| TaskError::fatal(e.to_string()))
+        }
+    });
+    runner
+}
+
+/// A store error as a task failure: retried when the store says so.
+fn task_error(e: &StoreError) -> TaskError {
+    if e.is_retryable() {
+        TaskError::retry(e.to_string())
+    } else {
+        TaskError::fatal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+mod tests {
+    use std::time::Duration;
+
+    use control_plane_core::{Clock, SystemClock};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    #[cfg(feature = "embedded")]
+    async fn embedded_store(dir: &std::path::Path) -> DynControlPlaneStore {
+        Arc::new(
+            store_embedded::EmbeddedStore::open(
+                store_embedded::EmbeddedConfig::new(dir.join("s.duckdb")),
+                Arc::new(SystemClock),
+            )
+            .await
+            .unwrap(),
+        )
+    }
+
+    /// The service's publish task: an id of the longest valid length still
+    /// publishes (its key fits), exactly once; an operational event type is
+    /// refused as fatal, publishing nothing.
+    #[cfg(feature = "embedded")]
+    #[tokio::test]
+    async fn the_publish_task_publishes_once_and_never_an_operational_type() {
+        use control_plane_core::{
+            AccountId, EndpointCreateRequest, EventListRequest, PageRequest, Secret,
+            TaskEnqueueRequest, TaskId, TaskState,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = embedded_store(dir.path()).await;
+        let account = AccountId::new("a").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        let long = TaskId::new("t".repeat(255)).unwrap();
+        let reserved = TaskId::new("reserved").unwrap();
+        for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
+            store
+                .workflow_enqueue(TaskEnqueueRequest {
+                    id: id.clone(),
+                    account: account.clone(),
+                    kind: PUBLISH_TASK.into(),
+                    payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
+                    run_at: None,
+                })
+                .await
+                .unwrap();
+        }
+        let stop = CancellationToken::new();
+        let usage = Arc::new(UsageMeter::default());
+        let runner = task_runner(store.clone(), usage.clone());
+        let run = tokio::spawn({
+            let stop = stop.clone();
+            async move { runner.run(stop).await }
+        });
+        let states = async {
+            loop {
+                let a = store.workflow_get(&account, &long).await.unwrap().state;
+                let b = store.workflow_get(&account, &reserved).await.unwrap().state;
+                if a != TaskState::Pending
+                    && a != TaskState::Leased
+                    && b != TaskState::Pending
+                    && b != TaskState::Leased
+                {
+                    return (a, b);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let states = tokio::time::timeout(Duration::from_secs(20), states)
+            .await
+            .expect("both tasks end");
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(states, (TaskState::Completed, TaskState::DeadLettered));
+        let events = store
+            .event_list(EventListRequest {
+                account: account.clone(),
+                event_type: None,
+                since: None,
+                until: None,
+                page: PageRequest::first(10),
+            })
+            .await
+            .unwrap();
+        let types: Vec<&str> = events.items.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["order.paid"]);
+        usage
+            .flush(store.as_ref(), SystemClock.now())
+            .await
+            .unwrap();
+        let counted = store
+            .usage_query(
+                &account,
+                SystemClock.now().minus(Duration::from_secs(7200)),
+                SystemClock.now().plus(Duration::from_secs(3600)),
+            )
+            .await
+            .unwrap();
+        let published: u64 = counted
+            .iter()
+            .filter(|c| c.metric == UsageMetric::EventsPublished)
+            .map(|c| c.amount)
+            .sum();
+        assert_eq!(
+            published, 1,
+            "the task's event is metered like an API publish"
+        );
+        // The long id's key is stable and fits; another id has another key.
+        let key = publish_key(&long);
+        assert!(key.len() <= 255, "{key}");
+        assert_eq!(key, publish_key(&long));
+        assert_ne!(key, publish_key(&TaskId::new("u".repeat(255)).unwrap()));
+    }
+
+    /// The recover task resends a delivered delivery of its window and
+    /// reports what it did as its result; a payload that is not a recovery
+    /// dead-letters at once.
+    #[cfg(feature = "embedded")]
+    #[tokio::test]
+    async fn the_recover_task_resends_its_window_and_reports() {
+        use control_plane_core::{
+            AccountId, AttemptReport, ClaimRequest, DeliveryOutcome, DeliveryState,
+            EndpointCreateRequest, Secret, TaskEnqueueRequest, TaskState,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = embedded_store(dir.path()).await;
+        let account = AccountId::new("a").unwrap();
+        let e = store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        let since = SystemClock.now();
+        let p = store
+            .event_publish(PublishRequest::new(
+                account.clone(),
+                "order.paid",
+                serde_json::json!({"n": 1}),
+            ))
+            .await
+            .unwrap();
+        let c = store
+            .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let ok = DeliveryOutcome::Delivered(AttemptReport {
+            status_code: Some(200),
+            error: None,
+            latency_ms: 1,
+        });
+        store
+            .delivery_record_outcome(&c[0].lease, ok)
+            .await
+            .unwrap();
+        let recovery =
+            Recovery::new(e.id, since, SystemClock.now().plus(Duration::from_secs(1))).unwrap();
+        let (good, bad) = (TaskId::new("r1").unwrap(), TaskId::new("r2").unwrap());
+        for (id, payload) in [
+            (&good, serde_json::to_value(&recovery).unwrap()),
+            (&bad, serde_json::json!({"endpoint": "nope"})),
+        ] {
+            store
+                .workflow_enqueue(TaskEnqueueRequest {
+                    id: id.clone(),
+                    account: account.clone(),
+                    kind: RECOVER_TASK.into(),
+                    payload,
+                    run_at: None,
+                })
+                .await
+                .unwrap();
+        }
+        let stop = CancellationToken::new();
+        let runner = task_runner(store.clone(), Arc::new(UsageMeter::default()));
+        let run = tokio::spawn({
+            let stop = stop.clone();
+            async move { runner.run(stop).await }
+        });
+        let ended = async {
+            loop {
+                let a = store.workflow_get(&account, &good).await.unwrap();
+                let b = store.workflow_get(&account, &bad).await.unwrap();
+                let done = |s: TaskState| s != TaskState::Pending && s != TaskState::Leased;
+                if done(a.state) && done(b.state) {
+                    return (a, b);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let (a, b) = tokio::time::timeout(Duration::from_secs(20), ended)
+            .await
+            .expect("both tasks end");
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(a.state, TaskState::Completed, "{a:?}");
+        assert_eq!(
+            a.result,
+            Some(
+                serde_json::json!({"events": 1, "matched": 1, "created": 0, "resent": 1, "in_queue": 0})
+            )
+        );
+        assert_eq!(b.state, TaskState::DeadLettered, "{b:?}");
+        let d = store.delivery_get(&account, p.deliveries[0]).await.unwrap();
+        assert_eq!(d.state, DeliveryState::Pending, "resent");
+    }
+}
