@@ -4,7 +4,7 @@
 //! recording the outcome that ends it) reads its row, describes what it
 //! found as a [`Held`], and asks [`fence`] whether it may write. Deliveries
 //! and tasks on both adapters and the reference model
-//! ([`crate::model::Model`]) all ask here; ticks fence in their single
+//! ([`crate::model`]) all ask here; ticks fence in their single
 //! `UPDATE ... WHERE token = $n` instead, since a tick has no outcome to
 //! repeat.
 //!
