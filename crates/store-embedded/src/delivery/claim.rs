@@ -1,0 +1,428 @@
+//! Claiming: expired leases swept, probes first, then due deliveries shared
+//! fairly among endpoints and accounts (ADR 0009), leased and read back.
+
+use super::*;
+
+/// Logs and frees every lease that expired by `t.now`.
+pub(super) fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
+    let expired = {
+        let mut st = t
+            .prepare(&format!(
+                "SELECT {LEASE_COLS} FROM deliveries WHERE state = 'leased' AND lease_expires_at <= $1 ORDER BY seq"
+            ))
+            .db()?;
+        let rows = st
+            .query_map(params![t.now.as_millis()], row_to_lease_row)
+            .db()?;
+        rows.collect::<Result<Vec<_>, _>>().db()?
+    };
+    let mut circuits = Circuits::default();
+    let mut writes = Transitions::default();
+    for mut row in expired {
+        let circuit = circuits.get(t, row.endpoint_id)?;
+        let probe = circuit.is_probe(row.id);
+        let tr = plan_lease_expiry(row.state_for_plan(), circuit, probe, t.now, &t.options);
+        writes.push(t, &mut row, &tr, None, None)?;
+    }
+    circuits.write(t)?;
+    writes.write(t)
+}
+
+/// Pending and due on a live enabled endpoint.
+pub(super) const DUE: &str =
+    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
+
+/// The head of its endpoint when that one is ordered (with [`DUE`]: claimable).
+pub(super) const HEAD: &str = "(NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
+     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased')))";
+
+/// A claim candidate: id, endpoint, due time, sequence.
+pub(super) type Candidate = (DeliveryId, EndpointId, i64, i64);
+
+pub(super) fn candidates(
+    t: &Tx<'_>,
+    sql: &str,
+    now: i64,
+    limit: i64,
+) -> StoreResult<Vec<Candidate>> {
+    candidates_of(t, sql, params![now, limit])
+}
+
+pub(super) fn candidates_of(
+    t: &Tx<'_>,
+    sql: &str,
+    params: impl duckdb::Params,
+) -> StoreResult<Vec<Candidate>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st
+        .query_map(params, |r| {
+            Ok((
+                DeliveryId(col_uuid(r, 0)?),
+                EndpointId(col_uuid(r, 1)?),
+                r.get(2)?,
+                r.get(3)?,
+            ))
+        })
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+/// One endpoint's share of a claim as the flow rule sees it, with the
+/// refilled bucket when it has a rate limit, and its due deliveries oldest
+/// first, as many as the claim could take (for an ordered endpoint its head
+/// alone).
+pub(super) struct Flow {
+    pub(super) candidate: FlowCandidate,
+    pub(super) budget: Option<(u32, RateBudget)>,
+    pub(super) heads: Vec<Candidate>,
+}
+
+/// The flows of unordered endpoints on closed circuits, in one scan of the
+/// live rows (`$1` now, `$2` the claim's limit): per endpoint its oldest
+/// due `(due_at, seq)`, due count (up to `$2`) and live leases, with the
+/// endpoint's cap, rate limit and bucket, and its `$2` oldest due
+/// deliveries ([`flows`] reads the columns).
+pub(super) const FLOWS_UNORDERED: &str = "WITH g AS (SELECT d.endpoint_id, \
+     count(*) FILTER (WHERE d.state = 'pending' AND d.due_at <= $1) AS n, \
+     count(*) FILTER (WHERE d.state = 'leased' AND d.lease_expires_at > $1) AS leased, \
+     min_by({'id': d.id, 'due': d.due_at, 'seq': d.seq}, {'due': d.due_at, 'seq': d.seq}, $2) \
+       FILTER (WHERE d.state = 'pending' AND d.due_at <= $1) AS heads \
+     FROM deliveries d WHERE d.state IN ('pending', 'leased') GROUP BY d.endpoint_id) \
+     SELECT e.id, e.account, g.heads[1].due, g.heads[1].seq, least(g.n, $2), g.leased, e.max_in_flight, \
+     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered, g.heads, \
+     (SELECT count(*) FROM endpoints o WHERE o.enabled AND o.deleted_at IS NULL AND o.ordered \
+       AND o.circuit_mode = 'closed') AS ordered_endpoints \
+     FROM g JOIN endpoints e ON e.id = g.endpoint_id \
+     WHERE g.n > 0 AND e.enabled AND e.deleted_at IS NULL AND NOT e.ordered AND e.circuit_mode = 'closed'";
+
+/// The flows of ordered endpoints on closed circuits whose head (the oldest
+/// pending or leased delivery) is pending and due: the same columns as
+/// [`FLOWS_UNORDERED`], the head being the one delivery it may hand out.
+pub(super) const FLOWS_ORDERED: &str = "WITH due AS (SELECT d.endpoint_id, d.id, d.due_at, d.seq FROM deliveries d \
+     JOIN endpoints e ON e.id = d.endpoint_id \
+     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     AND e.ordered AND e.circuit_mode = 'closed' AND d.seq = (SELECT min(h.seq) FROM deliveries h \
+     WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased'))), \
+     fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \
+     WHERE state = 'leased' AND lease_expires_at > $1 GROUP BY endpoint_id) \
+     SELECT e.id, e.account, due.due_at, due.seq, least(1, $2), coalesce(fl.n, 0), e.max_in_flight, \
+     e.rate_limit_per_s, e.budget_tokens, e.budget_at, e.ordered, \
+     [{'id': due.id, 'due': due.due_at, 'seq': due.seq}], 1 \
+     FROM due JOIN endpoints e ON e.id = due.endpoint_id LEFT JOIN fl ON fl.endpoint_id = due.endpoint_id";
+
+/// A list of `{id, due, seq}` structs as claim candidates of `endpoint`.
+pub(super) fn heads_of(
+    endpoint: EndpointId,
+    v: duckdb::types::Value,
+) -> duckdb::Result<Vec<Candidate>> {
+    use duckdb::types::Value;
+    let bad = || {
+        duckdb::Error::FromSqlConversionFailure(
+            11,
+            duckdb::types::Type::Any,
+            "a due delivery is not an {id, due, seq} struct".into(),
+        )
+    };
+    let Value::List(items) = v else {
+        return Err(bad());
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Struct(fields) = item else {
+                return Err(bad());
+            };
+            let int = |k: &str| match fields.get(&k.to_string()) {
+                Some(Value::BigInt(n)) => Ok(*n),
+                _ => Err(bad()),
+            };
+            let id = match fields.get(&"id".to_string()) {
+                Some(Value::Text(s)) => uuid::Uuid::parse_str(s).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            };
+            Ok((DeliveryId(id), endpoint, int("due")?, int("seq")?))
+        })
+        .collect()
+}
+
+/// The flows of one of the statements above, and whether any ordered
+/// endpoint is live (the unordered statement counts them on the way).
+pub(super) fn flows(
+    t: &Tx<'_>,
+    sql: &str,
+    limit: i64,
+    throttle: &Throttle,
+) -> StoreResult<(Vec<Flow>, bool)> {
+    let now = t.now;
+    let default_cap = t.options.endpoint_concurrency;
+    let mut any_ordered = false;
+    let mut st = t.prepare(sql).db()?;
+    let rows = st
+        .query_map(params![now.as_millis(), limit], |r| {
+            let count = |i: usize| -> duckdb::Result<u32> {
+                Ok(u32::try_from(r.get::<_, i64>(i)?).unwrap_or(u32::MAX))
+            };
+            let rate: Option<u32> = r.get(7)?;
+            let stored = match (r.get::<_, Option<f64>>(8)?, r.get::<_, Option<i64>>(9)?) {
+                (Some(tokens), Some(at)) => Some(RateBudget {
+                    tokens,
+                    at: Timestamp::from_millis(at),
+                }),
+                _ => None,
+            };
+            let budget = rate.map(|rate| (rate, RateBudget::refilled(stored, rate, now)));
+            let account: String = r.get(1)?;
+            let endpoint = EndpointId(col_uuid(r, 0)?);
+            let ordered_endpoints: i64 = r.get(12)?;
+            Ok((
+                Flow {
+                    candidate: FlowCandidate {
+                        endpoint,
+                        account: AccountId::new(account).map_err(|e| {
+                            duckdb::Error::FromSqlConversionFailure(
+                                1,
+                                duckdb::types::Type::Text,
+                                Box::new(e),
+                            )
+                        })?,
+                        oldest: (r.get(2)?, r.get(3)?),
+                        due: count(4)?,
+                        in_flight: count(5)?,
+                        cap: throttle
+                            .cap(endpoint, r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap)),
+                        rate_room: budget.map(|(_, b)| b.whole()),
+                        ordered: r.get(10)?,
+                    },
+                    budget,
+                    heads: heads_of(endpoint, r.get(11)?)?,
+                },
+                ordered_endpoints > 0,
+            ))
+        })
+        .db()?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (flow, ordered) = row.db()?;
+        any_ordered |= ordered;
+        out.push(flow);
+    }
+    Ok((out, any_ordered))
+}
+
+/// The ordinary deliveries of a claim of `limit`: the endpoints' shares
+/// (`flow::share_claim`), each endpoint's oldest due first; spends the rate
+/// budgets of the endpoints that get any. One scan finds the unordered
+/// endpoints' flows with their oldest due deliveries; ordered endpoints
+/// take a second one, only when there are any.
+pub(super) fn fair_candidates(
+    t: &Tx<'_>,
+    limit: i64,
+    throttle: &Throttle,
+) -> StoreResult<Vec<Candidate>> {
+    let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit, throttle)?;
+    // With no unordered flow there was no row to count ordered endpoints on.
+    let any_ordered = if all.is_empty() {
+        any_endpoint(t, ANY_ORDERED, [])?
+    } else {
+        counted
+    };
+    if any_ordered {
+        all.extend(flows(t, FLOWS_ORDERED, limit, throttle)?.0);
+    }
+    let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
+    let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0), throttle);
+    let mut picked: Vec<Candidate> = Vec::new();
+    for (endpoint, n) in shares {
+        if let Some(f) = all.iter().find(|f| f.candidate.endpoint == endpoint) {
+            picked.extend(f.heads.iter().take(n as usize).copied());
+        }
+    }
+    picked.sort_by_key(|(_, _, due, seq)| (*due, *seq));
+    spend_budgets(t, &all, &picked)?;
+    Ok(picked)
+}
+
+/// Spends one token per picked delivery from each rate-limited endpoint's
+/// bucket.
+pub(super) fn spend_budgets(t: &Tx<'_>, flows: &[Flow], picked: &[Candidate]) -> StoreResult<()> {
+    for f in flows {
+        let Some((_, budget)) = f.budget else {
+            continue;
+        };
+        let taken = picked
+            .iter()
+            .filter(|c| c.1 == f.candidate.endpoint)
+            .count();
+        if taken == 0 {
+            continue;
+        }
+        let left = budget.spend(u32::try_from(taken).unwrap_or(u32::MAX));
+        t.execute(
+            "UPDATE endpoints SET budget_tokens = $1, budget_at = $2 WHERE id = $3",
+            params![
+                left.tokens,
+                left.at.as_millis(),
+                f.candidate.endpoint.to_string()
+            ],
+        )
+        .db()?;
+    }
+    Ok(())
+}
+
+/// Whether any live endpoint has a circuit due for a probe (`$1` now).
+pub(super) const ANY_PROBE_DUE: &str =
+    "SELECT count(*) FROM endpoints WHERE enabled AND deleted_at IS NULL \
+     AND circuit_mode = 'open' AND circuit_open_until <= $1";
+
+/// Whether any live endpoint is ordered and closed.
+pub(super) const ANY_ORDERED: &str =
+    "SELECT count(*) FROM endpoints WHERE enabled AND deleted_at IS NULL \
+     AND ordered AND circuit_mode = 'closed'";
+
+/// Whether one of the counts above finds an endpoint: the endpoints table is
+/// small, and this spares the deliveries scans that would find nothing.
+pub(super) fn any_endpoint(
+    t: &Tx<'_>,
+    sql: &str,
+    params: impl duckdb::Params,
+) -> StoreResult<bool> {
+    let n: i64 = t.query_row(sql, params, |r| r.get(0)).db()?;
+    Ok(n > 0)
+}
+
+pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+    req.validate()?;
+    let limit = i64::from(req.limit);
+    // Every few hundred milliseconds: free expired leases, then probes first
+    // (one per circuit whose cooldown is over).
+    let mut picks: Vec<(Candidate, bool)> = Vec::new();
+    if t.housekeeping.due(t.now) {
+        sweep_expired(t)?;
+        picks.extend(due_probes(t, limit)?.into_iter().map(|c| (c, true)));
+    }
+    // Then ordinary deliveries on closed circuits fill the rest, shared
+    // fairly among endpoints and accounts within each endpoint's cap and
+    // rate budget (ADR 0009).
+    let rest = limit - picks.len() as i64;
+    if rest > 0 {
+        picks.extend(
+            fair_candidates(t, rest, &req.throttle)?
+                .into_iter()
+                .map(|c| (c, false)),
+        );
+    }
+    if picks.is_empty() {
+        return Ok(Vec::new());
+    }
+    picks.sort_by_key(|((_, _, due, seq), _)| (*due, *seq));
+    lease(t, &picks, &req)
+}
+
+/// The head of each endpoint whose circuit is due for a probe, oldest first.
+pub(super) fn due_probes(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> {
+    let now = t.now.as_millis();
+    if !any_endpoint(t, ANY_PROBE_DUE, params![now])? {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT d.id, d.endpoint_id, d.due_at, d.seq FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+         WHERE {DUE} AND {HEAD} AND e.circuit_mode = 'open' AND e.circuit_open_until <= $1 \
+         QUALIFY row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.due_at, d.seq) = 1 \
+         ORDER BY d.due_at, d.seq LIMIT $2"
+    );
+    candidates(t, &sql, now, limit)
+}
+
+/// Leases the picks (a probe starts its circuit's probe) and reads them back
+/// with what a send needs, in the picks' order.
+pub(super) fn lease(
+    t: &mut Tx<'_>,
+    picks: &[(Candidate, bool)],
+    req: &ClaimRequest,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let now = t.now.as_millis();
+    let mut circuits = Circuits::default();
+    let mut leases = HashMap::with_capacity(picks.len());
+    let mut tokens = Vec::with_capacity(picks.len());
+    for ((id, endpoint_id, _, _), probe) in picks {
+        if *probe {
+            circuits.get(t, *endpoint_id)?.start_probe(*id);
+        }
+        let token = LeaseToken::new();
+        tokens.push(token);
+        leases.insert(*id, (token, *probe));
+    }
+    circuits.write(t)?;
+    let expires = t.now.plus(req.lease_for);
+    let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
+    let (lo, hi) = seq_range(&seqs).unwrap_or_default();
+    let seqs = || list::of(seqs.iter().copied());
+    t.execute(
+        "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
+         lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
+         FROM (SELECT unnest($1::BIGINT[]) AS seq, unnest($2::VARCHAR[]) AS token) c \
+         WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $6 AND $7",
+        params![
+            seqs(),
+            list::text(tokens),
+            expires.as_millis(),
+            req.worker,
+            now,
+            lo,
+            hi
+        ],
+    )
+    .db()?;
+    let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
+        let mut st = t
+            .prepare(&format!(
+                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
+                 FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
+                 WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
+            ))
+            .db()?;
+        let rows = st
+            .query_map(params![lo, hi, expires.as_millis(), now], |r| {
+                let delivery = row_to_delivery(r)?;
+                let Some((token, probe)) = leases.get(&delivery.id).copied() else {
+                    return Ok(None);
+                };
+                Ok(Some(ClaimedDelivery {
+                    lease: Lease {
+                        delivery_id: delivery.id,
+                        token,
+                        attempt: delivery.attempts,
+                        expires_at: delivery.lease_expires_at.unwrap_or(expires),
+                    },
+                    delivery,
+                    event_type: r.get(13)?,
+                    body: r.get(14)?,
+                    url: r.get(15)?,
+                    secrets: SigningSecrets {
+                        current: Secret::new(r.get::<_, String>(16)?),
+                        previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
+                        previous_expires_at: ts_opt(r, 18)?,
+                    },
+                    probe,
+                }))
+            })
+            .db()?;
+        rows.filter_map(|r| r.transpose())
+            .map(|r| r.map(|c| (c.delivery.id, c)))
+            .collect::<Result<_, _>>()
+            .db()?
+    };
+    for c in claimed.values() {
+        t.seqs.insert(c.delivery.id, c.delivery.seq);
+    }
+    let claimed = picks
+        .iter()
+        .map(|((id, ..), _)| {
+            claimed.remove(id).ok_or_else(|| {
+                StoreError::Backend(format!("claimed delivery {id} was not read back"))
+            })
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(t.keys.open_claimed(claimed))
+}

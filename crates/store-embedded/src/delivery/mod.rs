@@ -1,0 +1,143 @@
+//! Events, fan-out and the delivery queue, by stage: `publish`, `claim`,
+//! `outcome` (with `transition`, what every change of a live delivery
+//! writes) and `read`. The postgres adapter's `delivery` has the same files
+//! and function names.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
+use control_plane_core::policy::{
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+};
+use control_plane_core::*;
+use duckdb::{params, OptionalExt, Row};
+
+use crate::attempt;
+use crate::endpoint;
+use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
+use crate::store::Tx;
+use crate::util::{col_uuid, list, token_opt, ts, ts_opt};
+
+mod claim;
+mod outcome;
+mod publish;
+mod read;
+mod transition;
+
+use claim::*;
+use outcome::*;
+use publish::*;
+use read::*;
+use transition::*;
+
+pub(crate) use read::get;
+
+#[async_trait]
+impl DeliveryStore for EmbeddedStore {
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        let published = self.tx(move |t| publish(t, reqs)).await?;
+        self.wakeup.notify();
+        Ok(published)
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        let account = account.clone();
+        self.tx(move |t| event_get(t, &account, id)).await
+    }
+
+    async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
+        self.tx(move |t| event_list(t, &req)).await
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        let account = account.clone();
+        let e = self
+            .tx(move |t| enqueue(t, &account, endpoint, event))
+            .await?;
+        if e.won {
+            self.wakeup.notify();
+        }
+        Ok(e)
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.work_tx(move |t| claim(t, req)).await
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        let lease = lease.clone();
+        self.work_tx(move |t| extend(t, &lease, lease_for)).await
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        let lease = lease.clone();
+        self.work_tx(move |t| release(t, &lease)).await?;
+        self.wakeup.notify();
+        Ok(())
+    }
+
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        self.work_tx(move |t| record_outcomes(t, batch)).await
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        let d = self
+            .tx(move |t| requeue(t, &account, id, Requeue::Replay))
+            .await?;
+        self.wakeup.notify();
+        Ok(d)
+    }
+
+    async fn delivery_resend(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        let d = self
+            .tx(move |t| requeue(t, &account, id, Requeue::Resend))
+            .await?;
+        self.wakeup.notify();
+        Ok(d)
+    }
+
+    async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64> {
+        let n = self.tx(move |t| replay_dead(t, &filter)).await?;
+        if n > 0 {
+            self.wakeup.notify();
+        }
+        Ok(n)
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let account = account.clone();
+        self.tx(move |t| get(t, &account, id)).await
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        self.tx(move |t| list(t, req)).await
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        self.tx(|t| count_by_state(t)).await
+    }
+
+    async fn delivery_count_by_account_and_state(
+        &self,
+    ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+        self.tx(|t| count_by_account_and_state(t)).await
+    }
+}

@@ -1,0 +1,199 @@
+//! After a claim: extending and releasing a lease, recording outcomes (the
+//! lease check, `control_plane_core::lease::fence`), and sending finished
+//! deliveries again (replay, resend).
+
+use super::*;
+
+/// The row of `lease`'s delivery, when `write` may go ahead under it.
+pub(super) fn fenced_row(
+    t: &Tx<'_>,
+    lease: &Lease,
+    write: FencedWrite<'_>,
+) -> StoreResult<LeaseRow> {
+    let row = lease_row(t, lease.delivery_id)?;
+    fence(
+        row.as_ref().map(LeaseRow::held).as_ref(),
+        &lease.token,
+        write,
+    )?;
+    row.ok_or(StoreError::LeaseLost)
+}
+
+pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+    let row = fenced_row(t, lease, FencedWrite::Keep { now: t.now })?;
+    let expires_at = t.now.plus(lease_for);
+    t.execute(
+        "UPDATE deliveries SET lease_expires_at = $1, updated_at = $2 WHERE id = $3",
+        params![
+            expires_at.as_millis(),
+            t.now.as_millis(),
+            row.id.to_string()
+        ],
+    )
+    .db()?;
+    Ok(Lease {
+        expires_at,
+        ..lease.clone()
+    })
+}
+
+pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
+    let row = fenced_row(t, lease, FencedWrite::Within)?;
+    let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
+    if circuit.is_probe(row.id) {
+        circuit.cancel_probe(row.id);
+        endpoint::save_circuit(t, row.endpoint_id, &circuit)?;
+    }
+    t.execute(
+        "UPDATE deliveries SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE id = $2",
+        params![t.now.as_millis(), row.id.to_string()],
+    )
+    .db()?;
+    Ok(())
+}
+
+/// Records a batch of outcomes in the one transaction `t` belongs to. Each
+/// item gets its own answer; contract answers (a lost lease, a conflicting
+/// repeat) are found before anything of that item is written.
+pub(crate) fn record_outcomes(
+    t: &mut Tx<'_>,
+    batch: Vec<(Lease, DeliveryOutcome)>,
+) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+    // By seq when this writer leased every one of them (the usual case), by
+    // id otherwise (after a restart, or a lease repeated in the batch).
+    let known: Option<Vec<i64>> = batch
+        .iter()
+        .map(|(l, _)| t.seqs.take(l.delivery_id))
+        .collect();
+    let found = match known.as_deref().and_then(|k| seq_range(k).map(|r| (k, r))) {
+        Some((seqs, (lo, hi))) => {
+            let mut st = t
+                .prepare(&format!(
+                    "SELECT {LEASE_COLS} FROM deliveries \
+                     WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
+                ))
+                .db()?;
+            let rows = st
+                .query_map(
+                    params![list::of(seqs.iter().copied()), lo, hi],
+                    row_to_lease_row,
+                )
+                .db()?;
+            rows.collect::<Result<Vec<_>, _>>().db()?
+        }
+        None => {
+            let mut st = t
+                .prepare(&format!(
+                    "SELECT {LEASE_COLS} FROM deliveries WHERE id IN (SELECT unnest($1::VARCHAR[]))"
+                ))
+                .db()?;
+            let rows = st
+                .query_map(
+                    params![list::text(batch.iter().map(|(l, _)| l.delivery_id))],
+                    row_to_lease_row,
+                )
+                .db()?;
+            rows.collect::<Result<Vec<_>, _>>().db()?
+        }
+    };
+    let mut rows: HashMap<DeliveryId, LeaseRow> =
+        found.into_iter().map(|row| (row.id, row)).collect();
+    let mut circuits = Circuits::default();
+    let mut writes = Transitions::default();
+    let mut out = Vec::with_capacity(batch.len());
+    for (lease, outcome) in batch {
+        let end = FencedWrite::End {
+            kind: outcome.kind(),
+        };
+        let Some(row) = rows.get_mut(&lease.delivery_id) else {
+            out.push(Err(Refused::Lost.into()));
+            continue;
+        };
+        match fence(Some(&row.held()), &lease.token, end) {
+            Err(refused) => {
+                out.push(Err(refused.into()));
+                continue;
+            }
+            Ok(Verdict::Repeat) => {
+                out.push(Ok(OutcomeRecorded {
+                    state: row.state,
+                    duplicate: true,
+                }));
+                continue;
+            }
+            Ok(Verdict::Live) => {}
+        }
+        let circuit = circuits.get(t, row.endpoint_id)?;
+        let probe = circuit.is_probe(row.id);
+        let tr = plan_outcome(
+            row.state_for_plan(),
+            &outcome,
+            circuit,
+            probe,
+            t.now,
+            &t.options,
+        );
+        writes.push(t, row, &tr, Some(lease.token), Some(outcome.kind()))?;
+        out.push(Ok(OutcomeRecorded {
+            state: tr.state,
+            duplicate: false,
+        }));
+    }
+    circuits.write(t)?;
+    writes.write(t)?;
+    Ok(out)
+}
+
+/// A finished delivery back to the queue ([`Requeue`]).
+pub(crate) fn requeue(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: DeliveryId,
+    how: Requeue,
+) -> StoreResult<Delivery> {
+    let d = get(t, account, id)?;
+    if !how.states().contains(&d.state) {
+        return Err(how.refused(id, Some(d.state)));
+    }
+    let deleted: bool = t
+        .query_row(
+            "SELECT deleted_at IS NOT NULL FROM endpoints WHERE id = $1",
+            params![d.endpoint_id.to_string()],
+            |r| r.get(0),
+        )
+        .optional()
+        .db()?
+        .unwrap_or(true);
+    if deleted {
+        return Err(how.refused(id, None));
+    }
+    t.execute(
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+         last_outcome = NULL, updated_at = $1 WHERE id = $3",
+        params![t.now.as_millis(), t.options.max_attempts, id.to_string()],
+    )
+    .db()?;
+    get(t, account, id)
+}
+
+pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
+    let n = t
+        .execute(
+            "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+             last_outcome = NULL, updated_at = $1 \
+             WHERE account = $3 AND state = 'dead' AND ($4::VARCHAR IS NULL OR endpoint_id = $4) \
+             AND ($5::BIGINT IS NULL OR updated_at >= $5) AND ($6::BIGINT IS NULL OR updated_at < $6) \
+             AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL)",
+            params![
+                t.now.as_millis(),
+                t.options.max_attempts,
+                f.account.as_str(),
+                f.endpoint_id.map(|e| e.to_string()),
+                f.dead_since.map(Timestamp::as_millis),
+                f.dead_until.map(Timestamp::as_millis)
+            ],
+        )
+        .db()?;
+    Ok(n as u64)
+}

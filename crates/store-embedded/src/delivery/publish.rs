@@ -1,0 +1,200 @@
+//! Publishing: events, their fan-out to deliveries, operational events, enqueue.
+
+use super::*;
+
+/// New events and deliveries gathered during one transaction and written by
+/// one statement each.
+#[derive(Default)]
+pub(super) struct NewRows {
+    pub(super) ev_id: Vec<String>,
+    pub(super) ev_account: Vec<String>,
+    pub(super) ev_type: Vec<String>,
+    pub(super) ev_body: Vec<String>,
+    pub(super) ev_key: Vec<Option<String>>,
+    pub(super) d_id: Vec<String>,
+    pub(super) d_account: Vec<String>,
+    pub(super) d_endpoint: Vec<String>,
+    pub(super) d_event: Vec<String>,
+    pub(super) d_seq: Vec<i64>,
+}
+
+impl NewRows {
+    pub(super) fn delivery(
+        &mut self,
+        t: &mut Tx<'_>,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> DeliveryId {
+        let id = DeliveryId::new();
+        self.d_id.push(id.to_string());
+        self.d_account.push(account.as_str().to_string());
+        self.d_endpoint.push(endpoint.to_string());
+        self.d_event.push(event.to_string());
+        self.d_seq.push(t.next_seq());
+        id
+    }
+
+    /// A new event fanned out (see [`fan_out`]) to `endpoints`, the live
+    /// endpoints of its account; `about` is the endpoint an operational
+    /// event concerns.
+    pub(super) fn event(
+        &mut self,
+        t: &mut Tx<'_>,
+        req: &PublishRequest,
+        endpoints: &[Endpoint],
+        about: Option<EndpointId>,
+    ) -> Published {
+        let event = req.event_at(t.now);
+        self.ev_id.push(event.id.to_string());
+        self.ev_account.push(event.account.as_str().to_string());
+        self.ev_type.push(event.event_type.clone());
+        self.ev_body.push(event.body.clone());
+        self.ev_key.push(event.idempotency_key.clone());
+        let deliveries = fan_out(endpoints, &req.event_type, &req.payload, about)
+            .into_iter()
+            .map(|e| self.delivery(t, &req.account, e, event.id))
+            .collect();
+        Published {
+            event,
+            deliveries,
+            created: true,
+        }
+    }
+
+    pub(super) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+        if !self.ev_id.is_empty() {
+            t.execute(
+                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+                 SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), \
+                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6",
+                params![
+                    list::text(self.ev_id),
+                    list::text(self.ev_account),
+                    list::text(self.ev_type),
+                    list::text(self.ev_body),
+                    list::of(self.ev_key),
+                    t.now.as_millis()
+                ],
+            )
+            .db()?;
+        }
+        if !self.d_id.is_empty() {
+            t.execute(
+                "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
+                 due_at, created_at, updated_at) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), \
+                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6, $7, $7, $7",
+                params![
+                    list::text(self.d_id),
+                    list::text(self.d_account),
+                    list::text(self.d_endpoint),
+                    list::text(self.d_event),
+                    list::of(self.d_seq),
+                    t.options.max_attempts,
+                    t.now.as_millis()
+                ],
+            )
+            .db()?;
+        }
+        Ok(())
+    }
+}
+
+/// Publishes every request in the one transaction `t` belongs to. A key
+/// repeated within the batch answers with the event its first use created.
+pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+    for r in &reqs {
+        r.validate()?;
+    }
+    let mut rows = NewRows::default();
+    let mut endpoints: HashMap<AccountId, Vec<Endpoint>> = HashMap::new();
+    let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
+    let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        if let Some(key) = &req.idempotency_key {
+            let slot = (req.account.clone(), key.clone());
+            if let Some(first) = keyed.get(&slot).and_then(|i| out.get(*i)) {
+                req.check_repeat_of(&first.event)?;
+                let again = Published {
+                    created: false,
+                    ..first.clone()
+                };
+                out.push(again);
+                continue;
+            }
+            let existing = t
+                .query_row(
+                    &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
+                    params![req.account.as_str(), key],
+                    row_to_event,
+                )
+                .optional()
+                .db()?;
+            if let Some(event) = existing {
+                req.check_repeat_of(&event)?;
+                let deliveries = deliveries_of_event(t, event.id)?;
+                out.push(Published {
+                    event,
+                    deliveries,
+                    created: false,
+                });
+                continue;
+            }
+            keyed.insert(slot, out.len());
+        }
+        if !endpoints.contains_key(&req.account) {
+            endpoints.insert(req.account.clone(), endpoint::list_sealed(t, &req.account)?);
+        }
+        let live = endpoints.get(&req.account).map_or(&[][..], Vec::as_slice);
+        out.push(rows.event(t, &req, live, None));
+    }
+    rows.write(t)?;
+    Ok(out)
+}
+
+/// Records an alert and publishes it as an event, in the caller's transaction.
+pub(crate) fn raise_alert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
+    crate::alert::insert(t, alert)?;
+    let req = alert.event();
+    let endpoints = endpoint::list_sealed(t, &alert.account)?;
+    let concerned = Some(alert.endpoint_id);
+    if !fan_out(&endpoints, &req.event_type, &req.payload, concerned).is_empty() {
+        let mut rows = NewRows::default();
+        rows.event(t, &req, &endpoints, concerned);
+        rows.write(t)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn enqueue(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    endpoint_id: EndpointId,
+    event: EventId,
+) -> StoreResult<Enqueued> {
+    endpoint::get(t, account, endpoint_id)?;
+    event_get(t, account, event)?;
+    let existing = t
+        .query_row(
+            "SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2",
+            params![endpoint_id.to_string(), event.to_string()],
+            |r| col_uuid(r, 0),
+        )
+        .optional()
+        .db()?;
+    match existing {
+        Some(id) => Ok(Enqueued {
+            delivery_id: DeliveryId(id),
+            won: false,
+        }),
+        None => {
+            let mut rows = NewRows::default();
+            let delivery_id = rows.delivery(t, account, endpoint_id, event);
+            rows.write(t)?;
+            Ok(Enqueued {
+                delivery_id,
+                won: true,
+            })
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Events, fan-out and the delivery queue: claims with `FOR UPDATE SKIP LOCKED`
+//! and leases fenced by token (ADR 0002, ADR 0005), by stage: `publish`,
+//! `claim`, `outcome` (with `transition`, what every change of a live
+//! delivery writes) and `read`, the same files and function names as the
+//! embedded adapter's.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
+use control_plane_core::policy::{
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptState, Transition,
+};
+use control_plane_core::*;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::alert;
+use crate::attempt;
+use crate::endpoint;
+use crate::error::PgResultExt;
+use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx, CLAIM_SETTINGS};
+use crate::util::{ts_opt, u32_of};
+
+mod claim;
+mod outcome;
+mod publish;
+mod read;
+mod transition;
+
+use claim::*;
+use outcome::*;
+use publish::*;
+use read::*;
+use transition::*;
+
+pub use claim::claim_statement;
+pub(crate) use outcome::record_delivered_fast_batch;
+pub use outcome::RECORD_DELIVERED;
+pub(crate) use read::get;
+
+impl PostgresStore {
+    /// The outbox: publishes inside the caller's own transaction, so the
+    /// event and its deliveries commit or roll back with the caller's
+    /// business write. The caller's connection must reach this store's
+    /// schema (its `search_path`, as [`PostgresStore::schema`] names).
+    ///
+    /// # Errors
+    /// As [`DeliveryStore::event_publish_batch`]; an error leaves the caller's
+    /// transaction to be rolled back.
+    pub async fn publish_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        reqs: Vec<PublishRequest>,
+    ) -> StoreResult<Vec<Published>> {
+        publish(&Tx::new(tx.client(), None, self, self.now()), reqs).await
+    }
+
+    /// Wakes workers on every replica; call it after committing a
+    /// transaction that used [`PostgresStore::publish_in`].
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached (workers still poll).
+    pub async fn notify_committed(&self) -> StoreResult<()> {
+        self.wakeup.notify();
+        let client = self.pool.get().await.map_err(crate::error::map_pool)?;
+        client
+            .execute("SELECT pg_notify($1, '')", &[&self.channel])
+            .await
+            .map_err(crate::error::map)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for PostgresStore {
+    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if reqs.iter().all(|r| r.idempotency_key.is_none()) {
+            return publish_keyless(self, &reqs).await;
+        }
+        let out = in_tx!(self, |t| publish(&t, reqs))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
+        in_tx!(self, |t| event_get(&t, account, id))
+    }
+
+    async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
+        in_tx!(self, |t| event_list(&t, &req))
+    }
+
+    async fn delivery_enqueue(
+        &self,
+        account: &AccountId,
+        endpoint: EndpointId,
+        event: EventId,
+    ) -> StoreResult<Enqueued> {
+        let out = in_tx!(self, |t| enqueue(&t, account, endpoint, event))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+        req.validate()?;
+        let tx = PipelinedTx::begin(self, CLAIM_SETTINGS).await?;
+        let out = {
+            let client = tx.client()?;
+            let t = Tx::new(client, Some(&client.statement_cache), self, self.now());
+            let (out, state) = claim(&t, req).await?;
+            if let ClaimTx::Open = state {
+                t.batch_execute("COMMIT").await.db()?;
+            }
+            out
+        };
+        tx.ended();
+        Ok(out)
+    }
+
+    async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        in_tx!(self, |t| extend(&t, lease, lease_for))
+    }
+
+    async fn delivery_release(&self, lease: &Lease) -> StoreResult<()> {
+        let out = in_tx!(self, |t| release(&t, lease))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_record_outcomes(
+        &self,
+        batch: Vec<(Lease, DeliveryOutcome)>,
+    ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+        let now = self.now();
+        let mut seen = std::collections::HashMap::new();
+        for (lease, _) in &batch {
+            *seen.entry(lease.delivery_id).or_insert(0u32) += 1;
+        }
+        // Successes of deliveries named once in the batch go in one statement.
+        let fast: Vec<(&Lease, &AttemptReport)> = batch
+            .iter()
+            .filter(|(l, _)| seen.get(&l.delivery_id) == Some(&1))
+            .filter_map(|(l, o)| match o {
+                DeliveryOutcome::Delivered(r) => Some((l, r)),
+                _ => None,
+            })
+            .collect();
+        let mut client = self.pool.get().await.map_err(crate::error::map_pool)?;
+        // One autocommitted statement; the common batch is done with it.
+        let done: std::collections::HashSet<DeliveryId> =
+            record_delivered_fast_batch(&client, now, &fast)
+                .await?
+                .into_iter()
+                .collect();
+        if done.len() == batch.len() {
+            return Ok(batch
+                .iter()
+                .map(|_| {
+                    Ok(OutcomeRecorded {
+                        state: DeliveryState::Delivered,
+                        duplicate: false,
+                    })
+                })
+                .collect());
+        }
+        let tx = client.transaction().await.map_err(crate::error::map)?;
+        // The same store time as the fast path's statement above.
+        let t = Tx::new(tx.client(), Some(&tx.statement_cache), self, now);
+        let mut out = Vec::with_capacity(batch.len());
+        for (lease, outcome) in batch {
+            if done.contains(&lease.delivery_id) {
+                out.push(Ok(OutcomeRecorded {
+                    state: DeliveryState::Delivered,
+                    duplicate: false,
+                }));
+                continue;
+            }
+            // Contract answers come from checks, not from failed statements,
+            // so the transaction stays usable after them.
+            match record_outcome(&t, &lease, outcome).await {
+                Err(e) if !e.is_contract_answer() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        tx.commit().await.map_err(crate::error::map)?;
+        Ok(out)
+    }
+
+    async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let out = in_tx!(self, |t| requeue(&t, account, id, Requeue::Replay))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_resend(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        let out = in_tx!(self, |t| requeue(&t, account, id, Requeue::Resend))?;
+        self.wake().await;
+        Ok(out)
+    }
+
+    async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64> {
+        let n = in_tx!(self, |t| replay_dead(&t, &filter))?;
+        if n > 0 {
+            self.wake().await;
+        }
+        Ok(n)
+    }
+
+    async fn delivery_get(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+        in_tx!(self, |t| get(&t, account, id))
+    }
+
+    async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+        in_tx!(self, |t| list(&t, req))
+    }
+
+    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.wakeup.subscribe()
+    }
+
+    async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
+        in_tx!(self, |t| count_by_state(&t))
+    }
+
+    async fn delivery_count_by_account_and_state(
+        &self,
+    ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+        in_tx!(self, |t| count_by_account_and_state(&t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::open_test_store;
+
+    /// A pipelined publish whose delivery insert fails after its event
+    /// insert succeeded stores neither: the statements run in one
+    /// transaction, and the `COMMIT` sent behind them rolls it back.
+    #[tokio::test]
+    async fn a_pipelined_publish_that_fails_part_way_stores_nothing() {
+        let (store, admin) = open_test_store().await;
+        let schema = store.schema().to_string();
+        let account = AccountId::new("a").unwrap();
+        store
+            .endpoint_create(EndpointCreateRequest::new(
+                account.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_dGVzdA=="),
+            ))
+            .await
+            .unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT ON {schema}.deliveries \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {schema}.refuse()"
+            ))
+            .await
+            .unwrap();
+        let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
+        let events = format!("SELECT count(*) FROM {schema}.events");
+        let failed = store
+            .event_publish_batch(vec![req.clone(), req.clone()])
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
+        assert_eq!(stored, 0, "the events outlived the failed delivery insert");
+        // The pool's connection is usable again, outside any transaction.
+        admin
+            .batch_execute(&format!("DROP TRIGGER refuse ON {schema}.deliveries"))
+            .await
+            .unwrap();
+        let published = store.event_publish_batch(vec![req]).await.unwrap();
+        assert_eq!(published[0].deliveries.len(), 1);
+        let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
+        assert_eq!(stored, 1);
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,246 @@
+//! After a claim: extending and releasing a lease, recording outcomes (the
+//! lease check, `control_plane_core::lease::fence`), and sending finished
+//! deliveries again (replay, resend).
+
+use super::*;
+
+/// The live row of `lease`'s delivery under its lock, when `write` may go
+/// ahead under it.
+pub(super) async fn fenced_row(
+    t: &Tx<'_>,
+    lease: &Lease,
+    write: FencedWrite<'_>,
+) -> StoreResult<LeaseRow> {
+    let row = lock_live(t, lease.delivery_id).await?;
+    fence(
+        row.as_ref().map(LeaseRow::held).as_ref(),
+        &lease.token,
+        write,
+    )?;
+    row.ok_or(StoreError::LeaseLost)
+}
+
+pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+    let row = fenced_row(t, lease, FencedWrite::Keep { now: t.now }).await?;
+    let expires_at = t.now.plus(lease_for);
+    t.execute(
+        "UPDATE delivery_queue SET lease_expires_at = $1, updated_at = $2 WHERE endpoint_id = $3 AND seq = $4",
+        &[
+            &expires_at.as_millis(),
+            &t.now.as_millis(),
+            &row.endpoint_id.0,
+            &row.seq,
+        ],
+    )
+    .await
+    .db()?;
+    Ok(Lease {
+        expires_at,
+        ..lease.clone()
+    })
+}
+
+pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
+    let row = fenced_row(t, lease, FencedWrite::Within).await?;
+    let mut circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
+    if circuit.is_probe(row.id) {
+        circuit.cancel_probe(row.id);
+        endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
+    }
+    t.execute(
+        "UPDATE delivery_queue SET state = 'pending', attempts = attempts - 1, due_at = $1, lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, updated_at = $1 WHERE endpoint_id = $2 AND seq = $3",
+        &[&t.now.as_millis(), &row.endpoint_id.0, &row.seq],
+    )
+    .await
+    .db()?;
+    Ok(())
+}
+
+/// The common outcome, for many leases in one statement (arrays through
+/// `unnest`): a success, under its live lease, on an endpoint whose circuit is
+/// closed with nothing to reset. `plan_outcome` gives exactly this transition
+/// there (delivered, attempt logged, circuit unchanged, no alert): the live
+/// row is deleted, the finished row and the attempt row are inserted.
+/// Returns the deliveries it recorded; the others need the general path,
+/// which handles everything. On a plain client the statement commits on its
+/// own. The benchmark issues this same text raw.
+pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[]) \
+     AS i(id, token, error, code, latency)), \
+     g AS (DELETE FROM delivery_queue l USING i, deliveries d \
+     WHERE d.id = i.id AND l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+     AND l.lease_token = i.token AND l.state = 'leased' \
+     AND EXISTS (SELECT 1 FROM circuits c WHERE c.endpoint_id = l.endpoint_id \
+     AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
+     AND c.failing_since IS NULL AND c.probe IS NULL) \
+     RETURNING l.delivery_id, l.endpoint_id, l.account, l.attempts, l.max_attempts, l.due_at, \
+     i.token, i.error, i.code, i.latency), \
+     f AS (INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+     lease_token, last_outcome, finished_at) \
+     SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, error, token, 'delivered', $6 FROM g) \
+     INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+     latency_ms, will_retry, next_attempt_at, recorded_at) \
+     SELECT g.delivery_id, g.endpoint_id, g.account, g.attempts, 'delivered', g.code, g.error, g.latency, \
+     false, NULL, $6 FROM g RETURNING delivery_id";
+
+/// Runs [`RECORD_DELIVERED`] on `items`.
+pub(crate) async fn record_delivered_fast_batch(
+    client: &deadpool_postgres::ClientWrapper,
+    now: Timestamp,
+    items: &[(&Lease, &AttemptReport)],
+) -> StoreResult<Vec<DeliveryId>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = items.iter().map(|(l, _)| l.delivery_id.0).collect();
+    let tokens: Vec<Uuid> = items.iter().map(|(l, _)| l.token.0).collect();
+    let errors: Vec<Option<String>> = items.iter().map(|(_, r)| r.error.clone()).collect();
+    let codes: Vec<Option<i64>> = items
+        .iter()
+        .map(|(_, r)| r.status_code.map(i64::from))
+        .collect();
+    let latencies: Vec<i64> = items
+        .iter()
+        .map(|(_, r)| i64::try_from(r.latency_ms).unwrap_or(i64::MAX))
+        .collect();
+    let complete = client.prepare_cached(RECORD_DELIVERED).await.db()?;
+    let rows = client
+        .query(
+            &complete,
+            &[&ids, &tokens, &errors, &codes, &latencies, &now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
+}
+
+pub(crate) async fn record_outcome(
+    t: &Tx<'_>,
+    lease: &Lease,
+    outcome: DeliveryOutcome,
+) -> StoreResult<OutcomeRecorded> {
+    let end = FencedWrite::End {
+        kind: outcome.kind(),
+    };
+    let Some(row) = lock_live(t, lease.delivery_id).await? else {
+        // Finished: the same outcome again under its last lease is a repeat.
+        let Some(done) = finished(t, lease.delivery_id).await? else {
+            return Err(Refused::Lost.into());
+        };
+        fence(Some(&done.held()), &lease.token, end)?;
+        return Ok(OutcomeRecorded {
+            state: done.state,
+            duplicate: true,
+        });
+    };
+    if fence(Some(&row.held()), &lease.token, end)? == Verdict::Repeat {
+        return Ok(OutcomeRecorded {
+            state: row.state,
+            duplicate: true,
+        });
+    }
+    // A success on a healthy circuit changes nothing there: skip its row lock,
+    // which every delivery to a busy endpoint would otherwise queue on.
+    let mut circuit = endpoint::load_circuit(t, row.endpoint_id, false).await?;
+    let untouched = outcome.is_success() && circuit == control_plane_core::Circuit::closed();
+    if !untouched {
+        circuit = endpoint::load_circuit(t, row.endpoint_id, true).await?;
+    }
+    let before = circuit.clone();
+    let probe = circuit.is_probe(row.id);
+    let tr = plan_outcome(
+        row.state_for_plan(),
+        &outcome,
+        &mut circuit,
+        probe,
+        t.now,
+        t.options,
+    );
+    if circuit != before {
+        endpoint::save_circuit(t, row.endpoint_id, &circuit).await?;
+    }
+    apply(t, &row, &tr, Some(lease.token), Some(outcome.kind())).await?;
+    Ok(OutcomeRecorded {
+        state: tr.state,
+        duplicate: false,
+    })
+}
+
+/// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x
+/// USING deliveries d` in a CTE `x`: the dead rows it deleted go back to the
+/// queue, due at `$1`, with their own sequence numbers and `$2` more
+/// attempts.
+pub(super) const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
+     INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
+     due_at, last_error, updated_at) \
+     SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x";
+
+/// A finished delivery back to the queue ([`Requeue`]).
+pub(crate) async fn requeue(
+    t: &Tx<'_>,
+    account: &AccountId,
+    id: DeliveryId,
+    how: Requeue,
+) -> StoreResult<Delivery> {
+    get(t, account, id).await?;
+    let deleted: bool = t
+        .query_opt(
+            "SELECT e.deleted_at IS NOT NULL FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+             WHERE d.id = $1",
+            &[&id.0],
+        )
+        .await
+        .db()?
+        .is_none_or(|r| r.get(0));
+    // The finished row under its lock goes back to the queue with its own
+    // sequence number and a new budget of attempts.
+    let states: Vec<&str> = how.states().iter().map(|s| s.as_str()).collect();
+    let moved = t
+        .execute(
+            &format!(
+                "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+                 WHERE x.delivery_id = $3 AND d.id = x.delivery_id AND x.state = ANY($5) AND NOT $4::boolean \
+                 {REQUEUE}"
+            ),
+            &[
+                &t.now.as_millis(),
+                &i64::from(t.options.max_attempts),
+                &id.0,
+                &deleted,
+                &states,
+            ],
+        )
+        .await
+        .db()?;
+    if moved == 0 {
+        let d = get(t, account, id).await?;
+        if !how.states().contains(&d.state) {
+            return Err(how.refused(id, Some(d.state)));
+        }
+        return Err(how.refused(id, None));
+    }
+    get(t, account, id).await
+}
+
+pub(crate) async fn replay_dead(t: &Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
+    t.execute(
+        &format!(
+            "WITH x AS (DELETE FROM delivery_done x USING deliveries d \
+             WHERE d.id = x.delivery_id AND x.state = 'dead' AND d.account = $3 \
+             AND ($4::uuid IS NULL OR d.endpoint_id = $4) \
+             AND ($5::bigint IS NULL OR x.finished_at >= $5) AND ($6::bigint IS NULL OR x.finished_at < $6) \
+             AND d.endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL) \
+             {REQUEUE}"
+        ),
+        &[
+            &t.now.as_millis(),
+            &i64::from(t.options.max_attempts),
+            &f.account.as_str(),
+            &f.endpoint_id.map(|e| e.0),
+            &f.dead_since.map(Timestamp::as_millis),
+            &f.dead_until.map(Timestamp::as_millis),
+        ],
+    )
+    .await
+    .db()
+}

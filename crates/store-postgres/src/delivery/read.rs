@@ -1,0 +1,214 @@
+//! Reading deliveries and events: by id, listings, counts by state.
+
+use super::*;
+
+/// A delivery with its state: the immutable row `d`, and its live row `l`
+/// while it is pending or leased or its finished row `x` once it is
+/// delivered or dead (ADR 0020). One of the two always exists: every change
+/// moves a delivery between them inside one transaction.
+pub(super) const DELIVERY_FROM: &str = "deliveries d \
+     LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+     LEFT JOIN delivery_done x ON x.delivery_id = d.id";
+
+/// The columns of [`row_to_delivery`] over [`DELIVERY_FROM`].
+pub(super) const DELIVERY_COLS: &str = "d.id, d.account, d.endpoint_id, d.event_id, d.seq, \
+     coalesce(l.state, x.state), coalesce(l.attempts, x.attempts), \
+     coalesce(l.max_attempts, x.max_attempts), coalesce(l.due_at, x.due_at), l.lease_expires_at, \
+     coalesce(l.last_error, x.last_error), d.created_at, coalesce(l.updated_at, x.finished_at)";
+
+/// The state of a row of [`DELIVERY_FROM`], `NULL` for none.
+pub(super) const STATE_OF: &str = "coalesce(l.state, x.state)";
+
+pub(super) fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
+    Ok(Delivery {
+        id: DeliveryId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        endpoint_id: EndpointId(r.get(2)),
+        event_id: EventId(r.get(3)),
+        seq: r.get(4),
+        state: r.get::<_, String>(5).parse()?,
+        attempts: u32_of(r.get(6)),
+        max_attempts: u32_of(r.get(7)),
+        due_at: Timestamp::from_millis(r.get(8)),
+        lease_expires_at: ts_opt(r.get(9)),
+        last_error: r.get(10),
+        created_at: Timestamp::from_millis(r.get(11)),
+        updated_at: Timestamp::from_millis(r.get(12)),
+    })
+}
+
+pub(super) const EVENT_COLS: &str = "id, account, event_type, body, idempotency_key, created_at";
+
+pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
+    Ok(Event {
+        id: EventId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        event_type: r.get(2),
+        body: r.get(3),
+        idempotency_key: r.get(4),
+        created_at: Timestamp::from_millis(r.get(5)),
+    })
+}
+
+pub(crate) async fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
+    let row = t
+        .query_opt(
+            &format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 AND account = $2"),
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("event", id))?;
+    row_to_event(&row)
+}
+
+/// Events of the request, newest first: before `before`, or exactly `at`.
+pub(super) async fn events_where(
+    t: &Tx<'_>,
+    req: &EventListRequest,
+    before: Option<i64>,
+    at: Option<i64>,
+    limit: i64,
+) -> StoreResult<Vec<Event>> {
+    let rows = t
+        .query(
+            &format!(
+                "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND ($2::text IS NULL OR event_type = $2) \
+                 AND ($3::bigint IS NULL OR created_at >= $3) AND ($4::bigint IS NULL OR created_at < $4) \
+                 AND ($5::bigint IS NULL OR created_at < $5) AND ($6::bigint IS NULL OR created_at = $6) \
+                 ORDER BY created_at DESC, id DESC LIMIT $7"
+            ),
+            &[
+                &req.account.as_str(),
+                &req.event_type,
+                &req.since.map(Timestamp::as_millis),
+                &req.until.map(Timestamp::as_millis),
+                &before,
+                &at,
+                &limit,
+            ],
+        )
+        .await
+        .db()?;
+    rows.iter().map(row_to_event).collect()
+}
+
+pub(crate) async fn event_list(t: &Tx<'_>, req: &EventListRequest) -> StoreResult<Page<Event>> {
+    req.page.validate()?;
+    let rows = events_where(t, req, req.page.after, None, i64::from(req.page.limit) + 1).await?;
+    match cut_by_time(rows, req.page.limit, |e| e.created_at.as_millis()) {
+        TimeCut::Last(items) => Ok(Page { items, next: None }),
+        TimeCut::More {
+            mut newer,
+            boundary,
+        } => {
+            newer.extend(events_where(t, req, None, Some(boundary), i64::MAX).await?);
+            let older = events_where(t, req, Some(boundary), None, 1).await?;
+            Ok(Page {
+                items: newer,
+                next: (!older.is_empty()).then_some(boundary),
+            })
+        }
+    }
+}
+
+pub(super) async fn deliveries_of_event(
+    t: &Tx<'_>,
+    event: EventId,
+) -> StoreResult<Vec<DeliveryId>> {
+    let rows = t
+        .query(
+            "SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
+            &[&event.0],
+        )
+        .await
+        .db()?;
+    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
+}
+
+pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
+    let row = t
+        .query_opt(
+            &format!(
+                "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} \
+                 WHERE d.id = $1 AND d.account = $2 AND {STATE_OF} IS NOT NULL"
+            ),
+            &[&id.0, &account.as_str()],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("delivery", id))?;
+    row_to_delivery(&row)
+}
+
+pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+    req.page.validate()?;
+    let rows = t
+        .query(
+            &format!(
+                "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
+                 AND ($2::text IS NULL OR {STATE_OF} = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
+                 AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
+                 ORDER BY d.seq DESC LIMIT $6"
+            ),
+            &[
+                &req.account.as_str(),
+                &req.state.map(DeliveryState::as_str),
+                &req.endpoint_id.map(|e| e.0),
+                &req.event_id.map(|e| e.0),
+                &req.page.after,
+                &(i64::from(req.page.limit) + 1),
+            ],
+        )
+        .await
+        .db()?;
+    let items = rows
+        .iter()
+        .map(row_to_delivery)
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
+}
+
+pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
+    let rows = t
+        .query(
+            "SELECT state, sum(n)::bigint FROM (SELECT state, count(*) AS n FROM delivery_queue GROUP BY state \
+             UNION ALL SELECT state, count(*) FROM delivery_done GROUP BY state) s GROUP BY state ORDER BY state",
+            &[],
+        )
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.get::<_, String>(0).parse()?,
+                u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+            ))
+        })
+        .collect()
+}
+
+pub(crate) async fn count_by_account_and_state(
+    t: &Tx<'_>,
+) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
+    let rows = t
+        .query(
+            "SELECT account, state, sum(n)::bigint FROM (\
+             SELECT account, state, count(*) AS n FROM delivery_queue GROUP BY account, state \
+             UNION ALL SELECT d.account, x.state, count(*) FROM delivery_done x \
+             JOIN deliveries d ON d.id = x.delivery_id GROUP BY d.account, x.state) s \
+             GROUP BY account, state ORDER BY account, state",
+            &[],
+        )
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                AccountId::new(r.get::<_, String>(0))?,
+                r.get::<_, String>(1).parse()?,
+                u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            ))
+        })
+        .collect()
+}

@@ -1,0 +1,197 @@
+//! What every transition of a live delivery reads and writes: its live row
+//! under its lock, its finished row, and the write of the new state with its
+//! attempt row.
+
+use super::*;
+
+/// The fields of a live delivery a transition needs.
+pub(super) struct LeaseRow {
+    pub(super) id: DeliveryId,
+    pub(super) account: AccountId,
+    pub(super) endpoint_id: EndpointId,
+    pub(super) seq: i64,
+    pub(super) attempts: u32,
+    pub(super) max_attempts: u32,
+    pub(super) due_at: Timestamp,
+    pub(super) state: DeliveryState,
+    pub(super) lease_token: Option<LeaseToken>,
+    pub(super) lease_expires_at: Option<Timestamp>,
+    pub(super) last_outcome: Option<String>,
+}
+
+impl LeaseRow {
+    /// What the lease check sees (`control_plane_core::lease`).
+    pub(super) fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.state == DeliveryState::Leased,
+            token: self.lease_token,
+            expires_at: self.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+
+    pub(super) fn state_for_plan(&self) -> AttemptState {
+        AttemptState {
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            due_at: self.due_at,
+        }
+    }
+}
+
+pub(super) const LEASE_COLS: &str =
+    "l.delivery_id, l.account, l.endpoint_id, l.seq, l.attempts, l.max_attempts, l.due_at, l.state, \
+     l.lease_token, l.lease_expires_at, l.last_outcome";
+
+pub(super) fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
+    Ok(LeaseRow {
+        id: DeliveryId(r.get(0)),
+        account: AccountId::new(r.get::<_, String>(1))?,
+        endpoint_id: EndpointId(r.get(2)),
+        seq: r.get(3),
+        attempts: u32_of(r.get(4)),
+        max_attempts: u32_of(r.get(5)),
+        due_at: Timestamp::from_millis(r.get(6)),
+        state: r.get::<_, String>(7).parse()?,
+        lease_token: r.get::<_, Option<Uuid>>(8).map(LeaseToken),
+        lease_expires_at: ts_opt(r.get(9)),
+        last_outcome: r.get(10),
+    })
+}
+
+/// The live row of a delivery under its lock; `None` once it is finished
+/// (or when it does not exist).
+pub(super) async fn lock_live(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {
+    t.query_opt(
+        &format!(
+            "SELECT {LEASE_COLS} FROM deliveries d \
+             JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+             WHERE d.id = $1 FOR UPDATE OF l"
+        ),
+        &[&id.0],
+    )
+    .await
+    .db()?
+    .as_ref()
+    .map(row_to_lease_row)
+    .transpose()
+}
+
+/// How a finished delivery ended: its state, the token of its last lease
+/// and the outcome recorded under it.
+pub(super) struct Finished {
+    pub(super) state: DeliveryState,
+    pub(super) lease_token: Option<LeaseToken>,
+    pub(super) last_outcome: Option<String>,
+}
+
+impl Finished {
+    /// What the lease check sees: no lease holds a finished delivery.
+    pub(super) fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: false,
+            token: self.lease_token,
+            expires_at: None,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+}
+
+pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<Finished>> {
+    let row = t
+        .query_opt(
+            "SELECT state, lease_token, last_outcome FROM delivery_done WHERE delivery_id = $1",
+            &[&id.0],
+        )
+        .await
+        .db()?;
+    row.map(|r| {
+        Ok(Finished {
+            state: r.get::<_, String>(0).parse()?,
+            lease_token: r.get::<_, Option<Uuid>>(1).map(LeaseToken),
+            last_outcome: r.get(2),
+        })
+    })
+    .transpose()
+}
+
+/// Writes a transition: the live row moved to its new due time, or deleted
+/// and its finished row written; the attempt-log row; a disable.
+pub(super) async fn apply(
+    t: &Tx<'_>,
+    row: &LeaseRow,
+    tr: &Transition,
+    keep_token: Option<LeaseToken>,
+    outcome_kind: Option<&str>,
+) -> StoreResult<()> {
+    let keep_token = keep_token.map(|k| k.0);
+    let now = t.now.as_millis();
+    if tr.state.is_final() {
+        let finish = t
+            .prepare_cached(
+                "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
+                 RETURNING delivery_id, attempts, max_attempts) \
+                 INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+                 lease_token, last_outcome, finished_at) \
+                 SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g",
+            )
+            .await
+            .db()?;
+        t.execute(
+            &finish,
+            &[
+                &row.endpoint_id.0,
+                &row.seq,
+                &tr.state.as_str(),
+                &tr.due_at.as_millis(),
+                &tr.last_error,
+                &keep_token,
+                &outcome_kind,
+                &now,
+            ],
+        )
+        .await
+        .db()?;
+    } else {
+        let retry = t
+            .prepare_cached(
+                "UPDATE delivery_queue SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
+                 leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 \
+                 WHERE endpoint_id = $7 AND seq = $8",
+            )
+            .await
+            .db()?;
+        t.execute(
+            &retry,
+            &[
+                &tr.state.as_str(),
+                &tr.due_at.as_millis(),
+                &tr.last_error,
+                &keep_token,
+                &outcome_kind,
+                &now,
+                &row.endpoint_id.0,
+                &row.seq,
+            ],
+        )
+        .await
+        .db()?;
+    }
+    attempt::insert(
+        t,
+        row.id,
+        row.endpoint_id,
+        &row.account,
+        row.attempts,
+        &tr.attempt,
+    )
+    .await?;
+    let mut disabled = false;
+    if let Some(reason) = &tr.disable_reason {
+        disabled = endpoint::disable(t, row.endpoint_id, reason).await?;
+    }
+    for alert in alerts_for(tr, disabled, &row.account, row.endpoint_id, row.id) {
+        raise_alert(t, &alert).await?;
+    }
+    Ok(())
+}
