@@ -1,0 +1,175 @@
+//! Deliveries: list and read; replay, resend and bulk replay.
+
+use super::*;
+
+/// Filters of the delivery listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeliveryQuery {
+    /// `pending`, `leased`, `delivered` or `dead`.
+    #[param(pattern = "^(pending|leased|delivered|dead)$")]
+    state: Option<String>,
+    /// Only deliveries to this endpoint (a UUID).
+    #[param(format = Uuid)]
+    endpoint: Option<String>,
+    /// Only deliveries of this event (a UUID).
+    #[param(format = Uuid)]
+    event: Option<String>,
+    /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
+    cursor: Option<String>,
+}
+
+/// The account's deliveries, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/deliveries",
+    tag = "deliveries",
+    params(AccountPath, DeliveryQuery),
+    responses((status = 200, description = "One page of deliveries", body = Listing<DeliveryView>)),
+)]
+pub(crate) async fn delivery_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<DeliveryQuery>,
+) -> Answer {
+    let state = q
+        .state
+        .as_deref()
+        .map(str::parse::<DeliveryState>)
+        .transpose()?;
+    let bad =
+        |what: &str, v: &str| ApiError::bad_request(format!("{what} must be a UUID, got {v:?}"));
+    let endpoint_id = q
+        .endpoint
+        .as_deref()
+        .map(|v| v.parse::<EndpointId>().map_err(|_| bad("endpoint", v)))
+        .transpose()?;
+    let event_id = q
+        .event
+        .as_deref()
+        .map(|v| v.parse::<EventId>().map_err(|_| bad("event", v)))
+        .transpose()?;
+    let p = s
+        .store
+        .delivery_list(DeliveryListRequest {
+            account,
+            state,
+            endpoint_id,
+            event_id,
+            page: page(q.limit, q.cursor.as_deref())?,
+        })
+        .await?;
+    ok(StatusCode::OK, Listing::<DeliveryView>::of(&p))
+}
+
+/// One delivery and its attempt log.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/deliveries/{id}",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery", body = DeliveryDetail)),
+)]
+pub(crate) async fn delivery_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let delivery: DeliveryId = id("delivery", &p.id)?;
+    let d = s.store.delivery_get(&account, delivery).await?;
+    let attempts = s
+        .store
+        .attempt_list_for_delivery(&account, delivery)
+        .await?;
+    ok(StatusCode::OK, DeliveryDetail::new(&d, &attempts))
+}
+
+/// Makes a dead delivery pending again with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/{id}/replay",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery, pending again", body = DeliveryView)),
+)]
+pub(crate) async fn delivery_replay(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let d = s
+        .store
+        .delivery_replay(&account, id("delivery", &p.id)?)
+        .await?;
+    ok(StatusCode::OK, DeliveryView::from(&d))
+}
+
+/// Sends a finished (delivered or dead) delivery again, under the same id
+/// (its `webhook-id`), with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/{id}/resend",
+    tag = "deliveries",
+    params(ItemPath),
+    responses((status = 200, description = "The delivery, pending again", body = DeliveryView)),
+)]
+pub(crate) async fn delivery_resend(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let d = s
+        .store
+        .delivery_resend(&account, id("delivery", &p.id)?)
+        .await?;
+    ok(StatusCode::OK, DeliveryView::from(&d))
+}
+
+/// Which dead deliveries to replay; every one of the account's without it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayBody {
+    /// Only deliveries to this endpoint (a UUID).
+    #[schema(format = Uuid)]
+    endpoint_id: Option<String>,
+    /// Only deliveries that died at or after this time (Unix seconds).
+    dead_since: Option<i64>,
+    /// Only deliveries that died before this time (Unix seconds).
+    dead_until: Option<i64>,
+}
+
+/// Replays every dead delivery the filter matches, in one statement;
+/// answers how many. A repeat finds nothing left to replay.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/deliveries/replay",
+    tag = "deliveries",
+    params(AccountPath),
+    request_body(content = Option<ReplayBody>, description = "Optional"),
+    responses((status = 200, description = "How many were replayed", body = Replayed)),
+)]
+pub(crate) async fn delivery_replay_dead(
+    State(s): Shared,
+    Scope(account): Scope,
+    OptionalJson(body): OptionalJson<ReplayBody>,
+) -> Answer {
+    let mut filter = ReplayFilter::all(account);
+    if let Some(b) = body {
+        filter.endpoint_id = b
+            .endpoint_id
+            .map(|e| {
+                e.parse().map_err(|_| {
+                    ApiError::invalid(format!("endpoint_id is not an endpoint id: {e:?}"))
+                })
+            })
+            .transpose()?;
+        filter.dead_since = unix_seconds("dead_since", b.dead_since, ApiError::invalid)?;
+        filter.dead_until = unix_seconds("dead_until", b.dead_until, ApiError::invalid)?;
+    }
+    let replayed = s.store.delivery_replay_dead(filter).await?;
+    ok(StatusCode::OK, Replayed { replayed })
+}

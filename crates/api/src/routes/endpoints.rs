@@ -1,0 +1,406 @@
+//! Endpoints: create, read, change, delete, rotate, enable and disable,
+//! their stats, and their recovery.
+
+use super::*;
+
+/// A caller's signing secret after checking it, or a fresh one.
+pub(super) fn given_or_new_secret(given: Option<String>) -> Result<String, ApiError> {
+    match given {
+        Some(given) => validate_secret(&given).map(|()| given),
+        None => Ok(generate_secret()),
+    }
+}
+
+/// A new endpoint.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EndpointCreateBody {
+    /// `http` or `https` URL the deliveries are sent to.
+    url: String,
+    /// Event types it receives; empty or absent means every type.
+    #[serde(default)]
+    event_types: Vec<String>,
+    /// A filter on the event's type and payload, such as
+    /// `{"data.amount": {"$gte": 100}}` (README, "Endpoint filters");
+    /// absent means every event of its types.
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Value>,
+    /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
+    secret: Option<String>,
+    /// One delivery in flight at a time, in publish order.
+    #[serde(default)]
+    ordered: bool,
+    /// Requests per second at most, across every worker.
+    rate_limit_per_s: Option<u32>,
+    /// Deliveries in flight at most; absent means the service default.
+    max_in_flight: Option<u32>,
+    description: Option<String>,
+}
+
+/// `403` when an account key asks for a `max_in_flight` above the service
+/// default: a larger share of every worker's send slots is the operator's
+/// call (ADR 0019).
+pub(super) fn cap_allowed(
+    s: &ApiState,
+    caller: &Caller,
+    max_in_flight: Option<u32>,
+) -> Result<(), ApiError> {
+    match (caller, max_in_flight) {
+        (Caller::Account(_), Some(n)) if n > s.endpoint_concurrency => {
+            Err(ApiError::forbidden(format!(
+                "max_in_flight {n} is above the service default of {} \
+                 (CONTROLPLANE_ENDPOINT_CONCURRENCY); only the admin token may set it higher",
+                s.endpoint_concurrency
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Creates an endpoint; the answer shows its signing secret, this once.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints",
+    tag = "endpoints",
+    params(AccountPath),
+    request_body = EndpointCreateBody,
+    responses(
+        (status = 201, description = "Created", body = EndpointWithSecret),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn endpoint_create(
+    State(s): Shared,
+    Scope(account): Scope,
+    caller: Caller,
+    Json(body): Json<EndpointCreateBody>,
+) -> Answer {
+    cap_allowed(&s, &caller, body.max_in_flight)?;
+    let secret = given_or_new_secret(body.secret)?;
+    let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
+    req.event_types = body.event_types;
+    req.filter = body.filter.map(EventFilter::parse).transpose()?;
+    req.ordered = body.ordered;
+    req.rate_limit_per_s = body.rate_limit_per_s;
+    req.max_in_flight = body.max_in_flight;
+    req.description = body.description;
+    let e = s.store.endpoint_create(req).await?;
+    ok(
+        StatusCode::CREATED,
+        EndpointWithSecret::new(&e, secret, false),
+    )
+}
+
+/// Lists the account's endpoints.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints",
+    tag = "endpoints",
+    params(AccountPath),
+    responses((status = 200, description = "Every endpoint", body = EndpointList)),
+)]
+pub(crate) async fn endpoint_list(State(s): Shared, Scope(account): Scope) -> Answer {
+    let items = s
+        .store
+        .endpoint_list(&account)
+        .await?
+        .iter()
+        .map(EndpointView::from)
+        .collect();
+    ok(StatusCode::OK, EndpointList { items })
+}
+
+/// An endpoint and its circuit.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint", body = EndpointDetail)),
+)]
+pub(crate) async fn endpoint_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let e = s
+        .store
+        .endpoint_get(&account, id("endpoint", &p.id)?)
+        .await?;
+    let circuit = s.store.circuit_get(&account, e.id).await?;
+    ok(StatusCode::OK, EndpointDetail::new(&e, &circuit))
+}
+
+/// Changes to an endpoint: absent fields stay, `null` clears an optional one.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EndpointUpdateBody {
+    url: Option<String>,
+    event_types: Option<Vec<String>>,
+    /// A new filter; `null` removes it.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<Object>)]
+    filter: Option<Option<Value>>,
+    ordered: Option<bool>,
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<u32>)]
+    rate_limit_per_s: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<u32>)]
+    max_in_flight: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<String>)]
+    description: Option<Option<String>>,
+}
+
+/// Changes an endpoint.
+#[utoipa::path(
+    patch,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body = EndpointUpdateBody,
+    responses(
+        (status = 200, description = "The endpoint as changed", body = EndpointView),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn endpoint_update(
+    State(s): Shared,
+    Scope(account): Scope,
+    caller: Caller,
+    Path(p): Path<ItemPath>,
+    Json(body): Json<EndpointUpdateBody>,
+) -> Answer {
+    cap_allowed(&s, &caller, body.max_in_flight.flatten())?;
+    let req = EndpointUpdateRequest {
+        url: body.url,
+        event_types: body.event_types,
+        filter: body
+            .filter
+            .map(|f| f.map(EventFilter::parse).transpose())
+            .transpose()?,
+        ordered: body.ordered,
+        rate_limit_per_s: body.rate_limit_per_s,
+        max_in_flight: body.max_in_flight,
+        description: body.description,
+    };
+    let e = s
+        .store
+        .endpoint_update(&account, id("endpoint", &p.id)?, req)
+        .await?;
+    ok(StatusCode::OK, EndpointView::from(&e))
+}
+
+/// The window of events an endpoint gets again.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecoverBody {
+    /// Events published at or after this time (Unix seconds).
+    since: i64,
+    /// Events published before this time (Unix seconds); now when absent.
+    until: Option<i64>,
+}
+
+/// Recovers an endpoint: every event of the window it is subscribed to
+/// (by its event types and filter) is delivered to it again, once: finished
+/// deliveries are resent under their ids, missing ones created. It runs as a
+/// workflow task (kind `control-plane.recover`); the answer is that task,
+/// whose state and result (`GET .../tasks/{id}`) show its progress.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/recover",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body = RecoverBody,
+    responses((status = 202, description = "The recovery task, queued", body = TaskView)),
+)]
+pub(crate) async fn endpoint_recover(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    Json(body): Json<RecoverBody>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let since = unix_seconds("since", Some(body.since), ApiError::invalid)?
+        .unwrap_or(Timestamp::from_millis(0));
+    let until = unix_seconds("until", body.until, ApiError::invalid)?.unwrap_or(s.clock.now());
+    let recovery = Recovery::new(endpoint, since, until)?;
+    s.store.endpoint_get(&account, endpoint).await?;
+    let payload =
+        serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
+    let enqueued = s
+        .store
+        .workflow_enqueue(TaskEnqueueRequest {
+            id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
+            account,
+            kind: RECOVER_TASK.into(),
+            payload,
+            run_at: None,
+        })
+        .await?;
+    ok(StatusCode::ACCEPTED, TaskView::from(&enqueued.task))
+}
+
+/// Deletes an endpoint; its undelivered deliveries become dead.
+#[utoipa::path(
+    delete,
+    path = "/v1/accounts/{account}/endpoints/{id}",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "Deleted", body = EndpointDeleted)),
+)]
+pub(crate) async fn endpoint_delete(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let parked = s
+        .store
+        .endpoint_delete(&account, id("endpoint", &p.id)?)
+        .await?;
+    ok(
+        StatusCode::OK,
+        EndpointDeleted {
+            deleted: true,
+            deliveries_parked_as_dead: parked,
+        },
+    )
+}
+
+/// A secret to rotate to; a fresh one is generated without it.
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RotateBody {
+    /// `whsec_` and the base64 of 24 to 64 bytes.
+    secret: Option<String>,
+}
+
+/// Rotates the signing secret; the previous one keeps signing for the
+/// rotation grace period.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/rotate-secret",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body(content = Option<RotateBody>, description = "Optional"),
+    responses((status = 200, description = "The endpoint with its new secret", body = EndpointWithSecret)),
+)]
+pub(crate) async fn endpoint_rotate(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    OptionalJson(body): OptionalJson<RotateBody>,
+) -> Answer {
+    let endpoint: EndpointId = id("endpoint", &p.id)?;
+    let secret = given_or_new_secret(body.and_then(|b| b.secret))?;
+    let e = s
+        .store
+        .endpoint_rotate_secret(
+            &account,
+            endpoint,
+            Secret::new(secret.clone()),
+            s.rotation_grace,
+        )
+        .await?;
+    ok(StatusCode::OK, EndpointWithSecret::new(&e, secret, true))
+}
+
+/// Enables an endpoint: its held deliveries resume.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/enable",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint", body = EndpointView)),
+)]
+pub(crate) async fn endpoint_enable(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let e = s
+        .store
+        .endpoint_set_enabled(
+            &account,
+            id("endpoint", &p.id)?,
+            control_plane_core::Enablement::Enabled,
+        )
+        .await?;
+    ok(StatusCode::OK, EndpointView::from(&e))
+}
+
+/// Why an endpoint is disabled.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DisableBody {
+    /// 1 to 500 characters.
+    #[schema(min_length = 1, max_length = 500)]
+    reason: Option<String>,
+}
+
+/// Disables (pauses) an endpoint: its deliveries are held, never dropped,
+/// and cost no attempt, until it is enabled.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/disable",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body(content = Option<DisableBody>, description = "Optional"),
+    responses((status = 200, description = "The endpoint", body = EndpointView)),
+)]
+pub(crate) async fn endpoint_disable(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    OptionalJson(body): OptionalJson<DisableBody>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let reason = body.and_then(|b| b.reason);
+    if reason
+        .as_ref()
+        .is_some_and(|r| r.is_empty() || r.len() > 500 || r.contains('\0'))
+    {
+        return Err(ApiError::invalid(
+            "reason must be 1 to 500 characters, without NUL",
+        ));
+    }
+    let e = s
+        .store
+        .endpoint_set_enabled(
+            &account,
+            endpoint,
+            control_plane_core::Enablement::Disabled { reason },
+        )
+        .await?;
+    ok(StatusCode::OK, EndpointView::from(&e))
+}
+
+/// Attempts of the last hour and the last day: counts by result, success
+/// rate, p50 and p95 response time.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints/{id}/stats",
+    tag = "endpoints",
+    params(ItemPath),
+    responses((status = 200, description = "The endpoint's attempt statistics", body = EndpointStats)),
+)]
+pub(crate) async fn endpoint_stats(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let now = s.clock.now();
+    let hour = now.minus(Duration::from_secs(3600));
+    let day = now.minus(Duration::from_secs(86_400));
+    let last_hour = s.store.attempt_stats(&account, endpoint, hour).await?;
+    let last_day = s.store.attempt_stats(&account, endpoint, day).await?;
+    ok(
+        StatusCode::OK,
+        EndpointStats {
+            last_hour: (&last_hour).into(),
+            last_day: (&last_day).into(),
+        },
+    )
+}

@@ -1,0 +1,134 @@
+//! Events: publish, list and read.
+
+use super::*;
+
+/// Filters of the event listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct EventQuery {
+    /// Only events of this type.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    event_type: Option<String>,
+    /// Only events created at or after this time (Unix seconds).
+    since: Option<i64>,
+    /// Only events created before this time (Unix seconds).
+    until: Option<i64>,
+    /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
+    cursor: Option<String>,
+}
+
+/// The account's events, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/events",
+    tag = "events",
+    params(AccountPath, EventQuery),
+    responses((status = 200, description = "One page of events", body = Listing<EventView>)),
+)]
+pub(crate) async fn event_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<EventQuery>,
+) -> Answer {
+    let req = EventListRequest {
+        account,
+        event_type: q.event_type,
+        since: unix_seconds("since", q.since, ApiError::bad_request)?,
+        until: unix_seconds("until", q.until, ApiError::bad_request)?,
+        page: page(q.limit, q.cursor.as_deref())?,
+    };
+    let p = s.store.event_list(req).await?;
+    ok(StatusCode::OK, Listing::<EventView>::of(&p))
+}
+
+/// One event with the exact body its deliveries send.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/events/{id}",
+    tag = "events",
+    params(ItemPath),
+    responses((status = 200, description = "The event", body = EventView)),
+)]
+pub(crate) async fn event_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let e = s.store.event_get(&account, id("event", &p.id)?).await?;
+    ok(StatusCode::OK, EventView::from(&e))
+}
+
+/// An event to publish.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishBody {
+    /// Its type; endpoints subscribe by type.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 255)]
+    event_type: String,
+    /// Any JSON value; sent as the `data` of every delivery.
+    payload: Value,
+}
+
+/// Publishes an event: one delivery per subscribed endpoint, durable when
+/// this answers. An `Idempotency-Key` header makes a repeat a no-op.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/events",
+    tag = "events",
+    params(
+        AccountPath,
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters"),
+    ),
+    request_body = PublishBody,
+    responses((status = 202, description = "Accepted", body = Published)),
+)]
+pub(crate) async fn event_publish(
+    State(s): Shared,
+    Scope(account): Scope,
+    headers: HeaderMap,
+    Json(body): Json<PublishBody>,
+) -> Answer {
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
+                    )
+                })?
+                .to_string(),
+        ),
+    };
+    let req = PublishRequest {
+        account: account.clone(),
+        event_type: body.event_type,
+        payload: body.payload,
+        idempotency_key,
+    };
+    // Keyed publishes go alone: the key's first answer is the one returned.
+    let published = if req.idempotency_key.is_some() {
+        s.store.event_publish(req).await?
+    } else {
+        s.publisher.publish(req).await?
+    };
+    if published.created {
+        s.usage.add(&account, UsageMetric::EventsPublished, 1);
+    }
+    ok(
+        StatusCode::ACCEPTED,
+        Published {
+            id: published.event.id,
+            deliveries: published.deliveries,
+            duplicate: !published.created,
+        },
+    )
+}

@@ -1,0 +1,174 @@
+//! The v1 handlers, each with its OpenAPI description beside it
+//! (`utoipa::path`): the router and the document are built from one list
+//! (`crate::openapi`). Each handler resolves the caller's reach first, so a
+//! key of one account gets `404` for every route of another.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use control_plane_core::{
+    DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
+    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, KeyId, PageRequest,
+    PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp,
+    UsageMetric, RECOVER_TASK,
+};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::{
+    caller_for_hash, generate_secret, generate_token, hash_token, validate_secret, AdminScope,
+    Caller, Scope,
+};
+use crate::error::{ApiError, ErrorBody};
+use crate::views::{
+    self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
+    EndpointStats, EndpointView, EndpointWithSecret, EventView, KeyCreated, Listing, Published,
+    Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
+};
+use crate::ApiState;
+
+mod admin;
+mod deliveries;
+mod endpoints;
+mod events;
+mod operations;
+mod tasks;
+
+pub(crate) use admin::*;
+pub(crate) use deliveries::*;
+pub(crate) use endpoints::*;
+pub(crate) use events::*;
+pub(crate) use operations::*;
+pub(crate) use tasks::*;
+
+type Shared = State<Arc<ApiState>>;
+type Answer = Result<Response, ApiError>;
+
+fn ok<T: Serialize>(status: StatusCode, body: T) -> Answer {
+    Ok((status, Json(body)).into_response())
+}
+
+/// An optional JSON body: none when the request carries no body at all. A
+/// body is read only with `content-type: application/json`, as `Json` reads
+/// it; one without a content type is `415`, never dropped unread (a bulk
+/// replay whose filter was dropped would replay every dead delivery).
+pub(crate) struct OptionalJson<T>(Option<T>);
+
+impl<T, S> axum::extract::FromRequest<S> for OptionalJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        if req.headers().contains_key(axum::http::header::CONTENT_TYPE) {
+            let Json(v) = Json::<T>::from_request(req, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+            return Ok(OptionalJson(Some(v)));
+        }
+        let body = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if body.is_empty() {
+            Ok(OptionalJson(None))
+        } else {
+            Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a request body needs content-type: application/json",
+            )
+            .into_response())
+        }
+    }
+}
+
+/// The account a route works in.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct AccountPath {
+    /// The account (tenant) name.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[allow(dead_code)]
+    account: String,
+}
+
+/// One item of an account.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ItemPath {
+    /// The account (tenant) name.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[allow(dead_code)]
+    account: String,
+    /// The item's id.
+    id: String,
+}
+
+/// Paging of a listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
+    cursor: Option<String>,
+}
+
+impl PageQuery {
+    fn request(&self) -> Result<PageRequest, ApiError> {
+        page(self.limit, self.cursor.as_deref())
+    }
+}
+
+/// A page request from a listing's `limit` and `cursor` parameters.
+/// (Listings with filters repeat the two fields: `serde(flatten)` cannot
+/// parse numbers out of a query string.)
+pub(crate) fn page(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
+    let after = cursor
+        .map(|v| {
+            v.parse().map_err(|_| {
+                ApiError::bad_request(format!("cursor {v:?} is not one this API gave"))
+            })
+        })
+        .transpose()?;
+    Ok(PageRequest {
+        limit: limit.unwrap_or(50),
+        after,
+    })
+}
+
+/// Parses a path id; a malformed one cannot exist, so it is `404`.
+fn id<T: FromStr>(what: &str, s: &str) -> Result<T, ApiError> {
+    s.parse().map_err(|_| ApiError::not_found(what))
+}
+
+/// `Some(Some(v))`, `Some(None)` for an explicit `null`, `None` when absent.
+fn double<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Unix seconds as a time; `what` names the field in the error.
+fn unix_seconds(
+    what: &str,
+    secs: Option<i64>,
+    err: fn(String) -> ApiError,
+) -> Result<Option<Timestamp>, ApiError> {
+    secs.map(|s| {
+        s.checked_mul(1000)
+            .filter(|ms| *ms >= 0)
+            .map(Timestamp::from_millis)
+            .ok_or_else(|| err(format!("{what} must be Unix seconds, got {s}")))
+    })
+    .transpose()
+}

@@ -1,0 +1,116 @@
+//! Workflow tasks: enqueue, read, dead letters and their retry.
+
+use super::*;
+
+/// A workflow task to enqueue.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TaskBody {
+    /// Its id, unique in the account; generated when absent. Enqueueing an
+    /// id again with the same content is a no-op.
+    #[schema(min_length = 1, max_length = 255)]
+    id: Option<String>,
+    /// What the task runner does with it.
+    #[schema(min_length = 1, max_length = 255)]
+    kind: String,
+    #[serde(default)]
+    payload: Value,
+    /// Runs no sooner than this many seconds from now.
+    delay_seconds: Option<u32>,
+}
+
+/// Enqueues a workflow task: `201` when new, `200` when the same task
+/// was already enqueued.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/tasks",
+    tag = "tasks",
+    params(AccountPath),
+    request_body = TaskBody,
+    responses(
+        (status = 201, description = "Enqueued", body = TaskView),
+        (status = 200, description = "Already enqueued", body = TaskView),
+    ),
+)]
+pub(crate) async fn task_enqueue(
+    State(s): Shared,
+    Scope(account): Scope,
+    Json(body): Json<TaskBody>,
+) -> Answer {
+    let task_id = match body.id {
+        Some(given) => TaskId::new(given)?,
+        None => TaskId::new(uuid::Uuid::new_v4().to_string())?,
+    };
+    let run_at = body
+        .delay_seconds
+        .map(|d| s.clock.now().plus(Duration::from_secs(u64::from(d))));
+    let enqueued = s
+        .store
+        .workflow_enqueue(TaskEnqueueRequest {
+            id: task_id,
+            account,
+            kind: body.kind,
+            payload: body.payload,
+            run_at,
+        })
+        .await?;
+    let status = if enqueued.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    ok(status, TaskView::from(&enqueued.task))
+}
+
+/// One workflow task.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/tasks/{id}",
+    tag = "tasks",
+    params(ItemPath),
+    responses((status = 200, description = "The task", body = TaskView)),
+)]
+pub(crate) async fn task_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
+    let t = s.store.workflow_get(&account, &task).await?;
+    ok(StatusCode::OK, TaskView::from(&t))
+}
+
+/// The account's dead workflow tasks.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/dead-tasks",
+    tag = "tasks",
+    params(AccountPath, PageQuery),
+    responses((status = 200, description = "One page of dead tasks", body = Listing<TaskView>)),
+)]
+pub(crate) async fn task_list_dead(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<PageQuery>,
+) -> Answer {
+    let p = s.store.workflow_list_dead(&account, q.request()?).await?;
+    ok(StatusCode::OK, Listing::<TaskView>::of(&p))
+}
+
+/// Makes a dead task pending again with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/tasks/{id}/retry",
+    tag = "tasks",
+    params(ItemPath),
+    responses((status = 200, description = "The task, pending again", body = TaskView)),
+)]
+pub(crate) async fn task_retry(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+) -> Answer {
+    let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
+    let t = s.store.workflow_retry_dead(&account, &task).await?;
+    ok(StatusCode::OK, TaskView::from(&t))
+}
