@@ -12,7 +12,6 @@ use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
 
 pub mod contracts;
 pub mod model_test;
-pub mod ops_contracts;
 pub mod secrets;
 
 /// One isolated store for one contract: a fresh file or schema, driven by a

@@ -1,0 +1,471 @@
+//! Contracts of endpoints: create, read, change, filters, secrets and their
+//! rotation, enabling, deleting, account keys.
+
+use super::*;
+
+/// `EndpointStore::endpoint_create`: the stored endpoint reads back equal.
+pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/x",
+        Secret::new("whsec_c2VjcmV0"),
+    );
+    req.event_types = vec!["invoice.paid".into(), "invoice.void".into()];
+    req.ordered = true;
+    req.rate_limit_per_s = Some(7);
+    req.description = Some("billing".into());
+    let e = h.store.endpoint_create(req).await.unwrap();
+    assert!(e.enabled);
+    assert_eq!(e.secrets.current.expose(), "whsec_c2VjcmV0");
+    assert_eq!(e.created_at, h.clock.now());
+    let got = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(got, e);
+    assert_eq!(
+        h.store.endpoint_list(&acct("a")).await.unwrap(),
+        vec![e.clone()]
+    );
+    assert_eq!(
+        h.store.circuit_get(&acct("a"), e.id).await.unwrap(),
+        Circuit::closed()
+    );
+}
+
+/// `EndpointStore::endpoint_create`: a bad URL is `InvalidInput` and stores nothing.
+pub async fn endpoint_create_rejects_bad_url(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    for url in [
+        "ftp://example.com",
+        "example.com",
+        "https://",
+        "https://a b",
+    ] {
+        let r = h
+            .store
+            .endpoint_create(EndpointCreateRequest::new(
+                acct("a"),
+                url,
+                Secret::new("whsec_eA=="),
+            ))
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{url}: {r:?}"
+        );
+    }
+    assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
+}
+
+/// `EndpointStore::endpoint_get`: another account's endpoint is `NotFound` everywhere.
+pub async fn endpoint_of_another_account_is_not_found(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let b = acct("b");
+    let nf = |r: StoreResult<()>| assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    nf(h.store.endpoint_get(&b, e.id).await.map(drop));
+    nf(h.store
+        .endpoint_update(&b, e.id, EndpointUpdateRequest::default())
+        .await
+        .map(drop));
+    nf(h.store
+        .endpoint_set_enabled(&b, e.id, Enablement::Disabled { reason: None })
+        .await
+        .map(drop));
+    nf(h.store
+        .endpoint_rotate_secret(&b, e.id, Secret::new("x"), LEASE)
+        .await
+        .map(drop));
+    nf(h.store.endpoint_delete(&b, e.id).await.map(drop));
+    nf(h.store.circuit_get(&b, e.id).await.map(drop));
+    assert!(h.store.endpoint_list(&b).await.unwrap().is_empty());
+    assert!(
+        h.store
+            .endpoint_get(&acct("a"), e.id)
+            .await
+            .unwrap()
+            .enabled
+    );
+}
+
+/// `EndpointStore::endpoint_update`: fields not given keep their values.
+pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/1",
+        Secret::new("whsec_eA=="),
+    );
+    req.description = Some("d".into());
+    req.rate_limit_per_s = Some(5);
+    let e = h.store.endpoint_create(req).await.unwrap();
+    h.clock.advance(Duration::from_secs(1));
+    let u = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                url: Some("https://example.com/2".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.url, "https://example.com/2");
+    assert_eq!(u.description.as_deref(), Some("d"));
+    assert_eq!(u.rate_limit_per_s, Some(5));
+    assert_eq!(u.updated_at, h.clock.now());
+    let u = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                description: Some(None),
+                event_types: Some(vec!["x".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.description, None);
+    assert_eq!(u.event_types, vec!["x".to_string()]);
+    assert_eq!(u.url, "https://example.com/2");
+    let bad = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                url: Some("nope".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
+}
+
+/// `EndpointStore::endpoint_rotate_secret`: the old secret signs during the grace period only.
+pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let r = h
+        .store
+        .endpoint_rotate_secret(
+            &acct("a"),
+            e.id,
+            Secret::new("whsec_bmV3"),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.secrets.current.expose(), "whsec_bmV3");
+    assert_eq!(
+        r.secrets.previous.as_ref().map(Secret::expose),
+        Some(e.secrets.current.expose())
+    );
+    assert_eq!(r.secrets.signing_at(h.clock.now()).len(), 2);
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await;
+    assert_eq!(c[0].secrets, r.secrets);
+    assert_eq!(
+        r.secrets
+            .signing_at(h.clock.now().plus(Duration::from_secs(60)))
+            .len(),
+        1
+    );
+}
+
+/// `DeliveryStore::event_publish`: one delivery per matching endpoint, disabled ones held.
+/// Endpoint filters (ADR 0024): a publish goes to the endpoints whose
+/// filter its type and payload pass, decided in the publish's transaction;
+/// a payload a filter cannot evaluate does not pass and fails nothing; the
+/// filter is stored, read back, changed and removed.
+pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let filtered = |v: serde_json::Value| {
+        let mut req = EndpointCreateRequest::new(
+            acct("a"),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        req.filter = Some(EventFilter::parse(v).unwrap());
+        req
+    };
+    let big = h
+        .store
+        .endpoint_create(filtered(json!({"data.amount": {"$gte": 100}})))
+        .await
+        .unwrap();
+    let eur_or_void = h
+        .store
+        .endpoint_create(filtered(json!({"$or": [
+            {"data.currency": "EUR"},
+            {"type": "invoice.void"}
+        ]})))
+        .await
+        .unwrap();
+    let all = endpoint(&h, "a", false).await;
+    assert_eq!(
+        h.store
+            .endpoint_get(&acct("a"), big.id)
+            .await
+            .unwrap()
+            .filter,
+        big.filter,
+        "the filter is stored and read back"
+    );
+    let targets = |p: &Published| p.deliveries.clone();
+    let publish_payload = |ty: &str, payload: serde_json::Value| {
+        PublishRequest::new(acct("a"), ty.to_string(), payload)
+    };
+    let published = h
+        .store
+        .event_publish_batch(vec![
+            publish_payload("invoice.paid", json!({"amount": 150, "currency": "USD"})),
+            publish_payload("invoice.paid", json!({"amount": 50, "currency": "EUR"})),
+            publish_payload("invoice.void", json!({"amount": "a lot"})),
+            publish_payload("invoice.paid", json!(["not", "an", "object"])),
+        ])
+        .await
+        .unwrap();
+    let mut reached = Vec::new();
+    for p in &published {
+        let mut eps = Vec::new();
+        for d in targets(p) {
+            eps.push(get(&h, "a", d).await.endpoint_id);
+        }
+        eps.sort();
+        reached.push(eps);
+    }
+    let sorted = |mut v: Vec<EndpointId>| {
+        v.sort();
+        v
+    };
+    assert_eq!(reached[0], sorted(vec![big.id, all.id]));
+    assert_eq!(reached[1], sorted(vec![eur_or_void.id, all.id]));
+    assert_eq!(
+        reached[2],
+        sorted(vec![eur_or_void.id, all.id]),
+        "a string amount does not pass $gte 100, and fails nothing"
+    );
+    assert_eq!(reached[3], vec![all.id]);
+
+    // Changed, then removed.
+    let update = |filter| EndpointUpdateRequest {
+        filter: Some(filter),
+        ..EndpointUpdateRequest::default()
+    };
+    let changed = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            big.id,
+            update(Some(
+                EventFilter::parse(json!({"data.amount": {"$lt": 100}})).unwrap(),
+            )),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        changed.filter.map(|f| f.to_json()),
+        Some(json!({"data.amount": {"$lt": 100}}))
+    );
+    let p = h
+        .store
+        .event_publish(publish_payload("invoice.paid", json!({"amount": 50})))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.deliveries.len(),
+        2,
+        "the changed filter lets a small amount through"
+    );
+    let cleared = h
+        .store
+        .endpoint_update(&acct("a"), big.id, update(None))
+        .await
+        .unwrap();
+    assert_eq!(cleared.filter, None);
+    let p = h
+        .store
+        .event_publish(publish_payload("invoice.paid", json!({"amount": 500})))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.deliveries.len(),
+        2,
+        "without its filter the endpoint takes every event"
+    );
+}
+
+/// `EndpointStore::endpoint_set_enabled`: a disabled endpoint's deliveries are held, then resume.
+pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let before = publish(&h, "a").await.deliveries[0];
+    let d = h
+        .store
+        .endpoint_set_enabled(
+            &acct("a"),
+            e.id,
+            Enablement::Disabled {
+                reason: Some("maintenance".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.enabled, d.disabled_reason.as_deref()),
+        (false, Some("maintenance"))
+    );
+    endpoint(&h, "b", false).await;
+    assert_eq!(h.store.endpoint_count_disabled().await.unwrap(), 1);
+    let during = publish(&h, "a").await.deliveries[0];
+    h.clock.advance(Duration::from_secs(3600));
+    assert!(claim(&h, 10).await.is_empty());
+    assert_eq!(get(&h, "a", before).await.state, DeliveryState::Pending);
+    assert_eq!(get(&h, "a", during).await.state, DeliveryState::Pending);
+    let d = h
+        .store
+        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
+        .await
+        .unwrap();
+    assert_eq!((d.enabled, d.disabled_reason), (true, None));
+    assert_eq!(h.store.endpoint_count_disabled().await.unwrap(), 0);
+    assert_eq!(ids(&claim(&h, 10).await), vec![before, during]);
+}
+
+/// `EndpointStore::endpoint_delete`: undelivered deliveries are parked as dead.
+pub async fn deleting_endpoint_parks_deliveries_as_dead(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let keep = endpoint(&h, "b", false).await;
+    let mut mine = Vec::new();
+    for _ in 0..3 {
+        mine.push(publish(&h, "a").await.deliveries[0]);
+    }
+    let other = publish(&h, "b").await.deliveries[0];
+    // Claims of one: account a's turn comes first (its delivery is oldest).
+    let c = claim(&h, 1).await;
+    let done = c.iter().find(|c| c.delivery.id == mine[0]).unwrap();
+    record(&h, done, ok()).await;
+    let leased = claim(&h, 1).await.remove(0);
+    assert_eq!(leased.delivery.id, mine[1]);
+    assert_eq!(h.store.endpoint_delete(&acct("a"), e.id).await.unwrap(), 2);
+    assert_eq!(get(&h, "a", mine[0]).await.state, DeliveryState::Delivered);
+    for id in &mine[1..] {
+        let d = get(&h, "a", *id).await;
+        assert_eq!(d.state, DeliveryState::Dead);
+        assert_eq!(d.last_error.as_deref(), Some("endpoint removed"));
+        assert!(matches!(
+            h.store.delivery_replay(&acct("a"), *id).await,
+            Err(StoreError::Conflict(_))
+        ));
+    }
+    assert_eq!(
+        h.store.delivery_record_outcome(&leased.lease, ok()).await,
+        Err(StoreError::LeaseLost)
+    );
+    assert!(matches!(
+        h.store.endpoint_get(&acct("a"), e.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(publish(&h, "a").await.deliveries.is_empty());
+    assert_eq!(
+        get(&h, "b", other).await.state,
+        DeliveryState::Pending,
+        "other accounts are untouched"
+    );
+    assert!(h.store.endpoint_get(&acct("b"), keep.id).await.is_ok());
+}
+
+/// `AccountKeyStore`: keys are found by hash, scoped to their account, revoked.
+pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let k1 = h
+        .store
+        .account_key_create(&acct("a"), "hash-1")
+        .await
+        .unwrap();
+    let k2 = h
+        .store
+        .account_key_create(&acct("a"), "hash-2")
+        .await
+        .unwrap();
+    let k3 = h
+        .store
+        .account_key_create(&acct("b"), "hash-3")
+        .await
+        .unwrap();
+    assert_ne!(k1.id, k2.id);
+    assert_eq!(k1.account, acct("a"));
+    assert_eq!(k1.created_at, h.clock.now());
+    let found = h.store.account_key_find("hash-2").await.unwrap().unwrap();
+    assert_eq!(found, k2);
+    assert_eq!(
+        h.store.account_key_find("hash-3").await.unwrap(),
+        Some(k3.clone())
+    );
+    assert_eq!(h.store.account_key_find("hash-x").await.unwrap(), None);
+    assert!(matches!(
+        h.store.account_key_create(&acct("b"), "hash-1").await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        h.store.account_key_create(&acct("b"), "").await,
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        h.store.account_key_revoke(&acct("b"), k1.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(h.store.account_key_find("hash-1").await.unwrap().is_some());
+    h.store.account_key_revoke(&acct("a"), k1.id).await.unwrap();
+    assert_eq!(h.store.account_key_find("hash-1").await.unwrap(), None);
+    assert!(h.store.account_key_find("hash-2").await.unwrap().is_some());
+    assert!(matches!(
+        h.store.account_key_revoke(&acct("a"), k1.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+/// `MaintenanceStore::maintenance_purge`: a rotated-out signing secret stays
+/// for its grace, then maintenance clears it (it would sign nothing, and it
+/// is a credential kept for no use).
+pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let a = AccountId::new("a").unwrap();
+    let e = h
+        .store
+        .endpoint_create(EndpointCreateRequest::new(
+            a.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_b2xk"),
+        ))
+        .await
+        .unwrap();
+    h.store
+        .endpoint_rotate_secret(
+            &a,
+            e.id,
+            Secret::new("whsec_bmV3"),
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    let r = purge_all(&h, Duration::from_secs(86_400)).await;
+    assert_eq!(r.previous_secrets, 0, "still in its grace");
+    let kept = h.store.endpoint_get(&a, e.id).await.unwrap();
+    assert_eq!(
+        kept.secrets.previous.as_ref().map(Secret::expose),
+        Some("whsec_b2xk")
+    );
+    h.clock.advance(Duration::from_secs(3601));
+    let r = purge_all(&h, Duration::from_secs(86_400)).await;
+    assert_eq!(r.previous_secrets, 1);
+    let cleared = h.store.endpoint_get(&a, e.id).await.unwrap();
+    assert_eq!(cleared.secrets.previous, None);
+    assert_eq!(cleared.secrets.previous_expires_at, None);
+    assert_eq!(cleared.secrets.current.expose(), "whsec_bmV3");
+}

@@ -1,0 +1,260 @@
+//! What the contracts build on: stores, endpoints, publishes, claims and
+//! outcomes in one line each, for every area of the suite.
+
+use super::*;
+
+pub(super) const LEASE: Duration = Duration::from_secs(30);
+
+pub(super) fn acct(s: &str) -> AccountId {
+    AccountId::new(s).unwrap()
+}
+
+pub(super) async fn open(f: &dyn StoreFactory) -> Harness {
+    f.open(StoreOptions::default()).await
+}
+
+pub(super) fn with_attempts(n: u32) -> StoreOptions {
+    StoreOptions {
+        max_attempts: n,
+        ..StoreOptions::default()
+    }
+}
+
+pub(super) fn with_breaker(threshold: u32, cooldown_s: u64, max_s: u64) -> StoreOptions {
+    StoreOptions {
+        breaker: BreakerPolicy {
+            failure_threshold: threshold,
+            cooldown: Duration::from_secs(cooldown_s),
+            max_cooldown: Duration::from_secs(max_s),
+        },
+        ..StoreOptions::default()
+    }
+}
+
+pub(super) fn with_endpoint_concurrency(n: u32) -> StoreOptions {
+    StoreOptions {
+        endpoint_concurrency: n,
+        ..StoreOptions::default()
+    }
+}
+
+pub(super) async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpoint {
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.ordered = ordered;
+    h.store.endpoint_create(req).await.unwrap()
+}
+
+pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.event_types = types.iter().map(|s| s.to_string()).collect();
+    h.store.endpoint_create(req).await.unwrap()
+}
+
+pub(super) fn publish_req(account: &str, ty: &str) -> PublishRequest {
+    PublishRequest::new(acct(account), ty.to_string(), json!({"n": 1}))
+}
+
+pub(super) async fn publish(h: &Harness, account: &str) -> Published {
+    h.store
+        .event_publish(publish_req(account, "invoice.paid"))
+        .await
+        .unwrap()
+}
+
+pub(super) async fn claim(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
+    claim_for(h, limit, LEASE).await
+}
+
+pub(super) async fn claim_for(
+    h: &Harness,
+    limit: u32,
+    lease_for: Duration,
+) -> Vec<ClaimedDelivery> {
+    h.store
+        .delivery_claim(ClaimRequest::new("w", limit, lease_for))
+        .await
+        .unwrap()
+}
+
+pub(super) fn ids(c: &[ClaimedDelivery]) -> Vec<DeliveryId> {
+    c.iter().map(|c| c.delivery.id).collect()
+}
+
+pub(super) fn ok() -> DeliveryOutcome {
+    DeliveryOutcome::Delivered(AttemptReport {
+        status_code: Some(200),
+        error: None,
+        latency_ms: 12,
+    })
+}
+
+pub(super) fn fail_at(at: Timestamp) -> DeliveryOutcome {
+    DeliveryOutcome::Retry {
+        at,
+        report: AttemptReport {
+            status_code: Some(500),
+            error: None,
+            latency_ms: 7,
+        },
+    }
+}
+
+pub(super) async fn record(
+    h: &Harness,
+    c: &ClaimedDelivery,
+    o: DeliveryOutcome,
+) -> OutcomeRecorded {
+    h.store.delivery_record_outcome(&c.lease, o).await.unwrap()
+}
+
+pub(super) async fn get(h: &Harness, account: &str, id: DeliveryId) -> Delivery {
+    h.store.delivery_get(&acct(account), id).await.unwrap()
+}
+
+/// Claims every due delivery and fails it for good (one attempt each);
+/// returns (delivery, endpoint) pairs.
+pub(super) async fn kill_all(h: &Harness) -> Vec<(DeliveryId, EndpointId)> {
+    let mut dead = Vec::new();
+    for c in claim(h, 10).await {
+        let state = record(h, &c, fail_at(h.clock.now())).await.state;
+        assert_eq!(state, DeliveryState::Dead);
+        dead.push((c.delivery.id, c.delivery.endpoint_id));
+    }
+    dead
+}
+
+pub(super) async fn open_circuit(h: &Harness, e: &Endpoint, failures: u32) {
+    for _ in 0..failures {
+        publish(h, "a").await;
+        let c = claim(h, 1).await;
+        assert_eq!(c.len(), 1, "circuit still closed");
+        assert_eq!(c[0].delivery.endpoint_id, e.id);
+        record(
+            h,
+            &c[0],
+            fail_at(h.clock.now().plus(Duration::from_secs(3600))),
+        )
+        .await;
+    }
+}
+
+/// An endpoint receiving only `ty`, with the given flow limits.
+pub(super) async fn limited_endpoint(
+    h: &Harness,
+    account: &str,
+    ty: &str,
+    max_in_flight: Option<u32>,
+    rate_limit_per_s: Option<u32>,
+) -> Endpoint {
+    let mut req = EndpointCreateRequest::new(
+        acct(account),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.event_types = vec![ty.to_string()];
+    req.max_in_flight = max_in_flight;
+    req.rate_limit_per_s = rate_limit_per_s;
+    h.store.endpoint_create(req).await.unwrap()
+}
+
+pub(super) async fn publish_n(h: &Harness, account: &str, ty: &str, n: usize) {
+    let reqs: Vec<_> = (0..n).map(|_| publish_req(account, ty)).collect();
+    h.store.event_publish_batch(reqs).await.unwrap();
+}
+
+/// Claims with `workers` concurrent claimers, `limit` each, until every one
+/// gets nothing; returns everything claimed.
+pub(super) async fn claim_until_empty(
+    h: &Harness,
+    workers: usize,
+    limit: u32,
+) -> Vec<ClaimedDelivery> {
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let s = h.store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let c = s
+                        .delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE))
+                        .await
+                        .unwrap();
+                    if c.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(c);
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+pub(super) fn count_for(c: &[ClaimedDelivery], e: &Endpoint) -> usize {
+    c.iter().filter(|c| c.delivery.endpoint_id == e.id).count()
+}
+
+pub(super) fn tid(s: &str) -> TaskId {
+    TaskId::new(s).unwrap()
+}
+
+pub(super) fn task(id: &str, account: &str, kind: &str) -> TaskEnqueueRequest {
+    TaskEnqueueRequest {
+        id: tid(id),
+        account: acct(account),
+        kind: kind.into(),
+        payload: json!({"id": id}),
+        run_at: None,
+    }
+}
+
+pub(super) fn with_workflow(max_attempts: u32) -> StoreOptions {
+    StoreOptions {
+        workflow: WorkflowPolicy {
+            max_attempts,
+            backoff_base: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(60),
+        },
+        ..StoreOptions::default()
+    }
+}
+
+pub(super) async fn claim_kinds(h: &Harness, kinds: &[&str], limit: u32) -> Vec<ClaimedTask> {
+    h.store
+        .workflow_claim(TaskClaimRequest {
+            worker: "w".into(),
+            kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            limit,
+            lease_for: LEASE,
+        })
+        .await
+        .unwrap()
+}
+
+/// Purges with `retention` until a batch removes nothing; the sum.
+pub(super) async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
+    let mut total = PurgeReport::default();
+    loop {
+        let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+        if r.total() == 0 {
+            return total;
+        }
+        total.add(&r);
+    }
+}
+
+pub(super) fn event(account: &str, n: i64) -> PublishRequest {
+    PublishRequest::new(acct(account), "t", json!(n))
+}

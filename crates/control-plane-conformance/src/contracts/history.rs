@@ -1,0 +1,599 @@
+//! Contracts of a delivery after it finished: replay, resend, recovery,
+//! bulk replay; listings, counts, the attempt log and its stats.
+
+use super::*;
+
+/// `DeliveryStore::delivery_replay`: dead back to pending with a fresh budget.
+pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    endpoint(&h, "a", false).await;
+    let id = publish(&h, "a").await.deliveries[0];
+    let c = claim(&h, 1).await.remove(0);
+    let r = h.store.delivery_replay(&acct("a"), id).await;
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "leased is not replayable: {r:?}"
+    );
+    assert_eq!(
+        record(&h, &c, fail_at(h.clock.now())).await.state,
+        DeliveryState::Dead
+    );
+    h.clock.advance(Duration::from_secs(3));
+    let d = h.store.delivery_replay(&acct("a"), id).await.unwrap();
+    assert_eq!(d.state, DeliveryState::Pending);
+    assert_eq!(d.due_at, h.clock.now());
+    assert_eq!(d.max_attempts, 2);
+    let c = claim(&h, 1).await.remove(0);
+    assert_eq!(c.lease.attempt, 2);
+    assert_eq!(record(&h, &c, ok()).await.state, DeliveryState::Delivered);
+    let r = h.store.delivery_replay(&acct("a"), id).await;
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "delivered is not replayable: {r:?}"
+    );
+    let r = h.store.delivery_replay(&acct("a"), DeliveryId::new()).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })));
+}
+
+/// `DeliveryStore::delivery_resend`: a delivered (or dead) delivery goes
+/// back to pending under the same id, sequence number and log, with a fresh
+/// budget; its old lease is lost; pending, leased, unknown and removed ones
+/// are refused.
+pub async fn a_finished_delivery_is_resent_under_its_id(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    let e = endpoint(&h, "a", false).await;
+    let p = publish(&h, "a").await;
+    let id = p.deliveries[0];
+    let conflict = |r: StoreResult<Delivery>, what: &str| {
+        assert!(matches!(r, Err(StoreError::Conflict(_))), "{what}: {r:?}");
+    };
+    conflict(h.store.delivery_resend(&acct("a"), id).await, "pending");
+    let c = claim(&h, 1).await.remove(0);
+    conflict(h.store.delivery_resend(&acct("a"), id).await, "leased");
+    assert_eq!(record(&h, &c, ok()).await.state, DeliveryState::Delivered);
+    let before = get(&h, "a", id).await;
+    h.clock.advance(Duration::from_secs(5));
+    let d = h.store.delivery_resend(&acct("a"), id).await.unwrap();
+    assert_eq!(d.id, id);
+    assert_eq!(d.state, DeliveryState::Pending);
+    assert_eq!(d.seq, before.seq);
+    assert_eq!(d.due_at, h.clock.now());
+    assert_eq!(
+        d.max_attempts, 2,
+        "one attempt spent, a fresh budget of one"
+    );
+    let stale = h.store.delivery_record_outcome(&c.lease, ok()).await;
+    assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
+    let again = claim(&h, 1).await.remove(0);
+    assert_eq!(again.delivery.id, id);
+    assert_eq!(again.lease.attempt, 2);
+    assert_eq!(again.body, p.event.body, "the same message");
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1, "the first attempt stays in the log");
+    // Dead ones are resent too.
+    assert_eq!(
+        record(&h, &again, fail_at(h.clock.now())).await.state,
+        DeliveryState::Dead
+    );
+    let d = h.store.delivery_resend(&acct("a"), id).await.unwrap();
+    assert_eq!(d.state, DeliveryState::Pending);
+    let r = h.store.delivery_resend(&acct("a"), DeliveryId::new()).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    let r = h.store.delivery_resend(&acct("b"), id).await;
+    assert!(
+        matches!(r, Err(StoreError::NotFound { .. })),
+        "another account's: {r:?}"
+    );
+    // A removed endpoint's deliveries are not sent again.
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, ok()).await;
+    h.store.endpoint_delete(&acct("a"), e.id).await.unwrap();
+    conflict(
+        h.store.delivery_resend(&acct("a"), id).await,
+        "endpoint removed",
+    );
+}
+
+/// `control_plane_core::recover` over the port: an endpoint gets the
+/// window's events it is subscribed to again, once each: finished ones
+/// resent under their ids, missing ones created, queued ones left; events
+/// outside the window or of other types are not touched.
+pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let a = acct("a");
+    let paid = endpoint_for(&h, "a", &["invoice.paid"]).await;
+    let since = h.clock.now();
+    let first = publish(&h, "a").await;
+    let second = publish(&h, "a").await;
+    h.store
+        .event_publish(publish_req("a", "invoice.void"))
+        .await
+        .unwrap();
+    for c in claim(&h, 10).await {
+        record(&h, &c, ok()).await;
+    }
+    h.clock.advance(Duration::from_secs(60));
+    let until = h.clock.now();
+    let later = publish(&h, "a").await;
+    // An endpoint made after the window has no delivery of it yet.
+    let newcomer = endpoint_for(&h, "a", &["invoice.paid"]).await;
+
+    let window = |e: EndpointId| Recovery::new(e, since, until).unwrap();
+    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Recovered {
+            events: 3,
+            matched: 2,
+            created: 0,
+            resent: 2,
+            in_queue: 0
+        }
+    );
+    for p in [&first, &second] {
+        let d = get(&h, "a", p.deliveries[0]).await;
+        assert_eq!(d.state, DeliveryState::Pending, "resent under its id");
+    }
+    assert_eq!(
+        get(&h, "a", later.deliveries[0]).await.state,
+        DeliveryState::Pending,
+        "outside the window: as it was (never claimed)"
+    );
+    // Again at once: they are still queued, nothing is sent twice.
+    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+        .await
+        .unwrap();
+    assert_eq!((r.resent, r.in_queue, r.created), (0, 2, 0));
+    // The newcomer gets deliveries made for it, once.
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+        .await
+        .unwrap();
+    assert_eq!((r.matched, r.created, r.resent), (2, 2, 0));
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+        .await
+        .unwrap();
+    assert_eq!((r.created, r.in_queue), (0, 2));
+    let claimed = claim(&h, 10).await;
+    let to_newcomer = claimed
+        .iter()
+        .filter(|c| c.delivery.endpoint_id == newcomer.id)
+        .count();
+    assert_eq!(
+        to_newcomer, 2,
+        "the two recovered (the later event came before it)"
+    );
+    // An unknown endpoint, or a window the wrong way round, is refused.
+    let r = recover(h.store.as_ref(), &a, &window(EndpointId::new())).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    assert!(matches!(
+        Recovery::new(paid.id, until, since),
+        Err(StoreError::InvalidInput(_))
+    ));
+}
+
+/// `DeliveryStore::delivery_replay`: a replayed dead delivery keeps its
+/// sequence number (on an ordered endpoint it is the head again), its log
+/// grows, and the lease that ended it is answered as a repeat until the
+/// replay and lost after it.
+pub async fn a_replayed_delivery_keeps_its_place_and_fences_its_old_lease(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    endpoint(&h, "a", true).await;
+    let first = publish(&h, "a").await.deliveries[0];
+    let c = claim(&h, 1).await.remove(0);
+    let died = fail_at(h.clock.now());
+    assert_eq!(
+        record(&h, &c, died.clone()).await.state,
+        DeliveryState::Dead
+    );
+    assert_eq!(
+        record(&h, &c, died.clone()).await,
+        OutcomeRecorded {
+            state: DeliveryState::Dead,
+            duplicate: true
+        }
+    );
+    let second = publish(&h, "a").await.deliveries[0];
+    let next = claim(&h, 1).await;
+    assert_eq!(
+        ids(&next),
+        vec![second],
+        "a dead delivery blocked the order"
+    );
+    h.store.delivery_replay(&acct("a"), first).await.unwrap();
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "two deliveries of an ordered endpoint in flight"
+    );
+    assert_eq!(
+        record(&h, &next[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    assert_eq!(
+        h.store.delivery_record_outcome(&c.lease, died).await,
+        Err(StoreError::LeaseLost),
+        "the lease that ended it outlived the replay"
+    );
+    let again = claim(&h, 10).await;
+    assert_eq!(ids(&again), vec![first]);
+    assert_eq!(
+        (again[0].lease.attempt, again[0].delivery.seq),
+        (2, c.delivery.seq)
+    );
+    assert_eq!(
+        record(&h, &again[0], ok()).await.state,
+        DeliveryState::Delivered
+    );
+    assert_eq!(
+        h.store
+            .attempt_list_for_delivery(&acct("a"), first)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// `DeliveryStore::delivery_replay_dead`: the filter's dead deliveries, once.
+pub async fn bulk_replay_revives_matching_dead_deliveries_once(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(1)).await;
+    let (e1, e2) = (
+        endpoint(&h, "a", false).await,
+        endpoint(&h, "a", false).await,
+    );
+    endpoint(&h, "b", false).await;
+    publish(&h, "a").await;
+    let b_dead = publish(&h, "b").await.deliveries[0];
+    let early = kill_all(&h).await;
+    assert_eq!(early.len(), 3);
+    h.clock.advance(Duration::from_secs(60));
+    let cut = h.clock.now();
+    publish(&h, "a").await;
+    let late = kill_all(&h).await;
+    let on = |dead: &[(DeliveryId, EndpointId)], e: &Endpoint| {
+        dead.iter()
+            .find(|(_, ep)| *ep == e.id)
+            .map(|(id, _)| *id)
+            .unwrap()
+    };
+    let (late_e1, late_e2) = (on(&late, &e1), on(&late, &e2));
+
+    // One endpoint, died since the cut: one delivery, with a fresh budget.
+    let mut filter = ReplayFilter::all(acct("a"));
+    filter.endpoint_id = Some(e1.id);
+    filter.dead_since = Some(cut);
+    assert_eq!(
+        h.store.delivery_replay_dead(filter.clone()).await.unwrap(),
+        1
+    );
+    let d = get(&h, "a", late_e1).await;
+    assert_eq!(
+        (d.state, d.max_attempts, d.due_at),
+        (DeliveryState::Pending, 2, h.clock.now())
+    );
+    assert_eq!(
+        get(&h, "a", on(&early, &e1)).await.state,
+        DeliveryState::Dead
+    );
+    assert_eq!(get(&h, "a", late_e2).await.state, DeliveryState::Dead);
+    assert_eq!(
+        h.store.delivery_replay_dead(filter).await.unwrap(),
+        0,
+        "once"
+    );
+
+    // Died before the cut, every endpoint of the account: not account b's.
+    let mut filter = ReplayFilter::all(acct("a"));
+    filter.dead_until = Some(cut);
+    assert_eq!(h.store.delivery_replay_dead(filter).await.unwrap(), 2);
+    assert_eq!(
+        get(&h, "a", on(&early, &e2)).await.state,
+        DeliveryState::Pending
+    );
+    assert_eq!(get(&h, "b", b_dead).await.state, DeliveryState::Dead);
+
+    // A deleted endpoint's dead deliveries stay dead.
+    h.store.endpoint_delete(&acct("a"), e2.id).await.unwrap();
+    let left = h
+        .store
+        .delivery_replay_dead(ReplayFilter::all(acct("a")))
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a deleted endpoint's deliveries stay dead");
+    assert_eq!(get(&h, "a", late_e2).await.state, DeliveryState::Dead);
+    assert_eq!(
+        get(&h, "a", on(&early, &e2)).await.state,
+        DeliveryState::Dead
+    );
+
+    // The revived deliveries are claimed again, on their second attempt.
+    assert_eq!(
+        h.store
+            .delivery_replay_dead(ReplayFilter::all(acct("b")))
+            .await
+            .unwrap(),
+        1
+    );
+    let again = claim(&h, 10).await;
+    assert!(again
+        .iter()
+        .any(|c| c.delivery.id == late_e1 && c.lease.attempt == 2));
+    assert!(again.iter().any(|c| c.delivery.id == b_dead));
+}
+
+/// `AttemptLogStore::attempt_stats`: one endpoint's window, nearest-rank latencies.
+pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let quiet = endpoint_for(&h, "a", &["other.type"]).await;
+    let answered = |latency_ms: u64| AttemptReport {
+        status_code: Some(200),
+        error: None,
+        latency_ms,
+    };
+    // One attempt two hours ago, then four in the last hour.
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, DeliveryOutcome::Delivered(answered(1000))).await;
+    h.clock.advance(Duration::from_secs(2 * 3600));
+    for _ in 0..4 {
+        publish(&h, "a").await;
+    }
+    let recent = claim(&h, 10).await;
+    assert_eq!(recent.len(), 4);
+    for (c, ms) in recent.iter().zip([40, 10, 30, 20]) {
+        let outcome = if ms == 30 {
+            DeliveryOutcome::Retry {
+                at: h.clock.now().plus(Duration::from_secs(60)),
+                report: answered(ms),
+            }
+        } else {
+            DeliveryOutcome::Delivered(answered(ms))
+        };
+        record(&h, c, outcome).await;
+    }
+    let now = h.clock.now();
+    let hour = h
+        .store
+        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(
+        hour,
+        AttemptStats {
+            delivered: 3,
+            failed: 1,
+            lease_expired: 0,
+            p50_latency_ms: Some(20),
+            p95_latency_ms: Some(40),
+        }
+    );
+    assert_eq!(hour.success_rate(), Some(0.75));
+    let day = h
+        .store
+        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    assert_eq!((day.delivered, day.failed), (4, 1));
+    assert_eq!(
+        (day.p50_latency_ms, day.p95_latency_ms),
+        (Some(30), Some(1000))
+    );
+    let none = h
+        .store
+        .attempt_stats(&acct("a"), quiet.id, now.minus(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    assert_eq!(none, AttemptStats::default());
+    let r = h
+        .store
+        .attempt_stats(&acct("b"), e.id, now.minus(Duration::from_secs(86_400)))
+        .await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+}
+
+/// `DeliveryStore::delivery_list`: filters and keyset pages.
+pub async fn delivery_list_filters_and_paginates(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e1 = endpoint(&h, "a", false).await;
+    endpoint(&h, "a", false).await;
+    let mut events = Vec::new();
+    for _ in 0..5 {
+        events.push(publish(&h, "a").await);
+    }
+    let list = |state, endpoint_id, event_id, page| {
+        h.store.delivery_list(DeliveryListRequest {
+            account: acct("a"),
+            state,
+            endpoint_id,
+            event_id,
+            page,
+        })
+    };
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let p = list(None, None, None, PageRequest { limit: 3, after })
+            .await
+            .unwrap();
+        assert!(p.items.len() <= 3);
+        seen.extend(p.items.iter().map(|d| d.seq));
+        match p.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 10);
+    assert!(
+        seen.windows(2).all(|w| w[0] > w[1]),
+        "newest first, no overlap: {seen:?}"
+    );
+    let by_ep = list(None, Some(e1.id), None, PageRequest::first(100))
+        .await
+        .unwrap();
+    assert_eq!(by_ep.items.len(), 5);
+    assert!(by_ep.items.iter().all(|d| d.endpoint_id == e1.id));
+    let by_ev = list(
+        None,
+        None,
+        Some(events[2].event.id),
+        PageRequest::first(100),
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_ev.items.len(), 2);
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, ok()).await;
+    let delivered = list(
+        Some(DeliveryState::Delivered),
+        None,
+        None,
+        PageRequest::first(100),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        delivered.items.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![c.delivery.id]
+    );
+    assert_eq!(delivered.next, None);
+    let bad = list(None, None, None, PageRequest::first(0)).await;
+    assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
+}
+
+/// `AttemptLogStore::attempt_list_for_delivery`: oldest first.
+pub async fn attempt_log_lists_by_delivery_oldest_first(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let id = publish(&h, "a").await.deliveries[0];
+    for _ in 0..2 {
+        let c = claim(&h, 1).await.remove(0);
+        record(&h, &c, fail_at(h.clock.now())).await;
+        h.clock.advance(Duration::from_secs(1));
+    }
+    let c = claim(&h, 1).await.remove(0);
+    record(&h, &c, ok()).await;
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), id)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        log.iter().map(|a| a.result).collect::<Vec<_>>(),
+        vec![
+            AttemptResult::Failed,
+            AttemptResult::Failed,
+            AttemptResult::Delivered
+        ]
+    );
+    assert!(log
+        .windows(2)
+        .all(|w| w[0].recorded_at < w[1].recorded_at && w[0].id < w[1].id));
+    assert!(log.iter().all(|a| a.delivery_id == id));
+}
+
+/// `AttemptLogStore::attempt_list_for_endpoint`: newest first, pages cover every row once.
+pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e1 = endpoint(&h, "a", false).await;
+    let e2 = endpoint(&h, "a", false).await;
+    for _ in 0..4 {
+        publish(&h, "a").await;
+    }
+    for c in claim(&h, 8).await {
+        record(&h, &c, fail_at(h.clock.now())).await;
+    }
+    for c in claim(&h, 8)
+        .await
+        .into_iter()
+        .filter(|c| c.delivery.endpoint_id == e1.id)
+        .take(3)
+    {
+        record(&h, &c, ok()).await;
+    }
+    let mut rows = Vec::new();
+    let mut after = None;
+    loop {
+        let p = h
+            .store
+            .attempt_list_for_endpoint(&acct("a"), e1.id, PageRequest { limit: 3, after })
+            .await
+            .unwrap();
+        rows.extend(p.items);
+        match p.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(rows.len(), 7);
+    assert!(rows.iter().all(|a| a.endpoint_id == e1.id));
+    assert!(rows.windows(2).all(|w| w[0].id > w[1].id), "newest first");
+    assert_eq!(rows[0].result, AttemptResult::Delivered);
+    let e2_rows = h
+        .store
+        .attempt_list_for_endpoint(&acct("a"), e2.id, PageRequest::first(100))
+        .await
+        .unwrap();
+    assert_eq!(e2_rows.items.len(), 4);
+    let other = h
+        .store
+        .attempt_list_for_endpoint(&acct("b"), e1.id, PageRequest::first(10))
+        .await;
+    assert!(matches!(other, Err(StoreError::NotFound { .. })));
+}
+
+/// `DeliveryStore::delivery_count_by_account_and_state`: exact counts per
+/// account and state, which sum to `delivery_count_by_state`.
+pub async fn deliveries_are_counted_by_account_and_state(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    endpoint(&h, "b", false).await;
+    for _ in 0..3 {
+        publish(&h, "a").await;
+    }
+    publish(&h, "b").await;
+    let c = claim(&h, 2).await;
+    record(&h, &c[0], ok()).await;
+    let mut counts = h.store.delivery_count_by_account_and_state().await.unwrap();
+    counts.sort_by(|x, y| (x.0.as_str(), x.1.as_str()).cmp(&(y.0.as_str(), y.1.as_str())));
+    let leased_account = c[1].delivery.account.as_str().to_string();
+    let delivered_account = c[0].delivery.account.as_str().to_string();
+    let mut expected: Vec<(String, DeliveryState, u64)> = Vec::new();
+    for account in ["a", "b"] {
+        let total = if account == "a" { 3 } else { 1 };
+        let delivered = u64::from(account == delivered_account);
+        let leased = u64::from(account == leased_account);
+        for (state, n) in [
+            (DeliveryState::Delivered, delivered),
+            (DeliveryState::Leased, leased),
+            (DeliveryState::Pending, total - delivered - leased),
+        ] {
+            if n > 0 {
+                expected.push((account.to_string(), state, n));
+            }
+        }
+    }
+    expected.sort_by(|x, y| (x.0.as_str(), x.1.as_str()).cmp(&(y.0.as_str(), y.1.as_str())));
+    let got: Vec<(String, DeliveryState, u64)> = counts
+        .iter()
+        .map(|(a, s, n)| (a.as_str().to_string(), *s, *n))
+        .collect();
+    assert_eq!(got, expected);
+    let mut by_state = h.store.delivery_count_by_state().await.unwrap();
+    by_state.sort_by_key(|(s, _)| s.as_str());
+    let mut summed: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (_, s, n) in &counts {
+        *summed.entry(s.as_str()).or_default() += n;
+    }
+    let by_state: Vec<(&str, u64)> = by_state.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    assert_eq!(by_state, summed.into_iter().collect::<Vec<_>>());
+}

@@ -1,0 +1,278 @@
+//! Contracts of maintenance and retention.
+
+use super::*;
+
+/// `MaintenanceStore::maintenance_purge`: old delivered history goes in batches; live work stays.
+pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    endpoint_for(&h, "a", &[]).await;
+    let reqs = (0..5)
+        .map(|i| PublishRequest::new(acct("a"), "t", json!(i)))
+        .collect();
+    h.store.event_publish_batch(reqs).await.unwrap();
+    let claimed = claim(&h, 4).await;
+    for c in &claimed[..3] {
+        let ok = DeliveryOutcome::Delivered(AttemptReport::default());
+        h.store.delivery_record_outcome(&c.lease, ok).await.unwrap();
+    }
+    let fail = DeliveryOutcome::Retry {
+        at: h.clock.now().plus(Duration::from_secs(7200)),
+        report: AttemptReport::default(),
+    };
+    h.store
+        .delivery_record_outcome(&claimed[3].lease, fail)
+        .await
+        .unwrap();
+    let retention = Duration::from_secs(3600);
+    assert_eq!(
+        h.store.maintenance_purge(retention, 2).await.unwrap(),
+        PurgeReport::default(),
+        "nothing is old yet"
+    );
+    h.clock.advance(retention);
+    let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+    assert_eq!((r.deliveries, r.attempts), (2, 2));
+    let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+    assert_eq!((r.deliveries, r.attempts), (1, 2));
+    assert_eq!(
+        h.store.maintenance_purge(retention, 2).await.unwrap(),
+        PurgeReport::default()
+    );
+    let mut counts = h.store.delivery_count_by_state().await.unwrap();
+    counts.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(
+        counts,
+        vec![(DeliveryState::Pending, 2)],
+        "live deliveries stay"
+    );
+    assert!(matches!(
+        h.store.maintenance_purge(retention, 0).await,
+        Err(StoreError::InvalidInput(_))
+    ));
+}
+
+/// `maintenance::run_maintenance`: one replica runs it per interval, on a tick.
+pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    for k in 0..5 {
+        h.store
+            .idempotency_begin("s", &format!("k{k}"), "h", Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+    h.clock.advance(Duration::from_secs(1));
+    let every = Duration::from_secs(600);
+    let day = Duration::from_secs(86_400);
+    let report = run_maintenance(h.store.as_ref(), day, 2, every)
+        .await
+        .unwrap()
+        .expect("first run");
+    assert_eq!(
+        report.idempotency_records, 5,
+        "batches continue until nothing is left"
+    );
+    assert!(
+        run_maintenance(h.store.as_ref(), day, 2, every)
+            .await
+            .unwrap()
+            .is_none(),
+        "not due again yet"
+    );
+    h.clock.advance(every);
+    assert_eq!(
+        run_maintenance(h.store.as_ref(), day, 2, every)
+            .await
+            .unwrap(),
+        Some(PurgeReport::default())
+    );
+}
+
+/// `MaintenanceStore::maintenance_purge`: an old event goes once no delivery
+/// refers to it (delivered and purged, or never fanned out); an event with a
+/// pending or dead delivery stays, and so does a recent one.
+pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let retention = Duration::from_secs(3600);
+    let orphan = h.store.event_publish(event("a", 0)).await.unwrap();
+    assert!(orphan.deliveries.is_empty(), "no endpoint yet");
+    endpoint_for(h, "a", &[]).await;
+    let delivered = h.store.event_publish(event("a", 1)).await.unwrap();
+    let waiting = h.store.event_publish(event("a", 2)).await.unwrap();
+    let c = claim(h, 1).await.remove(0);
+    assert_eq!(c.delivery.event_id, delivered.event.id);
+    h.store
+        .delivery_record_outcome(
+            &c.lease,
+            DeliveryOutcome::Delivered(AttemptReport::default()),
+        )
+        .await
+        .unwrap();
+    h.clock.advance(retention);
+    let recent = h.store.event_publish(event("a", 3)).await.unwrap();
+    let r = purge_all(h, retention).await;
+    assert_eq!((r.events, r.deliveries), (2, 1), "{r:?}");
+    let exists = |id| async move { h.store.event_get(&acct("a"), id).await.is_ok() };
+    assert!(!exists(orphan.event.id).await, "never fanned out");
+    assert!(!exists(delivered.event.id).await, "its delivery was purged");
+    assert!(exists(waiting.event.id).await, "its delivery is pending");
+    assert!(exists(recent.event.id).await, "recent");
+}
+
+/// `MaintenanceStore::maintenance_purge`: dead deliveries are kept for replay
+/// while their endpoint exists; once it is deleted, they go when older than
+/// the retention, like delivered ones.
+pub async fn retention_purges_dead_deliveries_of_deleted_endpoints(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let retention = Duration::from_secs(3600);
+    let kept = endpoint_for(h, "a", &[]).await;
+    let deleted = endpoint_for(h, "a", &[]).await;
+    let published = h.store.event_publish(event("a", 1)).await.unwrap();
+    assert_eq!(published.deliveries.len(), 2);
+    for c in claim(h, 2).await {
+        let give_up = DeliveryOutcome::GiveUp(AttemptReport::default());
+        h.store
+            .delivery_record_outcome(&c.lease, give_up)
+            .await
+            .unwrap();
+    }
+    h.store
+        .endpoint_delete(&acct("a"), deleted.id)
+        .await
+        .unwrap();
+    let dead_of = |e: EndpointId| async move {
+        let list = h
+            .store
+            .delivery_list(DeliveryListRequest {
+                endpoint_id: Some(e),
+                ..DeliveryListRequest::all(acct("a"), PageRequest::first(100))
+            })
+            .await
+            .unwrap();
+        list.items
+            .iter()
+            .filter(|d| d.state == DeliveryState::Dead)
+            .count()
+    };
+    assert_eq!((dead_of(kept.id).await, dead_of(deleted.id).await), (1, 1));
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.deliveries, 0, "too recent: {r:?}");
+    h.clock.advance(retention);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.deliveries, 1, "{r:?}");
+    assert_eq!(
+        (dead_of(kept.id).await, dead_of(deleted.id).await),
+        (1, 0),
+        "the live endpoint's dead delivery stays for replay"
+    );
+    assert!(
+        h.store
+            .event_get(&acct("a"), published.event.id)
+            .await
+            .is_ok(),
+        "the event still has a delivery"
+    );
+}
+
+/// `MaintenanceStore::maintenance_purge`: old completed tasks go; pending,
+/// leased and dead-lettered ones stay whatever their age.
+pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {
+    let h = &f.open(with_workflow(1)).await;
+    let retention = Duration::from_secs(3600);
+    for id in ["done", "dead", "leased", "pending"] {
+        h.store.workflow_enqueue(task(id, "a", "k")).await.unwrap();
+    }
+    let claimed = claim_kinds(h, &["k"], 3).await;
+    let by_id = |id: &str| claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
+    h.store
+        .workflow_complete(&by_id("done").lease, json!(1))
+        .await
+        .unwrap();
+    h.store
+        .workflow_fail(&by_id("dead").lease, "no".into(), TaskFailure::Permanent)
+        .await
+        .unwrap();
+    h.clock.advance(retention);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.tasks, 1, "{r:?}");
+    let get = |id: &'static str| async move { h.store.workflow_get(&acct("a"), &tid(id)).await };
+    assert!(matches!(
+        get("done").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(get("dead").await.unwrap().state, TaskState::DeadLettered);
+    assert!(get("leased").await.is_ok() && get("pending").await.is_ok());
+}
+
+/// `MaintenanceStore::maintenance_purge`: alerts older than the retention go;
+/// recent ones stay.
+pub async fn retention_purges_old_alerts(f: &dyn StoreFactory) {
+    let opts = StoreOptions {
+        max_attempts: 1,
+        ..StoreOptions::default()
+    };
+    let h = &f.open(opts).await;
+    let retention = Duration::from_secs(3600);
+    endpoint_for(h, "a", &[]).await;
+    let dead_letter = |n| async move {
+        h.store.event_publish(event("a", n)).await.unwrap();
+        let c = claim(h, 1).await.remove(0);
+        let fail = DeliveryOutcome::GiveUp(AttemptReport::default());
+        h.store
+            .delivery_record_outcome(&c.lease, fail)
+            .await
+            .unwrap();
+    };
+    dead_letter(1).await;
+    let alerts = || async {
+        h.store
+            .alert_list(&acct("a"), PageRequest::first(100))
+            .await
+            .unwrap()
+            .items
+    };
+    let old = alerts().await;
+    assert!(!old.is_empty(), "a dead letter raises an alert");
+    h.clock.advance(retention);
+    dead_letter(2).await;
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.alerts, old.len() as u64, "{r:?}");
+    let left = alerts().await;
+    assert!(!left.is_empty(), "the recent alert stays");
+    assert!(left.iter().all(|a| old.iter().all(|o| o.id != a.id)));
+}
+
+/// `MaintenanceStore::maintenance_purge`: usage windows that ended before the
+/// cutoff go with the batch ids recorded before it; the current window stays.
+pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
+    let h = &f.open(StoreOptions::default()).await;
+    let hour = Duration::from_secs(3600);
+    let retention = hour * 2;
+    let record = |id: &'static str| async move {
+        let batch = UsageBatch {
+            batch_id: id.into(),
+            entries: vec![UsageEntry {
+                account: acct("a"),
+                metric: UsageMetric::Attempts,
+                at: h.clock.now(),
+                amount: 1,
+            }],
+        };
+        h.store.usage_record(batch).await.unwrap()
+    };
+    let t0 = usage_window(h.clock.now());
+    assert!(record("old").await);
+    h.clock.advance(retention + hour);
+    assert!(record("new").await);
+    let r = purge_all(h, retention).await;
+    assert_eq!(r.usage, 2, "one window and one batch id: {r:?}");
+    let rows = h
+        .store
+        .usage_query(&acct("a"), t0, h.clock.now().plus(hour))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "only the current window: {rows:?}");
+    assert!(
+        record("old").await,
+        "the purged batch id is forgotten, so it counts again"
+    );
+}
