@@ -14,7 +14,9 @@
 //! `release_keeps_the_attempt_budget` and the `workflow_*` lease contracts,
 //! and the reference model's comparison (`model_test.rs`).
 
-use crate::{StoreError, Timestamp};
+use crate::policy::AttemptState;
+use crate::workflow::{Task, TaskState};
+use crate::{AccountId, DeliveryId, DeliveryState, EndpointId, LeaseToken, StoreError, Timestamp};
 
 /// What a fenced write found on its row. `T` is the token's type: the
 /// adapters use [`crate::LeaseToken`], the reference model a counter.
@@ -80,6 +82,69 @@ impl From<Refused> for StoreError {
             Refused::Conflict { recorded } => StoreError::Conflict(format!(
                 "a different outcome ({recorded}) was already recorded with this lease"
             )),
+        }
+    }
+}
+
+/// A live delivery as every transition reads it, on both adapters: the
+/// adapter maps its row into this, asks [`fence`] with [`LeaseRow::held`],
+/// and plans with [`LeaseRow::state_for_plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// The delivery.
+    pub id: DeliveryId,
+    /// Its sequence number (per endpoint, in publish order).
+    pub seq: i64,
+    /// Its account.
+    pub account: AccountId,
+    /// Its endpoint.
+    pub endpoint_id: EndpointId,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Its budget of attempts.
+    pub max_attempts: u32,
+    /// When it is due.
+    pub due_at: Timestamp,
+    /// Its state.
+    pub state: DeliveryState,
+    /// The current lease's token, or the last one's.
+    pub lease_token: Option<LeaseToken>,
+    /// When the current lease expires.
+    pub lease_expires_at: Option<Timestamp>,
+    /// The outcome kind the last lease ended with.
+    pub last_outcome: Option<String>,
+}
+
+impl LeaseRow {
+    /// What the lease check sees.
+    pub fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.state == DeliveryState::Leased,
+            token: self.lease_token,
+            expires_at: self.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+
+    /// What the transition planners (`crate::policy`) need of it.
+    pub fn state_for_plan(&self) -> AttemptState {
+        AttemptState {
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            due_at: self.due_at,
+        }
+    }
+}
+
+impl<'a> Held<'a, LeaseToken> {
+    /// What the lease check sees of a task, given its row's token and last
+    /// outcome (columns the port's [`Task`] does not show).
+    pub fn task(task: &Task, token: Option<LeaseToken>, last_outcome: Option<&'a str>) -> Self {
+        Held {
+            leased: task.state == TaskState::Leased,
+            token,
+            expires_at: task.lease_expires_at,
+            last_outcome,
         }
     }
 }

@@ -168,12 +168,7 @@ struct TaskRow {
 impl TaskRow {
     /// What the lease check sees (`control_plane_core::lease`).
     fn held(&self) -> Held<'_, LeaseToken> {
-        Held {
-            leased: self.task.state == TaskState::Leased,
-            token: self.token,
-            expires_at: self.task.lease_expires_at,
-            last_outcome: self.last_outcome.as_deref(),
-        }
+        Held::task(&self.task, self.token, self.last_outcome.as_deref())
     }
 }
 

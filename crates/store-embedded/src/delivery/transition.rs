@@ -4,40 +4,7 @@
 
 use super::*;
 
-/// The fields of a delivery a transition needs.
-pub(super) struct LeaseRow {
-    pub(super) id: DeliveryId,
-    pub(super) seq: i64,
-    pub(super) account: AccountId,
-    pub(super) endpoint_id: EndpointId,
-    pub(super) attempts: u32,
-    pub(super) max_attempts: u32,
-    pub(super) due_at: Timestamp,
-    pub(super) state: DeliveryState,
-    pub(super) lease_token: Option<LeaseToken>,
-    pub(super) lease_expires_at: Option<Timestamp>,
-    pub(super) last_outcome: Option<String>,
-}
-
-impl LeaseRow {
-    /// What the lease check sees (`control_plane_core::lease`).
-    pub(super) fn held(&self) -> Held<'_, LeaseToken> {
-        Held {
-            leased: self.state == DeliveryState::Leased,
-            token: self.lease_token,
-            expires_at: self.lease_expires_at,
-            last_outcome: self.last_outcome.as_deref(),
-        }
-    }
-
-    pub(super) fn state_for_plan(&self) -> AttemptState {
-        AttemptState {
-            attempts: self.attempts,
-            max_attempts: self.max_attempts,
-            due_at: self.due_at,
-        }
-    }
-}
+pub(super) use control_plane_core::lease::LeaseRow;
 
 pub(super) const LEASE_COLS: &str =
     "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
