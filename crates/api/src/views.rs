@@ -4,8 +4,8 @@
 //! rotation).
 
 use control_plane_core::{
-    Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
-    EventFilter, EventId, Page, Task, Timestamp, UsageRow,
+    custom_header_pairs, Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId,
+    Endpoint, EndpointId, Event, EventFilter, EventId, Page, Task, Timestamp, UsageRow,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -27,6 +27,8 @@ pub(crate) struct EndpointView {
     /// Its filter on the event's type and payload, if any.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
+    /// The names of its custom headers (their values are never shown).
+    header_names: Vec<String>,
     enabled: bool,
     /// Why it was disabled (by an operator or by the circuit's policy).
     disabled_reason: Option<String>,
@@ -51,6 +53,14 @@ impl From<&Endpoint> for EndpointView {
             url: e.url.clone(),
             event_types: e.event_types.clone(),
             filter: e.filter.as_ref().map(EventFilter::to_json),
+            header_names: e
+                .headers
+                .as_ref()
+                .and_then(|h| custom_header_pairs(h).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect(),
             enabled: e.enabled,
             disabled_reason: e.disabled_reason.clone(),
             ordered: e.ordered,

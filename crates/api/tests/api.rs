@@ -656,6 +656,60 @@ async fn endpoint_filters_are_checked_shown_and_applied() {
     assert!(!page.contains("<script>"), "{page}");
 }
 
+/// Custom headers are write-only: the answers list their names, never a
+/// value; bad ones are 422 and change nothing; PATCH replaces them.
+#[tokio::test]
+async fn custom_headers_are_write_only_and_checked() {
+    let api = api().await;
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/hook", "headers": {"Host": "evil"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_error(&v, "invalid_input");
+    let (s, e) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/hook",
+                     "headers": {"X-Api-Key": "value-never-shown", "authorization": "Bearer t0k"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    assert_eq!(e["header_names"], json!(["authorization", "x-api-key"]));
+    let path = format!("/v1/accounts/acme/endpoints/{}", e["id"].as_str().unwrap());
+    for (_, v) in [
+        call("GET", &path).send(&api).await,
+        call("GET", "/v1/accounts/acme/endpoints").send(&api).await,
+    ] {
+        let text = v.to_string();
+        assert!(
+            !text.contains("value-never-shown") && !text.contains("t0k"),
+            "{text}"
+        );
+    }
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, _, page) = ui(&api, "GET", "/ui/a/acme/endpoints", Some(&cookie), None).await;
+    assert!(page.contains("headers: authorization, x-api-key"), "{page}");
+    assert!(
+        !page.contains("value-never-shown") && !page.contains("t0k"),
+        "{page}"
+    );
+    let (s, _) = call("PATCH", &path)
+        .json(json!({"headers": {"webhook-signature": "x"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    let (s, v) = call("PATCH", &path)
+        .json(json!({"headers": {"X-Tenant": "t-9"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["header_names"], json!(["x-tenant"]));
+    let (_, v) = call("PATCH", &path)
+        .json(json!({"headers": {}}))
+        .send(&api)
+        .await;
+    assert_eq!(v["header_names"], json!([]));
+}
+
 #[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;

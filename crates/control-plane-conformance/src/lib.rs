@@ -60,6 +60,7 @@ macro_rules! conformance_suite {
             rotate_secret_keeps_previous_for_grace,
             publish_fans_out_to_matching_endpoints,
             endpoint_filters_decide_which_events_fan_out,
+            custom_headers_are_checked_replaced_and_claimed,
             publish_with_same_idempotency_key_creates_nothing_new,
             an_idempotency_key_reused_for_another_request_is_refused,
             publish_batch_is_all_or_nothing,

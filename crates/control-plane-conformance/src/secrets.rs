@@ -16,14 +16,17 @@ pub trait Reopen: Send + Sync {
     /// drops the previous handle first.
     async fn open(&self, keys: SecretKeys) -> StoreResult<DynControlPlaneStore>;
 
-    /// Every stored `secret` and `previous_secret` value, as stored, with
-    /// no handle open.
+    /// Every stored `secret`, `previous_secret` and `headers` value, as
+    /// stored, with no handle open.
     async fn stored_secrets(&self) -> Vec<String>;
 
     /// Copies the stored `secret` of endpoint `from` onto endpoint `to`, as
     /// someone with write access to the database could, with no handle open.
     async fn copy_secret(&self, from: EndpointId, to: EndpointId);
 }
+
+/// A custom header's value, sealed like the secrets.
+const HEADER: &str = "hdr-value-7";
 
 fn secret(n: u8) -> Secret {
     Secret::new(format!("whsec_{}", format!("c2VjcmV0{n}").repeat(4)))
@@ -60,7 +63,7 @@ async fn publish_and_claim(store: &DynControlPlaneStore) -> Vec<ClaimedDelivery>
 }
 
 /// Plain text written before keys existed still reads; every write under
-/// a key is sealed and shows nothing of the secret; a store holding values
+/// a key is sealed and shows nothing of the secret (or of custom headers); a store holding values
 /// sealed under a key it is not given refuses to open, naming the key; a
 /// rotation (new key current, old one previous, `endpoint_reseal_secrets`
 /// in batches) leaves every value under the new key, readable with it
@@ -81,7 +84,15 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     // Under the old key: the plain value reads, new writes are sealed.
     let store = r.open(SecretKeys::new(old.clone(), vec![])).await.unwrap();
     assert_eq!(read(&store, plain.id).await.current, secret(1));
-    let sealed = endpoint(&store, secret(2)).await;
+    let sealed = {
+        let mut req = EndpointCreateRequest::new(
+            AccountId::new("sealed").unwrap(),
+            "https://example.com/hook",
+            secret(2),
+        );
+        req.headers = [("X-Api-Key".to_string(), HEADER.to_string())].into();
+        store.endpoint_create(req).await.unwrap()
+    };
     store
         .endpoint_rotate_secret(
             &sealed.account,
@@ -93,16 +104,21 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
         .unwrap();
     drop(store);
     let raw = r.stored_secrets().await;
-    assert_eq!(raw.len(), 3, "{raw:?}");
+    assert_eq!(
+        raw.len(),
+        4,
+        "three secrets and one set of headers: {raw:?}"
+    );
     for s in [secret(2), secret(3)] {
         let body = s.expose().trim_start_matches("whsec_").to_string();
         assert!(!raw.iter().any(|v| v.contains(&body)), "{raw:?}");
     }
+    assert!(!raw.iter().any(|v| v.contains(HEADER)), "{raw:?}");
     let under_old = raw
         .iter()
         .filter(|v| key_id_of(v) == Some(old.id()))
         .count();
-    assert_eq!(under_old, 2, "{raw:?}");
+    assert_eq!(under_old, 3, "{raw:?}");
 
     // Without the old key the store refuses to start, naming it.
     for keys in [SecretKeys::default(), SecretKeys::new(new.clone(), vec![])] {
@@ -154,6 +170,12 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
             secret(3)
         };
         assert_eq!(c.secrets.current, want);
+        if c.delivery.endpoint_id == sealed.id {
+            let headers = custom_header_pairs(c.headers.as_ref().unwrap()).unwrap();
+            assert_eq!(headers, vec![("x-api-key".to_string(), HEADER.to_string())]);
+        } else {
+            assert_eq!(c.headers, None);
+        }
     }
     // Nothing left to rotate.
     assert_eq!(store.endpoint_reseal_secrets(10).await.unwrap(), 0);

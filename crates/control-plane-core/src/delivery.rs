@@ -240,6 +240,9 @@ pub struct ClaimedDelivery {
     pub url: String,
     /// Signing secrets.
     pub secrets: SigningSecrets,
+    /// The endpoint's custom headers (the JSON object of
+    /// [`crate::custom_headers_text`]), opened like `secrets`.
+    pub headers: Option<Secret>,
     /// True when this attempt is the half-open circuit's single probe.
     pub probe: bool,
 }

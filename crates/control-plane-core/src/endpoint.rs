@@ -1,5 +1,6 @@
 //! Endpoints, their signing secrets and their requests.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,10 @@ pub struct Endpoint {
     /// A filter on the event's type and payload, beside `event_types`
     /// ([`crate::filter`]); `None` lets every accepted type through.
     pub filter: Option<EventFilter>,
+    /// Custom headers sent with every request, as the JSON object of
+    /// [`custom_headers_text`]: sealed at rest like the signing secrets,
+    /// opened on reads; `None` when there are none.
+    pub headers: Option<Secret>,
     /// Whether deliveries are claimed. A disabled endpoint's deliveries are held.
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
@@ -172,6 +177,9 @@ pub struct EndpointCreateRequest {
     pub event_types: Vec<String>,
     /// Optional filter on the event's type and payload.
     pub filter: Option<EventFilter>,
+    /// Custom headers sent with every request (names and values checked by
+    /// [`custom_headers_text`]).
+    pub headers: BTreeMap<String, String>,
     /// Ordered mode.
     pub ordered: bool,
     /// Optional rate limit, requests per second (1 to 100,000).
@@ -191,6 +199,7 @@ impl EndpointCreateRequest {
             secret,
             event_types: Vec::new(),
             filter: None,
+            headers: BTreeMap::new(),
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
@@ -206,6 +215,7 @@ impl EndpointCreateRequest {
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
         validate_event_types(&self.event_types)?;
+        custom_headers_text(&self.headers)?;
         if let Some(d) = &self.description {
             validate_free_text("description", d)?;
         }
@@ -222,6 +232,8 @@ pub struct EndpointUpdateRequest {
     pub event_types: Option<Vec<String>>,
     /// New payload filter (`Some(None)` removes it).
     pub filter: Option<Option<EventFilter>>,
+    /// New custom headers, replacing all of them (an empty map removes them).
+    pub headers: Option<BTreeMap<String, String>>,
     /// New ordered mode.
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
@@ -246,6 +258,7 @@ impl EndpointUpdateRequest {
         if let Some(types) = &self.event_types {
             validate_event_types(types)?;
         }
+        let headers = self.headers.as_ref().map(custom_headers_text).transpose()?;
         if let Some(Some(d)) = &self.description {
             validate_free_text("description", d)?;
         }
@@ -262,6 +275,9 @@ impl EndpointUpdateRequest {
         if let Some(f) = self.filter {
             e.filter = f;
         }
+        if let Some(h) = headers {
+            e.headers = h;
+        }
         if let Some(o) = self.ordered {
             e.ordered = o;
         }
@@ -276,6 +292,94 @@ impl EndpointUpdateRequest {
         }
         Ok(())
     }
+}
+
+/// Custom headers an endpoint may carry at most.
+pub const MAX_CUSTOM_HEADERS: usize = 20;
+/// A custom header's value, in bytes, at most.
+pub const MAX_CUSTOM_HEADER_BYTES: usize = 1024;
+/// Header names the dispatcher sets itself or that would change how the
+/// request is framed or routed: refused as custom headers (and every
+/// `webhook-*` name).
+pub const RESERVED_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "content-type",
+    "expect",
+    "host",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+];
+
+/// Checks custom headers and gives them as stored: a JSON object of
+/// lower-cased names and their values, `None` when there are none.
+///
+/// # Errors
+/// `InvalidInput` naming the header: more than [`MAX_CUSTOM_HEADERS`], a
+/// name that is not an HTTP token (1 to 64 of `A-Z a-z 0-9` and
+/// ``!#$%&'*+-.^_`|~``), a reserved one, or the same name twice in
+/// different case; a value that is empty, longer than
+/// [`MAX_CUSTOM_HEADER_BYTES`], or holds a character outside visible ASCII,
+/// space and tab.
+pub fn custom_headers_text(
+    headers: &BTreeMap<String, String>,
+) -> Result<Option<Secret>, StoreError> {
+    if headers.is_empty() {
+        return Ok(None);
+    }
+    if headers.len() > MAX_CUSTOM_HEADERS {
+        return Err(StoreError::InvalidInput(format!(
+            "at most {MAX_CUSTOM_HEADERS} custom headers, got {}",
+            headers.len()
+        )));
+    }
+    let mut lowered = BTreeMap::new();
+    for (name, value) in headers {
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || name.len() > 64 || !name.chars().all(token) {
+            return Err(StoreError::InvalidInput(format!(
+                "header name {name:?} must be 1 to 64 characters of A-Z a-z 0-9 and !#$%&'*+-.^_`|~"
+            )));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("webhook-") {
+            return Err(StoreError::InvalidInput(format!(
+                "header {name:?} is set by the dispatcher and cannot be replaced"
+            )));
+        }
+        let visible = |b: u8| b == b'\t' || (0x20..0x7f).contains(&b);
+        if value.is_empty() || value.len() > MAX_CUSTOM_HEADER_BYTES || !value.bytes().all(visible)
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "header {name:?}: its value must be 1 to {MAX_CUSTOM_HEADER_BYTES} bytes of visible ASCII, space and tab"
+            )));
+        }
+        if lowered.insert(lower, value.clone()).is_some() {
+            return Err(StoreError::InvalidInput(format!(
+                "header {name:?} is given twice (names are case-insensitive)"
+            )));
+        }
+    }
+    serde_json::to_string(&lowered)
+        .map(|t| Some(Secret::new(t)))
+        .map_err(|e| StoreError::InvalidInput(format!("custom headers: {e}")))
+}
+
+/// The `(name, value)` pairs of custom headers as stored and opened.
+///
+/// # Errors
+/// `Backend` when the text is not a JSON object of strings (a value still
+/// sealed, or a store changed by hand).
+pub fn custom_header_pairs(text: &Secret) -> Result<Vec<(String, String)>, StoreError> {
+    serde_json::from_str::<BTreeMap<String, String>>(text.expose())
+        .map(|m| m.into_iter().collect())
+        .map_err(|_| StoreError::Backend("stored custom headers are not readable".into()))
 }
 
 /// Checks an endpoint's rate limit and in-flight cap.

@@ -31,12 +31,15 @@ pub enum Slot {
     Current,
     /// The previous secret, during a rotation's grace.
     Previous,
+    /// The custom headers (their JSON object, sealed as one value).
+    Headers,
 }
 
 fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
     let name: &[u8] = match slot {
         Slot::Current => b"secret",
         Slot::Previous => b"previous_secret",
+        Slot::Headers => b"headers",
     };
     [owner, b":", name].concat()
 }
@@ -213,6 +216,23 @@ impl SecretKeys {
         })
     }
 
+    /// An endpoint's custom headers, opened (`None`: it has none).
+    ///
+    /// # Errors
+    /// As [`SecretKeys::open`].
+    pub fn open_headers(&self, owner: &[u8], h: Option<&Secret>) -> StoreResult<Option<Secret>> {
+        h.map(|h| self.open(owner, Slot::Headers, h.expose()))
+            .transpose()
+    }
+
+    /// An endpoint's custom headers, sealed (`None`: it has none).
+    ///
+    /// # Errors
+    /// As [`SecretKeys::seal`].
+    pub fn seal_headers(&self, owner: &[u8], h: Option<&Secret>) -> StoreResult<Option<String>> {
+        h.map(|h| self.seal(owner, Slot::Headers, h)).transpose()
+    }
+
     /// `stored` opened and sealed again under the current key (a rotation).
     ///
     /// # Errors
@@ -269,7 +289,7 @@ impl SecretKeys {
 }
 
 impl SecretKeys {
-    /// Opens the secrets of freshly claimed deliveries, which the adapters
+    /// Opens the secrets and custom headers of freshly claimed deliveries, which the adapters
     /// read as stored. A delivery whose secrets do not open (sealed under a
     /// key this process lacks, or altered) is left out and logged: it stays
     /// leased until its lease expires and is claimed again, by a replica
@@ -280,9 +300,15 @@ impl SecretKeys {
             .into_iter()
             .filter_map(|mut c| {
                 let owner = c.delivery.endpoint_id.0;
-                match self.open_secrets(owner.as_bytes(), &c.secrets) {
-                    Ok(s) => {
+                let opened = self
+                    .open_secrets(owner.as_bytes(), &c.secrets)
+                    .and_then(|s| {
+                        Ok((s, self.open_headers(owner.as_bytes(), c.headers.as_ref())?))
+                    });
+                match opened {
+                    Ok((s, h)) => {
                         c.secrets = s;
+                        c.headers = h;
                         Some(c)
                     }
                     Err(e) => {

@@ -52,6 +52,8 @@ pub trait EndpointStore: Send + Sync {
     /// - Fields not given keep their values (`endpoint_update_changes_only_given_fields`).
     /// - A filter is set, changed and removed (`Some(None)`)
     ///   (`endpoint_filters_decide_which_events_fan_out`).
+    /// - Custom headers are replaced as a whole; an empty set removes them
+    ///   (`custom_headers_are_checked_replaced_and_claimed`).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.

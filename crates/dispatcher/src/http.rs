@@ -269,7 +269,7 @@ impl HttpClient {
     pub(crate) async fn post(
         &self,
         url: &str,
-        headers: &[(&'static str, String)],
+        headers: &[(&str, String)],
         body: &[u8],
     ) -> Result<Answer, Failure> {
         let target = Target::parse(url).map_err(Failure::Refused)?;
@@ -401,21 +401,23 @@ impl HttpClient {
     }
 }
 
-/// The request's bytes: request line, headers, `content-length`, body.
-fn encode(
-    target: &Target,
-    headers: &[(&'static str, String)],
-    body: &[u8],
-) -> Result<Vec<u8>, String> {
+/// The request's bytes: request line, headers, `content-length`, body. An
+/// `authorization` among `headers` replaces the one of the URL's user and
+/// password.
+fn encode(target: &Target, headers: &[(&str, String)], body: &[u8]) -> Result<Vec<u8>, String> {
     let length = body.len().to_string();
     let fixed = [
         ("host", target.authority.as_str()),
         ("user-agent", USER_AGENT),
         ("content-length", length.as_str()),
     ];
+    let given = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
     let auth = target
         .authorization
         .as_deref()
+        .filter(|_| !given)
         .map(|a| ("authorization", a));
     let all = fixed
         .into_iter()

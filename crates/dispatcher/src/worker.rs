@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState, DynControlPlaneStore,
-    Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
+    custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
+    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -410,12 +410,22 @@ async fn send(
     signature: String,
 ) -> Result<SendResult, String> {
     let started = Instant::now();
-    let headers = [
+    // The endpoint's own headers first; they cannot replace these four
+    // (`control_plane_core::RESERVED_HEADERS`).
+    let custom = match &c.headers {
+        Some(h) => custom_header_pairs(h).map_err(|e| e.to_string())?,
+        None => Vec::new(),
+    };
+    let mut headers: Vec<(&str, String)> = custom
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
+    headers.extend([
         ("content-type", "application/json".to_string()),
         ("webhook-id", id.to_string()),
         ("webhook-timestamp", timestamp.to_string()),
         ("webhook-signature", signature),
-    ];
+    ]);
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(match sent {

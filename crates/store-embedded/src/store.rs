@@ -35,7 +35,10 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("migrations/0005_tasks_scoped_by_account.sql"),
     ),
     (6, include_str!("migrations/0006_dashboard_sessions.sql")),
-    (7, include_str!("migrations/0007_endpoint_filters.sql")),
+    (
+        7,
+        include_str!("migrations/0007_endpoint_filters_and_headers.sql"),
+    ),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

@@ -26,7 +26,8 @@ impl Reopen for File {
         let mut st = conn
             .prepare(
                 "SELECT secret FROM endpoints UNION ALL \
-                 SELECT previous_secret FROM endpoints WHERE previous_secret IS NOT NULL",
+                 SELECT previous_secret FROM endpoints WHERE previous_secret IS NOT NULL UNION ALL \
+                 SELECT headers FROM endpoints WHERE headers IS NOT NULL",
             )
             .unwrap();
         let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();

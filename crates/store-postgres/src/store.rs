@@ -37,7 +37,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         include_str!("migrations/0010_write_each_delivery_once.sql"),
     ),
     (11, include_str!("migrations/0011_dashboard_sessions.sql")),
-    (12, include_str!("migrations/0012_endpoint_filters.sql")),
+    (
+        12,
+        include_str!("migrations/0012_endpoint_filters_and_headers.sql"),
+    ),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

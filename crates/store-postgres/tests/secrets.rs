@@ -30,7 +30,8 @@ impl Reopen for Schema {
             .query(
                 &format!(
                     "SELECT secret FROM {0}.endpoints UNION ALL \
-                     SELECT previous_secret FROM {0}.endpoints WHERE previous_secret IS NOT NULL",
+                     SELECT previous_secret FROM {0}.endpoints WHERE previous_secret IS NOT NULL UNION ALL \
+                 SELECT headers FROM {0}.endpoints WHERE headers IS NOT NULL",
                     self.0 .0
                 ),
                 &[],

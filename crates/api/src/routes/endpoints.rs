@@ -25,6 +25,11 @@ pub(crate) struct EndpointCreateBody {
     /// absent means every event of its types.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
+    /// Headers sent with every request, such as `{"x-api-key": "..."}` or
+    /// `{"authorization": "Bearer ..."}`: sealed at rest, never shown again
+    /// (the answers list their names only).
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
     /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
     secret: Option<String>,
     /// One delivery in flight at a time, in publish order.
@@ -80,6 +85,7 @@ pub(crate) async fn endpoint_create(
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
+    req.headers = body.headers;
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
@@ -141,6 +147,8 @@ pub(crate) struct EndpointUpdateBody {
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<Object>)]
     filter: Option<Option<Value>>,
+    /// New headers, replacing all of them; `{}` removes them.
+    headers: Option<BTreeMap<String, String>>,
     ordered: Option<bool>,
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<u32>)]
@@ -180,6 +188,7 @@ pub(crate) async fn endpoint_update(
             .filter
             .map(|f| f.map(EventFilter::parse).transpose())
             .transpose()?,
+        headers: body.headers,
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
         max_in_flight: body.max_in_flight,

@@ -3,6 +3,7 @@
 //! (`crate::openapi`). Each handler resolves the caller's reach first, so a
 //! key of one account gets `404` for every route of another.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;

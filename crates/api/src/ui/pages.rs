@@ -214,6 +214,23 @@ fn in_flight(e: &Endpoint, leased: &HashMap<EndpointId, u64>) -> String {
     }
 }
 
+/// The names of an endpoint's custom headers, never their values.
+fn header_names(e: &Endpoint) -> String {
+    let names: Vec<String> = e
+        .headers
+        .as_ref()
+        .and_then(|h| control_plane_core::custom_header_pairs(h).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, _)| esc(&name))
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("<br><small>headers: {}</small>", names.join(", "))
+    }
+}
+
 /// Every endpoint with its circuit, flow limits, last hour's success rate
 /// and response times, and a chart of its last 30 response times.
 pub(crate) async fn endpoints(
@@ -253,13 +270,14 @@ pub(crate) async fn endpoints(
         };
         rows.push(vec![
             format!(
-                "<span class=\"url\">{}</span><br><small>{}</small>{}",
+                "<span class=\"url\">{}</span><br><small>{}</small>{}{}",
                 esc(&e.url),
                 esc(e.description.as_deref().unwrap_or("")),
                 e.filter.as_ref().map_or_else(String::new, |f| format!(
                     "<br><small>filter: <code>{}</code></small>",
                     esc(&f.to_text())
-                ))
+                )),
+                header_names(e)
             ),
             state,
             format!(

@@ -469,3 +469,87 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
     assert_eq!(cleared.secrets.previous_expires_at, None);
     assert_eq!(cleared.secrets.current.expose(), "whsec_bmV3");
 }
+
+/// `EndpointStore::endpoint_create`: custom headers are checked (reserved
+/// and malformed names, bad values, the same name twice), stored with names
+/// lower-cased, read back and handed to the sender with each claim;
+/// an update replaces them all, and an empty set removes them.
+pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let with = |pairs: &[(&str, &str)]| {
+        let mut req = EndpointCreateRequest::new(
+            acct("a"),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        req.headers = pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        req
+    };
+    for bad in [
+        vec![("Host", "x")],
+        vec![("webhook-id", "x")],
+        vec![("Content-Length", "1")],
+        vec![("bad name", "x")],
+        vec![("x-a", "line\nbreak")],
+        vec![("x-a", "")],
+        vec![("X-Dup", "1"), ("x-dup", "2")],
+    ] {
+        let r = h.store.endpoint_create(with(&bad)).await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
+    let e = h
+        .store
+        .endpoint_create(with(&[("X-Api-Key", "k-1"), ("authorization", "Bearer t")]))
+        .await
+        .unwrap();
+    let pairs = |e: &Endpoint| e.headers.as_ref().map(|h| custom_header_pairs(h).unwrap());
+    let want = vec![
+        ("authorization".to_string(), "Bearer t".to_string()),
+        ("x-api-key".to_string(), "k-1".to_string()),
+    ];
+    assert_eq!(pairs(&e), Some(want.clone()));
+    let read = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(pairs(&read), Some(want.clone()));
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    assert_eq!(
+        c.headers.as_ref().map(|h| custom_header_pairs(h).unwrap()),
+        Some(want)
+    );
+    let update = |headers: &[(&str, &str)]| EndpointUpdateRequest {
+        headers: Some(
+            headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..EndpointUpdateRequest::default()
+    };
+    let r = h
+        .store
+        .endpoint_update(&acct("a"), e.id, update(&[("Connection", "close")]))
+        .await;
+    assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{r:?}");
+    let changed = h
+        .store
+        .endpoint_update(&acct("a"), e.id, update(&[("x-tenant", "t-9")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        pairs(&changed),
+        Some(vec![("x-tenant".to_string(), "t-9".to_string())])
+    );
+    let cleared = h
+        .store
+        .endpoint_update(&acct("a"), e.id, update(&[]))
+        .await
+        .unwrap();
+    assert_eq!(cleared.headers, None);
+}

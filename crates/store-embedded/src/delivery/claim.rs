@@ -377,7 +377,7 @@ pub(super) fn lease(
     let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
         let mut st = t
             .prepare(&format!(
-                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at \
+                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers \
                  FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
                  WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
             ))
@@ -404,6 +404,7 @@ pub(super) fn lease(
                         previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
                         previous_expires_at: ts_opt(r, 18)?,
                     },
+                    headers: r.get::<_, Option<String>>(19)?.map(Secret::new),
                     probe,
                 }))
             })
