@@ -894,6 +894,30 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
         .await;
     assert_eq!(s, StatusCode::OK, "{again}");
     assert_eq!(again["id"], task["id"]);
+
+    // The dashboard's form queues the same task and leads to it.
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, _, page) = ui(&api, "GET", "/ui/a/acme/endpoints", Some(&cookie), None).await;
+    let endpoint = e["id"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("id=\"recover-{endpoint}\"")),
+        "{page}"
+    );
+    let action = format!("/ui/a/acme/endpoints/{endpoint}/recover");
+    let form = |hours: u32| Some(format!("csrf={}&hours={hours}", csrf_of(&page)));
+    let (s, _, _) = ui(&api, "POST", &action, Some(&cookie), form(5)).await;
+    assert_eq!(
+        s,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "only the offered windows"
+    );
+    let (s, h, _) = ui(&api, "POST", &action, Some(&cookie), form(24)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let to = h["location"].to_str().unwrap().to_string();
+    assert!(to.starts_with("/ui/a/acme/tasks?id=recover-"), "{to}");
+    let (s, _, page) = ui(&api, "GET", &to, Some(&cookie), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(page.contains("control-plane.recover"), "{page}");
 }
 
 #[tokio::test]

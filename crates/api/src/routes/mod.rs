@@ -13,10 +13,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    DeliveryId, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, KeyId, PageRequest,
-    PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp,
-    UsageMetric, RECOVER_TASK,
+    AccountId, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore,
+    EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
+    EventListRequest, KeyId, PageRequest, PublishRequest, Recovery, ReplayFilter, Secret, Task,
+    TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

@@ -17,6 +17,7 @@
 
 mod html;
 mod pages;
+mod recover;
 
 use std::sync::Arc;
 
@@ -77,6 +78,10 @@ pub(crate) fn router() -> Router<Arc<ApiState>> {
         .route("/ui/logout", post(logout))
         .route("/ui/a/{account}", get(pages::overview))
         .route("/ui/a/{account}/endpoints", get(pages::endpoints))
+        .route(
+            "/ui/a/{account}/endpoints/{id}/recover",
+            post(recover::recover),
+        )
         .route("/ui/a/{account}/deliveries", get(pages::deliveries))
         .route("/ui/a/{account}/deliveries/{id}", get(pages::delivery))
         .route(

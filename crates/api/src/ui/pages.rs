@@ -44,8 +44,8 @@ pub(crate) struct AccountPath {
 
 #[derive(Deserialize)]
 pub(crate) struct ItemPath {
-    account: String,
-    id: String,
+    pub(super) account: String,
+    pub(super) id: String,
 }
 
 #[derive(Deserialize)]
@@ -301,6 +301,7 @@ pub(crate) async fn endpoints(
                     .map_or_else(|| "–".into(), |v| format!("{v} ms"))
             ),
             bars("response times of the last 30 attempts, ms", &latencies),
+            super::recover::form(e, &session.csrf),
         ]);
     }
     let body = table(
@@ -314,6 +315,7 @@ pub(crate) async fn endpoints(
             "success (1 h)",
             "p50 / p95 (1 h)",
             "latency (last 30)",
+            "send again",
         ],
         &rows,
         "No endpoint yet.",
