@@ -193,6 +193,23 @@ pub(crate) fn notice(text: &str) -> String {
     format!("<p class=\"notice\" id=\"notice\">{}</p>", esc(text))
 }
 
+/// The names of an endpoint's custom headers, never their values.
+pub(crate) fn header_names(e: &control_plane_core::Endpoint) -> String {
+    let names: Vec<String> = e
+        .headers
+        .as_ref()
+        .and_then(|h| control_plane_core::custom_header_pairs(h).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, _)| esc(&name))
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("<br><small>headers: {}</small>", names.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,9 @@ use control_plane_core::{
 };
 use serde::Deserialize;
 
-use super::html::{self, bars, base, button, esc, link, notice, segment, table, time, Tab};
+use super::html::{
+    self, bars, base, button, esc, header_names, link, notice, segment, table, time, Tab,
+};
 use super::{CsrfForm, Session, UiError};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -211,23 +213,6 @@ fn in_flight(e: &Endpoint, leased: &HashMap<EndpointId, u64>) -> String {
     match e.max_in_flight {
         Some(cap) => format!("{n} / {cap}"),
         None => format!("{n} / default"),
-    }
-}
-
-/// The names of an endpoint's custom headers, never their values.
-fn header_names(e: &Endpoint) -> String {
-    let names: Vec<String> = e
-        .headers
-        .as_ref()
-        .and_then(|h| control_plane_core::custom_header_pairs(h).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, _)| esc(&name))
-        .collect();
-    if names.is_empty() {
-        String::new()
-    } else {
-        format!("<br><small>headers: {}</small>", names.join(", "))
     }
 }
 
