@@ -10,25 +10,26 @@
 //! its publishes is written alone, so only the bad one fails; any other
 //! error is every caller's answer, never retried here.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use control_plane_core::group::GroupCommit;
 use control_plane_core::{
     DynControlPlaneStore, PublishRequest, Published, StoreError, StoreResult,
 };
-use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// Most publishes written in one transaction. As many groups are in flight
 /// at once as the store's `write_concurrency` (each on its own connection
 /// on postgres; one on the embedded store's one writer).
 const MAX_GROUP: usize = 128;
 
-type Reply = oneshot::Sender<StoreResult<Published>>;
+/// Publishes waiting at most; past it a publish waits for room.
+const QUEUE: usize = 8192;
 
 /// The gate every API publish without an idempotency key goes through.
 pub(crate) struct Publisher {
     store: DynControlPlaneStore,
     /// Started on the first publish (inside the runtime that serves it).
-    queue: OnceLock<mpsc::UnboundedSender<(PublishRequest, Reply)>>,
+    group: OnceLock<GroupCommit<PublishRequest, Published>>,
 }
 
 impl Publisher {
@@ -37,81 +38,45 @@ impl Publisher {
     pub(crate) fn new(store: DynControlPlaneStore) -> Publisher {
         Publisher {
             store,
-            queue: OnceLock::new(),
+            group: OnceLock::new(),
         }
     }
 
     /// Publishes `req`, in a group when others are waiting.
     pub(crate) async fn publish(&self, req: PublishRequest) -> StoreResult<Published> {
-        let queue = self.queue.get_or_init(|| {
-            let (queue, rx) = mpsc::unbounded_channel();
-            let rx = Arc::new(Mutex::new(rx));
-            for _ in 0..self.store.write_concurrency().max(1) {
-                tokio::spawn(write_groups(self.store.clone(), rx.clone()));
-            }
-            queue
+        let group = self.group.get_or_init(|| {
+            let store = self.store.clone();
+            let writers = store.write_concurrency();
+            GroupCommit::start("publisher", writers, QUEUE, MAX_GROUP, move |reqs| {
+                let store = store.clone();
+                async move { write(&store, reqs).await }
+            })
+            .0
         });
-        let (tx, rx) = oneshot::channel();
-        queue
-            .send((req, tx))
-            .map_err(|_| StoreError::Unavailable("the publisher has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the publisher has stopped".into()))?
+        group.submit(req).await
     }
 }
 
-/// One writer: takes the next publish and whatever else is queued behind
-/// it, and writes them.
-async fn write_groups(
-    store: DynControlPlaneStore,
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<(PublishRequest, Reply)>>>,
-) {
-    loop {
-        let mut group = Vec::new();
-        {
-            let mut rx = rx.lock().await;
-            match rx.recv().await {
-                Some(first) => group.push(first),
-                None => return,
-            }
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(next) => group.push(next),
-                    Err(_) => break,
-                }
-            }
-        }
-        write(&store, group).await;
-    }
-}
-
-async fn write(store: &DynControlPlaneStore, group: Vec<(PublishRequest, Reply)>) {
-    if group.len() > 1 {
-        let reqs = group.iter().map(|(r, _)| r.clone()).collect();
-        match store.event_publish_batch(reqs).await {
-            Ok(published) => {
-                let mut published = published.into_iter();
-                for (_, reply) in group {
-                    let _ = reply.send(published.next().ok_or_else(|| {
-                        StoreError::Unavailable("the batch answered fewer events".into())
-                    }));
-                }
-                return;
-            }
+/// Writes a group: in one transaction when it holds more than one publish;
+/// one by one when that transaction was refused for bad input.
+async fn write(
+    store: &DynControlPlaneStore,
+    reqs: Vec<PublishRequest>,
+) -> Vec<StoreResult<Published>> {
+    if reqs.len() > 1 {
+        match store.event_publish_batch(reqs.clone()).await {
+            Ok(published) => return published.into_iter().map(Ok).collect(),
             // A bad input fails the whole batch and stores nothing: write
             // each alone, so only the bad one fails.
             Err(StoreError::InvalidInput(_)) => {}
             // Anything else is every caller's answer (none is retried here:
             // a batch that failed after its commit must not be written twice).
-            Err(e) => {
-                for (_, reply) in group {
-                    let _ = reply.send(Err(e.clone()));
-                }
-                return;
-            }
+            Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),
         }
     }
-    for (req, reply) in group {
-        let _ = reply.send(store.event_publish(req).await);
+    let mut out = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        out.push(store.event_publish(req).await);
     }
+    out
 }

@@ -92,6 +92,7 @@ pub mod endpoint;
 pub mod error;
 pub mod filter;
 pub mod flow;
+pub mod group;
 pub mod hash;
 pub mod idempotency;
 pub mod lease;

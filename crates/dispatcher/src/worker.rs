@@ -20,6 +20,7 @@ use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Work};
 use crate::signing::signature_header;
 use control_plane_core::backoff::RetryPolicy;
+use control_plane_core::group::GroupCommit;
 
 /// How long the loop may wait for more free send slots before it claims
 /// for the few it has (see [`Dispatcher::run`]).
@@ -447,52 +448,41 @@ async fn send(
     })
 }
 
-type Completion = (
-    Lease,
-    DeliveryOutcome,
-    tokio::sync::oneshot::Sender<control_plane_core::StoreResult<OutcomeRecorded>>,
-);
-
-/// The completion batcher: sends report their outcomes here, and one task
-/// records whatever has accumulated as one batch
-/// (`delivery_record_outcomes`), so under load many outcomes share a
-/// transaction, and when idle each is recorded at once.
+/// The completion batcher: sends report their outcomes here, and one writer
+/// records whatever has accumulated as one batch (`delivery_record_outcomes`,
+/// through `control_plane_core::group::GroupCommit`), so under load many
+/// outcomes share a transaction, and when idle each is recorded at once.
 #[derive(Clone)]
 struct Recorder {
-    tx: tokio::sync::mpsc::Sender<Completion>,
+    group: GroupCommit<(Lease, DeliveryOutcome), OutcomeRecorded>,
 }
 
 impl Recorder {
     fn start(store: DynControlPlaneStore) -> (Recorder, tokio::task::JoinHandle<()>) {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Completion>(1024);
-        let task = tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut items = vec![first];
-                while items.len() < 200 {
-                    match rx.try_recv() {
-                        Ok(item) => items.push(item),
-                        Err(_) => break,
-                    }
-                }
-                let (batch, replies): (Vec<_>, Vec<_>) =
-                    items.into_iter().map(|(l, o, r)| ((l, o), r)).unzip();
-                match store.delivery_record_outcomes(batch.clone()).await {
-                    Ok(results) => {
-                        for (reply, result) in replies.into_iter().zip(results) {
-                            let _ = reply.send(result);
-                        }
-                    }
-                    // The batch changed nothing: record the items one by one.
-                    Err(_) => {
-                        for ((lease, outcome), reply) in batch.into_iter().zip(replies) {
-                            let _ =
-                                reply.send(store.delivery_record_outcome(&lease, outcome).await);
+        let (group, mut tasks) = GroupCommit::start(
+            "completion batcher",
+            1,
+            1024,
+            200,
+            move |batch: Vec<(Lease, DeliveryOutcome)>| {
+                let store = store.clone();
+                async move {
+                    match store.delivery_record_outcomes(batch.clone()).await {
+                        Ok(results) => results,
+                        // The batch changed nothing: record the items one by one.
+                        Err(_) => {
+                            let mut out = Vec::with_capacity(batch.len());
+                            for (lease, outcome) in batch {
+                                out.push(store.delivery_record_outcome(&lease, outcome).await);
+                            }
+                            out
                         }
                     }
                 }
-            }
-        });
-        (Recorder { tx }, task)
+            },
+        );
+        let task = tasks.pop().unwrap_or_else(|| tokio::spawn(async {}));
+        (Recorder { group }, task)
     }
 
     async fn record(
@@ -500,13 +490,6 @@ impl Recorder {
         lease: Lease,
         outcome: DeliveryOutcome,
     ) -> control_plane_core::StoreResult<OutcomeRecorded> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.tx
-            .send((lease, outcome, reply))
-            .await
-            .map_err(|_| StoreError::Unavailable("the completion batcher stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Unavailable("the completion batcher stopped".into()))?
+        self.group.submit((lease, outcome)).await
     }
 }
