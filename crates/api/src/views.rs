@@ -276,6 +276,8 @@ pub(crate) struct AttemptView {
     status_code: Option<u16>,
     error: Option<String>,
     latency_ms: u64,
+    /// The start of the answer's body (`CONTROLPLANE_RESPONSE_BODY_BYTES`).
+    response_body: Option<String>,
     will_retry: bool,
     #[schema(format = DateTime)]
     next_attempt_at: Option<String>,
@@ -291,6 +293,7 @@ impl From<&AttemptRecord> for AttemptView {
             status_code: a.status_code,
             error: a.error.clone(),
             latency_ms: a.latency_ms,
+            response_body: a.response_body.clone(),
             will_retry: a.will_retry,
             next_attempt_at: a.next_attempt_at.map(time),
             recorded_at: time(a.recorded_at),

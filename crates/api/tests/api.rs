@@ -742,6 +742,7 @@ async fn dead_deliveries_are_replayed_in_bulk_once() {
                 status_code: Some(400),
                 error: None,
                 latency_ms: 1,
+                response_body: None,
             }),
         )
         .await
@@ -814,6 +815,7 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
             status_code: Some(200),
             error: None,
             latency_ms: 1,
+            response_body: None,
         });
         api.store
             .delivery_record_outcome(&c[0].lease, ok)
@@ -1009,6 +1011,7 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
                 status_code: Some(200),
                 error: None,
                 latency_ms: 42,
+                response_body: None,
             }),
         )
         .await

@@ -269,6 +269,7 @@ fn delivered() -> DeliveryOutcome {
         status_code: Some(200),
         error: None,
         latency_ms: 1,
+        response_body: None,
     })
 }
 
@@ -407,10 +408,19 @@ async fn drain_raw(
                 let errors: Vec<Option<String>> = vec![None; ids.len()];
                 let codes: Vec<Option<i64>> = vec![Some(200); ids.len()];
                 let latencies: Vec<i64> = vec![1; ids.len()];
+                let bodies: Vec<Option<String>> = vec![None; ids.len()];
                 let n = client
                     .execute(
                         &complete,
-                        &[&ids, &tokens, &errors, &codes, &latencies, &now_ms()],
+                        &[
+                            &ids,
+                            &tokens,
+                            &errors,
+                            &codes,
+                            &latencies,
+                            &now_ms(),
+                            &bodies,
+                        ],
                     )
                     .await
                     .map_err(fail)?;

@@ -99,6 +99,7 @@ macro_rules! conformance_suite {
             extend_renews_a_live_lease,
             delivery_list_filters_and_paginates,
             attempt_log_lists_by_delivery_oldest_first,
+            attempts_keep_the_start_of_each_answer,
             attempt_log_pages_by_endpoint_newest_first,
             circuit_opens_at_threshold,
             circuit_admits_exactly_one_probe_after_cooldown,

@@ -65,6 +65,7 @@ fn outcome(kind: u8, now: Timestamp) -> DeliveryOutcome {
         status_code: Some(500),
         error: None,
         latency_ms: 1,
+        response_body: None,
     };
     match kind {
         0 => DeliveryOutcome::Delivered(AttemptReport {

@@ -35,6 +35,8 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// Latency.
     pub latency_ms: u64,
+    /// The start of the answer's body, when one was kept.
+    pub response_body: Option<String>,
     /// Whether another attempt follows.
     pub will_retry: bool,
     /// When the next attempt is due, if one follows.

@@ -48,6 +48,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
     Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: SERVICE },
     Variable { name: "CONTROLPLANE_ENDPOINT_CONCURRENCY", default: "16", help: "in-flight cap of an endpoint without max_in_flight, across replicas", commands: SERVICE },
     Variable { name: "CONTROLPLANE_RETENTION", default: "30d", help: "how long finished history is kept before maintenance purges it", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LOG", default: "info", help: "log filter, e.g. debug or info,dispatcher=debug", commands: EVERY },
@@ -203,6 +204,8 @@ pub struct Config {
     pub slow_answer: Duration,
     /// Default in-flight cap per endpoint, across every replica.
     pub endpoint_concurrency: u32,
+    /// Bytes of each answer's body kept on its attempt.
+    pub response_body_bytes: u32,
     /// Whether opening the store applies pending migrations.
     pub migrations: Migrations,
     /// How long finished history is kept.
@@ -327,6 +330,10 @@ impl Config {
                     crate::flow::MAX_IN_FLIGHT_LIMIT,
                 )?,
                 None => crate::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+            },
+            response_body_bytes: match vars.get("CONTROLPLANE_RESPONSE_BODY_BYTES") {
+                Some(v) => parse_u32_in("CONTROLPLANE_RESPONSE_BODY_BYTES", v, 0, 65_536)?,
+                None => 4096,
             },
             migrations: migrations(&vars)?,
             retention: retention(&vars)?,

@@ -301,6 +301,10 @@ pub struct AttemptReport {
     pub error: Option<String>,
     /// Time from send to response or failure.
     pub latency_ms: u64,
+    /// The first bytes of the answer's body (as text, invalid UTF-8
+    /// replaced), up to the dispatcher's `CONTROLPLANE_RESPONSE_BODY_BYTES`;
+    /// `None` when it kept none.
+    pub response_body: Option<String>,
 }
 
 /// The result of an attempt, one variant per legal transition.

@@ -220,6 +220,8 @@ pub struct AttemptDraft {
     pub error: Option<String>,
     /// Latency.
     pub latency_ms: u64,
+    /// The start of the answer's body, as reported.
+    pub response_body: Option<String>,
     /// Whether another attempt follows.
     pub will_retry: bool,
     /// When it is due.
@@ -321,6 +323,7 @@ pub fn plan_outcome(
             status_code: report.status_code,
             error,
             latency_ms: report.latency_ms,
+            response_body: report.response_body.clone(),
             will_retry: next.is_some(),
             next_attempt_at: next,
         },
@@ -363,6 +366,7 @@ pub fn plan_lease_expiry(
             status_code: None,
             error,
             latency_ms: 0,
+            response_body: None,
             will_retry: !exhausted,
             next_attempt_at: (!exhausted).then_some(now),
         },

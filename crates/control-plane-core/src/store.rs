@@ -487,6 +487,8 @@ pub trait AttemptLogStore: Send + Sync {
     ///
     /// # Behavior
     /// - Oldest first, numbered from 1 (`attempt_log_lists_by_delivery_oldest_first`).
+    /// - Each attempt keeps the start of its answer's body as reported, on
+    ///   every path an outcome takes (`attempts_keep_the_start_of_each_answer`).
     ///
     /// # Cancellation safety
     /// Safe.

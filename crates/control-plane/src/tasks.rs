@@ -252,6 +252,7 @@ mod tests {
             status_code: Some(200),
             error: None,
             latency_ms: 1,
+            response_body: None,
         });
         store
             .delivery_record_outcome(&c[0].lease, ok)

@@ -218,6 +218,7 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
         },
         allowed_targets: config.allowed_targets.clone(),
         slow_answer: config.slow_answer,
+        response_body_bytes: usize::try_from(config.response_body_bytes).unwrap_or(4096),
         ..DispatcherConfig::default()
     };
     Dispatcher::new(store, cfg)

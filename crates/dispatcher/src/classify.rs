@@ -17,6 +17,8 @@ pub struct SendResult {
     pub error: Option<String>,
     /// Time from send to response or failure.
     pub latency_ms: u64,
+    /// The start of the answer's body, when one was kept.
+    pub response_body: Option<String>,
 }
 
 /// The outcome to record for `result` of attempt `attempt` at `now`:
@@ -38,6 +40,7 @@ pub fn classify(
             _ => None,
         }),
         latency_ms: result.latency_ms,
+        response_body: result.response_body.clone(),
     };
     match result.status {
         Some(s) if (200..300).contains(&s) => DeliveryOutcome::Delivered(report),
@@ -75,6 +78,7 @@ mod tests {
             retry_after: None,
             error: None,
             latency_ms: 3,
+            response_body: None,
         }
     }
 
@@ -104,6 +108,7 @@ mod tests {
             retry_after: None,
             error: Some("connection refused".into()),
             latency_ms: 1,
+            response_body: None,
         };
         let DeliveryOutcome::Retry { report, .. } = classify(&refused, 1, &[1], &p, now) else {
             panic!("retry")

@@ -128,6 +128,9 @@ pub(crate) struct Answer {
     pub status: u16,
     /// The `retry-after` header, if it is text.
     pub retry_after: Option<String>,
+    /// The start of the body, up to the client's `keep` bytes (de-chunked),
+    /// as far as it came while the connection was drained.
+    pub body: Vec<u8>,
 }
 
 /// How an exchange on one connection ended without an answer.
@@ -164,12 +167,18 @@ struct Rest {
     body: Pending,
 }
 
+/// Answer bodies kept at most, whatever the setting asks.
+pub(crate) const MAX_KEPT_BODY: usize = 64 * 1024;
+
 /// The body still to read after an answer's head.
 enum Pending {
-    /// This many bytes (`content-length`).
-    Length(u64),
+    /// This many bytes (`content-length`), after those already read.
+    Length(u64, Vec<u8>),
     /// A chunked body, with the bytes of it already read.
     Chunked(Vec<u8>),
+    /// A body that ends when the connection closes, with the bytes of it
+    /// already read: read only for its start, the connection is not reused.
+    UntilClose(Vec<u8>),
 }
 
 /// One client per dispatcher, shared by its sends.
@@ -181,6 +190,8 @@ pub(crate) struct HttpClient {
     idle: Mutex<Idle>,
     /// Idle connections kept in all ([`IDLE_TOTAL`]).
     idle_total: usize,
+    /// Bytes of each answer's body kept for the attempt log.
+    keep: usize,
 }
 
 /// Kept-alive connections by origin, each list oldest first.
@@ -259,7 +270,15 @@ impl HttpClient {
             connect_timeout,
             idle: Mutex::default(),
             idle_total: IDLE_TOTAL,
+            keep: 0,
         })
+    }
+
+    /// Keeps the first `bytes` of every answer's body (at most
+    /// [`MAX_KEPT_BODY`]) in [`Answer::body`].
+    pub(crate) fn keeping_bodies(mut self, bytes: usize) -> Self {
+        self.keep = bytes.min(MAX_KEPT_BODY);
+        self
     }
 
     /// POSTs `body` with `headers` to `url` and returns the answer, or the
@@ -275,17 +294,21 @@ impl HttpClient {
         let target = Target::parse(url).map_err(Failure::Refused)?;
         let request = encode(&target, headers, body)?;
         let started = Instant::now();
-        let (answer, rest) = tokio::time::timeout(self.timeout, self.exchange(&target, &request))
-            .await
-            .map_err(|_| "timed out".to_string())??;
-        // Read the body so the connection can carry the next request; a
-        // receiver that answered has answered, whatever its body does.
+        let (mut answer, rest) =
+            tokio::time::timeout(self.timeout, self.exchange(&target, &request))
+                .await
+                .map_err(|_| "timed out".to_string())??;
+        // Read the body so the connection can carry the next request (and
+        // keep its start); a receiver that answered has answered, whatever
+        // its body does.
         if let Some(rest) = rest {
             let left = self
                 .timeout
                 .saturating_sub(started.elapsed())
                 .min(DRAIN_FOR);
-            if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest)).await {
+            let kept = &mut answer.body;
+            if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest, self.keep, kept)).await
+            {
                 self.keep(target.origin, stream);
             }
         }
@@ -489,14 +512,17 @@ async fn round_trip(
                     let already = u64::try_from(buf.len()).unwrap_or(u64::MAX);
                     (length <= BODY_LIMIT && already <= length).then(|| Rest {
                         stream,
-                        body: Pending::Length(length - already),
+                        body: Pending::Length(length - already, buf),
                     })
                 }
                 Some(Framing::Chunked) => Some(Rest {
                     stream,
                     body: Pending::Chunked(buf),
                 }),
-                None => None,
+                None => Some(Rest {
+                    stream,
+                    body: Pending::UntilClose(buf),
+                }),
             };
             return Ok((head.answer, rest));
         }
@@ -584,6 +610,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
         answer: Answer {
             status,
             retry_after: value("retry-after").map(str::to_string),
+            body: Vec::new(),
         },
         body,
     };
@@ -596,17 +623,25 @@ pub(crate) fn parse_for_fuzzing(bytes: &[u8]) {
     let _ = chunked_end(bytes);
 }
 
-/// Reads and drops the rest of a body; the connection when it all came and
-/// nothing followed it.
-async fn drain(rest: Rest) -> Option<Stream> {
+/// Reads the rest of a body, keeping its first `keep` bytes in `kept`; the
+/// connection when it all came and nothing followed it.
+async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option<Stream> {
     let Rest { mut stream, body } = rest;
+    let take = |bytes: &[u8], kept: &mut Vec<u8>| {
+        let room = keep.saturating_sub(kept.len());
+        kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    };
     match body {
-        Pending::Length(mut left) => {
+        Pending::Length(mut left, already) => {
+            take(&already, kept);
             let mut scratch = [0u8; READ_BUFFER];
             while left > 0 {
                 let want = usize::try_from(left).map_or(READ_BUFFER, |l| l.min(READ_BUFFER));
                 match stream.read(&mut scratch[..want]).await {
-                    Ok(n) if n > 0 => left -= u64::try_from(n).unwrap_or(u64::MAX).min(left),
+                    Ok(n) if n > 0 => {
+                        take(&scratch[..n], kept);
+                        left -= u64::try_from(n).unwrap_or(u64::MAX).min(left);
+                    }
                     _ => return None,
                 }
             }
@@ -614,7 +649,10 @@ async fn drain(rest: Rest) -> Option<Stream> {
         }
         Pending::Chunked(mut buf) => loop {
             match chunked_end(&buf) {
-                Ok(Some(end)) => return (end == buf.len()).then_some(stream),
+                Ok(Some(end)) => {
+                    take(&dechunk(&buf[..end], keep), kept);
+                    return (end == buf.len()).then_some(stream);
+                }
                 Ok(None) => {}
                 Err(ChunkError) => return None,
             }
@@ -627,7 +665,49 @@ async fn drain(rest: Rest) -> Option<Stream> {
                 _ => return None,
             }
         },
+        Pending::UntilClose(already) => {
+            take(&already, kept);
+            let mut scratch = [0u8; READ_BUFFER];
+            while kept.len() < keep {
+                match stream.read(&mut scratch).await {
+                    Ok(n) if n > 0 => take(&scratch[..n], kept),
+                    _ => break,
+                }
+            }
+            None
+        }
     }
+}
+
+/// The data of the whole chunked body `raw` (as [`chunked_end`] found it),
+/// its first `keep` bytes.
+fn dechunk(raw: &[u8], keep: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while out.len() < keep {
+        let Some(line_end) = raw[at..].windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let line = &raw[at..at + line_end];
+        let size_text = line.split(|b| *b == b';').next().unwrap_or_default();
+        let Some(size) = std::str::from_utf8(size_text)
+            .ok()
+            .and_then(|t| usize::from_str_radix(t.trim(), 16).ok())
+        else {
+            break;
+        };
+        if size == 0 {
+            break;
+        }
+        let start = at + line_end + 2;
+        let Some(data) = raw.get(start..start + size) else {
+            break;
+        };
+        let room = keep - out.len();
+        out.extend_from_slice(&data[..size.min(room)]);
+        at = start + size + 2;
+    }
+    out
 }
 
 /// The most of a chunked body (framing included) read to reuse its
@@ -1040,9 +1120,46 @@ mod tests {
             a,
             Answer {
                 status: 503,
-                retry_after: Some("7".into())
+                retry_after: Some("7".into()),
+                body: Vec::new(),
             }
         );
+    }
+
+    /// The start of each answer's body is kept, up to the limit, whatever
+    /// its framing: a length, chunks (de-chunked), or the connection's end
+    /// (what came before the drain's time ran out); with no limit, none.
+    #[tokio::test]
+    async fn answer_bodies_are_kept_up_to_the_limit() {
+        let (url, _, _) = receiver(
+            vec![
+                "HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\nhello world",
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n",
+                "HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nbusy",
+                "HTTP/1.0 200 OK\r\n\r\nbye",
+            ],
+            3,
+        )
+        .await;
+        let keeping = client().keeping_bodies(8);
+        let mut kept = Vec::new();
+        for _ in 0..4 {
+            let a = post(&keeping, &url).await.unwrap();
+            kept.push((a.status, String::from_utf8(a.body).unwrap()));
+        }
+        assert_eq!(
+            kept,
+            [
+                (200, "hello wo".to_string()),
+                (200, "helloabc".to_string()),
+                (500, "busy".to_string()),
+                (200, "bye".to_string()),
+            ]
+        );
+        let (url, _, _) =
+            receiver(vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"], 5).await;
+        assert_eq!(post(&client(), &url).await.unwrap().body, b"");
+        assert_eq!(dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", 4), b"abcd");
     }
 
     #[tokio::test]

@@ -51,6 +51,8 @@ pub struct DispatcherConfig {
     /// Answers slower than this (and sends running longer) lower the
     /// endpoint's cap (ADR 0019).
     pub slow_answer: Duration,
+    /// Bytes of each answer's body kept on its attempt (at most 64 KiB).
+    pub response_body_bytes: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -66,6 +68,7 @@ impl Default for DispatcherConfig {
             retry: RetryPolicy::default(),
             allowed_targets: Vec::new(),
             slow_answer: Duration::from_secs(1),
+            response_body_bytes: 4096,
         }
     }
 }
@@ -115,7 +118,8 @@ impl Dispatcher {
             config.request_timeout.min(Duration::from_secs(10)),
             config.allowed_targets.clone(),
         )
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?
+        .keeping_bodies(config.response_body_bytes);
         let ctx = Arc::new(SendContext {
             client,
             clock: Arc::new(SystemClock),
@@ -360,6 +364,7 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
             status_code: None,
             error: Some(error),
             latency_ms: 0,
+            response_body: None,
         });
         ctx.metrics
             .record(&c.delivery.account, outcome.kind(), None);
@@ -437,12 +442,15 @@ async fn send(
                 .and_then(|v| parse_retry_after(&v, std::time::SystemTime::now())),
             error: None,
             latency_ms,
+            response_body: (!answer.body.is_empty())
+                .then(|| String::from_utf8_lossy(&answer.body).into_owned()),
         },
         Err(Failure::Failed(error)) => SendResult {
             status: None,
             retry_after: None,
             error: Some(error),
             latency_ms,
+            response_body: None,
         },
         Err(Failure::Refused(why)) => return Err(why),
     })

@@ -78,9 +78,15 @@ async fn receiver(script: Vec<(u16, Option<&'static str>, Duration)>) -> Receive
                         .pop_front()
                         .unwrap_or((200, None, Duration::ZERO));
                 tokio::time::sleep(delay).await;
+                // `extra` is a header line, or `body:` and the answer's body.
+                let (extra, answer) = match extra.and_then(|e| e.strip_prefix("body:")) {
+                    Some(b) => (None, b),
+                    None => (extra, ""),
+                };
                 let extra = extra.map(|h| format!("{h}\r\n")).unwrap_or_default();
                 let resp = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n{extra}\r\n"
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n{extra}\r\n{answer}",
+                    answer.len()
                 );
                 let _ = sock.write_all(resp.as_bytes()).await;
             });
@@ -252,6 +258,41 @@ async fn custom_headers_are_sent_and_authorization_replaces_the_urls() {
     );
     assert_eq!(h["webhook-id"], id.to_string());
     assert_eq!(h["content-type"], "application/json");
+}
+
+/// The start of each answer's body is kept on its attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answers_body_is_kept_on_the_attempt() {
+    let r = receiver(vec![
+        (
+            500,
+            Some("body:overloaded, come back later"),
+            Duration::ZERO,
+        ),
+        (200, Some("body:{\"received\":true}"), Duration::ZERO),
+    ])
+    .await;
+    let s = setup(&r.url).await;
+    let id = publish(&s).await;
+    let mut cfg = config(0);
+    cfg.response_body_bytes = 10;
+    run_until(&s, cfg, || async {
+        state(&s, id).await.state == DeliveryState::Delivered
+    })
+    .await;
+    let log = s
+        .store
+        .attempt_list_for_delivery(&AccountId::new("acme").unwrap(), id)
+        .await
+        .unwrap();
+    let bodies: Vec<Option<String>> = log.into_iter().map(|a| a.response_body).collect();
+    assert_eq!(
+        bodies,
+        [
+            Some("overloaded".to_string()),
+            Some("{\"received".to_string())
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

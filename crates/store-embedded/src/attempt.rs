@@ -12,7 +12,7 @@ use crate::util::{col_uuid, list, ts, ts_opt};
 
 const ATTEMPT_COLS: &str =
     "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-     latency_ms, will_retry, next_attempt_at, recorded_at";
+     latency_ms, will_retry, next_attempt_at, recorded_at, response_body";
 
 fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
     let conv = |i: usize, e: StoreError| {
@@ -33,6 +33,7 @@ fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
         will_retry: r.get(9)?,
         next_attempt_at: ts_opt(r, 10)?,
         recorded_at: ts(r, 11)?,
+        response_body: r.get(12)?,
     })
 }
 
@@ -51,6 +52,7 @@ pub(crate) struct AttemptRows {
     latency_ms: Vec<i64>,
     will_retry: Vec<bool>,
     next_attempt_at: Vec<Option<i64>>,
+    response_body: Vec<Option<String>>,
 }
 
 impl AttemptRows {
@@ -78,6 +80,7 @@ impl AttemptRows {
         self.will_retry.push(a.will_retry);
         self.next_attempt_at
             .push(a.next_attempt_at.map(Timestamp::as_millis));
+        self.response_body.push(a.response_body.clone());
     }
 
     /// Writes the gathered rows.
@@ -90,7 +93,7 @@ impl AttemptRows {
                 "INSERT INTO attempts ({ATTEMPT_COLS}) SELECT unnest($1::BIGINT[]), unnest($2::VARCHAR[]), \
                  unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), unnest($6::VARCHAR[]), \
                  unnest($7::BIGINT[]), unnest($8::VARCHAR[]), unnest($9::BIGINT[]), unnest($10::BOOLEAN[]), \
-                 unnest($11::BIGINT[]), $12"
+                 unnest($11::BIGINT[]), $12, unnest($13::VARCHAR[])"
             ),
             params![
                 list::of(self.id),
@@ -104,7 +107,8 @@ impl AttemptRows {
                 list::of(self.latency_ms),
                 list::of(self.will_retry),
                 list::of(self.next_attempt_at),
-                t.now.as_millis()
+                t.now.as_millis(),
+                list::of(self.response_body)
             ],
         )
         .db()?;

@@ -11,7 +11,7 @@ use crate::util::{ts_opt, u32_of};
 
 const ATTEMPT_COLS: &str =
     "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-     latency_ms, will_retry, next_attempt_at, recorded_at";
+     latency_ms, will_retry, next_attempt_at, recorded_at, response_body";
 
 fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
     Ok(AttemptRecord {
@@ -29,6 +29,7 @@ fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
         will_retry: r.get(9),
         next_attempt_at: ts_opt(r.get(10)),
         recorded_at: Timestamp::from_millis(r.get(11)),
+        response_body: r.get(12),
     })
 }
 
@@ -42,7 +43,8 @@ pub(crate) async fn insert(
 ) -> StoreResult<()> {
     t.execute(
         "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
-         will_retry, next_attempt_at, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         will_retry, next_attempt_at, recorded_at, response_body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         &[
             &delivery.0,
             &endpoint.0,
@@ -55,6 +57,7 @@ pub(crate) async fn insert(
             &a.will_retry,
             &a.next_attempt_at.map(Timestamp::as_millis),
             &t.now.as_millis(),
+            &a.response_body,
         ],
     )
     .await

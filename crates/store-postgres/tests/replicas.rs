@@ -556,6 +556,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
                                 status_code: Some(200),
                                 error: None,
                                 latency_ms: 1,
+                                response_body: None,
                             }),
                         )
                         .await

@@ -282,6 +282,7 @@ async fn a_version_9_database_upgrades_without_losing_a_delivery() {
             status_code: Some(200),
             error: None,
             latency_ms: 3,
+            response_body: None,
         })
     };
     let recorded = store

@@ -512,6 +512,10 @@ pub(crate) async fn delivery(
                 format!("{} ms", a.latency_ms),
                 time(a.recorded_at),
                 a.next_attempt_at.map(time).unwrap_or_default(),
+                format!(
+                    "<pre class=\"answer\">{}</pre>",
+                    esc(a.response_body.as_deref().unwrap_or(""))
+                ),
             ]
         })
         .collect();
@@ -527,7 +531,8 @@ pub(crate) async fn delivery(
                 "error",
                 "latency",
                 "at",
-                "next attempt"
+                "next attempt",
+                "answer"
             ],
             &rows,
             "No attempt yet."

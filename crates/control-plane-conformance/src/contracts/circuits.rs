@@ -12,6 +12,7 @@ pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {
         status_code: Some(410),
         error: None,
         latency_ms: 1,
+        response_body: None,
     });
     assert_eq!(record(&h, &c, gone).await.state, DeliveryState::Pending);
     let ep = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();

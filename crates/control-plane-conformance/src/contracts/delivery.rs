@@ -252,6 +252,7 @@ pub async fn outcomes_move_the_delivery(f: &dyn StoreFactory) {
         status_code: Some(400),
         error: Some("bad request".into()),
         latency_ms: 3,
+        response_body: None,
     });
     record(&h, &c[2], give_up).await;
     let d0 = get(&h, "a", c[0].delivery.id).await;
@@ -451,6 +452,7 @@ pub async fn outcome_batches_agree_with_single_outcomes(f: &dyn StoreFactory) {
         status_code: Some(code),
         error: None,
         latency_ms: 3,
+        response_body: None,
     };
     let mut stale = claimed[2].lease.clone();
     stale.token = LeaseToken::new();
@@ -543,11 +545,13 @@ pub async fn a_success_is_recorded_alike_on_every_path(f: &dyn StoreFactory) {
         status_code: Some(204),
         error: None,
         latency_ms: 17,
+        response_body: None,
     };
     let failing = AttemptReport {
         status_code: Some(503),
         error: Some("unavailable".into()),
         latency_ms: 5,
+        response_body: None,
     };
     // One failure on the circuit first, so both paths must reset it.
     let retry_at = h.clock.now().plus(Duration::from_secs(60));

@@ -93,6 +93,7 @@ pub(super) fn ok() -> DeliveryOutcome {
         status_code: Some(200),
         error: None,
         latency_ms: 12,
+        response_body: None,
     })
 }
 
@@ -103,6 +104,7 @@ pub(super) fn fail_at(at: Timestamp) -> DeliveryOutcome {
             status_code: Some(500),
             error: None,
             latency_ms: 7,
+            response_body: None,
         },
     }
 }

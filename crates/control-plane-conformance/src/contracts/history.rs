@@ -335,6 +335,7 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
         status_code: Some(200),
         error: None,
         latency_ms,
+        response_body: None,
     };
     // One attempt two hours ago, then four in the last hour.
     publish(&h, "a").await;
@@ -596,4 +597,68 @@ pub async fn deliveries_are_counted_by_account_and_state(f: &dyn StoreFactory) {
     }
     let by_state: Vec<(&str, u64)> = by_state.iter().map(|(s, n)| (s.as_str(), *n)).collect();
     assert_eq!(by_state, summed.into_iter().collect::<Vec<_>>());
+}
+
+/// `AttemptLogStore::attempt_list_for_delivery`: each attempt keeps the
+/// start of the answer's body as reported, on every path an outcome takes
+/// (a single retry, a batch of successes), and none for a lost lease.
+pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(3)).await;
+    endpoint(&h, "a", false).await;
+    let first = publish(&h, "a").await.deliveries[0];
+    let second = publish(&h, "a").await.deliveries[0];
+    let report = |code: u16, body: Option<&str>| AttemptReport {
+        status_code: Some(code),
+        error: None,
+        latency_ms: 5,
+        response_body: body.map(str::to_string),
+    };
+    let c = claim(&h, 2).await;
+    let retry = DeliveryOutcome::Retry {
+        at: h.clock.now(),
+        report: report(503, Some("busy, try later")),
+    };
+    record(&h, &c[0], retry).await;
+    // The other one's lease runs out: its attempt has no answer at all.
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let again = claim(&h, 2).await;
+    assert_eq!(again.len(), 2);
+    let batch = again
+        .iter()
+        .map(|c| {
+            let body = (c.delivery.id == first).then_some("{\"ok\":true}");
+            (
+                c.lease.clone(),
+                DeliveryOutcome::Delivered(report(200, body)),
+            )
+        })
+        .collect();
+    for r in h.store.delivery_record_outcomes(batch).await.unwrap() {
+        assert!(!r.unwrap().duplicate);
+    }
+    let bodies = |log: Vec<AttemptRecord>| -> Vec<Option<String>> {
+        log.into_iter().map(|a| a.response_body).collect()
+    };
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), first)
+        .await
+        .unwrap();
+    assert_eq!(
+        bodies(log),
+        [
+            Some("busy, try later".to_string()),
+            Some("{\"ok\":true}".to_string())
+        ]
+    );
+    let log = h
+        .store
+        .attempt_list_for_delivery(&acct("a"), second)
+        .await
+        .unwrap();
+    assert_eq!(
+        bodies(log),
+        [None, None],
+        "a lost lease, then a success without a body"
+    );
 }

@@ -357,6 +357,7 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
             status_code: Some(500),
             error: None,
             latency_ms: 1,
+            response_body: None,
         },
     };
     h.store
@@ -380,6 +381,7 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
         status_code: Some(410),
         error: None,
         latency_ms: 1,
+        response_body: None,
     });
     h.store
         .delivery_record_outcome(&probe.lease, gone)
@@ -452,6 +454,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
                 status_code: Some(400),
                 error: None,
                 latency_ms: 1,
+                response_body: None,
             }),
         )
         .await

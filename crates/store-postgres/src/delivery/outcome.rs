@@ -65,8 +65,8 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
 /// Returns the deliveries it recorded; the others need the general path,
 /// which handles everything. On a plain client the statement commits on its
 /// own. The benchmark issues this same text raw.
-pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[]) \
-     AS i(id, token, error, code, latency)), \
+pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[], \
+     $7::text[]) AS i(id, token, error, code, latency, body)), \
      g AS (DELETE FROM delivery_queue l USING i, deliveries d \
      WHERE d.id = i.id AND l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
      AND l.lease_token = i.token AND l.state = 'leased' \
@@ -74,14 +74,14 @@ pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], 
      AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
      AND c.failing_since IS NULL AND c.probe IS NULL) \
      RETURNING l.delivery_id, l.endpoint_id, l.account, l.attempts, l.max_attempts, l.due_at, \
-     i.token, i.error, i.code, i.latency), \
+     i.token, i.error, i.code, i.latency, i.body), \
      f AS (INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
      lease_token, last_outcome, finished_at) \
      SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, error, token, 'delivered', $6 FROM g) \
      INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-     latency_ms, will_retry, next_attempt_at, recorded_at) \
+     latency_ms, will_retry, next_attempt_at, recorded_at, response_body) \
      SELECT g.delivery_id, g.endpoint_id, g.account, g.attempts, 'delivered', g.code, g.error, g.latency, \
-     false, NULL, $6 FROM g RETURNING delivery_id";
+     false, NULL, $6, g.body FROM g RETURNING delivery_id";
 
 /// Runs [`RECORD_DELIVERED`] on `items`.
 pub(crate) async fn record_delivered_fast_batch(
@@ -103,11 +103,20 @@ pub(crate) async fn record_delivered_fast_batch(
         .iter()
         .map(|(_, r)| i64::try_from(r.latency_ms).unwrap_or(i64::MAX))
         .collect();
+    let bodies: Vec<Option<String>> = items.iter().map(|(_, r)| r.response_body.clone()).collect();
     let complete = client.prepare_cached(RECORD_DELIVERED).await.db()?;
     let rows = client
         .query(
             &complete,
-            &[&ids, &tokens, &errors, &codes, &latencies, &now.as_millis()],
+            &[
+                &ids,
+                &tokens,
+                &errors,
+                &codes,
+                &latencies,
+                &now.as_millis(),
+                &bodies,
+            ],
         )
         .await
         .db()?;
