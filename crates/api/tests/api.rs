@@ -815,7 +815,7 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
             status_code: Some(200),
             error: None,
             latency_ms: 1,
-            response_body: None,
+            response_body: Some("<b>thanks</b>".into()),
         });
         api.store
             .delivery_record_outcome(&c[0].lease, ok)
@@ -836,6 +836,15 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
         page.contains("id=\"resend\""),
         "a delivered one has the button: {page}"
     );
+    assert!(
+        page.contains("&lt;b&gt;thanks&lt;/b&gt;"),
+        "the answer, escaped: {page}"
+    );
+    assert!(!page.contains("<b>thanks"), "{page}");
+    let (_, d) = call("GET", format!("/v1/accounts/acme/deliveries/{id}"))
+        .send(&api)
+        .await;
+    assert_eq!(d["attempt_log"][0]["response_body"], "<b>thanks</b>", "{d}");
     let form = format!("csrf={}", csrf_of(&page));
     let (s, h, _) = ui(
         &api,
