@@ -128,8 +128,8 @@ pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
-    DynControlPlaneStore, EndpointStore, IdempotencyStore, MaintenanceStore, SessionStore,
-    TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
+    DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore, MaintenanceStore,
+    SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
 };
 pub use tick::*;
 pub use types::*;

@@ -145,15 +145,10 @@ pub trait EndpointStore: Send + Sync {
     async fn endpoint_count_disabled(&self) -> StoreResult<u64>;
 }
 
-/// Events, fan-out and the delivery queue.
-///
-/// Every write under a [`Lease`] (`delivery_extend`, `delivery_release`,
-/// `delivery_record_outcome(s)`) is decided by the one lease check,
-/// [`crate::lease::fence`] (ADR 0002); in both adapters it is called from
-/// `delivery.rs` (`fenced_row` and `record_outcome(s)`), on what
-/// `LeaseRow::held` reads off the row.
+/// Events: publishing them (with their fan-out to deliveries, in the same
+/// transaction) and reading them back.
 #[async_trait]
-pub trait DeliveryStore: Send + Sync {
+pub trait EventStore: Send + Sync {
     /// Stores an event and one delivery per matching endpoint of the account,
     /// in one transaction.
     ///
@@ -192,7 +187,7 @@ pub trait DeliveryStore: Send + Sync {
     ///   (`publish_batch_is_all_or_nothing`).
     ///
     /// # Cancellation safety
-    /// As [`DeliveryStore::event_publish`].
+    /// As [`EventStore::event_publish`].
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>>;
 
     /// Reads an event of `account`.
@@ -219,7 +214,17 @@ pub trait DeliveryStore: Send + Sync {
     /// # Cancellation safety
     /// Safe.
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>>;
+}
 
+/// The delivery queue: deliveries from enqueue to their end, and back again.
+///
+/// Every write under a [`Lease`] (`delivery_extend`, `delivery_release`,
+/// `delivery_record_outcome(s)`) is decided by the one lease check,
+/// [`crate::lease::fence`] (ADR 0002); in both adapters it is called from
+/// `delivery.rs` (`fenced_row` and `record_outcome(s)`), on what
+/// `LeaseRow::held` reads off the row.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
     /// Creates the delivery of `(endpoint, event)` if it does not exist.
     ///
     /// # Behavior
@@ -966,6 +971,7 @@ pub trait MaintenanceStore: Send + Sync {
 #[async_trait]
 pub trait ControlPlaneStore:
     EndpointStore
+    + EventStore
     + DeliveryStore
     + AttemptLogStore
     + CircuitStore

@@ -176,7 +176,7 @@ pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
     );
 }
 
-/// `DeliveryStore::event_publish`: one delivery per matching endpoint, disabled ones held.
+/// `EventStore::event_publish`: one delivery per matching endpoint, disabled ones held.
 /// Endpoint filters (ADR 0024): a publish goes to the endpoints whose
 /// filter its type and payload pass, decided in the publish's transaction;
 /// a payload a filter cannot evaluate does not pass and fails nothing; the

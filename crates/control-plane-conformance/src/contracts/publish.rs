@@ -44,7 +44,7 @@ pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     assert!(c.iter().all(|c| c.body == p.event.body));
 }
 
-/// `DeliveryStore::event_publish`: a repeated idempotency key returns the first event.
+/// `EventStore::event_publish`: a repeated idempotency key returns the first event.
 pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
@@ -71,7 +71,7 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_ne!(b.event.id, first.event.id);
 }
 
-/// `DeliveryStore::event_publish`: an idempotency key is bound to its
+/// `EventStore::event_publish`: an idempotency key is bound to its
 /// request: the same key with another payload or type is `InvalidInput`,
 /// alone or in a batch, and stores nothing; the same request still answers
 /// with the first event.
@@ -119,7 +119,7 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
     assert_eq!(again.event, first.event);
 }
 
-/// `DeliveryStore::event_publish_batch`: all or nothing.
+/// `EventStore::event_publish_batch`: all or nothing.
 pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
@@ -166,7 +166,7 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     assert_eq!(order, ["k.first", "k.other"]);
 }
 
-/// `DeliveryStore::event_publish`: text an adapter cannot store is refused
+/// `EventStore::event_publish`: text an adapter cannot store is refused
 /// alike by every adapter, before anything is stored (PostgreSQL cannot
 /// store NUL in text; DuckDB can).
 /// Only the store publishes operational events: a caller's publish of one of
@@ -369,7 +369,7 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     assert!(matches!(nf, Err(StoreError::NotFound { .. })));
 }
 
-/// `DeliveryStore::event_publish`: sequence numbers strictly increase per endpoint.
+/// `EventStore::event_publish`: sequence numbers strictly increase per endpoint.
 pub async fn sequence_numbers_strictly_increase_per_endpoint(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e1 = endpoint(&h, "a", false).await;
@@ -410,7 +410,7 @@ pub async fn sequence_numbers_strictly_increase_per_endpoint(f: &dyn StoreFactor
     }
 }
 
-/// `DeliveryStore::event_list`: filters, newest first, pages that keep one
+/// `EventStore::event_list`: filters, newest first, pages that keep one
 /// millisecond's events together.
 pub async fn event_list_filters_and_pages_newest_first(f: &dyn StoreFactory) {
     let h = open(f).await;

@@ -35,7 +35,7 @@ use transition::*;
 pub(crate) use read::get;
 
 #[async_trait]
-impl DeliveryStore for EmbeddedStore {
+impl EventStore for EmbeddedStore {
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
         let published = self.tx(move |t| publish(t, reqs)).await?;
         self.wakeup.notify();
@@ -50,7 +50,10 @@ impl DeliveryStore for EmbeddedStore {
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
         self.tx(move |t| event_list(t, &req)).await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for EmbeddedStore {
     async fn delivery_enqueue(
         &self,
         account: &AccountId,

@@ -45,7 +45,7 @@ impl PostgresStore {
     /// schema (its `search_path`, as [`PostgresStore::schema`] names).
     ///
     /// # Errors
-    /// As [`DeliveryStore::event_publish_batch`]; an error leaves the caller's
+    /// As [`EventStore::event_publish_batch`]; an error leaves the caller's
     /// transaction to be rolled back.
     pub async fn publish_in(
         &self,
@@ -72,7 +72,7 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl DeliveryStore for PostgresStore {
+impl EventStore for PostgresStore {
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
         if reqs.is_empty() {
             return Ok(Vec::new());
@@ -92,7 +92,10 @@ impl DeliveryStore for PostgresStore {
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {
         in_tx!(self, |t| event_list(&t, &req))
     }
+}
 
+#[async_trait]
+impl DeliveryStore for PostgresStore {
     async fn delivery_enqueue(
         &self,
         account: &AccountId,
