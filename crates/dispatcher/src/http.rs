@@ -176,9 +176,10 @@ enum Pending {
     Length(u64, Vec<u8>),
     /// A chunked body, with the bytes of it already read.
     Chunked(Vec<u8>),
-    /// A body that ends when the connection closes, with the bytes of it
-    /// already read: read only for its start, the connection is not reused.
-    UntilClose(Vec<u8>),
+    /// A body that ends when the connection closes (or after its length,
+    /// when it gave one), with the bytes of it already read: read only for
+    /// its start, the connection is not reused.
+    UntilClose(Vec<u8>, Option<u64>),
 }
 
 /// One client per dispatcher, shared by its sends.
@@ -521,7 +522,7 @@ async fn round_trip(
                 }),
                 None => Some(Rest {
                     stream,
-                    body: Pending::UntilClose(buf),
+                    body: Pending::UntilClose(buf, head.length),
                 }),
             };
             return Ok((head.answer, rest));
@@ -537,6 +538,8 @@ struct Head {
     answer: Answer,
     /// How the body ends, when the connection can be reused after it.
     body: Option<Framing>,
+    /// The `content-length`, even of an answer that closes its connection.
+    length: Option<u64>,
 }
 
 /// How an answer's body ends.
@@ -613,6 +616,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
             body: Vec::new(),
         },
         body,
+        length: first.and_then(|v| v.parse::<u64>().ok()),
     };
     Ok(Some((len, head)))
 }
@@ -665,10 +669,11 @@ async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option<Stream> {
                 _ => return None,
             }
         },
-        Pending::UntilClose(already) => {
+        Pending::UntilClose(already, length) => {
             take(&already, kept);
+            let want = length.map_or(keep, |l| keep.min(usize::try_from(l).unwrap_or(usize::MAX)));
             let mut scratch = [0u8; READ_BUFFER];
-            while kept.len() < keep {
+            while kept.len() < want {
                 match stream.read(&mut scratch).await {
                     Ok(n) if n > 0 => take(&scratch[..n], kept),
                     _ => break,
@@ -1137,13 +1142,14 @@ mod tests {
                 "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n",
                 "HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nbusy",
                 "HTTP/1.0 200 OK\r\n\r\nbye",
+                "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
             ],
             3,
         )
         .await;
         let keeping = client().keeping_bodies(8);
         let mut kept = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..5 {
             let a = post(&keeping, &url).await.unwrap();
             kept.push((a.status, String::from_utf8(a.body).unwrap()));
         }
@@ -1154,6 +1160,7 @@ mod tests {
                 (200, "helloabc".to_string()),
                 (500, "busy".to_string()),
                 (200, "bye".to_string()),
+                (200, "ok".to_string()),
             ]
         );
         let (url, _, _) =
