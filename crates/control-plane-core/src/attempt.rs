@@ -14,6 +14,12 @@ named_enum! {
     }
 }
 
+/// An answer's body as the stores keep it: NUL (which PostgreSQL text
+/// cannot hold) replaced by U+FFFD, as invalid UTF-8 already is.
+pub fn storable_body(body: Option<&str>) -> Option<String> {
+    body.map(|b| b.replace('\0', "\u{FFFD}"))
+}
+
 /// One row of the append-only attempt log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptRecord {

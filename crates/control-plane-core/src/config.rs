@@ -48,7 +48,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
     Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
-    Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: SERVICE },
+    Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_ENDPOINT_CONCURRENCY", default: "16", help: "in-flight cap of an endpoint without max_in_flight, across replicas", commands: SERVICE },
     Variable { name: "CONTROLPLANE_RETENTION", default: "30d", help: "how long finished history is kept before maintenance purges it", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LOG", default: "info", help: "log filter, e.g. debug or info,dispatcher=debug", commands: EVERY },

@@ -49,6 +49,12 @@ impl EventFilter {
                 &format!("is {bytes} bytes long; at most {MAX_FILTER_BYTES}"),
             ));
         }
+        Self::checked(v)
+    }
+
+    /// The structure checks of [`EventFilter::parse`], without its size
+    /// limit (a stored filter whose text grew in a round trip still reads).
+    fn checked(v: Value) -> Result<Self, StoreError> {
         let Value::Object(map) = v else {
             return Err(invalid("", "must be a JSON object"));
         };
@@ -70,7 +76,7 @@ impl EventFilter {
     pub fn from_text(text: &str) -> Result<Self, StoreError> {
         serde_json::from_str(text)
             .map_err(|e| e.to_string())
-            .and_then(|v| EventFilter::parse(v).map_err(|e| e.to_string()))
+            .and_then(|v| EventFilter::checked(v).map_err(|e| e.to_string()))
             .map_err(|e| StoreError::Backend(format!("a stored endpoint filter: {e}")))
     }
 
@@ -319,15 +325,25 @@ fn operator_holds(found: Option<&Found<'_>>, op: &str, operand: &Value) -> bool 
     }
 }
 
-fn number(n: &Number) -> Option<f64> {
-    n.as_f64()
+/// Two numbers in order: exactly when both are integers (so ids above
+/// 2^53 stay apart), as floats otherwise.
+fn order(a: &Number, b: &Number) -> Option<std::cmp::Ordering> {
+    match (a.as_i64(), b.as_i64(), a.as_u64(), b.as_u64()) {
+        (Some(x), Some(y), _, _) => Some(x.cmp(&y)),
+        (_, _, Some(x), Some(y)) => Some(x.cmp(&y)),
+        (Some(_), _, _, Some(_)) => Some(std::cmp::Ordering::Less),
+        (_, Some(_), Some(_), _) => Some(std::cmp::Ordering::Greater),
+        _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
 }
 
 fn equal(found: &Found<'_>, v: &Value) -> bool {
     match (found, v) {
         (Found::Type(t), Value::String(s)) => t == s,
         (Found::Type(_), _) => false,
-        (Found::Value(Value::Number(a)), Value::Number(b)) => number(a) == number(b),
+        (Found::Value(Value::Number(a)), Value::Number(b)) => {
+            order(a, b).is_some_and(|o| o.is_eq())
+        }
         (Found::Value(a), b) => *a == b,
     }
 }
@@ -336,7 +352,7 @@ fn compare(found: &Found<'_>, v: &Value) -> Option<std::cmp::Ordering> {
     match (found, v) {
         (Found::Type(t), Value::String(s)) => Some((*t).cmp(s.as_str())),
         (Found::Value(Value::String(a)), Value::String(b)) => Some(a.as_str().cmp(b.as_str())),
-        (Found::Value(Value::Number(a)), Value::Number(b)) => number(a)?.partial_cmp(&number(b)?),
+        (Found::Value(Value::Number(a)), Value::Number(b)) => order(a, b),
         _ => None,
     }
 }

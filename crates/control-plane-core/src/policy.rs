@@ -323,7 +323,7 @@ pub fn plan_outcome(
             status_code: report.status_code,
             error,
             latency_ms: report.latency_ms,
-            response_body: report.response_body.clone(),
+            response_body: crate::attempt::storable_body(report.response_body.as_deref()),
             will_retry: next.is_some(),
             next_attempt_at: next,
         },

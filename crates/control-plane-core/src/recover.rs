@@ -102,7 +102,12 @@ pub async fn recover(
             let payload = serde_json::from_str::<serde_json::Value>(&event.body)
                 .map(|mut body| body["data"].take())
                 .unwrap_or_default();
-            if fan_out(endpoints, &event.event_type, &payload, None).is_empty() {
+            // An operational event never goes to the endpoint it is about
+            // (as at publish).
+            let about = crate::AlertKind::from_event_type(&event.event_type)
+                .and_then(|_| payload["endpoint_id"].as_str())
+                .and_then(|s| s.parse().ok());
+            if fan_out(endpoints, &event.event_type, &payload, about).is_empty() {
                 continue;
             }
             out.matched += 1;

@@ -221,7 +221,7 @@ pub trait EventStore: Send + Sync {
 /// Every write under a [`Lease`] (`delivery_extend`, `delivery_release`,
 /// `delivery_record_outcome(s)`) is decided by the one lease check,
 /// [`crate::lease::fence`] (ADR 0002); in both adapters it is called from
-/// `delivery.rs` (`fenced_row` and `record_outcome(s)`), on what
+/// `delivery/outcome.rs` (`fenced_row` and `record_outcome(s)`), on what
 /// `LeaseRow::held` reads off the row.
 #[async_trait]
 pub trait DeliveryStore: Send + Sync {

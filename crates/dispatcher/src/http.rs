@@ -179,7 +179,7 @@ enum Pending {
     /// A body that ends when the connection closes (or after its length,
     /// when it gave one), with the bytes of it already read: read only for
     /// its start, the connection is not reused.
-    UntilClose(Vec<u8>, Option<u64>),
+    UntilClose(Vec<u8>, Option<u64>, bool),
 }
 
 /// One client per dispatcher, shared by its sends.
@@ -522,7 +522,7 @@ async fn round_trip(
                 }),
                 None => Some(Rest {
                     stream,
-                    body: Pending::UntilClose(buf, head.length),
+                    body: Pending::UntilClose(buf, head.length, head.chunked),
                 }),
             };
             return Ok((head.answer, rest));
@@ -540,6 +540,9 @@ struct Head {
     body: Option<Framing>,
     /// The `content-length`, even of an answer that closes its connection.
     length: Option<u64>,
+    /// Whether the body is chunked, even in an answer that closes its
+    /// connection.
+    chunked: bool,
 }
 
 /// How an answer's body ends.
@@ -617,6 +620,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Head)>, Unanswered> {
         },
         body,
         length: first.and_then(|v| v.parse::<u64>().ok()),
+        chunked,
     };
     Ok(Some((len, head)))
 }
@@ -669,7 +673,26 @@ async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option<Stream> {
                 _ => return None,
             }
         },
-        Pending::UntilClose(already, length) => {
+        Pending::UntilClose(mut raw, _, true) => {
+            // Chunked, then closed: read the framing until the body's end,
+            // the connection's end or enough data, then keep its data.
+            while kept.len() < keep && raw.len() <= CHUNKED_LIMIT {
+                kept.clear();
+                take(&dechunk(&raw, keep), kept);
+                if !matches!(chunked_end(&raw), Ok(None)) {
+                    break;
+                }
+                raw.reserve(4 * READ_BUFFER);
+                match stream.read_buf(&mut raw).await {
+                    Ok(n) if n > 0 => {}
+                    _ => break,
+                }
+            }
+            kept.clear();
+            take(&dechunk(&raw, keep), kept);
+            None
+        }
+        Pending::UntilClose(already, length, false) => {
             take(&already, kept);
             let want = length.map_or(keep, |l| keep.min(usize::try_from(l).unwrap_or(usize::MAX)));
             let mut scratch = [0u8; READ_BUFFER];
@@ -1143,13 +1166,14 @@ mod tests {
                 "HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\nbusy",
                 "HTTP/1.0 200 OK\r\n\r\nbye",
                 "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+                "HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
             ],
             3,
         )
         .await;
         let keeping = client().keeping_bodies(8);
         let mut kept = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..6 {
             let a = post(&keeping, &url).await.unwrap();
             kept.push((a.status, String::from_utf8(a.body).unwrap()));
         }
@@ -1161,6 +1185,7 @@ mod tests {
                 (500, "busy".to_string()),
                 (200, "bye".to_string()),
                 (200, "ok".to_string()),
+                (200, "hi".to_string()),
             ]
         );
         let (url, _, _) =

@@ -601,7 +601,8 @@ pub async fn deliveries_are_counted_by_account_and_state(f: &dyn StoreFactory) {
 
 /// `AttemptLogStore::attempt_list_for_delivery`: each attempt keeps the
 /// start of the answer's body as reported, on every path an outcome takes
-/// (a single retry, a batch of successes), and none for a lost lease.
+/// (a single retry, a batch of successes), a NUL replaced (PostgreSQL text
+/// cannot hold one), and none for a lost lease.
 pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
     let h = f.open(with_attempts(3)).await;
     endpoint(&h, "a", false).await;
@@ -616,7 +617,7 @@ pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
     let c = claim(&h, 2).await;
     let retry = DeliveryOutcome::Retry {
         at: h.clock.now(),
-        report: report(503, Some("busy, try later")),
+        report: report(503, Some("busy,\0 try later")),
     };
     record(&h, &c[0], retry).await;
     // The other one's lease runs out: its attempt has no answer at all.
@@ -647,7 +648,7 @@ pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
     assert_eq!(
         bodies(log),
         [
-            Some("busy, try later".to_string()),
+            Some("busy,\u{FFFD} try later".to_string()),
             Some("{\"ok\":true}".to_string())
         ]
     );

@@ -103,7 +103,10 @@ pub(crate) async fn record_delivered_fast_batch(
         .iter()
         .map(|(_, r)| i64::try_from(r.latency_ms).unwrap_or(i64::MAX))
         .collect();
-    let bodies: Vec<Option<String>> = items.iter().map(|(_, r)| r.response_body.clone()).collect();
+    let bodies: Vec<Option<String>> = items
+        .iter()
+        .map(|(_, r)| storable_body(r.response_body.as_deref()))
+        .collect();
     let complete = client.prepare_cached(RECORD_DELIVERED).await.db()?;
     let rows = client
         .query(
