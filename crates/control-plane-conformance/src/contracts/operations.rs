@@ -492,6 +492,22 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         json!(c.delivery.id.to_string())
     );
     assert_eq!(to(&failing).await.len(), 1, "not told about itself");
+    // A recovery keeps the rule: still not told about itself.
+    let window = Recovery::new(
+        failing.id,
+        Timestamp::from_millis(0),
+        h.clock.now().plus(Duration::from_secs(1)),
+    )
+    .unwrap();
+    let r = recover(h.store.as_ref(), &acct("a"), &window)
+        .await
+        .unwrap();
+    assert_eq!(r.matched, 1, "order.paid only: {r:?}");
+    assert_eq!(
+        to(&failing).await.len(),
+        1,
+        "recovered, still not told about itself"
+    );
     assert_eq!(
         to(&catch_all).await.len(),
         1,
