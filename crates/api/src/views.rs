@@ -4,8 +4,8 @@
 //! rotation).
 
 use control_plane_core::{
-    custom_header_pairs, Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId,
-    Endpoint, EndpointId, Event, EventFilter, EventId, Page, Task, Timestamp, UsageRow,
+    Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
+    EventFilter, EventId, Page, Task, Timestamp, UsageRow,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -53,14 +53,7 @@ impl From<&Endpoint> for EndpointView {
             url: e.url.clone(),
             event_types: e.event_types.clone(),
             filter: e.filter.as_ref().map(EventFilter::to_json),
-            header_names: e
-                .headers
-                .as_ref()
-                .and_then(|h| custom_header_pairs(h).ok())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect(),
+            header_names: e.header_names(),
             enabled: e.enabled,
             disabled_reason: e.disabled_reason.clone(),
             ordered: e.ordered,

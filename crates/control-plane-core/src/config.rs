@@ -766,6 +766,13 @@ mod tests {
     }
 
     #[test]
+    fn kept_answer_bytes_default_to_4096_and_may_be_0() {
+        assert_eq!(parse(&[]).unwrap().response_body_bytes, 4096);
+        let none = parse(&[("CONTROLPLANE_RESPONSE_BODY_BYTES", "0")]).unwrap();
+        assert_eq!(none.response_body_bytes, 0);
+    }
+
+    #[test]
     fn malformed_values_name_their_variable() {
         let long = "x".repeat(257);
         for (k, v) in [
@@ -792,6 +799,8 @@ mod tests {
             ("CONTROLPLANE_RETENTION", "10s"),
             ("CONTROLPLANE_LOG_FORMAT", "xml"),
             ("CONTROLPLANE_SECRET_KEY_FILE", " "),
+            ("CONTROLPLANE_RESPONSE_BODY_BYTES", "65537"),
+            ("CONTROLPLANE_RESPONSE_BODY_BYTES", "-1"),
         ] {
             let e = parse(&[(k, v)]).unwrap_err();
             assert_eq!(e.variable, k, "{k}={v}");

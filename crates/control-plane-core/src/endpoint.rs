@@ -96,6 +96,18 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The names of its custom headers (never their values), when they are
+    /// opened; none when they cannot be read.
+    pub fn header_names(&self) -> Vec<String> {
+        self.headers
+            .as_ref()
+            .and_then(|h| custom_header_pairs(h).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    }
+
     /// Whether an event of `event_type` is delivered to this endpoint, by
     /// its event types alone (its filter aside).
     pub fn accepts(&self, event_type: &str) -> bool {

@@ -14,7 +14,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use sha2::{Digest, Sha256};
 
 use crate::delivery::ClaimedDelivery;
-use crate::endpoint::{Secret, SigningSecrets};
+use crate::endpoint::{Endpoint, Secret, SigningSecrets};
 use crate::error::{StoreError, StoreResult};
 
 /// The prefix of every sealed value; the format's version is part of it.
@@ -214,6 +214,17 @@ impl SecretKeys {
                 .transpose()?,
             previous_expires_at: s.previous_expires_at,
         })
+    }
+
+    /// An endpoint as read, its secrets and custom headers opened.
+    ///
+    /// # Errors
+    /// As [`SecretKeys::open`].
+    pub fn open_endpoint(&self, mut e: Endpoint) -> StoreResult<Endpoint> {
+        let owner = e.id.0;
+        e.secrets = self.open_secrets(owner.as_bytes(), &e.secrets)?;
+        e.headers = self.open_headers(owner.as_bytes(), e.headers.as_ref())?;
+        Ok(e)
     }
 
     /// An endpoint's custom headers, opened (`None`: it has none).

@@ -101,16 +101,7 @@ mod tests {
     use super::*;
 
     #[cfg(feature = "embedded")]
-    async fn embedded_store(dir: &std::path::Path) -> DynControlPlaneStore {
-        Arc::new(
-            store_embedded::EmbeddedStore::open(
-                store_embedded::EmbeddedConfig::new(dir.join("s.duckdb")),
-                Arc::new(SystemClock),
-            )
-            .await
-            .unwrap(),
-        )
-    }
+    use crate::wiring::tests::embedded_store;
 
     /// The service's publish task: an id of the longest valid length still
     /// publishes (its key fits), exactly once; an operational event type is

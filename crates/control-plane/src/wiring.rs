@@ -507,7 +507,7 @@ pub async fn run_service(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
@@ -579,7 +579,7 @@ mod tests {
 
     /// An embedded store in `dir`, on the system clock.
     #[cfg(feature = "embedded")]
-    async fn embedded_store(dir: &std::path::Path) -> DynControlPlaneStore {
+    pub(crate) async fn embedded_store(dir: &std::path::Path) -> DynControlPlaneStore {
         Arc::new(
             store_embedded::EmbeddedStore::open(
                 store_embedded::EmbeddedConfig::new(dir.join("s.duckdb")),

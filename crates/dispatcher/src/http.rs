@@ -676,19 +676,16 @@ async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option<Stream> {
         Pending::UntilClose(mut raw, _, true) => {
             // Chunked, then closed: read the framing until the body's end,
             // the connection's end or enough data, then keep its data.
-            while kept.len() < keep && raw.len() <= CHUNKED_LIMIT {
-                kept.clear();
-                take(&dechunk(&raw, keep), kept);
-                if !matches!(chunked_end(&raw), Ok(None)) {
-                    break;
-                }
+            while raw.len() <= CHUNKED_LIMIT
+                && matches!(chunked_end(&raw), Ok(None))
+                && dechunk(&raw, keep).len() < keep
+            {
                 raw.reserve(4 * READ_BUFFER);
                 match stream.read_buf(&mut raw).await {
                     Ok(n) if n > 0 => {}
                     _ => break,
                 }
             }
-            kept.clear();
             take(&dechunk(&raw, keep), kept);
             None
         }

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    custom_header_pairs, storable_body, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome,
-    DeliveryState, DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock,
-    UsageMeter, UsageMetric,
+    custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
+    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -443,11 +442,8 @@ async fn send(
                 .and_then(|v| parse_retry_after(&v, std::time::SystemTime::now())),
             error: None,
             latency_ms,
-            response_body: storable_body(
-                (!answer.body.is_empty())
-                    .then(|| String::from_utf8_lossy(&answer.body))
-                    .as_deref(),
-            ),
+            response_body: (!answer.body.is_empty())
+                .then(|| String::from_utf8_lossy(&answer.body).into_owned()),
         },
         Err(Failure::Failed(error)) => SendResult {
             status: None,

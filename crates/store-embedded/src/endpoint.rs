@@ -37,10 +37,8 @@ pub(crate) fn check_keys(conn: &duckdb::Connection, keys: &SecretKeys) -> StoreR
 }
 
 /// The endpoint as read, its credentials opened with the transaction's keys.
-fn opened(t: &Tx<'_>, mut e: Endpoint) -> StoreResult<Endpoint> {
-    e.secrets = t.keys.open_secrets(e.id.0.as_bytes(), &e.secrets)?;
-    e.headers = t.keys.open_headers(e.id.0.as_bytes(), e.headers.as_ref())?;
-    Ok(e)
+fn opened(t: &Tx<'_>, e: Endpoint) -> StoreResult<Endpoint> {
+    t.keys.open_endpoint(e)
 }
 
 pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {

@@ -195,14 +195,7 @@ pub(crate) fn notice(text: &str) -> String {
 
 /// The names of an endpoint's custom headers, never their values.
 pub(crate) fn header_names(e: &control_plane_core::Endpoint) -> String {
-    let names: Vec<String> = e
-        .headers
-        .as_ref()
-        .and_then(|h| control_plane_core::custom_header_pairs(h).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, _)| esc(&name))
-        .collect();
+    let names: Vec<String> = e.header_names().iter().map(|n| esc(n)).collect();
     if names.is_empty() {
         String::new()
     } else {
