@@ -538,6 +538,38 @@ async fn the_dashboard_works_in_a_real_browser() {
     assert!(browser.text("#notice").await.contains("Retried"));
     assert!(browser.text("#task").await.contains("nightly/report"));
 
+    // The catalogue: a registered type, its schema escaped, and its example
+    // sent to the flaky endpoint from the page.
+    let (s, v) = api(
+        &http,
+        &base,
+        "PUT",
+        "/v1/accounts/acme/event-types/order.created",
+        Some(json!({
+            "description": "An order was placed <b>now</b>",
+            "schema": {"type": "object", "properties": {"note": {"type": "string"}}},
+            "example": {"note": "example order"}
+        })),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    browser.go(&format!("{acme}/event-types")).await;
+    let catalogue = browser.text("#event-types").await;
+    assert!(
+        catalogue.contains("An order was placed <b>now</b>") && catalogue.contains("\"note\""),
+        "{catalogue}"
+    );
+    browser.screenshot("event-types").await;
+    browser.click("#send-example-order\\.created").await;
+    assert!(
+        browser.url().await.contains("/ui/a/acme/deliveries/"),
+        "{}",
+        browser.url().await
+    );
+    browser
+        .wait_text(&browser.url().await, "body", "example order")
+        .await;
+
     // Sign out; the pages need a session again.
     browser.click(".signout button").await;
     browser.go(&acme).await;
@@ -550,7 +582,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{}",
         browser.url().await
     );
-    for page in ["", "/endpoints", "/dead", "/tasks"] {
+    for page in ["", "/endpoints", "/event-types", "/dead", "/tasks"] {
         browser.go(&format!("{base}/ui/a/other{page}")).await;
         assert!(
             browser.text("#error").await.contains("not found"),

@@ -34,6 +34,7 @@ use crate::{routes as r, ApiState};
         (name = "sessions", description = "Dashboard sessions (admin only)"),
         (name = "endpoints", description = "Where deliveries go"),
         (name = "events", description = "What is published"),
+        (name = "event types", description = "The catalogue of event types, with their schemas and examples"),
         (name = "deliveries", description = "One event to one endpoint, with its attempts"),
         (name = "tasks", description = "The leased workflow queue"),
         (name = "usage", description = "Hourly usage counters"),
@@ -64,6 +65,13 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(r::endpoint_disable))
         .routes(routes!(r::endpoint_stats))
         .routes(routes!(r::endpoint_recover))
+        .routes(routes!(r::endpoint_send_example))
+        .routes(routes!(r::event_type_list))
+        .routes(routes!(
+            r::event_type_put,
+            r::event_type_get,
+            r::event_type_delete
+        ))
         .routes(routes!(r::event_publish, r::event_list))
         .routes(routes!(r::event_get))
         .routes(routes!(r::delivery_list))

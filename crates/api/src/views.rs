@@ -5,7 +5,7 @@
 
 use control_plane_core::{
     Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
-    EventFilter, EventId, Page, Task, Timestamp, UsageRow,
+    EventFilter, EventId, EventType, Page, Task, Timestamp, UsageRow,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -207,6 +207,40 @@ impl From<&Event> for EventView {
             created_at: time(e.created_at),
         }
     }
+}
+
+/// A registered event type.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EventTypeView {
+    name: String,
+    description: String,
+    /// The JSON Schema its payloads must match, if any.
+    schema: Option<Value>,
+    /// An example payload, if any.
+    example: Option<Value>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    updated_at: String,
+}
+
+impl From<&EventType> for EventTypeView {
+    fn from(t: &EventType) -> Self {
+        EventTypeView {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            schema: t.schema.clone(),
+            example: t.example.clone(),
+            created_at: time(t.created_at),
+            updated_at: time(t.updated_at),
+        }
+    }
+}
+
+/// Every registered event type of an account, by name.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EventTypeList {
+    pub(crate) items: Vec<EventTypeView>,
 }
 
 /// What publishing did.

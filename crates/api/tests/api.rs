@@ -867,6 +867,125 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
     );
 }
 
+/// The catalogue: a registered type's schema refuses a bad publish with
+/// 422 naming the path and storing nothing; the example is sent to one
+/// endpoint by the API and by the dashboard, whose page shows the schema
+/// escaped.
+#[tokio::test]
+async fn the_event_type_catalogue_checks_publishes_and_sends_examples() {
+    let api = api().await;
+    let schema = json!({
+        "type": "object",
+        "required": ["id"],
+        "properties": {"id": {"type": "string"}, "note": {"type": "string", "description": "<i>"}}
+    });
+    let path = "/v1/accounts/acme/event-types/order.created";
+    let (s, v) = call("PUT", path)
+        .json(json!({"description": "An order", "schema": schema, "example": {"id": 5}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("example"),
+        "{v}"
+    );
+    let (s, v) = call("PUT", path)
+        .json(json!({"description": "An order", "schema": schema, "example": {"id": "o-1"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["name"], "order.created");
+    assert_eq!(v["schema"], schema);
+    let (s, v) = call("GET", "/v1/accounts/acme/event-types")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["items"][0]["example"], json!({"id": "o-1"}), "{v}");
+    let (s, _) = call("GET", "/v1/accounts/acme/event-types/nope")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    let endpoint = create_endpoint(&api, "acme").await;
+    let (s, v) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.created", "payload": {"id": 7}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("at /id"),
+        "{v}"
+    );
+    let (_, events) = call("GET", "/v1/accounts/acme/events").send(&api).await;
+    assert_eq!(events["items"], json!([]), "nothing stored");
+    let (s, v) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.created", "payload": {"id": "o-2"}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+
+    let send = format!(
+        "/v1/accounts/acme/endpoints/{}/send-example",
+        endpoint["id"].as_str().unwrap()
+    );
+    let (s, v) = call("POST", &send)
+        .json(json!({"type": "order.created"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let delivery = v["deliveries"][0].as_str().unwrap().to_string();
+    let (_, event) = call(
+        "GET",
+        format!("/v1/accounts/acme/events/{}", v["id"].as_str().unwrap()),
+    )
+    .send(&api)
+    .await;
+    assert!(
+        event["body"].as_str().unwrap().contains("\"o-1\""),
+        "{event}"
+    );
+    let (s, _) = call("POST", &send)
+        .json(json!({"type": "no.such"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    let cookie = sign_in(&api, ADMIN).await;
+    let (s, _, page) = ui(&api, "GET", "/ui/a/acme/event-types", Some(&cookie), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        page.contains("&quot;&lt;i&gt;&quot;"),
+        "the schema, escaped: {page}"
+    );
+    assert!(!page.contains("<i>"), "{page}");
+    assert!(page.contains("id=\"send-example-order.created\""), "{page}");
+    let form = format!(
+        "csrf={}&endpoint={}",
+        csrf_of(&page),
+        endpoint["id"].as_str().unwrap()
+    );
+    let (s, h, _) = ui(
+        &api,
+        "POST",
+        "/ui/a/acme/event-types/order.created/send-example",
+        Some(&cookie),
+        Some(form),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let to = h["location"].to_str().unwrap();
+    assert!(to.starts_with("/ui/a/acme/deliveries/"), "{to}");
+    assert!(!to.ends_with(&delivery), "a new delivery each time: {to}");
+
+    let (s, _) = call("DELETE", path).send(&api).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.created", "payload": {"id": 7}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "unchecked once removed");
+}
+
 /// Recovering an endpoint queues its task, which the task API shows; a
 /// window the wrong way round is 422 and an unknown endpoint 404, queuing
 /// nothing.
@@ -1248,7 +1367,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 32, "every route is described");
+    assert_eq!(operations, 37, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()

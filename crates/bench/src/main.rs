@@ -18,6 +18,8 @@ use store_postgres::{PostgresConfig, PostgresStore};
 use tokio_util::sync::CancellationToken;
 use workspace_tests::{answer_after, api_call, Receiver};
 
+mod checks;
+
 type BenchResult<T> = Result<T, String>;
 
 fn fail<E: std::fmt::Display>(e: E) -> String {
@@ -1607,6 +1609,13 @@ async fn run(a: &Args) -> BenchResult<String> {
             out,
             "## The user's path: HTTP publishes, one event per call, delivered by the same process (one run each)\n\n{}",
             user_path(a, &dir).await?
+        );
+    }
+    if want("checks") {
+        let _ = writeln!(
+            out,
+            "## Publish-time checks (port, 16 publishers, one event per call, 10 deliveries each; runs alternated)\n\n{}",
+            checks::publish_checks(a, &dir).await?
         );
     }
     if want("replicas") {

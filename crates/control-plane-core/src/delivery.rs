@@ -47,16 +47,11 @@ impl PublishRequest {
         }
     }
 
-    /// Validates the event type and key (see [`validate_short_text`]); the
-    /// types of operational events ([`AlertKind`]) are the store's own.
+    /// Validates the event type (see [`crate::catalogue::validate_type_name`]:
+    /// the types of operational events are the store's own, and `*` is for
+    /// subscriptions) and the key (see [`validate_short_text`]).
     pub fn validate(&self) -> Result<(), StoreError> {
-        validate_short_text("event type", &self.event_type)?;
-        if AlertKind::from_event_type(&self.event_type).is_some() {
-            return Err(StoreError::InvalidInput(format!(
-                "event type {:?} is reserved for operational events",
-                self.event_type
-            )));
-        }
+        crate::catalogue::validate_type_name(&self.event_type)?;
         if let Some(k) = &self.idempotency_key {
             validate_short_text("idempotency key", k)?;
         }

@@ -66,7 +66,8 @@ pub struct Endpoint {
     pub url: String,
     /// Signing secrets.
     pub secrets: SigningSecrets,
-    /// Event types this endpoint receives; empty means every type.
+    /// Event types this endpoint receives: names, `*` for every type, or
+    /// `prefix.*` for every type under `prefix.`; empty means every type.
     pub event_types: Vec<String>,
     /// A filter on the event's type and payload, beside `event_types`
     /// ([`crate::filter`]); `None` lets every accepted type through.
@@ -111,7 +112,11 @@ impl Endpoint {
     /// Whether an event of `event_type` is delivered to this endpoint, by
     /// its event types alone (its filter aside).
     pub fn accepts(&self, event_type: &str) -> bool {
-        self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type || t == "*")
+        self.event_types.is_empty()
+            || self
+                .event_types
+                .iter()
+                .any(|t| crate::catalogue::subscription_matches(t, event_type))
     }
 }
 
@@ -420,12 +425,13 @@ pub fn validate_flow_limits(
     Ok(())
 }
 
-/// Checks an endpoint's event-type filter: each type as a published type is
-/// checked (1 to 255 characters, no control characters), or `*`.
+/// Checks an endpoint's event-type subscriptions: each a type name (1 to
+/// 255 characters, no control characters), `*`, or a prefix wildcard such
+/// as `order.*` (see [`crate::catalogue::validate_subscription`]).
 pub fn validate_event_types(types: &[String]) -> Result<(), StoreError> {
     types
         .iter()
-        .try_for_each(|t| validate_short_text("event type", t))
+        .try_for_each(|t| crate::catalogue::validate_subscription(t))
 }
 
 /// Checks a URL the way every adapter must before storing it.

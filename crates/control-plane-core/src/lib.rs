@@ -85,6 +85,7 @@ pub mod account_key;
 pub mod alert;
 pub mod attempt;
 pub mod backoff;
+pub mod catalogue;
 pub mod clock;
 pub mod config;
 pub mod delivery;
@@ -113,6 +114,7 @@ pub mod workflow;
 pub use account_key::*;
 pub use alert::*;
 pub use attempt::*;
+pub use catalogue::{EventType, EventTypePut};
 pub use clock::{Clock, Housekeeping, ManualClock, SystemClock, Timestamp};
 pub use config::{Config, ConfigError, StoreProfile};
 pub use delivery::*;
@@ -127,9 +129,9 @@ pub use recover::{recover, Recovered, Recovery, RECOVER_TASK};
 pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
-    AccountKeyStore, AlertStore, AttemptLogStore, CircuitStore, ControlPlaneStore, DeliveryStore,
-    DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore, MaintenanceStore,
-    SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
+    AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
+    DeliveryStore, DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore,
+    MaintenanceStore, SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
 };
 pub use tick::*;
 pub use types::*;

@@ -155,6 +155,11 @@ pub trait EventStore: Send + Sync {
     /// # Behavior
     /// - One delivery per matching endpoint, enabled or not (disabled ones are
     ///   held); none for filtered-out or deleted ones (`publish_fans_out_to_matching_endpoints`).
+    /// - An endpoint subscribes by type name, `*` or a prefix such as
+    ///   `order.*` ([`crate::catalogue::subscription_matches`]); a published
+    ///   type never holds `*` (`wildcard_subscriptions_take_every_type_under_their_prefix`).
+    /// - A type registered with a schema ([`CatalogueStore`]) is checked in
+    ///   the publish's transaction (`a_publish_of_a_registered_type_is_checked_against_its_schema`).
     /// - An endpoint with a filter ([`crate::filter`]) gets the events whose
     ///   type and payload pass it, decided in the publish's transaction; a
     ///   payload it cannot evaluate does not pass and fails nothing
@@ -214,6 +219,77 @@ pub trait EventStore: Send + Sync {
     /// # Cancellation safety
     /// Safe.
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>>;
+}
+
+/// The event-type catalogue (ADR 0025): types an account registers with a
+/// description, an optional JSON Schema for their payloads and an example.
+#[async_trait]
+pub trait CatalogueStore: Send + Sync {
+    /// Registers a type, or replaces everything an earlier registration of
+    /// the same name said (its `created_at` is kept).
+    ///
+    /// # Behavior
+    /// - Stored, read back, replaced and listed by name
+    ///   (`event_types_are_registered_replaced_and_deleted`).
+    /// - From then on a publish of the type whose payload does not match the
+    ///   schema fails with `InvalidInput` naming the path, and stores nothing,
+    ///   not even the rest of its batch
+    ///   (`a_publish_of_a_registered_type_is_checked_against_its_schema`).
+    ///
+    /// # Errors
+    /// `InvalidInput` as [`crate::EventTypePut::validate`] says: a bad name
+    /// (with `*`, or reserved), a schema that does not compile, an example
+    /// that does not match it, or a field too large.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not store it.
+    async fn event_type_put(&self, req: EventTypePut) -> StoreResult<EventType>;
+
+    /// One registered type of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn event_type_get(&self, account: &AccountId, name: &str) -> StoreResult<EventType>;
+
+    /// Every registered type of `account`, by name.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn event_type_list(&self, account: &AccountId) -> StoreResult<Vec<EventType>>;
+
+    /// Removes a type from the catalogue: its publishes are no longer
+    /// checked. Events already published keep their type.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not remove it.
+    async fn event_type_delete(&self, account: &AccountId, name: &str) -> StoreResult<()>;
+
+    /// Publishes the type's example as an event delivered to `endpoint` only,
+    /// whatever the endpoint's subscriptions and filter say: "send example".
+    ///
+    /// # Behavior
+    /// - One event of the type with the example as payload, one delivery to
+    ///   `endpoint`, none to any other endpoint
+    ///   (`an_example_is_sent_to_one_endpoint`).
+    ///
+    /// # Errors
+    /// `NotFound` for a type or endpoint not of `account`; `InvalidInput`
+    /// when the type has no example.
+    ///
+    /// # Cancellation safety
+    /// As [`EventStore::event_publish`].
+    async fn event_type_send_example(
+        &self,
+        account: &AccountId,
+        name: &str,
+        endpoint: EndpointId,
+    ) -> StoreResult<Published>;
 }
 
 /// The delivery queue: deliveries from enqueue to their end, and back again.
@@ -972,6 +1048,7 @@ pub trait MaintenanceStore: Send + Sync {
 pub trait ControlPlaneStore:
     EndpointStore
     + EventStore
+    + CatalogueStore
     + DeliveryStore
     + AttemptLogStore
     + CircuitStore

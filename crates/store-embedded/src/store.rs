@@ -39,6 +39,7 @@ const MIGRATIONS: &[Migration] = &[
         7,
         include_str!("migrations/0007_endpoint_filters_and_headers.sql"),
     ),
+    (8, include_str!("migrations/0008_event_type_catalogue.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

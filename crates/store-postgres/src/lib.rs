@@ -5,6 +5,7 @@
 mod account_key;
 mod alert;
 mod attempt;
+mod catalogue;
 mod config;
 mod delivery;
 mod endpoint;

@@ -41,6 +41,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         12,
         include_str!("migrations/0012_endpoint_filters_and_headers.sql"),
     ),
+    (13, include_str!("migrations/0013_event_type_catalogue.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

@@ -15,8 +15,8 @@ use axum::Json;
 use control_plane_core::{
     AccountId, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore,
     EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
-    EventListRequest, KeyId, PageRequest, PublishRequest, Recovery, ReplayFilter, Secret, Task,
-    TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK,
+    EventListRequest, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery, ReplayFilter,
+    Secret, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -29,14 +29,16 @@ use crate::auth::{
 use crate::error::{ApiError, ErrorBody};
 use crate::views::{
     self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
-    EndpointStats, EndpointView, EndpointWithSecret, EventView, KeyCreated, Listing, Published,
-    Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
+    EndpointStats, EndpointView, EndpointWithSecret, EventTypeList, EventTypeView, EventView,
+    KeyCreated, Listing, Published, Replayed, SessionList, SessionView, TaskView, UsageList,
+    UsageView,
 };
 use crate::ApiState;
 
 mod admin;
 mod deliveries;
 mod endpoints;
+mod event_types;
 mod events;
 mod operations;
 mod tasks;
@@ -44,6 +46,7 @@ mod tasks;
 pub(crate) use admin::*;
 pub(crate) use deliveries::*;
 pub(crate) use endpoints::*;
+pub(crate) use event_types::*;
 pub(crate) use events::*;
 pub(crate) use operations::*;
 pub(crate) use tasks::*;

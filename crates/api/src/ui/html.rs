@@ -55,14 +55,16 @@ pub(crate) fn base(account: &AccountId) -> String {
 pub(crate) enum Tab {
     Overview,
     Endpoints,
+    EventTypes,
     Deliveries,
     Dead,
     Tasks,
 }
 
-const TABS: [(Tab, &str, &str); 5] = [
+const TABS: [(Tab, &str, &str); 6] = [
     (Tab::Overview, "", "Overview"),
     (Tab::Endpoints, "/endpoints", "Endpoints"),
+    (Tab::EventTypes, "/event-types", "Event types"),
     (Tab::Deliveries, "/deliveries", "Deliveries"),
     (Tab::Dead, "/dead", "Dead letters"),
     (Tab::Tasks, "/tasks", "Tasks"),

@@ -15,6 +15,7 @@
 //! carries a strict Content-Security-Policy: no script, styles only from
 //! `/ui/app.css`.
 
+mod catalogue;
 mod html;
 mod pages;
 mod recover;
@@ -81,6 +82,11 @@ pub(crate) fn router() -> Router<Arc<ApiState>> {
         .route(
             "/ui/a/{account}/endpoints/{id}/recover",
             post(recover::recover),
+        )
+        .route("/ui/a/{account}/event-types", get(catalogue::page))
+        .route(
+            "/ui/a/{account}/event-types/{name}/send-example",
+            post(catalogue::send_example),
         )
         .route("/ui/a/{account}/deliveries", get(pages::deliveries))
         .route("/ui/a/{account}/deliveries/{id}", get(pages::delivery))

@@ -29,7 +29,13 @@ use crate::ApiState;
 type Shared = State<Arc<ApiState>>;
 type Page = Result<Response, UiError>;
 
-fn show(title: &str, account: &AccountId, tab: Tab, session: &Session, body: &str) -> Page {
+pub(super) fn show(
+    title: &str,
+    account: &AccountId,
+    tab: Tab,
+    session: &Session,
+    body: &str,
+) -> Page {
     Ok(Html(html::page(
         title,
         Some((account, tab)),
@@ -41,7 +47,7 @@ fn show(title: &str, account: &AccountId, tab: Tab, session: &Session, body: &st
 
 #[derive(Deserialize)]
 pub(crate) struct AccountPath {
-    account: String,
+    pub(super) account: String,
 }
 
 #[derive(Deserialize)]

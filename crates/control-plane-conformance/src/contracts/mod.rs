@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::{Harness, StoreFactory};
 
+mod catalogue;
 mod circuits;
 mod delivery;
 mod endpoints;
@@ -22,6 +23,7 @@ mod publish;
 mod retention;
 mod workflow;
 
+pub use catalogue::*;
 pub use circuits::*;
 pub use delivery::*;
 pub use endpoints::*;

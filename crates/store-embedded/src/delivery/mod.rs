@@ -32,6 +32,7 @@ use publish::*;
 use read::*;
 use transition::*;
 
+pub(crate) use publish::publish_to;
 pub(crate) use read::get;
 
 #[async_trait]

@@ -106,6 +106,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     for r in &reqs {
         r.validate()?;
     }
+    control_plane_core::catalogue::check_publishes(&reqs, &crate::catalogue::schemas(t, &reqs)?)?;
     let mut rows = NewRows::default();
     let mut endpoints: HashMap<AccountId, Vec<Endpoint>> = HashMap::new();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
@@ -150,6 +151,23 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     }
     rows.write(t)?;
     Ok(out)
+}
+
+/// Publishes `req` to the endpoint `to` alone, whatever its subscriptions and
+/// filter say ("send example").
+pub(crate) fn publish_to(
+    t: &mut Tx<'_>,
+    req: PublishRequest,
+    to: EndpointId,
+) -> StoreResult<Published> {
+    req.validate()?;
+    endpoint::get(t, &req.account, to)?;
+    let mut rows = NewRows::default();
+    let mut published = rows.event(t, &req, &[], None);
+    let delivery = rows.delivery(t, &req.account, to, published.event.id);
+    published.deliveries.push(delivery);
+    rows.write(t)?;
+    Ok(published)
 }
 
 /// Records an alert and publishes it as an event, in the caller's transaction.

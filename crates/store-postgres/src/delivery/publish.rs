@@ -100,24 +100,18 @@ impl<'a> PublishRows<'a> {
     }
 
     /// Adds the deliveries of the events that `stored` says are new, each
-    /// fanned out to its account's `endpoints`; `about` is the endpoint an
-    /// operational event concerns.
+    /// to the endpoints `route` gives it (see [`fanned_out`]).
     pub(super) fn fan_out(
         &mut self,
         reqs: &[PublishRequest],
         stored: impl Fn(&Event) -> bool,
-        endpoints: &[(AccountId, Vec<Endpoint>)],
-        about: Option<EndpointId>,
+        route: impl Fn(&PublishRequest) -> Vec<EndpointId>,
     ) {
         for (i, (req, event)) in reqs.iter().zip(self.events).enumerate() {
             if !stored(event) {
                 continue;
             }
-            let live = endpoints
-                .iter()
-                .find(|(a, _)| *a == req.account)
-                .map_or(&[][..], |(_, list)| list.as_slice());
-            for e in fan_out(live, &req.event_type, &req.payload, about) {
+            for e in route(req) {
                 self.targets.push((i, e));
                 self.delivery_ids.push(DeliveryId::new().0);
                 self.delivery_endpoints.push(e.0);
@@ -181,6 +175,22 @@ impl<'a> PublishRows<'a> {
     }
 }
 
+/// The ordinary route of a publish: each request fanned out to its
+/// account's `endpoints` (see [`fan_out`]); `about` is the endpoint an
+/// operational event concerns.
+pub(super) fn fanned_out(
+    endpoints: &[(AccountId, Vec<Endpoint>)],
+    about: Option<EndpointId>,
+) -> impl Fn(&PublishRequest) -> Vec<EndpointId> + '_ {
+    move |req| {
+        let live = endpoints
+            .iter()
+            .find(|(a, _)| *a == req.account)
+            .map_or(&[][..], |(_, list)| list.as_slice());
+        fan_out(live, &req.event_type, &req.payload, about)
+    }
+}
+
 /// Each account of `reqs` once, in the order of first appearance.
 pub(super) fn accounts_of(reqs: &[PublishRequest]) -> Vec<&AccountId> {
     let mut accounts: Vec<&AccountId> = Vec::new();
@@ -198,13 +208,17 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     for r in &reqs {
         r.validate()?;
     }
+    control_plane_core::catalogue::check_publishes(
+        &reqs,
+        &crate::catalogue::schemas(t, &reqs).await?,
+    )?;
     // Each account's endpoints, read once: the batch fans out as of its
     // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
     for account in accounts_of(&reqs) {
         endpoints.push((account.clone(), endpoint::list_sealed(t, account).await?));
     }
-    let created = publish_new(t, &reqs, &endpoints, None).await?;
+    let created = publish_new(t, &reqs, fanned_out(&endpoints, None)).await?;
     let mut out = Vec::with_capacity(reqs.len());
     for (req, created) in reqs.iter().zip(created) {
         if let Some(published) = created {
@@ -253,16 +267,24 @@ pub(super) async fn publish_keyless(
         let client = tx.client()?;
         let t = Tx::new(client, Some(&client.statement_cache), store, store.now());
         let accounts = accounts_of(reqs);
-        // BEGIN is sent first: the lists run inside the transaction.
-        let ((), lists) = futures::try_join!(
+        // BEGIN is sent first: the lists and schemas are read inside the
+        // transaction.
+        let ((), lists, schemas) = futures::try_join!(
             async { t.batch_execute("BEGIN").await.db() },
-            futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a)))
+            futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a))),
+            crate::catalogue::schemas(&t, reqs),
         )?;
+        if let Err(refused) = control_plane_core::catalogue::check_publishes(reqs, &schemas) {
+            // Nothing was written: the connection goes back to the pool.
+            t.batch_execute("ROLLBACK").await.db()?;
+            tx.ended();
+            return Err(refused);
+        }
         let endpoints: Vec<(AccountId, Vec<Endpoint>)> =
             accounts.into_iter().cloned().zip(lists).collect();
         let events: Vec<Event> = reqs.iter().map(|req| req.event_at(t.now)).collect();
         let mut rows = PublishRows::events(&events);
-        rows.fan_out(reqs, |_| true, &endpoints, None);
+        rows.fan_out(reqs, |_| true, fanned_out(&endpoints, None));
         // Prepared before anything is sent (cached: no round trip after the
         // connection's first publish), so the statements go out in order.
         let (insert_events, lock, insert_deliveries, notify) = futures::try_join!(
@@ -304,16 +326,15 @@ pub(super) async fn publish_keyless(
     Ok(out)
 }
 
-/// Stores the new events of `reqs` and fans each out to its account's
-/// `endpoints` (see [`fan_out`]), with one statement for the events and one
+/// Stores the new events of `reqs` and gives each the deliveries `route`
+/// says (usually [`fanned_out`]), with one statement for the events and one
 /// for the deliveries whatever the batch's size; per request `None` when its
-/// idempotency key is taken. `about` is the endpoint an operational event
-/// concerns. Delivery sequence numbers follow the requests' order.
+/// idempotency key is taken. Delivery sequence numbers follow the requests'
+/// order.
 pub(super) async fn publish_new(
     t: &Tx<'_>,
     reqs: &[PublishRequest],
-    endpoints: &[(AccountId, Vec<Endpoint>)],
-    about: Option<EndpointId>,
+    route: impl Fn(&PublishRequest) -> Vec<EndpointId>,
 ) -> StoreResult<Vec<Option<Published>>> {
     let events: Vec<Event> = reqs.iter().map(|req| req.event_at(t.now)).collect();
     let mut rows = PublishRows::events(&events);
@@ -327,7 +348,7 @@ pub(super) async fn publish_new(
         .map(|r| r.get(0))
         .collect();
     let stored = |e: &Event| inserted.contains(&e.id.0);
-    rows.fan_out(reqs, stored, endpoints, about);
+    rows.fan_out(reqs, stored, route);
     lock_ordered(t, &rows.locked).await?;
     let insert = t.prepare_cached(INSERT_DELIVERIES).await.db()?;
     let max_attempts = i64::from(t.options.max_attempts);
@@ -343,6 +364,22 @@ pub(super) async fn publish_new(
     Ok(rows.published(stored))
 }
 
+/// Publishes `req` to the endpoint `to` alone, whatever its subscriptions and
+/// filter say ("send example").
+pub(crate) async fn publish_to(
+    t: &Tx<'_>,
+    req: PublishRequest,
+    to: EndpointId,
+) -> StoreResult<Published> {
+    req.validate()?;
+    endpoint::get(t, &req.account, to).await?;
+    publish_new(t, &[req], |_| vec![to])
+        .await?
+        .pop()
+        .flatten()
+        .ok_or_else(|| StoreError::Backend("the example was not stored".into()))
+}
+
 /// Records an alert and publishes it as an event to the endpoints that name
 /// its type (see [`fan_out`]), in the caller's transaction.
 pub(super) async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
@@ -352,7 +389,7 @@ pub(super) async fn raise_alert(t: &Tx<'_>, alert: &NewAlert) -> StoreResult<()>
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, &req.payload, concerned).is_empty() {
         let endpoints = [(alert.account.clone(), endpoints)];
-        publish_new(t, &[req], &endpoints, concerned).await?;
+        publish_new(t, &[req], fanned_out(&endpoints, concerned)).await?;
     }
     Ok(())
 }

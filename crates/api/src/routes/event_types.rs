@@ -1,0 +1,151 @@
+//! The event-type catalogue: register, read, list, remove, send an example.
+
+use super::*;
+
+/// One registered type of an account.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct EventTypePath {
+    /// The account (tenant) name.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    #[allow(dead_code)]
+    account: String,
+    /// The type's name, as events are published with it.
+    name: String,
+}
+
+/// What a type is registered with; a registration replaces all of it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventTypeBody {
+    /// What the type means, at most 1024 bytes.
+    #[serde(default)]
+    #[schema(max_length = 1024)]
+    description: String,
+    /// A JSON Schema (draft 2020-12 unless `$schema` names another) that
+    /// every payload of the type must match; only local `$ref`s resolve.
+    schema: Option<Value>,
+    /// An example payload; it must match `schema`. Sent by `send-example`.
+    example: Option<Value>,
+}
+
+/// Registers an event type, or replaces its registration. From then on a
+/// publish of the type whose payload does not match its schema is `422`,
+/// naming the failing path, and stores nothing.
+#[utoipa::path(
+    put,
+    path = "/v1/accounts/{account}/event-types/{name}",
+    tag = "event types",
+    params(EventTypePath),
+    request_body = EventTypeBody,
+    responses((status = 200, description = "The type as registered", body = EventTypeView)),
+)]
+pub(crate) async fn event_type_put(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<EventTypePath>,
+    Json(body): Json<EventTypeBody>,
+) -> Answer {
+    let req = EventTypePut {
+        schema: body.schema,
+        example: body.example,
+        ..EventTypePut::new(account, p.name, body.description)
+    };
+    let t = s.store.event_type_put(req).await?;
+    ok(StatusCode::OK, EventTypeView::from(&t))
+}
+
+/// Every registered type of the account, by name.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/event-types",
+    tag = "event types",
+    params(AccountPath),
+    responses((status = 200, description = "The catalogue", body = EventTypeList)),
+)]
+pub(crate) async fn event_type_list(State(s): Shared, Scope(account): Scope) -> Answer {
+    let types = s.store.event_type_list(&account).await?;
+    ok(
+        StatusCode::OK,
+        EventTypeList {
+            items: types.iter().map(EventTypeView::from).collect(),
+        },
+    )
+}
+
+/// One registered type.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/event-types/{name}",
+    tag = "event types",
+    params(EventTypePath),
+    responses((status = 200, description = "The type", body = EventTypeView)),
+)]
+pub(crate) async fn event_type_get(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<EventTypePath>,
+) -> Answer {
+    let t = s.store.event_type_get(&account, &p.name).await?;
+    ok(StatusCode::OK, EventTypeView::from(&t))
+}
+
+/// Removes a type from the catalogue: its publishes are no longer checked.
+#[utoipa::path(
+    delete,
+    path = "/v1/accounts/{account}/event-types/{name}",
+    tag = "event types",
+    params(EventTypePath),
+    responses((status = 204, description = "Removed")),
+)]
+pub(crate) async fn event_type_delete(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<EventTypePath>,
+) -> Answer {
+    s.store.event_type_delete(&account, &p.name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Which example to send.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendExampleBody {
+    /// A registered type with an example.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 255)]
+    event_type: String,
+}
+
+/// Sends a type's example to this endpoint alone, whatever its event types
+/// and filter say: one event of the type with the example as its payload,
+/// delivered (signed, retried) like any other.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/endpoints/{id}/send-example",
+    tag = "endpoints",
+    params(ItemPath),
+    request_body = SendExampleBody,
+    responses((status = 202, description = "Accepted", body = Published)),
+)]
+pub(crate) async fn endpoint_send_example(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    Json(body): Json<SendExampleBody>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let published = s
+        .store
+        .event_type_send_example(&account, &body.event_type, endpoint)
+        .await?;
+    s.usage.add(&account, UsageMetric::EventsPublished, 1);
+    ok(
+        StatusCode::ACCEPTED,
+        Published {
+            id: published.event.id,
+            deliveries: published.deliveries,
+            duplicate: false,
+        },
+    )
+}

@@ -1,0 +1,295 @@
+//! The event-type catalogue: registration, schema checks at publish,
+//! "send example", and wildcard subscriptions.
+
+use super::*;
+
+fn order_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "required": ["id", "items"],
+        "properties": {
+            "id": {"type": "string"},
+            "items": {"type": "array", "items": {
+                "type": "object",
+                "required": ["sku"],
+                "properties": {"sku": {"type": "string"}}
+            }}
+        }
+    })
+}
+
+fn order_type(account: &str) -> EventTypePut {
+    EventTypePut {
+        schema: Some(order_schema()),
+        example: Some(json!({"id": "o-1", "items": [{"sku": "s-1"}]})),
+        ..EventTypePut::new(acct(account), "order.created", "An order was placed")
+    }
+}
+
+async fn events_of(h: &Harness, account: &str) -> usize {
+    let req = EventListRequest {
+        account: acct(account),
+        event_type: None,
+        since: None,
+        until: None,
+        page: PageRequest {
+            limit: 1000,
+            after: None,
+        },
+    };
+    h.store.event_list(req).await.unwrap().items.len()
+}
+
+fn invalid(r: StoreResult<impl std::fmt::Debug>, needle: &str) {
+    match r {
+        Err(StoreError::InvalidInput(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
+        other => panic!("expected InvalidInput about {needle:?}, got {other:?}"),
+    }
+}
+
+pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let first = h.store.event_type_put(order_type("a")).await.unwrap();
+    assert_eq!(first.name, "order.created");
+    assert_eq!(first.schema, Some(order_schema()));
+    assert_eq!(first.created_at, first.updated_at);
+    assert_eq!(
+        h.store
+            .event_type_get(&acct("a"), "order.created")
+            .await
+            .unwrap(),
+        first
+    );
+    h.store
+        .event_type_put(EventTypePut::new(acct("a"), "invoice.paid", "Paid"))
+        .await
+        .unwrap();
+
+    h.clock.advance(Duration::from_secs(5));
+    let replaced = h
+        .store
+        .event_type_put(EventTypePut::new(acct("a"), "order.created", "Placed"))
+        .await
+        .unwrap();
+    assert_eq!(replaced.description, "Placed");
+    assert_eq!(replaced.schema, None, "a registration replaces every field");
+    assert_eq!(replaced.example, None);
+    assert_eq!(replaced.created_at, first.created_at);
+    assert!(replaced.updated_at > first.updated_at);
+    let names: Vec<String> = h
+        .store
+        .event_type_list(&acct("a"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["invoice.paid", "order.created"], "listed by name");
+    assert!(h
+        .store
+        .event_type_list(&acct("b"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(matches!(
+        h.store.event_type_get(&acct("b"), "order.created").await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    let bad_schema = EventTypePut {
+        schema: Some(json!({"type": 5})),
+        ..EventTypePut::new(acct("a"), "bad.schema", "")
+    };
+    invalid(h.store.event_type_put(bad_schema).await, "schema");
+    let bad_example = EventTypePut {
+        example: Some(json!({"id": 7, "items": []})),
+        ..order_type("a")
+    };
+    invalid(h.store.event_type_put(bad_example).await, "/id");
+    invalid(
+        h.store
+            .event_type_put(EventTypePut::new(acct("a"), "order.*", ""))
+            .await,
+        "'*'",
+    );
+    assert_eq!(
+        h.store
+            .event_type_get(&acct("a"), "order.created")
+            .await
+            .unwrap(),
+        replaced,
+        "a refused registration changes nothing"
+    );
+
+    assert!(matches!(
+        h.store.event_type_delete(&acct("b"), "order.created").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    h.store
+        .event_type_delete(&acct("a"), "order.created")
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.store.event_type_get(&acct("a"), "order.created").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(h.store.event_type_list(&acct("a")).await.unwrap().len(), 1);
+}
+
+pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    h.store.event_type_put(order_type("a")).await.unwrap();
+    let good = || {
+        PublishRequest::new(
+            acct("a"),
+            "order.created",
+            json!({"id": "o-2", "items": [{"sku": "x"}]}),
+        )
+    };
+    let bad = || {
+        PublishRequest::new(
+            acct("a"),
+            "order.created",
+            json!({"id": "o-3", "items": [{"sku": "x"}, {"sku": 9}]}),
+        )
+    };
+    let published = h.store.event_publish(good()).await.unwrap();
+    assert_eq!(published.deliveries.len(), 1);
+    invalid(h.store.event_publish(bad()).await, "/items/1/sku");
+    let mut keyed = bad();
+    keyed.idempotency_key = Some("k-1".into());
+    invalid(h.store.event_publish(keyed).await, "/items/1/sku");
+    invalid(
+        h.store
+            .event_publish_batch(vec![good(), publish_req("a", "invoice.paid"), bad()])
+            .await,
+        "order.created",
+    );
+    assert_eq!(
+        events_of(&h, "a").await,
+        1,
+        "a refused batch stores nothing"
+    );
+
+    // Unregistered types, and the same name in another account, are free.
+    h.store
+        .event_publish(publish_req("a", "order.shipped"))
+        .await
+        .unwrap();
+    h.store
+        .event_publish(publish_req("b", "order.created"))
+        .await
+        .unwrap();
+    // Without a schema, or once removed, the type is free again.
+    h.store
+        .event_type_put(EventTypePut::new(acct("a"), "order.created", "no schema"))
+        .await
+        .unwrap();
+    h.store.event_publish(bad()).await.unwrap();
+    h.store.event_type_put(order_type("a")).await.unwrap();
+    invalid(h.store.event_publish(bad()).await, "/items/1/sku");
+    h.store
+        .event_type_delete(&acct("a"), "order.created")
+        .await
+        .unwrap();
+    h.store.event_publish(bad()).await.unwrap();
+    assert_eq!(events_of(&h, "a").await, 4);
+}
+
+pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    h.store.event_type_put(order_type("a")).await.unwrap();
+    let bystander = endpoint(&h, "a", false).await;
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/other",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.event_types = vec!["invoice.paid".into()];
+    req.filter = Some(EventFilter::parse(json!({"data.amount": {"$gt": 0}})).unwrap());
+    let target = h.store.endpoint_create(req).await.unwrap();
+
+    let sent = h
+        .store
+        .event_type_send_example(&acct("a"), "order.created", target.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        sent.deliveries.len(),
+        1,
+        "one delivery, to the target alone"
+    );
+    let d = get(&h, "a", sent.deliveries[0]).await;
+    assert_eq!(d.endpoint_id, target.id);
+    assert_eq!(sent.event.event_type, "order.created");
+    let body: serde_json::Value = serde_json::from_str(&sent.event.body).unwrap();
+    assert_eq!(
+        body["data"],
+        json!({"id": "o-1", "items": [{"sku": "s-1"}]})
+    );
+    let claimed = claim(&h, 10).await;
+    assert_eq!(ids(&claimed), sent.deliveries);
+    assert!(claimed
+        .iter()
+        .all(|c| c.delivery.endpoint_id != bystander.id));
+
+    assert!(matches!(
+        h.store
+            .event_type_send_example(&acct("a"), "no.such.type", target.id)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        h.store
+            .event_type_send_example(&acct("a"), "order.created", EndpointId::new())
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let other = endpoint(&h, "b", false).await;
+    assert!(matches!(
+        h.store
+            .event_type_send_example(&acct("a"), "order.created", other.id)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    h.store
+        .event_type_put(EventTypePut::new(acct("a"), "plain", "no example"))
+        .await
+        .unwrap();
+    invalid(
+        h.store
+            .event_type_send_example(&acct("a"), "plain", target.id)
+            .await,
+        "no example",
+    );
+    assert_eq!(events_of(&h, "a").await, 1);
+}
+
+pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let orders = endpoint_for(&h, "a", &["order.*"]).await;
+    let everything = endpoint_for(&h, "a", &["*"]).await;
+    let reached = |p: Published| p.deliveries.len();
+    for (ty, n) in [
+        ("order.created", 2),
+        ("order.item.added", 2),
+        ("order", 1),
+        ("orders.created", 1),
+    ] {
+        let p = h.store.event_publish(publish_req("a", ty)).await.unwrap();
+        assert_eq!(reached(p), n, "{ty}");
+    }
+    invalid(
+        h.store.event_publish(publish_req("a", "order.*")).await,
+        "'*'",
+    );
+    let mut bad = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/hook",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    bad.event_types = vec!["order*".into()];
+    invalid(h.store.endpoint_create(bad).await, "'*'");
+    assert!(orders.event_types == ["order.*"] && everything.event_types == ["*"]);
+}

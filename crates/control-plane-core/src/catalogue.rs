@@ -1,0 +1,414 @@
+//! The event-type catalogue (ADR 0025): the types an account registers, each
+//! with a description, an optional JSON Schema and an optional example.
+//!
+//! A publish of a registered type with a schema is checked against it in
+//! the publish's transaction ([`check_payload`]): a payload that does not
+//! match fails the publish (or its whole batch) with `InvalidInput` naming
+//! the failing path, and nothing is stored. A type that is not registered,
+//! or registered without a schema, publishes as before.
+//!
+//! Schemas are compiled once per distinct schema text and kept in a small
+//! process-wide cache, so a publish costs one lookup and one validation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+use crate::{
+    validate_free_text, validate_short_text, AccountId, AlertKind, PublishRequest, StoreError,
+    Timestamp,
+};
+
+/// The largest schema, as compact JSON text.
+pub const MAX_SCHEMA_BYTES: usize = 65_536;
+/// The largest example, as compact JSON text.
+pub const MAX_EXAMPLE_BYTES: usize = 65_536;
+/// The longest description.
+pub const MAX_DESCRIPTION_BYTES: usize = 1_024;
+/// How many compiled schemas the process keeps before it starts over.
+const CACHE_LIMIT: usize = 1_024;
+
+/// A registered event type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventType {
+    /// Owning account.
+    pub account: AccountId,
+    /// The type's name, as events are published with it.
+    pub name: String,
+    /// What the type means, for the people who subscribe to it.
+    pub description: String,
+    /// The JSON Schema its payloads must match, if any.
+    pub schema: Option<Value>,
+    /// An example payload (it matches `schema`), sent by "send example".
+    pub example: Option<Value>,
+    /// When it was first registered.
+    pub created_at: Timestamp,
+    /// When it was last registered again (replaced).
+    pub updated_at: Timestamp,
+}
+
+/// Registers an event type, or replaces what an earlier registration said.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventTypePut {
+    /// Owning account.
+    pub account: AccountId,
+    /// The type's name (see [`validate_type_name`]).
+    pub name: String,
+    /// At most [`MAX_DESCRIPTION_BYTES`], no NUL.
+    pub description: String,
+    /// A JSON Schema (draft 2020-12 unless its `$schema` says another draft),
+    /// at most [`MAX_SCHEMA_BYTES`]; only local `$ref`s resolve.
+    pub schema: Option<Value>,
+    /// An example payload, at most [`MAX_EXAMPLE_BYTES`]; it must match `schema`.
+    pub example: Option<Value>,
+}
+
+impl EventTypePut {
+    /// A type with a description and neither schema nor example.
+    pub fn new(
+        account: AccountId,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        EventTypePut {
+            account,
+            name: name.into(),
+            description: description.into(),
+            schema: None,
+            example: None,
+        }
+    }
+
+    /// Checks every field; the schema must compile and the example match it.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field (and, for the example, the path).
+    pub fn validate(&self) -> Result<(), StoreError> {
+        validate_type_name(&self.name)?;
+        validate_free_text("description", &self.description)?;
+        if self.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "description must be at most {MAX_DESCRIPTION_BYTES} bytes, got {}",
+                self.description.len()
+            )));
+        }
+        let schema = self.schema_text()?;
+        if let Some(text) = &schema {
+            compiled(text)?;
+        }
+        if let Some(example) = &self.example {
+            let len = example.to_string().len();
+            if len > MAX_EXAMPLE_BYTES {
+                return Err(StoreError::InvalidInput(format!(
+                    "example must be at most {MAX_EXAMPLE_BYTES} bytes of JSON, got {len}"
+                )));
+            }
+            if let Some(text) = &schema {
+                check_payload(&self.name, text, example).map_err(|e| match e {
+                    StoreError::InvalidInput(m) => {
+                        StoreError::InvalidInput(format!("example: {m}"))
+                    }
+                    other => other,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The schema as the compact JSON text that is stored and cached.
+    ///
+    /// # Errors
+    /// `InvalidInput` when it is larger than [`MAX_SCHEMA_BYTES`].
+    pub fn schema_text(&self) -> Result<Option<String>, StoreError> {
+        let Some(schema) = &self.schema else {
+            return Ok(None);
+        };
+        let text = schema.to_string();
+        if text.len() > MAX_SCHEMA_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "schema must be at most {MAX_SCHEMA_BYTES} bytes of JSON, got {}",
+                text.len()
+            )));
+        }
+        Ok(Some(text))
+    }
+
+    /// The example as stored.
+    pub fn example_text(&self) -> Option<String> {
+        self.example.as_ref().map(Value::to_string)
+    }
+
+    /// The registered type, as first stored at `at`.
+    pub fn event_type_at(&self, created_at: Timestamp, at: Timestamp) -> EventType {
+        EventType {
+            account: self.account.clone(),
+            name: self.name.clone(),
+            description: self.description.clone(),
+            schema: self.schema.clone(),
+            example: self.example.clone(),
+            created_at,
+            updated_at: at,
+        }
+    }
+}
+
+/// Checks the name of a published or registered event type: 1 to 255
+/// characters, no control characters, no `*` (which only subscriptions use,
+/// as `*` or a final `.*`), and not the type of an operational event.
+///
+/// # Errors
+/// `InvalidInput` saying which rule the name breaks.
+pub fn validate_type_name(name: &str) -> Result<(), StoreError> {
+    validate_short_text("event type", name)?;
+    if name.contains('*') {
+        return Err(StoreError::InvalidInput(format!(
+            "event type {name:?} must not contain '*': only subscriptions use wildcards"
+        )));
+    }
+    if AlertKind::from_event_type(name).is_some() {
+        return Err(StoreError::InvalidInput(format!(
+            "event type {name:?} is reserved for operational events"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a subscription (an endpoint's `event_types` entry) takes events
+/// of `event_type`: the same name, `*` for every type, or `prefix.*` for
+/// every type that starts with `prefix.` (at any depth).
+pub fn subscription_matches(subscription: &str, event_type: &str) -> bool {
+    match subscription.strip_suffix('*') {
+        None => subscription == event_type,
+        Some("") => true,
+        Some(prefix) => prefix.ends_with('.') && event_type.starts_with(prefix),
+    }
+}
+
+/// Checks a subscription: a type name, `*`, or `prefix.*`.
+///
+/// # Errors
+/// `InvalidInput` for a `*` anywhere else.
+pub fn validate_subscription(subscription: &str) -> Result<(), StoreError> {
+    validate_short_text("event type", subscription)?;
+    let rest = match subscription.strip_suffix('*') {
+        None => subscription,
+        Some("") => return Ok(()),
+        Some(prefix) if prefix.ends_with('.') => prefix,
+        Some(_) => "*",
+    };
+    if rest.contains('*') {
+        return Err(StoreError::InvalidInput(format!(
+            "event type {subscription:?} may use '*' only alone or as its last segment (\"order.*\")"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `payload` against the schema of `event_type`, given as the JSON
+/// text the store keeps.
+///
+/// # Errors
+/// `InvalidInput` naming the type, the path of the first failing value and
+/// why; also when the stored schema does not compile (it was stored by hand).
+pub fn check_payload(event_type: &str, schema: &str, payload: &Value) -> Result<(), StoreError> {
+    let validator = compiled(schema)?;
+    match validator.validate(payload) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let path = e.instance_path().to_string();
+            let at = if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            };
+            Err(StoreError::InvalidInput(format!(
+                "payload does not match the schema of event type {event_type:?} at {at}: {e}"
+            )))
+        }
+    }
+}
+
+/// The schemas a batch of publishes needs: per account (in order of first
+/// appearance), the distinct types it publishes. An adapter reads the
+/// schemas of these types in the publish's transaction and passes them to
+/// [`check_publishes`].
+pub fn types_by_account(reqs: &[PublishRequest]) -> Vec<(&AccountId, Vec<&str>)> {
+    let mut out: Vec<(&AccountId, Vec<&str>)> = Vec::new();
+    for r in reqs {
+        let i = match out.iter().position(|(a, _)| **a == r.account) {
+            Some(i) => i,
+            None => {
+                out.push((&r.account, Vec::new()));
+                out.len() - 1
+            }
+        };
+        if let Some((_, types)) = out.get_mut(i) {
+            if !types.contains(&r.event_type.as_str()) {
+                types.push(&r.event_type);
+            }
+        }
+    }
+    out
+}
+
+/// A registered type's schema as an adapter reads it: account, type name
+/// and the schema's JSON text.
+pub type StoredSchema = (AccountId, String, String);
+
+/// Checks every request whose type has a schema among `schemas`.
+///
+/// # Errors
+/// The first failing request's error, as [`check_payload`] gives it.
+pub fn check_publishes(
+    reqs: &[PublishRequest],
+    schemas: &[StoredSchema],
+) -> Result<(), StoreError> {
+    if schemas.is_empty() {
+        return Ok(());
+    }
+    for r in reqs {
+        let schema = schemas
+            .iter()
+            .find(|(a, name, _)| *a == r.account && *name == r.event_type);
+        if let Some((_, _, text)) = schema {
+            check_payload(&r.event_type, text, &r.payload)?;
+        }
+    }
+    Ok(())
+}
+
+type Cache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+
+/// The compiled schema of `text`, from the cache or compiled now.
+fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Cache::default);
+    if let Some(v) = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(text)
+    {
+        return Ok(v.clone());
+    }
+    let schema: Value = serde_json::from_str(text)
+        .map_err(|e| StoreError::InvalidInput(format!("schema is not JSON: {e}")))?;
+    let validator = jsonschema::validator_for(&schema)
+        .map(Arc::new)
+        .map_err(|e| StoreError::InvalidInput(format!("schema does not compile: {e}")))?;
+    let mut kept = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if kept.len() >= CACHE_LIMIT {
+        kept.clear();
+    }
+    kept.insert(text.to_string(), validator.clone());
+    Ok(validator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn put(schema: Option<Value>, example: Option<Value>) -> EventTypePut {
+        EventTypePut {
+            schema,
+            example,
+            ..EventTypePut::new(AccountId::new("a").unwrap(), "order.created", "An order")
+        }
+    }
+
+    fn order_schema() -> Value {
+        json!({
+            "type": "object",
+            "required": ["id", "items"],
+            "properties": {
+                "id": {"type": "string"},
+                "items": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["sku"],
+                    "properties": {"sku": {"type": "string"}}
+                }}
+            }
+        })
+    }
+
+    #[test]
+    fn a_payload_is_checked_and_the_failing_path_named() {
+        let text = order_schema().to_string();
+        check_payload("order.created", &text, &json!({"id": "o1", "items": []})).unwrap();
+        let err = check_payload(
+            "order.created",
+            &text,
+            &json!({"id": "o1", "items": [{"sku": "a"}, {"sku": 5}]}),
+        )
+        .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidInput(_)));
+        assert!(err.to_string().contains("at /items/1/sku"), "{err}");
+        assert!(err.to_string().contains("order.created"), "{err}");
+        let root = check_payload("order.created", &text, &json!([1])).unwrap_err();
+        assert!(root.to_string().contains("at /:"), "{root}");
+    }
+
+    #[test]
+    fn a_registration_needs_a_compiling_schema_and_a_matching_example() {
+        put(Some(order_schema()), Some(json!({"id": "o1", "items": []})))
+            .validate()
+            .unwrap();
+        put(None, Some(json!("anything"))).validate().unwrap();
+        let bad_example = put(Some(order_schema()), Some(json!({"id": 1, "items": []})))
+            .validate()
+            .unwrap_err();
+        assert!(
+            bad_example
+                .to_string()
+                .starts_with("invalid input: example: "),
+            "{bad_example}"
+        );
+        assert!(bad_example.to_string().contains("at /id"), "{bad_example}");
+        let bad_schema = put(Some(json!({"type": "no-such-type"})), None)
+            .validate()
+            .unwrap_err();
+        assert!(
+            bad_schema.to_string().contains("schema does not compile"),
+            "{bad_schema}"
+        );
+        let remote = put(Some(json!({"$ref": "https://example.com/s.json"})), None).validate();
+        assert!(remote.is_err(), "remote references are not fetched");
+        let huge = put(
+            Some(json!({"description": "x".repeat(MAX_SCHEMA_BYTES)})),
+            None,
+        )
+        .validate()
+        .unwrap_err();
+        assert!(
+            huge.to_string().contains("schema must be at most"),
+            "{huge}"
+        );
+        let mut long = put(None, None);
+        long.description = "d".repeat(MAX_DESCRIPTION_BYTES + 1);
+        assert!(long.validate().is_err());
+    }
+
+    #[test]
+    fn names_and_subscriptions_keep_wildcards_apart() {
+        validate_type_name("order.created").unwrap();
+        for bad in ["", "order.*", "*", "endpoint.disabled"] {
+            assert!(validate_type_name(bad).is_err(), "{bad:?}");
+        }
+        for ok in ["order.created", "*", "order.*", "a.b.*"] {
+            validate_subscription(ok).unwrap();
+        }
+        for bad in ["order*", "*.created", "or*der.*", "**", ".*x"] {
+            assert!(validate_subscription(bad).is_err(), "{bad:?}");
+        }
+        assert!(subscription_matches("*", "anything"));
+        assert!(subscription_matches("order.*", "order.created"));
+        assert!(subscription_matches("order.*", "order.item.added"));
+        assert!(!subscription_matches("order.*", "order"));
+        assert!(!subscription_matches("order.*", "orders.created"));
+        assert!(subscription_matches("order.created", "order.created"));
+        assert!(!subscription_matches("order.created", "order.created.v2"));
+    }
+}

@@ -1,0 +1,171 @@
+//! The event-type catalogue (ADR 0025).
+
+use async_trait::async_trait;
+use control_plane_core::catalogue::{types_by_account, StoredSchema};
+use control_plane_core::*;
+
+use crate::delivery::publish_to;
+use crate::error::PgResultExt;
+use crate::store::{in_tx, PostgresStore, Tx};
+
+const TYPE_COLS: &str = "account, name, description, schema, example, created_at, updated_at";
+
+fn json(what: &str, text: Option<String>) -> StoreResult<Option<serde_json::Value>> {
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| StoreError::Backend(format!("a stored {what} is not JSON: {e}")))
+    })
+    .transpose()
+}
+
+fn row_to_type(r: &tokio_postgres::Row) -> StoreResult<EventType> {
+    Ok(EventType {
+        account: AccountId::new(r.get::<_, String>(0))?,
+        name: r.get(1),
+        description: r.get(2),
+        schema: json("schema", r.get(3))?,
+        example: json("example", r.get(4))?,
+        created_at: Timestamp::from_millis(r.get(5)),
+        updated_at: Timestamp::from_millis(r.get(6)),
+    })
+}
+
+pub(crate) async fn put(t: &Tx<'_>, req: &EventTypePut) -> StoreResult<EventType> {
+    req.validate()?;
+    let schema = req.schema_text()?;
+    let example = req.example_text();
+    let row = t
+        .query_one(
+            &format!(
+                "INSERT INTO event_types ({TYPE_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $6) \
+                 ON CONFLICT (account, name) DO UPDATE SET description = EXCLUDED.description, \
+                 schema = EXCLUDED.schema, example = EXCLUDED.example, updated_at = EXCLUDED.updated_at \
+                 RETURNING {TYPE_COLS}"
+            ),
+            &[
+                &req.account.as_str(),
+                &req.name,
+                &req.description,
+                &schema,
+                &example,
+                &t.now.as_millis(),
+            ],
+        )
+        .await
+        .db()?;
+    row_to_type(&row)
+}
+
+pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, name: &str) -> StoreResult<EventType> {
+    let row = t
+        .query_opt(
+            &format!("SELECT {TYPE_COLS} FROM event_types WHERE account = $1 AND name = $2"),
+            &[&account.as_str(), &name],
+        )
+        .await
+        .db()?
+        .ok_or_else(|| StoreError::not_found("event type", name))?;
+    row_to_type(&row)
+}
+
+pub(crate) async fn list_types(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<EventType>> {
+    t.query(
+        &format!("SELECT {TYPE_COLS} FROM event_types WHERE account = $1 ORDER BY name"),
+        &[&account.as_str()],
+    )
+    .await
+    .db()?
+    .iter()
+    .map(row_to_type)
+    .collect()
+}
+
+pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, name: &str) -> StoreResult<()> {
+    let n = t
+        .execute(
+            "DELETE FROM event_types WHERE account = $1 AND name = $2",
+            &[&account.as_str(), &name],
+        )
+        .await
+        .db()?;
+    if n == 0 {
+        return Err(StoreError::not_found("event type", name));
+    }
+    Ok(())
+}
+
+/// The schemas of the types `reqs` publish, read in the publish's
+/// transaction, one statement per account, sent together (see
+/// [`control_plane_core::catalogue::check_publishes`]).
+pub(crate) async fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
+    let read = t
+        .prepare_cached(
+            "SELECT name, schema FROM event_types WHERE account = $1 AND name = ANY($2) \
+             AND schema IS NOT NULL",
+        )
+        .await
+        .db()?;
+    let per_account = futures::future::try_join_all(types_by_account(reqs).into_iter().map(
+        |(account, types)| {
+            let read = &read;
+            async move {
+                let rows = t.query(read, &[&account.as_str(), &types]).await.db()?;
+                Ok::<_, StoreError>(
+                    rows.iter()
+                        .map(|r| (account.clone(), r.get(0), r.get(1)))
+                        .collect::<Vec<StoredSchema>>(),
+                )
+            }
+        },
+    ))
+    .await?;
+    Ok(per_account.into_iter().flatten().collect())
+}
+
+async fn send_example(
+    t: &Tx<'_>,
+    account: &AccountId,
+    name: &str,
+    endpoint: EndpointId,
+) -> StoreResult<Published> {
+    let ty = get(t, account, name).await?;
+    let example = ty.example.ok_or_else(|| {
+        StoreError::InvalidInput(format!("event type {name:?} has no example to send"))
+    })?;
+    publish_to(
+        t,
+        PublishRequest::new(account.clone(), name, example),
+        endpoint,
+    )
+    .await
+}
+
+#[async_trait]
+impl CatalogueStore for PostgresStore {
+    async fn event_type_put(&self, req: EventTypePut) -> StoreResult<EventType> {
+        in_tx!(self, |t| put(&t, &req))
+    }
+
+    async fn event_type_get(&self, account: &AccountId, name: &str) -> StoreResult<EventType> {
+        in_tx!(self, |t| get(&t, account, name))
+    }
+
+    async fn event_type_list(&self, account: &AccountId) -> StoreResult<Vec<EventType>> {
+        in_tx!(self, |t| list_types(&t, account))
+    }
+
+    async fn event_type_delete(&self, account: &AccountId, name: &str) -> StoreResult<()> {
+        in_tx!(self, |t| delete(&t, account, name))
+    }
+
+    async fn event_type_send_example(
+        &self,
+        account: &AccountId,
+        name: &str,
+        endpoint: EndpointId,
+    ) -> StoreResult<Published> {
+        let out = in_tx!(self, |t| send_example(&t, account, name, endpoint))?;
+        self.wake().await;
+        Ok(out)
+    }
+}
