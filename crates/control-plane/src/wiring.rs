@@ -207,7 +207,12 @@ pub async fn shutdown_signal() {
 
 /// The delivery worker the config describes.
 pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispatcher, String> {
-    let cfg = DispatcherConfig {
+    Dispatcher::new(store, dispatcher_config(config))
+}
+
+/// The settings of [`dispatcher`], from the service's config.
+fn dispatcher_config(config: &Config) -> DispatcherConfig {
+    DispatcherConfig {
         worker: format!("control-plane-{}", std::process::id()),
         concurrency: config.concurrency as usize,
         lease: config.lease,
@@ -220,8 +225,7 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
         slow_answer: config.slow_answer,
         response_body_bytes: usize::try_from(config.response_body_bytes).unwrap_or(4096),
         ..DispatcherConfig::default()
-    };
-    Dispatcher::new(store, cfg)
+    }
 }
 
 /// The admin token: the configured one, or for `serve` a fresh one printed
@@ -526,6 +530,33 @@ pub(crate) mod tests {
             drained.store(true, Ordering::SeqCst);
             "patient".to_string()
         });
+    }
+
+    /// Every worker setting of the environment reaches the dispatcher that
+    /// `serve` and `worker` start.
+    #[test]
+    fn the_dispatcher_gets_the_worker_settings() {
+        let config = Config::from_vars([
+            ("CONTROLPLANE_RESPONSE_BODY_BYTES", "7"),
+            ("CONTROLPLANE_CONCURRENCY", "3"),
+            ("CONTROLPLANE_LEASE", "40s"),
+            ("CONTROLPLANE_RETRY_SCHEDULE", "1s,2s"),
+        ])
+        .unwrap();
+        let d = dispatcher_config(&config);
+        assert_eq!(d.response_body_bytes, 7);
+        assert_eq!(d.concurrency, 3);
+        assert_eq!(d.lease, Duration::from_secs(40));
+        assert_eq!(d.request_timeout, Duration::from_secs(15));
+        assert_eq!(
+            d.retry.schedule,
+            vec![Duration::from_secs(1), Duration::from_secs(2)]
+        );
+        assert_eq!(
+            dispatcher_config(&Config::from_vars(Vec::<(String, String)>::new()).unwrap())
+                .response_body_bytes,
+            4096
+        );
     }
 
     #[tokio::test]
