@@ -210,7 +210,7 @@ pub fn dispatcher(store: DynControlPlaneStore, config: &Config) -> Result<Dispat
     Dispatcher::new(store, dispatcher_config(config))
 }
 
-/// The settings of [`dispatcher`], from the service's config.
+/// The settings of [`dispatcher()`], from the service's config.
 fn dispatcher_config(config: &Config) -> DispatcherConfig {
     DispatcherConfig {
         worker: format!("control-plane-{}", std::process::id()),
