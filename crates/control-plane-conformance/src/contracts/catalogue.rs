@@ -172,6 +172,24 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
         "a refused batch stores nothing"
     );
 
+    // A key published before its type had a schema repeats, not refused.
+    let mut early = PublishRequest::new(acct("a"), "order.later", json!({"any": 1}));
+    early.idempotency_key = Some("k-early".into());
+    let first = h.store.event_publish(early.clone()).await.unwrap();
+    h.store
+        .event_type_put(EventTypePut {
+            schema: Some(json!({"required": ["id"]})),
+            ..EventTypePut::new(acct("a"), "order.later", "later")
+        })
+        .await
+        .unwrap();
+    let again = h.store.event_publish(early).await.unwrap();
+    assert!(!again.created && again.event.id == first.event.id);
+    h.store
+        .event_type_delete(&acct("a"), "order.later")
+        .await
+        .unwrap();
+
     // Unregistered types, and the same name in another account, are free.
     h.store
         .event_publish(publish_req("a", "order.shipped"))
@@ -194,7 +212,7 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
         .await
         .unwrap();
     h.store.event_publish(bad()).await.unwrap();
-    assert_eq!(events_of(&h, "a").await, 4);
+    assert_eq!(events_of(&h, "a").await, 5);
 }
 
 pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {

@@ -106,7 +106,9 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     for r in &reqs {
         r.validate()?;
     }
-    control_plane_core::catalogue::check_publishes(&reqs, &crate::catalogue::schemas(t, &reqs)?)?;
+    // Checked only for the events this call creates: a repeated key answers
+    // with its first event whatever a schema registered since says.
+    let schemas = crate::catalogue::schemas(t, &reqs)?;
     let mut rows = NewRows::default();
     let mut endpoints: HashMap<AccountId, Vec<Endpoint>> = HashMap::new();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
@@ -143,6 +145,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
             }
             keyed.insert(slot, out.len());
         }
+        control_plane_core::catalogue::check_publishes(std::slice::from_ref(&req), &schemas)?;
         if !endpoints.contains_key(&req.account) {
             endpoints.insert(req.account.clone(), endpoint::list_sealed(t, &req.account)?);
         }

@@ -208,10 +208,7 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     for r in &reqs {
         r.validate()?;
     }
-    control_plane_core::catalogue::check_publishes(
-        &reqs,
-        &crate::catalogue::schemas(t, &reqs).await?,
-    )?;
+    let schemas = crate::catalogue::schemas(t, &reqs).await?;
     // Each account's endpoints, read once: the batch fans out as of its
     // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
@@ -219,6 +216,14 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
         endpoints.push((account.clone(), endpoint::list_sealed(t, account).await?));
     }
     let created = publish_new(t, &reqs, fanned_out(&endpoints, None)).await?;
+    // Checked only for the events this call stored (an error leaves the
+    // transaction to roll back): a repeated key answers with its first event
+    // whatever a schema registered since says.
+    for (req, created) in reqs.iter().zip(&created) {
+        if created.is_some() {
+            control_plane_core::catalogue::check_publishes(std::slice::from_ref(req), &schemas)?;
+        }
+    }
     let mut out = Vec::with_capacity(reqs.len());
     for (req, created) in reqs.iter().zip(created) {
         if let Some(published) = created {
