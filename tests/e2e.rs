@@ -515,3 +515,200 @@ async fn embedded_profile_loses_nothing_on_sigterm_mid_send() {
 async fn postgres_profile_loses_nothing_on_sigterm_mid_send() {
     sigterm_during_a_slow_send(Profile::postgres()).await;
 }
+
+/// Spans of one OTLP/JSON export body: `(name, trace id, span id, parent
+/// span id)`, ids in hex as OTLP/JSON writes them.
+fn exported_spans(body: &str) -> Vec<(String, String, String, String)> {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+        for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+            for s in ss["spans"].as_array().into_iter().flatten() {
+                let text = |k: &str| s[k].as_str().unwrap_or_default().to_lowercase();
+                out.push((
+                    text("name"),
+                    text("traceId"),
+                    text("spanId"),
+                    text("parentSpanId"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Tracing (README: Tracing): with an OTLP endpoint set, a publish that
+/// carries a `traceparent` and the delivery of its event are exported as
+/// one trace (the caller's), the attempt a child of the publish, and the
+/// receiver gets the attempt's own context in its `traceparent` header.
+/// The collector is an in-process HTTP server reading OTLP/JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_and_its_delivery_are_exported_as_one_trace() {
+    let json_ok: Answer = Arc::new(|_, _| {
+        Box::pin(async { ([("content-type", "application/json")], "{}").into_response() })
+    });
+    let (collector, otlp) = Receiver::start(json_ok).await;
+    let (rx, hooks) = Receiver::start(cases(Arc::default())).await;
+    let profile = Profile::embedded();
+    let svc = Service::start_with(
+        &profile,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    svc.endpoint(&format!("{hooks}/ok"), &[]).await;
+    let (trace, caller_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let res = svc
+        .http
+        .post(format!("{}/v1/accounts/acme/events", svc.base))
+        .bearer_auth(ADMIN)
+        .header("traceparent", format!("00-{trace}-{caller_span}-01"))
+        .header("content-type", "application/json")
+        .body(json!({"type": "order.created", "payload": {"n": 1}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let v: Value = serde_json::from_str(&res.text().await.unwrap()).unwrap();
+    let id = v["deliveries"][0].as_str().unwrap().to_string();
+    svc.wait_delivery(&id, Duration::from_secs(20), delivered)
+        .await;
+    let sent = rx.requests("ok");
+    assert_eq!(sent.len(), 1, "{:?}", sent.len());
+    let header = sent[0]
+        .headers
+        .get("traceparent")
+        .cloned()
+        .unwrap_or_default();
+    let parts: Vec<&str> = header.split('-').collect();
+    assert_eq!(parts.len(), 4, "traceparent {header:?}");
+    assert_eq!(parts[1], trace, "the receiver is in the caller's trace");
+    let start = Instant::now();
+    let (publish, attempt) = loop {
+        let spans: Vec<_> = collector
+            .requests("v1/traces")
+            .iter()
+            .flat_map(|r| exported_spans(&r.body))
+            .collect();
+        let named = |n: &str| spans.iter().find(|s| s.0 == n).cloned();
+        if let (Some(p), Some(a)) = (named("publish"), named("delivery")) {
+            break (p, a);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "spans exported so far: {spans:?}\n{}",
+            svc.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(publish.1, trace, "{publish:?}");
+    assert_eq!(publish.3, caller_span, "the publish is the caller's child");
+    assert_eq!(attempt.1, trace, "{attempt:?}");
+    assert_eq!(attempt.3, publish.2, "the attempt is the publish's child");
+    assert_eq!(parts[2], attempt.2, "the receiver is the attempt's child");
+    drop(svc);
+    drop(profile);
+}
+
+/// OAuth2 client credentials (README: OAuth2): the dispatcher fetches a
+/// token with basic client authentication and a form body, sends it as
+/// `Bearer` on every request, fetches once for several deliveries, fetches
+/// again once the token has expired and after the receiver answers `401`;
+/// the client secret is never shown by the API nor logged, nor is a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_tokens_are_fetched_cached_renewed_and_never_shown() {
+    use base64::Engine as _;
+    let revoked = Arc::new(AtomicBool::new(false));
+    let refuse = revoked.clone();
+    let answer: Answer = Arc::new(move |r: Received, n| {
+        let refuse = refuse.clone();
+        Box::pin(async move {
+            if r.path == "token" {
+                let token = json!({"access_token": format!("tok-{n}"), "token_type": "Bearer", "expires_in": 5});
+                return ([("content-type", "application/json")], token.to_string()).into_response();
+            }
+            // The second token is revoked once: the receiver answers 401.
+            let bearer = r.headers.get("authorization").cloned().unwrap_or_default();
+            if bearer == "Bearer tok-2" && !refuse.swap(true, Ordering::SeqCst) {
+                return StatusCode::UNAUTHORIZED.into_response();
+            }
+            "ok".into_response()
+        })
+    });
+    let (rx, hooks) = Receiver::start(answer).await;
+    let profile = Profile::embedded();
+    let svc = Service::start(&profile);
+    let (s, v) = svc
+        .call(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(json!({"url": format!("{hooks}/protected"), "oauth2": {
+                "token_url": format!("{hooks}/token"), "client_id": "hooks",
+                "client_secret": "cs-secret-1", "scope": "webhooks"}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["oauth2"]["client_id"], "hooks");
+    assert_eq!(v["oauth2"]["scope"], "webhooks");
+    assert!(!v.to_string().contains("cs-secret-1"), "{v}");
+    let ep = v["id"].as_str().unwrap().to_string();
+    let (_, read) = svc
+        .call("GET", &format!("/v1/accounts/acme/endpoints/{ep}"), None)
+        .await;
+    assert!(!read.to_string().contains("cs-secret-1"), "{read}");
+    assert_eq!(read["oauth2"]["token_url"], format!("{hooks}/token"));
+
+    // Three deliveries, one token.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.extend(svc.publish("order.created").await);
+    }
+    for id in &ids {
+        svc.wait_delivery(id, Duration::from_secs(20), delivered)
+            .await;
+    }
+    let tokens = rx.requests("token");
+    assert_eq!(tokens.len(), 1, "one token for three deliveries");
+    let basic = base64::engine::general_purpose::STANDARD.encode("hooks:cs-secret-1");
+    assert_eq!(tokens[0].headers["authorization"], format!("Basic {basic}"));
+    assert_eq!(
+        tokens[0].headers["content-type"],
+        "application/x-www-form-urlencoded"
+    );
+    assert_eq!(
+        tokens[0].body,
+        "grant_type=client_credentials&scope=webhooks"
+    );
+    let sent = rx.requests("protected");
+    assert_eq!(sent.len(), 3);
+    assert!(sent
+        .iter()
+        .all(|r| r.headers["authorization"] == "Bearer tok-1"));
+
+    // After it expires (5 s, renewed half a second early) a new token is
+    // fetched; the receiver refuses it once, so a third one is fetched and
+    // the retry gets through.
+    tokio::time::sleep(Duration::from_millis(4_700)).await;
+    let id = svc.publish("order.created").await.remove(0);
+    let d = svc
+        .wait_delivery(&id, Duration::from_secs(20), delivered)
+        .await;
+    assert_eq!(results(&d), ["failed:401", "delivered:200"], "{d}");
+    assert_eq!(rx.requests("token").len(), 3);
+    let last: Vec<String> = rx
+        .requests("protected")
+        .iter()
+        .skip(3)
+        .map(|r| r.headers["authorization"].clone())
+        .collect();
+    assert_eq!(last, ["Bearer tok-2", "Bearer tok-3"]);
+    let log = svc.log();
+    assert!(
+        !log.contains("cs-secret-1") && !log.contains("tok-"),
+        "{log}"
+    );
+    drop(svc);
+    drop(profile);
+}

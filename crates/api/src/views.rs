@@ -29,6 +29,8 @@ pub(crate) struct EndpointView {
     filter: Option<Value>,
     /// The names of its custom headers (their values are never shown).
     header_names: Vec<String>,
+    /// Its OAuth2 client credentials without the secret, if it has them.
+    oauth2: Option<OAuth2View>,
     enabled: bool,
     /// Why it was disabled (by an operator or by the circuit's policy).
     disabled_reason: Option<String>,
@@ -45,6 +47,15 @@ pub(crate) struct EndpointView {
     updated_at: String,
 }
 
+/// An endpoint's OAuth2 client credentials as shown: never the secret.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OAuth2View {
+    token_url: String,
+    client_id: String,
+    scope: Option<String>,
+    audience: Option<String>,
+}
+
 impl From<&Endpoint> for EndpointView {
     fn from(e: &Endpoint) -> Self {
         EndpointView {
@@ -54,6 +65,12 @@ impl From<&Endpoint> for EndpointView {
             event_types: e.event_types.clone(),
             filter: e.filter.as_ref().map(EventFilter::to_json),
             header_names: e.header_names(),
+            oauth2: e.oauth2_client().map(|c| OAuth2View {
+                token_url: c.token_url,
+                client_id: c.client_id,
+                scope: c.scope,
+                audience: c.audience,
+            }),
             enabled: e.enabled,
             disabled_reason: e.disabled_reason.clone(),
             ordered: e.ordered,
@@ -255,6 +272,16 @@ pub(crate) struct Published {
     pub(crate) duplicate: bool,
 }
 
+impl From<control_plane_core::Published> for Published {
+    fn from(p: control_plane_core::Published) -> Self {
+        Published {
+            id: p.event.id,
+            deliveries: p.deliveries,
+            duplicate: !p.created,
+        }
+    }
+}
+
 /// One delivery of an event to an endpoint.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct DeliveryView {
@@ -365,6 +392,9 @@ pub(crate) struct TaskView {
     run_at: String,
     last_error: Option<String>,
     result: Option<Value>,
+    /// What the handler last reported while it ran (a recovery: its counts
+    /// so far and its page cursor), kept after it ends; null when none.
+    progress: Option<Value>,
     #[schema(format = DateTime)]
     created_at: String,
     #[schema(format = DateTime)]
@@ -383,6 +413,7 @@ impl From<&Task> for TaskView {
             run_at: time(t.run_at),
             last_error: t.last_error.clone(),
             result: t.result.clone(),
+            progress: t.progress.clone(),
             created_at: time(t.created_at),
             updated_at: time(t.updated_at),
         }

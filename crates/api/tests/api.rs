@@ -1048,6 +1048,48 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
     let (s, _, page) = ui(&api, "GET", &to, Some(&cookie), None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("control-plane.recover"), "{page}");
+
+    // While a worker runs the recovery, its progress shows in the API and
+    // on the dashboard (escaped).
+    let claimed = api
+        .store
+        .workflow_claim(TaskClaimRequest {
+            worker: "w".into(),
+            kinds: vec!["control-plane.recover".into()],
+            limit: 10,
+            lease_for: std::time::Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    let running = claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
+    let progress = json!({"events": 200, "matched": 3, "created": 1, "resent": 2, "in_queue": 0, "after": 17, "note": "<b>"});
+    api.store
+        .workflow_heartbeat(
+            &running.lease,
+            std::time::Duration::from_secs(30),
+            Some(progress.clone()),
+        )
+        .await
+        .unwrap();
+    let (_, seen) = call("GET", format!("/v1/accounts/acme/tasks/{id}"))
+        .send(&api)
+        .await;
+    assert_eq!(seen["state"], "leased");
+    assert_eq!(seen["progress"], progress);
+    let (_, _, page) = ui(
+        &api,
+        "GET",
+        &format!("/ui/a/acme/tasks?id={id}"),
+        Some(&cookie),
+        None,
+    )
+    .await;
+    assert!(page.contains("id=\"task-progress\""), "{page}");
+    assert!(
+        page.contains("&quot;events&quot;:200") && page.contains("&lt;b&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<b>"), "{page}");
 }
 
 #[tokio::test]

@@ -522,7 +522,7 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
                 same(
                     &format!("step {step} heartbeat"),
                     model.heartbeat(i, t, d),
-                    h.store.workflow_heartbeat(&l, d).await,
+                    h.store.workflow_heartbeat(&l, d, None).await,
                     |m, r| *m == r.expires_at,
                 )?;
             }

@@ -16,8 +16,8 @@ pub trait Reopen: Send + Sync {
     /// drops the previous handle first.
     async fn open(&self, keys: SecretKeys) -> StoreResult<DynControlPlaneStore>;
 
-    /// Every stored `secret`, `previous_secret` and `headers` value, as
-    /// stored, with no handle open.
+    /// Every stored `secret`, `previous_secret`, `headers` and `oauth2`
+    /// value, as stored, with no handle open.
     async fn stored_secrets(&self) -> Vec<String>;
 
     /// Copies the stored `secret` of endpoint `from` onto endpoint `to`, as
@@ -27,6 +27,18 @@ pub trait Reopen: Send + Sync {
 
 /// A custom header's value, sealed like the secrets.
 const HEADER: &str = "hdr-value-7";
+/// An OAuth2 client secret, sealed like the secrets.
+const CLIENT_SECRET: &str = "oauth-client-secret-9";
+
+fn client_credentials() -> ClientCredentials {
+    ClientCredentials {
+        token_url: "https://auth.example.com/token".into(),
+        client_id: "hooks".into(),
+        client_secret: CLIENT_SECRET.into(),
+        scope: None,
+        audience: None,
+    }
+}
 
 fn secret(n: u8) -> Secret {
     Secret::new(format!("whsec_{}", format!("c2VjcmV0{n}").repeat(4)))
@@ -91,6 +103,7 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
             secret(2),
         );
         req.headers = [("X-Api-Key".to_string(), HEADER.to_string())].into();
+        req.oauth2 = Some(client_credentials());
         store.endpoint_create(req).await.unwrap()
     };
     store
@@ -106,19 +119,20 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     let raw = r.stored_secrets().await;
     assert_eq!(
         raw.len(),
-        4,
-        "three secrets and one set of headers: {raw:?}"
+        5,
+        "three secrets, one set of headers, one of OAuth2 credentials: {raw:?}"
     );
     for s in [secret(2), secret(3)] {
         let body = s.expose().trim_start_matches("whsec_").to_string();
         assert!(!raw.iter().any(|v| v.contains(&body)), "{raw:?}");
     }
     assert!(!raw.iter().any(|v| v.contains(HEADER)), "{raw:?}");
+    assert!(!raw.iter().any(|v| v.contains(CLIENT_SECRET)), "{raw:?}");
     let under_old = raw
         .iter()
         .filter(|v| key_id_of(v) == Some(old.id()))
         .count();
-    assert_eq!(under_old, 3, "{raw:?}");
+    assert_eq!(under_old, 4, "{raw:?}");
 
     // Without the old key the store refuses to start, naming it.
     for keys in [SecretKeys::default(), SecretKeys::new(new.clone(), vec![])] {
@@ -173,8 +187,10 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
         if c.delivery.endpoint_id == sealed.id {
             let headers = custom_header_pairs(c.headers.as_ref().unwrap()).unwrap();
             assert_eq!(headers, vec![("x-api-key".to_string(), HEADER.to_string())]);
+            let oauth2 = ClientCredentials::from_text(c.oauth2.as_ref().unwrap()).unwrap();
+            assert_eq!(oauth2, client_credentials());
         } else {
-            assert_eq!(c.headers, None);
+            assert_eq!((&c.headers, &c.oauth2), (&None, &None));
         }
     }
     // Nothing left to rotate.

@@ -52,6 +52,7 @@ impl NewAlert {
                 "message": self.message,
             }),
             idempotency_key: None,
+            traceparent: None,
         }
     }
 }

@@ -28,6 +28,14 @@ pub const MAX_EXAMPLE_BYTES: usize = 65_536;
 pub const MAX_DESCRIPTION_BYTES: usize = 1_024;
 /// How many compiled schemas the process keeps before it starts over.
 const CACHE_LIMIT: usize = 1_024;
+/// The largest compiled form of one `pattern`, in bytes: patterns run on
+/// the `regex` engine (linear time, no backtracking), bounded in size.
+const PATTERN_BYTES: usize = 1 << 20;
+/// The longest 422 message about a payload: a failing value is quoted in
+/// it, and a large one is cut.
+const MAX_MESSAGE_BYTES: usize = 300;
+/// What a schema's remote `$ref` is answered with: nothing is fetched.
+pub const REMOTE_REFUSED: &str = "remote references are not fetched";
 
 /// A registered event type.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,6 +54,22 @@ pub struct EventType {
     pub created_at: Timestamp,
     /// When it was last registered again (replaced).
     pub updated_at: Timestamp,
+}
+
+impl EventType {
+    /// The publish that "send example" makes: this type with its example.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the type has no example.
+    pub fn example_request(self) -> Result<PublishRequest, StoreError> {
+        let Some(example) = self.example else {
+            return Err(StoreError::InvalidInput(format!(
+                "event type {:?} has no example to send",
+                self.name
+            )));
+        };
+        Ok(PublishRequest::new(self.account, self.name, example))
+    }
 }
 
 /// Registers an event type, or replaces what an earlier registration said.
@@ -161,6 +185,11 @@ impl EventTypePut {
 /// `InvalidInput` saying which rule the name breaks.
 pub fn validate_type_name(name: &str) -> Result<(), StoreError> {
     validate_short_text("event type", name)?;
+    if name == "." || name == ".." {
+        return Err(StoreError::InvalidInput(format!(
+            "event type {name:?} is not a name: it cannot be addressed in a URL path"
+        )));
+    }
     if name.contains('*') {
         return Err(StoreError::InvalidInput(format!(
             "event type {name:?} must not contain '*': only subscriptions use wildcards"
@@ -222,8 +251,17 @@ pub fn check_payload(event_type: &str, schema: &str, payload: &Value) -> Result<
             } else {
                 path
             };
+            let mut why = e.to_string();
+            if why.len() > MAX_MESSAGE_BYTES {
+                let mut cut = MAX_MESSAGE_BYTES;
+                while !why.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                why.truncate(cut);
+                why.push_str("...");
+            }
             Err(StoreError::InvalidInput(format!(
-                "payload does not match the schema of event type {event_type:?} at {at}: {e}"
+                "payload does not match the schema of event type {event_type:?} at {at}: {why}"
             )))
         }
     }
@@ -280,6 +318,19 @@ pub fn check_publishes(
 
 type Cache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
 
+/// Answers every remote `$ref` with [`REMOTE_REFUSED`]: a schema never makes
+/// the service fetch a URL (the crate's HTTP features are off as well).
+struct RefuseRemote;
+
+impl jsonschema::Retrieve for RefuseRemote {
+    fn retrieve(
+        &self,
+        _uri: &jsonschema::Uri<String>,
+    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        Err(REMOTE_REFUSED.into())
+    }
+}
+
 /// The compiled schema of `text`, from the cache or compiled now.
 fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -293,7 +344,14 @@ fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
     }
     let schema: Value = serde_json::from_str(text)
         .map_err(|e| StoreError::InvalidInput(format!("schema is not JSON: {e}")))?;
-    let validator = jsonschema::validator_for(&schema)
+    let validator = jsonschema::options()
+        .with_retriever(RefuseRemote)
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(PATTERN_BYTES)
+                .dfa_size_limit(PATTERN_BYTES),
+        )
+        .build(&schema)
         .map(Arc::new)
         .map_err(|e| StoreError::InvalidInput(format!("schema does not compile: {e}")))?;
     let mut kept = cache
@@ -349,6 +407,11 @@ mod tests {
         assert!(err.to_string().contains("order.created"), "{err}");
         let root = check_payload("order.created", &text, &json!([1])).unwrap_err();
         assert!(root.to_string().contains("at /:"), "{root}");
+        // A large failing value is not quoted whole.
+        let big = json!(["x".repeat(10_000)]);
+        let cut = check_payload("order.created", &text, &big).unwrap_err();
+        assert!(cut.to_string().len() < MAX_MESSAGE_BYTES + 200, "{cut}");
+        assert!(cut.to_string().ends_with("..."), "{cut}");
     }
 
     #[test]
@@ -374,8 +437,23 @@ mod tests {
             bad_schema.to_string().contains("schema does not compile"),
             "{bad_schema}"
         );
-        let remote = put(Some(json!({"$ref": "https://example.com/s.json"})), None).validate();
-        assert!(remote.is_err(), "remote references are not fetched");
+        let remote = put(Some(json!({"$ref": "https://example.com/s.json"})), None)
+            .validate()
+            .unwrap_err();
+        assert!(remote.to_string().contains(REMOTE_REFUSED), "{remote}");
+        // Patterns run on a linear-time engine: a pattern that backtracks
+        // exponentially elsewhere answers at once, and a look-around (which
+        // only a backtracking engine has) does not compile.
+        let text = json!({"type": "string", "pattern": "^(a+)+$"}).to_string();
+        let evil = format!("{}b", "a".repeat(10_000));
+        assert!(check_payload("t", &text, &json!(evil)).is_err());
+        let lookahead = put(Some(json!({"type": "string", "pattern": "(?=a)"})), None)
+            .validate()
+            .unwrap_err();
+        assert!(
+            lookahead.to_string().contains("schema does not compile"),
+            "{lookahead}"
+        );
         let huge = put(
             Some(json!({"description": "x".repeat(MAX_SCHEMA_BYTES)})),
             None,
@@ -394,7 +472,7 @@ mod tests {
     #[test]
     fn names_and_subscriptions_keep_wildcards_apart() {
         validate_type_name("order.created").unwrap();
-        for bad in ["", "order.*", "*", "endpoint.disabled"] {
+        for bad in ["", "order.*", "*", "endpoint.disabled", ".", ".."] {
             assert!(validate_type_name(bad).is_err(), "{bad:?}");
         }
         for ok in ["order.created", "*", "order.*", "a.b.*"] {

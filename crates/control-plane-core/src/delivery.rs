@@ -15,6 +15,8 @@ pub struct Event {
     pub body: String,
     /// The idempotency key it was published with.
     pub idempotency_key: Option<String>,
+    /// The W3C trace context it was published in, sent on every delivery.
+    pub traceparent: Option<TraceParent>,
     /// Publication time.
     pub created_at: Timestamp,
 }
@@ -30,6 +32,9 @@ pub struct PublishRequest {
     pub payload: serde_json::Value,
     /// With a key, publishing again returns the first event and creates nothing.
     pub idempotency_key: Option<String>,
+    /// The trace context of the publish, stored with the event and sent as
+    /// the `traceparent` header of its deliveries.
+    pub traceparent: Option<TraceParent>,
 }
 
 impl PublishRequest {
@@ -44,6 +49,7 @@ impl PublishRequest {
             event_type: event_type.into(),
             payload,
             idempotency_key: None,
+            traceparent: None,
         }
     }
 
@@ -99,6 +105,7 @@ impl PublishRequest {
             event_type: self.event_type.clone(),
             body: self.body(at),
             idempotency_key: self.idempotency_key.clone(),
+            traceparent: self.traceparent.clone(),
             created_at: at,
         }
     }
@@ -238,8 +245,13 @@ pub struct ClaimedDelivery {
     /// The endpoint's custom headers (the JSON object of
     /// [`crate::custom_headers_text`]), opened like `secrets`.
     pub headers: Option<Secret>,
+    /// The endpoint's OAuth2 client credentials (the JSON text of
+    /// [`crate::ClientCredentials`]), opened like `secrets`.
+    pub oauth2: Option<Secret>,
     /// True when this attempt is the half-open circuit's single probe.
     pub probe: bool,
+    /// The event's trace context (see [`crate::trace`]).
+    pub traceparent: Option<TraceParent>,
 }
 
 /// Asks for due deliveries.
@@ -502,6 +514,7 @@ mod tests {
             event_type: "invoice.paid".into(),
             payload: serde_json::json!({"n": 1}),
             idempotency_key: None,
+            traceparent: None,
         };
         let v: serde_json::Value =
             serde_json::from_str(&r.body(Timestamp::from_millis(0))).unwrap();

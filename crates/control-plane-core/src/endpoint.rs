@@ -76,6 +76,10 @@ pub struct Endpoint {
     /// [`custom_headers_text`]: sealed at rest like the signing secrets,
     /// opened on reads; `None` when there are none.
     pub headers: Option<Secret>,
+    /// OAuth2 client credentials its requests are authorised with, as the
+    /// JSON text of [`crate::ClientCredentials::to_text`]: sealed at rest
+    /// like the signing secrets, opened on reads; `None` when there are none.
+    pub oauth2: Option<Secret>,
     /// Whether deliveries are claimed. A disabled endpoint's deliveries are held.
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
@@ -107,6 +111,14 @@ impl Endpoint {
             .into_iter()
             .map(|(name, _)| name)
             .collect()
+    }
+
+    /// Its OAuth2 client credentials, when it has them and they are opened;
+    /// none when they cannot be read.
+    pub fn oauth2_client(&self) -> Option<crate::ClientCredentials> {
+        self.oauth2
+            .as_ref()
+            .and_then(|o| crate::ClientCredentials::from_text(o).ok())
     }
 
     /// Whether an event of `event_type` is delivered to this endpoint, by
@@ -197,6 +209,8 @@ pub struct EndpointCreateRequest {
     /// Custom headers sent with every request (names and values checked by
     /// [`custom_headers_text`]).
     pub headers: BTreeMap<String, String>,
+    /// OAuth2 client credentials for every request, if any.
+    pub oauth2: Option<crate::ClientCredentials>,
     /// Ordered mode.
     pub ordered: bool,
     /// Optional rate limit, requests per second (1 to 100,000).
@@ -217,6 +231,7 @@ impl EndpointCreateRequest {
             event_types: Vec::new(),
             filter: None,
             headers: BTreeMap::new(),
+            oauth2: None,
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
@@ -233,6 +248,9 @@ impl EndpointCreateRequest {
         validate_endpoint_url(&self.url)?;
         validate_event_types(&self.event_types)?;
         custom_headers_text(&self.headers)?;
+        if let Some(o) = &self.oauth2 {
+            o.validate()?;
+        }
         if let Some(d) = &self.description {
             validate_free_text("description", d)?;
         }
@@ -251,6 +269,8 @@ pub struct EndpointUpdateRequest {
     pub filter: Option<Option<EventFilter>>,
     /// New custom headers, replacing all of them (an empty map removes them).
     pub headers: Option<BTreeMap<String, String>>,
+    /// New OAuth2 client credentials (`Some(None)` removes them).
+    pub oauth2: Option<Option<crate::ClientCredentials>>,
     /// New ordered mode.
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
@@ -276,6 +296,11 @@ impl EndpointUpdateRequest {
             validate_event_types(types)?;
         }
         let headers = self.headers.as_ref().map(custom_headers_text).transpose()?;
+        let oauth2 = match &self.oauth2 {
+            Some(Some(o)) => Some(Some(o.to_text()?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         if let Some(Some(d)) = &self.description {
             validate_free_text("description", d)?;
         }
@@ -294,6 +319,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(h) = headers {
             e.headers = h;
+        }
+        if let Some(o) = oauth2 {
+            e.oauth2 = o;
         }
         if let Some(o) = self.ordered {
             e.ordered = o;

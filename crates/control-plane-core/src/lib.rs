@@ -100,12 +100,14 @@ pub mod lease;
 pub mod maintenance;
 pub mod migration;
 pub mod model;
+pub mod oauth2;
 pub mod policy;
 pub mod recover;
 pub mod sealing;
 pub mod session;
 pub mod store;
 pub mod tick;
+pub mod trace;
 pub mod types;
 pub mod usage;
 pub mod wakeup;
@@ -124,8 +126,9 @@ pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::*;
 pub use maintenance::PurgeReport;
+pub use oauth2::ClientCredentials;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
-pub use recover::{recover, Recovered, Recovery, RECOVER_TASK};
+pub use recover::{recover, RecoverProgress, Recovered, Recovery, RECOVER_TASK};
 pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
 pub use store::{
@@ -134,6 +137,7 @@ pub use store::{
     MaintenanceStore, SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
 };
 pub use tick::*;
+pub use trace::TraceParent;
 pub use types::*;
 pub use usage::*;
 pub use wakeup::Wakeup;

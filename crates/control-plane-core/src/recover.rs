@@ -69,12 +69,27 @@ pub struct Recovered {
     pub in_queue: u64,
 }
 
+/// Where a recovery has got to: its counts so far, and the page cursor it
+/// goes on from (`None`: the first page). Reported as the task's progress
+/// after every page, so readers see it move and a run after a crash goes on
+/// from the last page reported instead of the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoverProgress {
+    /// What the pages done so far did.
+    #[serde(flatten)]
+    pub done: Recovered,
+    /// The cursor of the next page.
+    pub after: Option<i64>,
+}
+
 /// Runs `recovery` for `account`: pages through the window's events, newest
 /// first, and for each one the endpoint is subscribed to creates its
 /// delivery, or resends the finished one (`delivery_resend`), or leaves a
-/// pending or leased one as it is. Rerun after a crash, it creates nothing
-/// twice (`delivery_enqueue` is insert-wins) but may resend again what the
-/// first run resent and was delivered since.
+/// pending or leased one as it is. It starts from `from` (a run cut short
+/// goes on where it was, see [`RecoverProgress`]) and calls `report` after
+/// each page. Rerun after a crash, it creates nothing twice
+/// (`delivery_enqueue` is insert-wins) and resends again at most what the
+/// page in progress resent.
 ///
 /// # Errors
 /// `NotFound` for an endpoint that is not live; what the store returns.
@@ -82,11 +97,12 @@ pub async fn recover(
     store: &dyn ControlPlaneStore,
     account: &AccountId,
     recovery: &Recovery,
+    from: Option<RecoverProgress>,
+    mut report: impl FnMut(&RecoverProgress) + Send,
 ) -> StoreResult<Recovered> {
     let endpoint = store.endpoint_get(account, recovery.endpoint_id).await?;
     let endpoints = std::slice::from_ref(&endpoint);
-    let mut out = Recovered::default();
-    let mut page = PageRequest::first(PAGE);
+    let mut at = from.unwrap_or_default();
     loop {
         let events = store
             .event_list(EventListRequest {
@@ -94,9 +110,13 @@ pub async fn recover(
                 event_type: None,
                 since: Some(Timestamp::from_millis(recovery.since_ms)),
                 until: Some(Timestamp::from_millis(recovery.until_ms)),
-                page,
+                page: PageRequest {
+                    limit: PAGE,
+                    after: at.after,
+                },
             })
             .await?;
+        let mut out = at.done;
         for event in &events.items {
             out.events += 1;
             let payload = serde_json::from_str::<serde_json::Value>(&event.body)
@@ -124,14 +144,13 @@ pub async fn recover(
                 Err(e) => return Err(e),
             }
         }
-        match events.next {
-            Some(after) => {
-                page = PageRequest {
-                    limit: PAGE,
-                    after: Some(after),
-                }
-            }
-            None => return Ok(out),
+        at = RecoverProgress {
+            done: out,
+            after: events.next,
+        };
+        if events.next.is_none() {
+            return Ok(out);
         }
+        report(&at);
     }
 }

@@ -33,6 +33,8 @@ pub enum Slot {
     Previous,
     /// The custom headers (their JSON object, sealed as one value).
     Headers,
+    /// The OAuth2 client credentials (their JSON object, sealed as one value).
+    OAuth2,
 }
 
 fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
@@ -40,6 +42,7 @@ fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
         Slot::Current => b"secret",
         Slot::Previous => b"previous_secret",
         Slot::Headers => b"headers",
+        Slot::OAuth2 => b"oauth2",
     };
     [owner, b":", name].concat()
 }
@@ -216,32 +219,44 @@ impl SecretKeys {
         })
     }
 
-    /// An endpoint as read, its secrets and custom headers opened.
+    /// An endpoint as read, its secrets, custom headers and OAuth2
+    /// credentials opened.
     ///
     /// # Errors
     /// As [`SecretKeys::open`].
     pub fn open_endpoint(&self, mut e: Endpoint) -> StoreResult<Endpoint> {
         let owner = e.id.0;
         e.secrets = self.open_secrets(owner.as_bytes(), &e.secrets)?;
-        e.headers = self.open_headers(owner.as_bytes(), e.headers.as_ref())?;
+        e.headers = self.open_optional(owner.as_bytes(), Slot::Headers, e.headers.as_ref())?;
+        e.oauth2 = self.open_optional(owner.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?;
         Ok(e)
     }
 
-    /// An endpoint's custom headers, opened (`None`: it has none).
+    /// An endpoint's optional credential (custom headers, OAuth2), opened
+    /// (`None`: it has none).
     ///
     /// # Errors
     /// As [`SecretKeys::open`].
-    pub fn open_headers(&self, owner: &[u8], h: Option<&Secret>) -> StoreResult<Option<Secret>> {
-        h.map(|h| self.open(owner, Slot::Headers, h.expose()))
-            .transpose()
+    pub fn open_optional(
+        &self,
+        owner: &[u8],
+        slot: Slot,
+        v: Option<&Secret>,
+    ) -> StoreResult<Option<Secret>> {
+        v.map(|v| self.open(owner, slot, v.expose())).transpose()
     }
 
-    /// An endpoint's custom headers, sealed (`None`: it has none).
+    /// An endpoint's optional credential, sealed (`None`: it has none).
     ///
     /// # Errors
     /// As [`SecretKeys::seal`].
-    pub fn seal_headers(&self, owner: &[u8], h: Option<&Secret>) -> StoreResult<Option<String>> {
-        h.map(|h| self.seal(owner, Slot::Headers, h)).transpose()
+    pub fn seal_optional(
+        &self,
+        owner: &[u8],
+        slot: Slot,
+        v: Option<&Secret>,
+    ) -> StoreResult<Option<String>> {
+        v.map(|v| self.seal(owner, slot, v)).transpose()
     }
 
     /// `stored` opened and sealed again under the current key (a rotation).
@@ -311,15 +326,17 @@ impl SecretKeys {
             .into_iter()
             .filter_map(|mut c| {
                 let owner = c.delivery.endpoint_id.0;
-                let opened = self
-                    .open_secrets(owner.as_bytes(), &c.secrets)
-                    .and_then(|s| {
-                        Ok((s, self.open_headers(owner.as_bytes(), c.headers.as_ref())?))
-                    });
+                let owner_bytes = owner.as_bytes();
+                let opened = self.open_secrets(owner_bytes, &c.secrets).and_then(|s| {
+                    let h = self.open_optional(owner_bytes, Slot::Headers, c.headers.as_ref())?;
+                    let o = self.open_optional(owner_bytes, Slot::OAuth2, c.oauth2.as_ref())?;
+                    Ok((s, h, o))
+                });
                 match opened {
-                    Ok((s, h)) => {
+                    Ok((s, h, o)) => {
                         c.secrets = s;
                         c.headers = h;
+                        c.oauth2 = o;
                         Some(c)
                     }
                     Err(e) => {

@@ -54,6 +54,9 @@ pub trait EndpointStore: Send + Sync {
     ///   (`endpoint_filters_decide_which_events_fan_out`).
     /// - Custom headers are replaced as a whole; an empty set removes them
     ///   (`custom_headers_are_checked_replaced_and_claimed`).
+    /// - OAuth2 client credentials are checked, replaced, removed
+    ///   (`Some(None)`), kept by other changes and handed to the claimer
+    ///   (`oauth2_credentials_are_checked_replaced_removed_and_claimed`).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.
@@ -169,6 +172,9 @@ pub trait EventStore: Send + Sync {
     ///   with another type or payload it is `InvalidInput` and the publish (or
     ///   batch) stores nothing (`an_idempotency_key_reused_for_another_request_is_refused`).
     /// - Sequence numbers strictly increase per endpoint (`sequence_numbers_strictly_increase_per_endpoint`).
+    /// - The request's trace context is kept with the event and comes back
+    ///   on each claimed delivery of it ([`crate::trace`];
+    ///   `the_trace_context_of_a_publish_reaches_its_deliveries`).
     ///
     /// # Errors
     /// `InvalidInput` for an empty or oversized event type or key, or one
@@ -479,7 +485,9 @@ pub trait DeliveryStore: Send + Sync {
     ///   (`a_finished_delivery_is_resent_under_its_id`).
     /// - [`crate::recover()`] builds on it and on `delivery_enqueue`: an
     ///   endpoint gets a window's events again, once each
-    ///   (`recovering_an_endpoint_sends_its_window_again_once`).
+    ///   (`recovering_an_endpoint_sends_its_window_again_once`), and a run
+    ///   cut short goes on from its last page
+    ///   (`a_recovery_goes_on_from_its_last_reported_page`).
     ///
     /// # Errors
     /// `NotFound`; `Conflict` when it is pending or leased, or its endpoint
@@ -677,10 +685,15 @@ pub trait WorkflowStore: Send + Sync {
     /// Leases of a claim cancelled after its commit expire.
     async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>>;
 
-    /// Extends a live lease while the handler runs.
+    /// Extends a live lease while the handler runs, and stores `progress`
+    /// when given (what the handler has done so far; `None` keeps the last).
     ///
     /// # Behavior
     /// - A stale or expired lease is `LeaseLost` (`workflow_heartbeat_extends_and_stale_lease_is_lost`).
+    /// - The progress is readable at once ([`WorkflowStore::workflow_get`]),
+    ///   kept through completion, failure and a lost lease, and given to the
+    ///   next claim of the task; a lost lease's progress is not stored
+    ///   (`workflow_heartbeat_stores_progress_for_readers_and_the_next_run`).
     ///
     /// # Cancellation safety
     /// Safe to retry.
@@ -688,6 +701,7 @@ pub trait WorkflowStore: Send + Sync {
         &self,
         lease: &TaskLease,
         lease_for: Duration,
+        progress: Option<serde_json::Value>,
     ) -> StoreResult<TaskLease>;
 
     /// Stores the handler's result before completion, so a crash between the

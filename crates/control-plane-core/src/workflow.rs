@@ -67,6 +67,10 @@ pub struct Task {
     pub last_error: Option<String>,
     /// The result, once completed.
     pub result: Option<serde_json::Value>,
+    /// What its handler last reported while it ran (with a heartbeat, see
+    /// `WorkflowStore::workflow_heartbeat`), kept after it ends: a handler
+    /// that runs again after a crash starts from it.
+    pub progress: Option<serde_json::Value>,
     /// Creation time.
     pub created_at: Timestamp,
     /// Last change.

@@ -123,24 +123,29 @@ fn main() -> ExitCode {
     let checked = wiring::check_compiled(&config)
         .and_then(|()| wiring::check_role(role, &config))
         .and_then(|()| logs::init(&config));
-    if let Err(e) = checked {
-        eprintln!("control-plane: {e}");
-        return ExitCode::from(2);
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
+    let installed = match checked {
+        Ok(installed) => installed,
         Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("control-plane: {e}");
+            return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(role, config)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => match runtime.block_on(run(role, config)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                ExitCode::FAILURE
+            }
+        },
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("cannot start the async runtime: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // After the runtime is gone: the span exporter's last export blocks.
+    installed.shutdown();
+    code
 }
 
 /// Endpoints `rotate-key` reseals per transaction.

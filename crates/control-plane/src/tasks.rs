@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use control_plane_core::{
-    recover, DynControlPlaneStore, PublishRequest, Recovery, StoreError, TaskId, UsageMeter,
-    UsageMetric, RECOVER_TASK,
+    recover, DynControlPlaneStore, PublishRequest, RecoverProgress, Recovery, StoreError, TaskId,
+    UsageMeter, UsageMetric, RECOVER_TASK,
 };
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use sha2::{Digest, Sha256};
@@ -51,6 +51,7 @@ pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskR
                 event_type,
                 payload: task.payload["payload"].clone(),
                 idempotency_key: Some(publish_key(&task.id)),
+                traceparent: None,
             };
             match store.event_publish(req).await {
                 Ok(p) => {
@@ -66,12 +67,22 @@ pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskR
             }
         }
     });
-    runner.register(RECOVER_TASK, move |task| {
+    runner.register_with_progress(RECOVER_TASK, move |task, progress| {
         let store = recovering.clone();
         async move {
             let recovery: Recovery = serde_json::from_value(task.payload.clone())
                 .map_err(|e| TaskError::fatal(format!("the payload is not a recovery ({e})")))?;
-            let done = recover(store.as_ref(), &task.account, &recovery)
+            // A run after a crash or a retried failure goes on from the last
+            // page it reported.
+            let from = task
+                .progress
+                .and_then(|p| serde_json::from_value::<RecoverProgress>(p).ok());
+            let report = |at: &RecoverProgress| {
+                if let Ok(v) = serde_json::to_value(at) {
+                    progress.report(v);
+                }
+            };
+            let done = recover(store.as_ref(), &task.account, &recovery, from, report)
                 .await
                 .map_err(|e| task_error(&e))?;
             tracing::info!(account = %task.account, task = %task.id, ?done, "endpoint recovered");

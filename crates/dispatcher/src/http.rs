@@ -292,6 +292,20 @@ impl HttpClient {
         headers: &[(&str, String)],
         body: &[u8],
     ) -> Result<Answer, Failure> {
+        self.post_keeping(url, headers, body, self.keep).await
+    }
+
+    /// As [`HttpClient::post`], keeping the first `keep` bytes of the
+    /// answer's body (at most [`MAX_KEPT_BODY`]) whatever the client keeps:
+    /// for answers the dispatcher reads itself (an OAuth2 token).
+    pub(crate) async fn post_keeping(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+        keep: usize,
+    ) -> Result<Answer, Failure> {
+        let keep = keep.min(MAX_KEPT_BODY);
         let target = Target::parse(url).map_err(Failure::Refused)?;
         let request = encode(&target, headers, body)?;
         let started = Instant::now();
@@ -308,8 +322,7 @@ impl HttpClient {
                 .saturating_sub(started.elapsed())
                 .min(DRAIN_FOR);
             let kept = &mut answer.body;
-            if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest, self.keep, kept)).await
-            {
+            if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest, keep, kept)).await {
                 self.keep(target.origin, stream);
             }
         }

@@ -5,6 +5,7 @@
 pub mod classify;
 mod http;
 pub mod metrics;
+mod oauth2;
 mod pace;
 mod pump;
 pub mod signing;
@@ -15,7 +16,7 @@ pub mod worker;
 pub use classify::{classify, SendResult};
 pub use control_plane_core::backoff::RetryPolicy;
 pub use metrics::DeliveryMetrics;
-pub use tasks::{TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
+pub use tasks::{Progress, TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};
 
 /// Runs the answer parsers (the head of an HTTP answer, and the framing of

@@ -47,7 +47,21 @@ impl TaskError {
 pub type TaskResult = Result<serde_json::Value, TaskError>;
 
 type BoxedHandler =
-    Arc<dyn Fn(Task) -> Pin<Box<dyn Future<Output = TaskResult> + Send>> + Send + Sync>;
+    Arc<dyn Fn(Task, Progress) -> Pin<Box<dyn Future<Output = TaskResult> + Send>> + Send + Sync>;
+
+/// What a running handler has done so far. Each report replaces the last;
+/// the runner stores the latest with its next heartbeat, and once more
+/// before it records the outcome, as the task's `progress`: readers see it
+/// move, and a run after a crash or a retried failure starts from it.
+#[derive(Clone, Debug)]
+pub struct Progress(Arc<tokio::sync::watch::Sender<Option<serde_json::Value>>>);
+
+impl Progress {
+    /// Reports `progress` (stored with the next heartbeat).
+    pub fn report(&self, progress: serde_json::Value) {
+        self.0.send_replace(Some(progress));
+    }
+}
 
 /// How a task runner runs.
 #[derive(Clone, Debug)]
@@ -121,7 +135,17 @@ impl TaskRunner {
         F: Fn(Task) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = TaskResult> + Send + 'static,
     {
-        let boxed: BoxedHandler = Arc::new(move |t| Box::pin(handler(t)));
+        self.register_with_progress(kind, move |t, _| handler(t));
+    }
+
+    /// As [`TaskRunner::register`], for a handler that reports its
+    /// [`Progress`] while it runs.
+    pub fn register_with_progress<F, Fut>(&mut self, kind: &str, handler: F)
+    where
+        F: Fn(Task, Progress) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = TaskResult> + Send + 'static,
+    {
+        let boxed: BoxedHandler = Arc::new(move |t, p| Box::pin(handler(t, p)));
         self.handlers.insert(kind.to_string(), boxed);
     }
 
@@ -236,13 +260,17 @@ async fn run_one(
     halt: CancellationToken,
 ) -> Ended {
     let ClaimedTask { mut lease, task } = c;
-    let mut work = tokio::spawn(handler(task));
+    let (report, mut reported) = tokio::sync::watch::channel(None);
+    let mut work = tokio::spawn(handler(task, Progress(Arc::new(report))));
     let mut beat = tokio::time::interval(lease_for / 3);
     beat.tick().await;
     let joined = loop {
         tokio::select! {
             joined = &mut work => break joined,
-            _ = beat.tick() => match store.workflow_heartbeat(&lease, lease_for).await {
+            _ = beat.tick() => match store
+                .workflow_heartbeat(&lease, lease_for, latest(&mut reported))
+                .await
+            {
                 Ok(renewed) => lease = renewed,
                 Err(StoreError::LeaseLost) => {
                     work.abort();
@@ -257,6 +285,17 @@ async fn run_one(
             }
         }
     };
+    // The last report, so that a failure retried later starts from it.
+    if let Some(progress) = latest(&mut reported) {
+        match store
+            .workflow_heartbeat(&lease, lease_for, Some(progress))
+            .await
+        {
+            Ok(renewed) => lease = renewed,
+            Err(StoreError::LeaseLost) => return Ended::Lost,
+            Err(e) => tracing::warn!(task_id = %lease.task_id, "cannot store the progress: {e}"),
+        }
+    }
     let recorded = match joined {
         Ok(Ok(result)) => store
             .workflow_complete(&lease, result)
@@ -285,6 +324,20 @@ async fn run_one(
             tracing::warn!("cannot record the task's outcome: {e}");
             Ended::Lost
         }
+    }
+}
+
+/// The progress reported since the last look, if any.
+fn latest(
+    reported: &mut tokio::sync::watch::Receiver<Option<serde_json::Value>>,
+) -> Option<serde_json::Value> {
+    // Read off the value itself: `has_changed` on the receiver fails once
+    // the handler has ended and dropped its sender.
+    let seen = reported.borrow_and_update();
+    if seen.has_changed() {
+        seen.clone()
+    } else {
+        None
     }
 }
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
-    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, UsageMeter, UsageMetric,
+    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, TraceParent, UsageMeter,
+    UsageMetric,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -98,6 +99,7 @@ struct SendContext {
     policy: RetryPolicy,
     metrics: Arc<DeliveryMetrics>,
     usage: Arc<UsageMeter>,
+    tokens: crate::oauth2::Tokens,
 }
 
 impl Dispatcher {
@@ -126,6 +128,7 @@ impl Dispatcher {
             policy: config.retry.clone(),
             metrics: Arc::default(),
             usage: Arc::default(),
+            tokens: crate::oauth2::Tokens::default(),
         });
         Ok(Dispatcher { store, config, ctx })
     }
@@ -289,17 +292,33 @@ async fn deliver(
     // A `debug` span: at the default `info` level it is never built, which
     // matters at thousands of sends a second; the dead-letter line names the
     // delivery itself.
+    //
+    // With spans exported (README: Tracing) it is the attempt's span, a
+    // child of the publish that created the event, and the request carries
+    // its context; without, the request carries the publish's context.
     let span = tracing::debug_span!(
         "delivery",
+        otel.kind = "client",
         account = %c.delivery.account,
         endpoint_id = %c.delivery.endpoint_id,
         delivery_id = %c.delivery.id,
         attempt = c.lease.attempt,
+        result = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
     );
+    if let Some(parent) = &c.traceparent {
+        parent.join(&span);
+    }
+    let traceparent = TraceParent::of(&span).or_else(|| c.traceparent.clone());
     async move {
         tracing::debug!("sending");
-        let outcome = attempt(ctx, &c).await;
+        let outcome = attempt(ctx, &c, traceparent.as_ref()).await;
         let (result, report) = (outcome.kind(), outcome.report().clone());
+        let current = tracing::Span::current();
+        current.record("result", result);
+        if let Some(status) = report.status_code {
+            current.record("http.response.status_code", status);
+        }
         let delivered = outcome.is_success();
         tracked.finish(
             if delivered {
@@ -358,7 +377,11 @@ async fn deliver(
 /// One attempt and its classified outcome. A delivery that cannot be
 /// signed, or whose destination is refused (its URL, or every address it is
 /// or resolves to, outside the allowed targets), gives up without a request.
-async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
+async fn attempt(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    traceparent: Option<&TraceParent>,
+) -> DeliveryOutcome {
     let refuse = |error: String| {
         let outcome = DeliveryOutcome::GiveUp(control_plane_core::AttemptReport {
             status_code: None,
@@ -383,7 +406,7 @@ async fn attempt(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
         Err(e) => return refuse(e.to_string()),
     };
     let started = Instant::now();
-    let result = match send(ctx, c, &id, timestamp, signature).await {
+    let result = match send(ctx, c, &id, timestamp, signature, traceparent).await {
         Ok(result) => result,
         Err(refused) => return refuse(refused),
     };
@@ -414,25 +437,61 @@ async fn send(
     id: &str,
     timestamp: i64,
     signature: String,
+    traceparent: Option<&TraceParent>,
 ) -> Result<SendResult, String> {
     let started = Instant::now();
-    // The endpoint's own headers first; they cannot replace these four
-    // (`control_plane_core::RESERVED_HEADERS`).
+    // An OAuth2 endpoint's token first: without one there is no request.
+    let bearer = match &c.oauth2 {
+        Some(settings) => {
+            let endpoint = c.delivery.endpoint_id;
+            match ctx.tokens.bearer(&ctx.client, endpoint, settings).await {
+                Ok(token) => Some(format!("Bearer {token}")),
+                Err(Failure::Refused(why)) => return Err(why),
+                Err(Failure::Failed(error)) => {
+                    return Ok(SendResult {
+                        status: None,
+                        retry_after: None,
+                        error: Some(error),
+                        latency_ms: u64::try_from(started.elapsed().as_millis())
+                            .unwrap_or(u64::MAX),
+                        response_body: None,
+                    })
+                }
+            }
+        }
+        None => None,
+    };
+    // The endpoint's own headers next; they cannot replace these four
+    // (`control_plane_core::RESERVED_HEADERS`); an event's trace context
+    // replaces a custom `traceparent`, and an OAuth2 token a custom
+    // `authorization`.
     let custom = match &c.headers {
         Some(h) => custom_header_pairs(h).map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
     let mut headers: Vec<(&str, String)> = custom
         .iter()
+        .filter(|(n, _)| traceparent.is_none() || n != "traceparent")
+        .filter(|(n, _)| bearer.is_none() || n != "authorization")
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
+    if let Some(b) = bearer {
+        headers.push(("authorization", b));
+    }
     headers.extend([
         ("content-type", "application/json".to_string()),
         ("webhook-id", id.to_string()),
         ("webhook-timestamp", timestamp.to_string()),
         ("webhook-signature", signature),
     ]);
+    if let Some(t) = traceparent {
+        headers.push(("traceparent", t.as_str().to_string()));
+    }
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
+    if c.oauth2.is_some() && matches!(&sent, Ok(answer) if answer.status == 401) {
+        // The receiver refused the token: the next attempt fetches another.
+        ctx.tokens.forget(c.delivery.endpoint_id);
+    }
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(match sent {
         Ok(answer) => SendResult {

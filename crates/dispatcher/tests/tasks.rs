@@ -197,3 +197,41 @@ async fn shutdown_releases_a_handler_that_outlives_the_grace_period() {
     assert_eq!(t.state, TaskState::Pending);
     assert_eq!(t.attempts, 0, "a release gives the attempt back");
 }
+
+/// A handler's progress is stored while it runs (with the heartbeats), so a
+/// reader sees it move; the last report is stored before a failure, and the
+/// retried run is handed it to go on from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_visible_while_a_handler_runs_and_handed_to_its_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir, 2).await;
+    let mut runner = TaskRunner::new(store.clone(), config(Duration::from_millis(300)));
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let waiting = go_on.clone();
+    runner.register_with_progress("long", move |t: Task, progress| {
+        let waiting = waiting.clone();
+        async move {
+            if let Some(p) = t.progress {
+                // The retry: it starts from what the first run reported.
+                return Ok(json!({"resumed_from": p}));
+            }
+            progress.report(json!({"page": 1}));
+            waiting.notified().await;
+            progress.report(json!({"page": 2}));
+            Err(TaskError::retry("cut short"))
+        }
+    });
+    enqueue(&store, "l1", "long").await;
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let run = tokio::spawn(async move { runner.run(stopped).await });
+    let t = until(&store, "l1", |t| t.progress.is_some()).await;
+    assert_eq!(t.state, TaskState::Leased, "visible while it runs");
+    assert_eq!(t.progress, Some(json!({"page": 1})));
+    go_on.notify_one();
+    let t = until(&store, "l1", |t| t.state == TaskState::Completed).await;
+    assert_eq!(t.result, Some(json!({"resumed_from": {"page": 2}})));
+    assert_eq!(t.attempts, 2);
+    stop.cancel();
+    run.await.unwrap();
+}

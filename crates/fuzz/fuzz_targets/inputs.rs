@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
             event_type: s.chars().take(300).collect(),
             payload,
             idempotency_key: Some(s.to_string()),
+            traceparent: None,
         };
         if req.validate().is_ok() {
             let body = req.body(Timestamp::from_millis(0));

@@ -148,15 +148,8 @@ fn send_example(
     name: &str,
     endpoint: EndpointId,
 ) -> StoreResult<Published> {
-    let ty = get(t, account, name)?;
-    let example = ty.example.ok_or_else(|| {
-        StoreError::InvalidInput(format!("event type {name:?} has no example to send"))
-    })?;
-    publish_to(
-        t,
-        PublishRequest::new(account.clone(), name, example),
-        endpoint,
-    )
+    let example = get(t, account, name)?.example_request()?;
+    publish_to(t, example, endpoint)
 }
 
 #[async_trait]

@@ -13,14 +13,14 @@ use crate::store::Tx;
 use crate::util::{col_uuid, ts, ts_opt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
 
 /// The ids of the keys stored credentials are sealed under.
 fn sealed_key_ids_sql() -> String {
     format!(
         "SELECT DISTINCT split_part(s, ':', 2) FROM \
          (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
-         UNION ALL SELECT headers FROM endpoints) AS c \
+         UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
          WHERE s LIKE '{SEALED_PREFIX}%'"
     )
 }
@@ -75,6 +75,7 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
                 duckdb::Error::FromSqlConversionFailure(15, duckdb::types::Type::Text, Box::new(e))
             })?,
         headers: r.get::<_, Option<String>>(16)?.map(Secret::new),
+        oauth2: r.get::<_, Option<String>>(17)?.map(Secret::new),
     })
 }
 
@@ -87,8 +88,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10, $11, $12)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10, $11, $12, $13)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -101,8 +102,16 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
             t.now.as_millis(),
             req.max_in_flight,
             req.filter.as_ref().map(EventFilter::to_text),
-            t.keys
-                .seal_headers(id.0.as_bytes(), custom_headers_text(&req.headers)?.as_ref())?,
+            t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::Headers,
+                custom_headers_text(&req.headers)?.as_ref()
+            )?,
+            t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::OAuth2,
+                req.oauth2.as_ref().map(ClientCredentials::to_text).transpose()?.as_ref()
+            )?,
         ],
     )
     .db()?;
@@ -154,7 +163,7 @@ pub(crate) fn update(
     req.apply_to(&mut e)?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -165,7 +174,10 @@ pub(crate) fn update(
             id.to_string(),
             e.max_in_flight,
             e.filter.as_ref().map(EventFilter::to_text),
-            t.keys.seal_headers(id.0.as_bytes(), e.headers.as_ref())?
+            t.keys
+                .seal_optional(id.0.as_bytes(), Slot::Headers, e.headers.as_ref())?,
+            t.keys
+                .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?
         ],
     )
     .db()?;
@@ -201,8 +213,9 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
     let rows = {
         let mut st = t
             .prepare(
-                "SELECT id, secret, previous_secret, headers FROM endpoints \
-                 WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 LIMIT $2",
+                "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
+                 WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
+                 OR oauth2 NOT LIKE $1 LIMIT $2",
             )
             .db()?;
         let rows = st
@@ -212,12 +225,13 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
                     r.get::<_, String>(1)?,
                     r.get::<_, Option<String>>(2)?,
                     r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
                 ))
             })
             .db()?;
         rows.collect::<Result<Vec<_>, _>>().db()?
     };
-    for (id, secret, previous, headers) in &rows {
+    for (id, secret, previous, headers, oauth2) in &rows {
         let owner = id.as_bytes();
         let secret = t.keys.reseal(owner, Slot::Current, secret)?;
         let previous = previous
@@ -228,9 +242,13 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
             .as_deref()
             .map(|h| t.keys.reseal(owner, Slot::Headers, h))
             .transpose()?;
+        let oauth2 = oauth2
+            .as_deref()
+            .map(|o| t.keys.reseal(owner, Slot::OAuth2, o))
+            .transpose()?;
         t.execute(
-            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4 WHERE id = $3",
-            params![secret, previous, id.to_string(), headers],
+            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4, oauth2 = $5 WHERE id = $3",
+            params![secret, previous, id.to_string(), headers, oauth2],
         )
         .db()?;
     }

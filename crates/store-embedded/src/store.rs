@@ -40,6 +40,9 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("migrations/0007_endpoint_filters_and_headers.sql"),
     ),
     (8, include_str!("migrations/0008_event_type_catalogue.sql")),
+    (9, include_str!("migrations/0009_event_trace_context.sql")),
+    (10, include_str!("migrations/0010_task_progress.sql")),
+    (11, include_str!("migrations/0011_endpoint_oauth2.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

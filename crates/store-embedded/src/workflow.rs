@@ -14,7 +14,7 @@ use crate::util::{token_opt, ts, ts_opt};
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
-     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result";
+     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result, progress";
 
 fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> {
     let v: Option<String> = r.get(i)?;
@@ -58,6 +58,7 @@ fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
             lease_expires_at: ts_opt(r, 8)?,
             last_error: r.get(9)?,
             result: json_col(r, 10)?,
+            progress: json_col(r, 17)?,
             created_at: ts(r, 11)?,
             updated_at: ts(r, 12)?,
         },
@@ -205,6 +206,7 @@ pub(crate) fn heartbeat(
     t: &mut Tx<'_>,
     lease: &TaskLease,
     lease_for: Duration,
+    progress: Option<serde_json::Value>,
 ) -> StoreResult<TaskLease> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
     fence(
@@ -214,12 +216,14 @@ pub(crate) fn heartbeat(
     )?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
-        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $3 AND id = $4",
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2, progress = coalesce($5::VARCHAR, progress) \
+         WHERE account = $3 AND id = $4",
         params![
             expires_at.as_millis(),
             t.now.as_millis(),
             lease.account.as_str(),
-            lease.task_id.as_str()
+            lease.task_id.as_str(),
+            progress.as_ref().map(text)
         ],
     )
     .db()?;
@@ -356,9 +360,11 @@ impl WorkflowStore for EmbeddedStore {
         &self,
         lease: &TaskLease,
         lease_for: Duration,
+        progress: Option<serde_json::Value>,
     ) -> StoreResult<TaskLease> {
         let lease = lease.clone();
-        self.work_tx(move |t| heartbeat(t, &lease, lease_for)).await
+        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress))
+            .await
     }
 
     async fn workflow_stage_result(

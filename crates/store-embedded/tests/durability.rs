@@ -34,6 +34,7 @@ fn keyed_req(key: String) -> PublishRequest {
         event_type: "t".into(),
         payload: serde_json::json!({ "key": key }),
         idempotency_key: Some(key),
+        traceparent: None,
     }
 }
 

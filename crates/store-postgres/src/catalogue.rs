@@ -128,16 +128,8 @@ async fn send_example(
     name: &str,
     endpoint: EndpointId,
 ) -> StoreResult<Published> {
-    let ty = get(t, account, name).await?;
-    let example = ty.example.ok_or_else(|| {
-        StoreError::InvalidInput(format!("event type {name:?} has no example to send"))
-    })?;
-    publish_to(
-        t,
-        PublishRequest::new(account.clone(), name, example),
-        endpoint,
-    )
-    .await
+    let example = get(t, account, name).await?.example_request()?;
+    publish_to(t, example, endpoint).await
 }
 
 #[async_trait]

@@ -13,7 +13,7 @@ use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::{ts_opt, u32_of};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
 
 /// Refuses a store holding credentials sealed under keys it lacks.
 pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
@@ -21,7 +21,7 @@ pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
     let sql = format!(
         "SELECT DISTINCT split_part(s, ':', 2) FROM \
          (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
-         UNION ALL SELECT headers FROM endpoints) AS c \
+         UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
          WHERE s LIKE '{SEALED_PREFIX}%'"
     );
     let rows = client.query(&sql, &[]).await.db()?;
@@ -36,8 +36,9 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
     let pattern = t.keys.current_pattern()?;
     let rows = t
         .query(
-            "SELECT id, secret, previous_secret, headers FROM endpoints \
-             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 ORDER BY id LIMIT $2 \
+            "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
+             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
+             OR oauth2 NOT LIKE $1 ORDER BY id LIMIT $2 \
              FOR NO KEY UPDATE",
             &[&pattern, &i64::from(limit)],
         )
@@ -55,9 +56,13 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
             .get::<_, Option<&str>>(3)
             .map(|h| t.keys.reseal(owner, Slot::Headers, h))
             .transpose()?;
+        let oauth2 = r
+            .get::<_, Option<&str>>(4)
+            .map(|o| t.keys.reseal(owner, Slot::OAuth2, o))
+            .transpose()?;
         t.execute(
-            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4 WHERE id = $3",
-            &[&secret, &previous, &id, &headers],
+            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4, oauth2 = $5 WHERE id = $3",
+            &[&secret, &previous, &id, &headers, &oauth2],
         )
         .await
         .db()?;
@@ -97,6 +102,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
             .map(|f| EventFilter::from_text(&f))
             .transpose()?,
         headers: r.get::<_, Option<String>>(16).map(Secret::new),
+        oauth2: r.get::<_, Option<String>>(17).map(Secret::new),
     })
 }
 
@@ -107,8 +113,8 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, max_in_flight, filter, headers) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12)",
+         description, created_at, updated_at, max_in_flight, filter, headers, oauth2) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -121,8 +127,20 @@ pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResul
             &t.now.as_millis(),
             &req.max_in_flight.map(i64::from),
             &req.filter.as_ref().map(EventFilter::to_text),
-            &t.keys
-                .seal_headers(id.0.as_bytes(), custom_headers_text(&req.headers)?.as_ref())?,
+            &t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::Headers,
+                custom_headers_text(&req.headers)?.as_ref(),
+            )?,
+            &t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::OAuth2,
+                req.oauth2
+                    .as_ref()
+                    .map(ClientCredentials::to_text)
+                    .transpose()?
+                    .as_ref(),
+            )?,
         ],
     )
     .await
@@ -188,7 +206,7 @@ pub(crate) async fn update(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -199,7 +217,10 @@ pub(crate) async fn update(
             &id.0,
             &e.max_in_flight.map(i64::from),
             &e.filter.as_ref().map(EventFilter::to_text),
-            &t.keys.seal_headers(id.0.as_bytes(), e.headers.as_ref())?,
+            &t.keys
+                .seal_optional(id.0.as_bytes(), Slot::Headers, e.headers.as_ref())?,
+            &t.keys
+                .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?,
         ],
     )
     .await

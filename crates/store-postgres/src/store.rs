@@ -42,6 +42,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         include_str!("migrations/0012_endpoint_filters_and_headers.sql"),
     ),
     (13, include_str!("migrations/0013_event_type_catalogue.sql")),
+    (14, include_str!("migrations/0014_event_trace_context.sql")),
+    (15, include_str!("migrations/0015_task_progress.sql")),
+    (16, include_str!("migrations/0016_endpoint_oauth2.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

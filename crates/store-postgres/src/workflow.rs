@@ -14,12 +14,12 @@ use crate::util::{ts_opt, u32_of};
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
-     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result";
+     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result, progress";
 
 /// [`TASK_COLS`] qualified by the alias `t` (for `UPDATE tasks t ... FROM c`).
 const TASK_COLS_OF_T: &str =
     "t.id, t.account, t.kind, t.payload, t.state, t.attempts, t.max_attempts, t.run_at, t.lease_expires_at, \
-     t.last_error, t.result, t.created_at, t.updated_at, t.seq, t.lease_token, t.last_outcome, t.staged_result";
+     t.last_error, t.result, t.created_at, t.updated_at, t.seq, t.lease_token, t.last_outcome, t.staged_result, t.progress";
 
 fn row_to_task(r: &Row) -> StoreResult<Task> {
     Ok(Task {
@@ -34,6 +34,7 @@ fn row_to_task(r: &Row) -> StoreResult<Task> {
         lease_expires_at: ts_opt(r.get(8)),
         last_error: r.get(9),
         result: r.get(10),
+        progress: r.get(17),
         created_at: Timestamp::from_millis(r.get(11)),
         updated_at: Timestamp::from_millis(r.get(12)),
     })
@@ -192,6 +193,7 @@ pub(crate) async fn heartbeat(
     t: &Tx<'_>,
     lease: &TaskLease,
     lease_for: Duration,
+    progress: Option<serde_json::Value>,
 ) -> StoreResult<TaskLease> {
     let l = lock(t, lease).await?;
     fence(
@@ -201,12 +203,14 @@ pub(crate) async fn heartbeat(
     )?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
-        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2 WHERE account = $3 AND id = $4",
+        "UPDATE tasks SET lease_expires_at = $1, updated_at = $2, progress = coalesce($5::jsonb, progress) \
+         WHERE account = $3 AND id = $4",
         &[
             &expires_at.as_millis(),
             &t.now.as_millis(),
             &lease.account.as_str(),
             &lease.task_id.as_str(),
+            &progress,
         ],
     )
     .await
@@ -348,8 +352,9 @@ impl WorkflowStore for PostgresStore {
         &self,
         lease: &TaskLease,
         lease_for: Duration,
+        progress: Option<serde_json::Value>,
     ) -> StoreResult<TaskLease> {
-        in_tx!(self, |t| heartbeat(&t, lease, lease_for))
+        in_tx!(self, |t| heartbeat(&t, lease, lease_for, progress.clone()))
     }
 
     async fn workflow_stage_result(

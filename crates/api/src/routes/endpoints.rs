@@ -1,6 +1,8 @@
 //! Endpoints: create, read, change, delete, rotate, enable and disable,
 //! their stats, and their recovery.
 
+use control_plane_core::ClientCredentials;
+
 use super::*;
 
 /// A caller's signing secret after checking it, or a fresh one.
@@ -30,6 +32,10 @@ pub(crate) struct EndpointCreateBody {
     /// (the answers list their names only).
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    /// OAuth2 client credentials: an access token is fetched from
+    /// `token_url` and sent as `Authorization: Bearer` (README, "OAuth2").
+    /// Sealed at rest; the client secret is never shown again.
+    oauth2: Option<OAuth2Body>,
     /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
     secret: Option<String>,
     /// One delivery in flight at a time, in publish order.
@@ -40,6 +46,33 @@ pub(crate) struct EndpointCreateBody {
     /// Deliveries in flight at most; absent means the service default.
     max_in_flight: Option<u32>,
     description: Option<String>,
+}
+
+/// OAuth2 client credentials of an endpoint (RFC 6749, section 4.4).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OAuth2Body {
+    /// The token endpoint, `http` or `https`.
+    token_url: String,
+    client_id: String,
+    /// Write-only: never shown in an answer.
+    client_secret: String,
+    /// The `scope` asked for.
+    scope: Option<String>,
+    /// The `audience` asked for (an extension some servers need).
+    audience: Option<String>,
+}
+
+impl From<OAuth2Body> for ClientCredentials {
+    fn from(b: OAuth2Body) -> Self {
+        ClientCredentials {
+            token_url: b.token_url,
+            client_id: b.client_id,
+            client_secret: b.client_secret,
+            scope: b.scope,
+            audience: b.audience,
+        }
+    }
 }
 
 /// `403` when an account key asks for a `max_in_flight` above the service
@@ -86,6 +119,7 @@ pub(crate) async fn endpoint_create(
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
     req.headers = body.headers;
+    req.oauth2 = body.oauth2.map(ClientCredentials::from);
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
@@ -149,6 +183,10 @@ pub(crate) struct EndpointUpdateBody {
     filter: Option<Option<Value>>,
     /// New headers, replacing all of them; `{}` removes them.
     headers: Option<BTreeMap<String, String>>,
+    /// New OAuth2 client credentials, replacing them; `null` removes them.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<OAuth2Body>)]
+    oauth2: Option<Option<OAuth2Body>>,
     ordered: Option<bool>,
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<u32>)]
@@ -189,6 +227,7 @@ pub(crate) async fn endpoint_update(
             .map(|f| f.map(EventFilter::parse).transpose())
             .transpose()?,
         headers: body.headers,
+        oauth2: body.oauth2.map(|o| o.map(ClientCredentials::from)),
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
         max_in_flight: body.max_in_flight,

@@ -140,12 +140,5 @@ pub(crate) async fn endpoint_send_example(
         .event_type_send_example(&account, &body.event_type, endpoint)
         .await?;
     s.usage.add(&account, UsageMetric::EventsPublished, 1);
-    ok(
-        StatusCode::ACCEPTED,
-        Published {
-            id: published.event.id,
-            deliveries: published.deliveries,
-            duplicate: false,
-        },
-    )
+    ok(StatusCode::ACCEPTED, Published::from(published))
 }

@@ -1,5 +1,8 @@
 //! Events: publish, list and read.
 
+use control_plane_core::TraceParent;
+use tracing::Instrument;
+
 use super::*;
 
 /// Filters of the event listing.
@@ -108,27 +111,32 @@ pub(crate) async fn event_publish(
                 .to_string(),
         ),
     };
+    // The caller's trace goes on here (README: Tracing): the publish span
+    // joins it, and the event keeps the span's own context when spans are
+    // exported, or the caller's as it came when they are not.
+    let caller = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
+    let span = tracing::debug_span!("publish", account = %account, event_type = %body.event_type);
+    if let Some(c) = &caller {
+        c.join(&span);
+    }
     let req = PublishRequest {
         account: account.clone(),
         event_type: body.event_type,
         payload: body.payload,
         idempotency_key,
+        traceparent: TraceParent::of(&span).or(caller),
     };
     // Keyed publishes go alone: the key's first answer is the one returned.
     let published = if req.idempotency_key.is_some() {
-        s.store.event_publish(req).await?
+        s.store.event_publish(req).instrument(span).await?
     } else {
-        s.publisher.publish(req).await?
+        s.publisher.publish(req).instrument(span).await?
     };
     if published.created {
         s.usage.add(&account, UsageMetric::EventsPublished, 1);
     }
-    ok(
-        StatusCode::ACCEPTED,
-        Published {
-            id: published.event.id,
-            deliveries: published.deliveries,
-            duplicate: !published.created,
-        },
-    )
+    ok(StatusCode::ACCEPTED, Published::from(published))
 }

@@ -195,14 +195,23 @@ pub(crate) fn notice(text: &str) -> String {
     format!("<p class=\"notice\" id=\"notice\">{}</p>", esc(text))
 }
 
-/// The names of an endpoint's custom headers, never their values.
+/// The names of an endpoint's custom headers, never their values, and the
+/// token URL and client id of its OAuth2 credentials, never the secret.
 pub(crate) fn header_names(e: &control_plane_core::Endpoint) -> String {
     let names: Vec<String> = e.header_names().iter().map(|n| esc(n)).collect();
-    if names.is_empty() {
+    let mut out = if names.is_empty() {
         String::new()
     } else {
         format!("<br><small>headers: {}</small>", names.join(", "))
+    };
+    if let Some(c) = e.oauth2_client() {
+        out.push_str(&format!(
+            "<br><small>oauth2: client {} at {}</small>",
+            esc(&c.client_id),
+            esc(&c.token_url)
+        ));
     }
+    out
 }
 
 #[cfg(test)]

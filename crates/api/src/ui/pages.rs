@@ -725,7 +725,9 @@ pub(crate) async fn tasks(
                     body,
                     "<dl class=\"facts\" id=\"task\"><dt>id</dt><dd>{}</dd><dt>kind</dt><dd>{}</dd>\
                      <dt>state</dt><dd id=\"task-state\">{}</dd><dt>attempts</dt><dd>{} of {}</dd>\
-                     <dt>run at</dt><dd>{}</dd><dt>last error</dt><dd>{}</dd></dl>\
+                     <dt>run at</dt><dd>{}</dd><dt>last error</dt><dd>{}</dd>\
+                     <dt>progress</dt><dd id=\"task-progress\">{}</dd>\
+                     <dt>result</dt><dd id=\"task-result\">{}</dd></dl>\
                      <pre>{}</pre>",
                     esc(t.id.as_str()),
                     esc(&t.kind),
@@ -734,6 +736,8 @@ pub(crate) async fn tasks(
                     t.max_attempts,
                     time(t.run_at),
                     esc(t.last_error.as_deref().unwrap_or("")),
+                    esc(&t.progress.as_ref().map(|p| p.to_string()).unwrap_or_default()),
+                    esc(&t.result.as_ref().map(|r| r.to_string()).unwrap_or_default()),
                     esc(&t.payload.to_string()),
                 );
             }

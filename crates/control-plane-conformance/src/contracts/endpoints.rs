@@ -553,3 +553,85 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
         .unwrap();
     assert_eq!(cleared.headers, None);
 }
+
+/// `EndpointStore::endpoint_update`: OAuth2 client credentials are checked
+/// at create and update (nothing stored when refused), read back opened,
+/// kept by an update that does not name them, replaced, handed to the
+/// claimer with the delivery, and removed by `Some(None)`.
+pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let creds = |secret: &str| ClientCredentials {
+        token_url: "https://auth.example.com/token".into(),
+        client_id: "hooks".into(),
+        client_secret: secret.into(),
+        scope: Some("webhooks".into()),
+        audience: None,
+    };
+    let with = |c: ClientCredentials| {
+        let mut req = EndpointCreateRequest::new(
+            acct("a"),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        req.oauth2 = Some(c);
+        req
+    };
+    let bad = ClientCredentials {
+        token_url: "not a url".into(),
+        ..creds("s")
+    };
+    invalid(h.store.endpoint_create(with(bad)).await, "oauth2.token_url");
+    invalid(
+        h.store.endpoint_create(with(creds(""))).await,
+        "oauth2.client_secret",
+    );
+    assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
+    let e = h.store.endpoint_create(with(creds("s-1"))).await.unwrap();
+    assert_eq!(e.oauth2_client(), Some(creds("s-1")));
+    let read = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(read.oauth2_client(), Some(creds("s-1")));
+    let kept = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                description: Some(Some("renamed".into())),
+                ..EndpointUpdateRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.oauth2_client(), Some(creds("s-1")));
+    let set = |c: Option<ClientCredentials>| EndpointUpdateRequest {
+        oauth2: Some(c),
+        ..EndpointUpdateRequest::default()
+    };
+    invalid(
+        h.store
+            .endpoint_update(&acct("a"), e.id, set(Some(creds("a\nb"))))
+            .await,
+        "oauth2.client_secret",
+    );
+    let changed = h
+        .store
+        .endpoint_update(&acct("a"), e.id, set(Some(creds("s-2"))))
+        .await
+        .unwrap();
+    assert_eq!(changed.oauth2_client(), Some(creds("s-2")));
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    let claimed = c
+        .oauth2
+        .as_ref()
+        .map(|o| ClientCredentials::from_text(o).unwrap());
+    assert_eq!(claimed, Some(creds("s-2")));
+    let removed = h
+        .store
+        .endpoint_update(&acct("a"), e.id, set(None))
+        .await
+        .unwrap();
+    assert_eq!(removed.oauth2, None);
+    let read = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    assert_eq!(read.oauth2, None);
+}

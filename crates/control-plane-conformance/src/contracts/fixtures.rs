@@ -260,3 +260,11 @@ pub(super) async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
 pub(super) fn event(account: &str, n: i64) -> PublishRequest {
     PublishRequest::new(acct(account), "t", json!(n))
 }
+
+/// `r` is `InvalidInput` with a message that holds `needle`.
+pub(super) fn invalid(r: StoreResult<impl std::fmt::Debug>, needle: &str) {
+    match r {
+        Err(StoreError::InvalidInput(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
+        other => panic!("expected InvalidInput about {needle:?}, got {other:?}"),
+    }
+}

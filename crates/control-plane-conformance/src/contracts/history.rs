@@ -123,7 +123,7 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
     let newcomer = endpoint_for(&h, "a", &["invoice.paid"]).await;
 
     let window = |e: EndpointId| Recovery::new(e, since, until).unwrap();
-    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+    let r = recover(h.store.as_ref(), &a, &window(paid.id), None, |_| {})
         .await
         .unwrap();
     assert_eq!(
@@ -146,16 +146,16 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
         "outside the window: as it was (never claimed)"
     );
     // Again at once: they are still queued, nothing is sent twice.
-    let r = recover(h.store.as_ref(), &a, &window(paid.id))
+    let r = recover(h.store.as_ref(), &a, &window(paid.id), None, |_| {})
         .await
         .unwrap();
     assert_eq!((r.resent, r.in_queue, r.created), (0, 2, 0));
     // The newcomer gets deliveries made for it, once.
-    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id), None, |_| {})
         .await
         .unwrap();
     assert_eq!((r.matched, r.created, r.resent), (2, 2, 0));
-    let r = recover(h.store.as_ref(), &a, &window(newcomer.id))
+    let r = recover(h.store.as_ref(), &a, &window(newcomer.id), None, |_| {})
         .await
         .unwrap();
     assert_eq!((r.created, r.in_queue), (0, 2));
@@ -169,7 +169,14 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
         "the two recovered (the later event came before it)"
     );
     // An unknown endpoint, or a window the wrong way round, is refused.
-    let r = recover(h.store.as_ref(), &a, &window(EndpointId::new())).await;
+    let r = recover(
+        h.store.as_ref(),
+        &a,
+        &window(EndpointId::new()),
+        None,
+        |_| {},
+    )
+    .await;
     assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
     assert!(matches!(
         Recovery::new(paid.id, until, since),
@@ -661,5 +668,58 @@ pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
         bodies(log),
         [None, None],
         "a lost lease, then a success without a body"
+    );
+}
+
+/// `control_plane_core::recover`: progress is reported after every page but
+/// the last, and a recovery given a reported progress goes on from that
+/// page: the pages before it are not read again, and its counts carry on.
+pub async fn a_recovery_goes_on_from_its_last_reported_page(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let a = acct("a");
+    let since = h.clock.now();
+    // 25 milliseconds of 10 events each: pages are cut between milliseconds.
+    for ms in 0..25 {
+        let reqs: Vec<PublishRequest> = (0..10).map(|n| event("a", ms * 10 + n)).collect();
+        h.store.event_publish_batch(reqs).await.unwrap();
+        h.clock.advance(Duration::from_millis(1));
+    }
+    h.clock.advance(Duration::from_secs(1));
+    let until = h.clock.now();
+    let first = endpoint_for(&h, "a", &["t"]).await;
+    let second = endpoint_for(&h, "a", &["t"]).await;
+    let mut reports = Vec::new();
+    let window = |e: EndpointId| Recovery::new(e, since, until).unwrap();
+    let all = recover(h.store.as_ref(), &a, &window(first.id), None, |p| {
+        reports.push(*p)
+    })
+    .await
+    .unwrap();
+    assert_eq!((all.events, all.created), (250, 250));
+    assert_eq!(reports.len(), 1, "one page before the last: {reports:?}");
+    let cut = reports[0];
+    assert_eq!((cut.done.events, cut.done.created), (200, 200));
+    assert!(cut.after.is_some());
+    // As if the first run had stopped after its first page: the second
+    // endpoint gets only the last page's events, and the counts carry on.
+    let rest = recover(h.store.as_ref(), &a, &window(second.id), Some(cut), |_| {})
+        .await
+        .unwrap();
+    assert_eq!((rest.events, rest.created), (250, 250));
+    let to_second = h
+        .store
+        .delivery_list(DeliveryListRequest {
+            account: a.clone(),
+            state: None,
+            endpoint_id: Some(second.id),
+            event_id: None,
+            page: PageRequest::first(1000),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        to_second.items.len(),
+        50,
+        "the first page was not read again"
     );
 }

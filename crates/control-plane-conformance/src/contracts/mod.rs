@@ -2,7 +2,7 @@
 //! over one `fixtures` module. Run them through
 //! [`crate::conformance_suite!`]; each names the rustdoc bullet it enforces.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;

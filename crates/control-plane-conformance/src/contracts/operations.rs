@@ -499,7 +499,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         h.clock.now().plus(Duration::from_secs(1)),
     )
     .unwrap();
-    let r = recover(h.store.as_ref(), &acct("a"), &window)
+    let r = recover(h.store.as_ref(), &acct("a"), &window, None, |_| {})
         .await
         .unwrap();
     assert_eq!(r.matched, 1, "order.paid only: {r:?}");

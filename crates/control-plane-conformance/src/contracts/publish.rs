@@ -44,6 +44,47 @@ pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     assert!(c.iter().all(|c| c.body == p.event.body));
 }
 
+/// `EventStore::event_publish`: the trace context of a publish is kept with
+/// its event (single, batch and keyed publishes) and comes back on every
+/// claimed delivery of it; a publish without one has none.
+pub async fn the_trace_context_of_a_publish_reaches_its_deliveries(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let ep = endpoint(&h, "a", false).await;
+    let trace = |n: u8| {
+        TraceParent::parse(&format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e47{n:02x}-00f067aa0ba902b7-01"
+        ))
+        .unwrap()
+    };
+    let traced = |n: u8, key: Option<&str>| PublishRequest {
+        traceparent: Some(trace(n)),
+        idempotency_key: key.map(str::to_string),
+        ..publish_req("a", "invoice.paid")
+    };
+    let one = h.store.event_publish(traced(1, None)).await.unwrap();
+    let keyed = h.store.event_publish(traced(2, Some("k"))).await.unwrap();
+    let batch = h
+        .store
+        .event_publish_batch(vec![traced(3, None), publish_req("a", "invoice.paid")])
+        .await
+        .unwrap();
+    assert_eq!(one.event.traceparent, Some(trace(1)));
+    let read = h.store.event_get(&acct("a"), keyed.event.id).await.unwrap();
+    assert_eq!(read.traceparent, Some(trace(2)));
+    let mut want = HashMap::from([
+        (one.event.id, Some(trace(1))),
+        (keyed.event.id, Some(trace(2))),
+        (batch[0].event.id, Some(trace(3))),
+        (batch[1].event.id, None),
+    ]);
+    for c in claim(&h, 10).await {
+        assert_eq!(c.delivery.endpoint_id, ep.id);
+        let expected = want.remove(&c.delivery.event_id).unwrap();
+        assert_eq!(c.traceparent, expected, "{}", c.delivery.event_id);
+    }
+    assert!(want.is_empty(), "not claimed: {want:?}");
+}
+
 /// `EventStore::event_publish`: a repeated idempotency key returns the first event.
 pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn StoreFactory) {
     let h = open(f).await;

@@ -350,14 +350,18 @@ pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) 
         h.store.workflow_complete(&crossed, json!(0)).await,
         Err(StoreError::LeaseLost)
     ));
-    assert!(h.store.workflow_heartbeat(&crossed, LEASE).await.is_err());
+    assert!(h
+        .store
+        .workflow_heartbeat(&crossed, LEASE, None)
+        .await
+        .is_err());
     assert_eq!(state("b").await, TaskState::Leased);
     h.store.workflow_complete(&la, json!(1)).await.unwrap();
     assert_eq!(
         (state("a").await, state("b").await),
         (TaskState::Completed, TaskState::Leased)
     );
-    h.store.workflow_heartbeat(&lb, LEASE).await.unwrap();
+    h.store.workflow_heartbeat(&lb, LEASE, None).await.unwrap();
     h.store
         .workflow_fail(&lb, "x".into(), TaskFailure::Permanent)
         .await
@@ -391,13 +395,75 @@ pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     assert_eq!((t.state, t.attempts), (TaskState::Pending, 0));
 }
 
+/// `WorkflowStore::workflow_heartbeat`: the progress a heartbeat carries is
+/// readable at once, kept by a heartbeat without one, refused with a lost
+/// lease, given to the next claim after a crash, and kept at completion;
+/// another account's reader does not see the task.
+pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    let c = claim_kinds(&h, &["k"], 1).await.remove(0);
+    assert_eq!(c.task.progress, None);
+    let id = TaskId::new("t").unwrap();
+    let read = |h: &Harness| {
+        let store = h.store.clone();
+        let id = id.clone();
+        async move { store.workflow_get(&acct("a"), &id).await.unwrap().progress }
+    };
+    h.store
+        .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 1})))
+        .await
+        .unwrap();
+    assert_eq!(read(&h).await, Some(json!({"done": 1})));
+    h.store
+        .workflow_heartbeat(&c.lease, LEASE, None)
+        .await
+        .unwrap();
+    assert_eq!(read(&h).await, Some(json!({"done": 1})), "None keeps it");
+    h.store
+        .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 2})))
+        .await
+        .unwrap();
+    // The worker dies: its lease expires and the next run starts from 2.
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let again = claim_kinds(&h, &["k"], 1).await.remove(0);
+    assert_eq!(again.task.progress, Some(json!({"done": 2})));
+    assert_eq!(
+        h.store
+            .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 99})))
+            .await,
+        Err(StoreError::LeaseLost)
+    );
+    assert_eq!(
+        read(&h).await,
+        Some(json!({"done": 2})),
+        "a lost lease writes nothing"
+    );
+    assert!(h.store.workflow_get(&acct("b"), &id).await.is_err());
+    h.store
+        .workflow_heartbeat(&again.lease, LEASE, Some(json!({"done": 3})))
+        .await
+        .unwrap();
+    let done = h
+        .store
+        .workflow_complete(&again.lease, json!({"total": 3}))
+        .await
+        .unwrap();
+    assert_eq!(done.progress, Some(json!({"done": 3})));
+    assert_eq!(done.result, Some(json!({"total": 3})));
+}
+
 /// `WorkflowStore::workflow_heartbeat`: extends a live lease; stale and expired leases are lost.
 pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     h.clock.advance(Duration::from_secs(20));
-    let l = h.store.workflow_heartbeat(&c.lease, LEASE).await.unwrap();
+    let l = h
+        .store
+        .workflow_heartbeat(&c.lease, LEASE, None)
+        .await
+        .unwrap();
     assert_eq!(l.expires_at, h.clock.now().plus(LEASE));
     h.clock.advance(Duration::from_secs(20));
     assert!(
@@ -406,7 +472,7 @@ pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFac
     );
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(
-        h.store.workflow_heartbeat(&c.lease, LEASE).await,
+        h.store.workflow_heartbeat(&c.lease, LEASE, None).await,
         Err(StoreError::LeaseLost)
     );
     let again = claim_kinds(&h, &["k"], 1).await.remove(0);

@@ -377,7 +377,8 @@ pub(super) fn lease(
     let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
         let mut st = t
             .prepare(&format!(
-                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers \
+                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers, \
+                 ev.traceparent, e.oauth2 \
                  FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
                  WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
             ))
@@ -406,6 +407,10 @@ pub(super) fn lease(
                     },
                     headers: r.get::<_, Option<String>>(19)?.map(Secret::new),
                     probe,
+                    traceparent: r
+                        .get::<_, Option<String>>(20)?
+                        .and_then(|t| TraceParent::parse(&t)),
+                    oauth2: r.get::<_, Option<String>>(21)?.map(Secret::new),
                 }))
             })
             .db()?;

@@ -11,6 +11,7 @@ pub(super) struct NewRows {
     pub(super) ev_type: Vec<String>,
     pub(super) ev_body: Vec<String>,
     pub(super) ev_key: Vec<Option<String>>,
+    pub(super) ev_trace: Vec<Option<String>>,
     pub(super) d_id: Vec<String>,
     pub(super) d_account: Vec<String>,
     pub(super) d_endpoint: Vec<String>,
@@ -51,6 +52,8 @@ impl NewRows {
         self.ev_type.push(event.event_type.clone());
         self.ev_body.push(event.body.clone());
         self.ev_key.push(event.idempotency_key.clone());
+        self.ev_trace
+            .push(event.traceparent.as_ref().map(|t| t.as_str().to_string()));
         let deliveries = fan_out(endpoints, &req.event_type, &req.payload, about)
             .into_iter()
             .map(|e| self.delivery(t, &req.account, e, event.id))
@@ -65,16 +68,17 @@ impl NewRows {
     pub(super) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
         if !self.ev_id.is_empty() {
             t.execute(
-                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+                "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at, traceparent) \
                  SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), \
-                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6",
+                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6, unnest($7::VARCHAR[])",
                 params![
                     list::text(self.ev_id),
                     list::text(self.ev_account),
                     list::text(self.ev_type),
                     list::text(self.ev_body),
                     list::of(self.ev_key),
-                    t.now.as_millis()
+                    t.now.as_millis(),
+                    list::of(self.ev_trace)
                 ],
             )
             .db()?;

@@ -39,11 +39,15 @@ pub(super) fn row_to_event(r: &Row<'_>) -> duckdb::Result<Event> {
         event_type: r.get(2)?,
         body: r.get(3)?,
         idempotency_key: r.get(4)?,
+        traceparent: r
+            .get::<_, Option<String>>(6)?
+            .and_then(|t| TraceParent::parse(&t)),
         created_at: ts(r, 5)?,
     })
 }
 
-pub(super) const EVENT_COLS: &str = "id, account, event_type, body, idempotency_key, created_at";
+pub(super) const EVENT_COLS: &str =
+    "id, account, event_type, body, idempotency_key, created_at, traceparent";
 
 pub(crate) fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
     t.query_row(

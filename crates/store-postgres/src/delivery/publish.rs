@@ -41,9 +41,9 @@ pub(super) async fn lock_ordered(t: &Tx<'_>, endpoints: &[Uuid]) -> StoreResult<
 
 /// Stores events given as parallel arrays; a taken idempotency key is
 /// skipped, and the ids stored are returned.
-pub(super) const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
-     SELECT u.id, u.account, u.event_type, u.body, u.key, $6 \
-     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, account, event_type, body, key) \
+pub(super) const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at, traceparent) \
+     SELECT u.id, u.account, u.event_type, u.body, u.key, $6, u.trace \
+     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $7::text[]) AS u(id, account, event_type, body, key, trace) \
      ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";
 
 /// Stores pending deliveries given as parallel arrays, their sequence
@@ -65,6 +65,7 @@ pub(super) struct PublishRows<'a> {
     pub(super) types: Vec<&'a str>,
     pub(super) bodies: Vec<&'a str>,
     pub(super) keys: Vec<Option<&'a str>>,
+    pub(super) traces: Vec<Option<&'a str>>,
     /// Each stored event's deliveries as (event's index, endpoint), in
     /// request order, each event's endpoints in id order (see [`fan_out`]).
     pub(super) targets: Vec<(usize, EndpointId)>,
@@ -89,6 +90,10 @@ impl<'a> PublishRows<'a> {
             keys: events
                 .iter()
                 .map(|e| e.idempotency_key.as_deref())
+                .collect(),
+            traces: events
+                .iter()
+                .map(|e| e.traceparent.as_ref().map(TraceParent::as_str))
                 .collect(),
             targets: Vec::new(),
             delivery_ids: Vec::new(),
@@ -125,7 +130,7 @@ impl<'a> PublishRows<'a> {
     }
 
     /// The parameters of [`INSERT_EVENTS`].
-    pub(super) fn event_params<'p>(&'p self, now_ms: &'p i64) -> [&'p (dyn ToSql + Sync); 6] {
+    pub(super) fn event_params<'p>(&'p self, now_ms: &'p i64) -> [&'p (dyn ToSql + Sync); 7] {
         [
             &self.event_ids,
             &self.accounts,
@@ -133,6 +138,7 @@ impl<'a> PublishRows<'a> {
             &self.bodies,
             &self.keys,
             now_ms,
+            &self.traces,
         ]
     }
 
@@ -280,9 +286,12 @@ pub(super) async fn publish_keyless(
             crate::catalogue::schemas(&t, reqs),
         )?;
         if let Err(refused) = control_plane_core::catalogue::check_publishes(reqs, &schemas) {
-            // Nothing was written: the connection goes back to the pool.
-            t.batch_execute("ROLLBACK").await.db()?;
-            tx.ended();
+            // Nothing was written: the connection goes back to the pool,
+            // or is closed (by the guard) when even the rollback fails. The
+            // caller hears why the publish was refused either way.
+            if t.batch_execute("ROLLBACK").await.is_ok() {
+                tx.ended();
+            }
             return Err(refused);
         }
         let endpoints: Vec<(AccountId, Vec<Endpoint>)> =

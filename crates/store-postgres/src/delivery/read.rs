@@ -37,7 +37,8 @@ pub(super) fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
     })
 }
 
-pub(super) const EVENT_COLS: &str = "id, account, event_type, body, idempotency_key, created_at";
+pub(super) const EVENT_COLS: &str =
+    "id, account, event_type, body, idempotency_key, created_at, traceparent";
 
 pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
     Ok(Event {
@@ -46,6 +47,9 @@ pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
         event_type: r.get(2),
         body: r.get(3),
         idempotency_key: r.get(4),
+        traceparent: r
+            .get::<_, Option<String>>(6)
+            .and_then(|t| TraceParent::parse(&t)),
         created_at: Timestamp::from_millis(r.get(5)),
     })
 }

@@ -1,0 +1,135 @@
+//! Access tokens of endpoints with OAuth2 client credentials
+//! (`control_plane_core::oauth2`): fetched through the dispatcher's own
+//! HTTP client, so the token URL meets the same destination rules as
+//! endpoint URLs; kept per endpoint until shortly before they expire, one
+//! fetch at a time per endpoint; forgotten when the endpoint answers `401`.
+//! Neither the client secret nor a token is ever logged or recorded: an
+//! attempt's error names the token endpoint's status and OAuth2 `error`
+//! code only.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane_core::oauth2::AccessToken;
+use control_plane_core::{ClientCredentials, EndpointId, Secret};
+
+use crate::http::{Failure, HttpClient};
+
+/// Bytes of a token answer read at most (a JWT with many claims fits).
+const TOKEN_ANSWER_BYTES: usize = 16 * 1024;
+/// How long a token that gives no `expires_in` is kept.
+const UNSTATED_LIFE: Duration = Duration::from_secs(300);
+/// A token is kept at most this long, whatever it says.
+const LONGEST_LIFE: Duration = Duration::from_secs(24 * 3600);
+/// A token is renewed this long before it expires, or a tenth of its life
+/// when that is shorter.
+const RENEW_BEFORE: Duration = Duration::from_secs(30);
+
+/// A token and what it was fetched with.
+struct Held {
+    /// The settings' text: changed settings (a new secret) fetch anew.
+    settings: String,
+    token: String,
+    until: Instant,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
+
+/// The tokens of one dispatcher, by endpoint.
+#[derive(Default)]
+pub(crate) struct Tokens {
+    by_endpoint: Mutex<HashMap<EndpointId, Slot>>,
+}
+
+impl Tokens {
+    /// The access token for `endpoint`'s requests: the kept one while it is
+    /// fresh and the settings are the same, a new one otherwise.
+    ///
+    /// # Errors
+    /// `Refused` when the token URL may not be sent to; `Failed` when the
+    /// token request fails or its answer holds no bearer token.
+    pub(crate) async fn bearer(
+        &self,
+        client: &HttpClient,
+        endpoint: EndpointId,
+        settings: &Secret,
+    ) -> Result<String, Failure> {
+        let slot = self.slot(endpoint);
+        let mut held = slot.lock().await;
+        if let Some(h) = held.as_ref() {
+            if h.settings == settings.expose() && Instant::now() < h.until {
+                return Ok(h.token.clone());
+            }
+        }
+        let creds = ClientCredentials::from_text(settings)
+            .map_err(|e| Failure::Failed(format!("oauth2: {e}")))?;
+        let fetched_at = Instant::now();
+        let token = fetch(client, &creds).await?;
+        let life = token
+            .expires_in
+            .map_or(UNSTATED_LIFE, Duration::from_secs)
+            .min(LONGEST_LIFE);
+        let until = fetched_at + life.saturating_sub(RENEW_BEFORE.min(life / 10));
+        *held = Some(Held {
+            settings: settings.expose().to_string(),
+            token: token.token.clone(),
+            until,
+        });
+        Ok(token.token)
+    }
+
+    /// Drops the token of `endpoint` (its receiver refused it).
+    pub(crate) fn forget(&self, endpoint: EndpointId) {
+        self.by_endpoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&endpoint);
+    }
+
+    fn slot(&self, endpoint: EndpointId) -> Slot {
+        self.by_endpoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(endpoint)
+            .or_default()
+            .clone()
+    }
+}
+
+/// The token request (RFC 6749, section 4.4.2) and its answer.
+async fn fetch(client: &HttpClient, creds: &ClientCredentials) -> Result<AccessToken, Failure> {
+    let headers = [
+        (
+            "content-type",
+            "application/x-www-form-urlencoded".to_string(),
+        ),
+        ("accept", "application/json".to_string()),
+        ("authorization", creds.token_request_authorization()),
+    ];
+    let body = creds.token_request_body();
+    let answer = client
+        .post_keeping(
+            &creds.token_url,
+            &headers,
+            body.as_bytes(),
+            TOKEN_ANSWER_BYTES,
+        )
+        .await
+        .map_err(|f| match f {
+            Failure::Refused(why) => Failure::Refused(format!("oauth2 token URL: {why}")),
+            Failure::Failed(why) => Failure::Failed(format!("oauth2 token request: {why}")),
+        })?;
+    if !(200..300).contains(&answer.status) {
+        // RFC 6749, section 5.2: `error` is a code such as invalid_client.
+        let code = serde_json::from_slice::<serde_json::Value>(&answer.body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_graphic()));
+        return Err(Failure::Failed(match code {
+            Some(code) => format!("oauth2 token request: answered {} ({code})", answer.status),
+            None => format!("oauth2 token request: answered {}", answer.status),
+        }));
+    }
+    AccessToken::from_answer(&answer.body).map_err(|e| Failure::Failed(format!("oauth2: {e}")))
+}
