@@ -639,7 +639,8 @@ async fn oauth2_tokens_are_fetched_cached_renewed_and_never_shown() {
     });
     let (rx, hooks) = Receiver::start(answer).await;
     let profile = Profile::embedded();
-    let svc = Service::start(&profile);
+    // At debug, so that a secret or token in any log line would show.
+    let svc = Service::start_with(&profile, &[("CONTROLPLANE_LOG", "debug")]);
     let (s, v) = svc
         .call(
             "POST",

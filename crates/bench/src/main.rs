@@ -1501,15 +1501,29 @@ async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
 
 // ------------------------------------------------------------------- memory
 
+/// Bytes of each answer's body in the memory run: the dispatcher keeps
+/// 4 KiB of each (`CONTROLPLANE_RESPONSE_BODY_BYTES`'s default).
+const MEMORY_ANSWER_BYTES: usize = 4096;
+
 /// Peak RSS of `control-plane serve` (postgres profile, so that 10,000
 /// deliveries are claimed within seconds) with `n` deliveries in flight to a
-/// receiver that holds every request for a while.
+/// receiver that holds every request for a while, then answers each with a
+/// 4 KiB body: once with all of them open, and again after the answers (their
+/// bodies kept and recorded).
 async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     if a.serve_bin.is_none() {
         return Ok("not measured: no --serve-bin given\n".into());
     }
     let n: usize = if a.quick { 200 } else { 10_000 };
-    let (url, seen) = receiver(Duration::from_secs(if a.quick { 2 } else { 20 })).await?;
+    let hold = Duration::from_secs(if a.quick { 2 } else { 20 });
+    let answer: workspace_tests::Answer = Arc::new(move |_, _| {
+        Box::pin(async move {
+            tokio::time::sleep(hold).await;
+            axum::response::IntoResponse::into_response("b".repeat(MEMORY_ANSWER_BYTES))
+        })
+    });
+    let (seen, base) = Receiver::start(answer).await;
+    let url = format!("{base}/hook");
     let schema = unique("bench_mem");
     {
         let store = pg_store(&a.url, &schema, 2, false).await?;
@@ -1543,20 +1557,30 @@ async fn memory(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let peak = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0);
+    let peak_of = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+            })
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    let peak = peak_of();
+    // The answers come `hold` after their requests; then every body is
+    // drained, kept and recorded.
+    tokio::time::sleep(hold + Duration::from_secs(10)).await;
+    let after = peak_of();
     let _ = child.kill().await;
     drop_schema(&a.url, &schema).await?;
-    eprintln!("bench: memory: {in_flight_max} requests open at once, peak RSS {peak:.1} MiB");
+    eprintln!(
+        "bench: memory: {in_flight_max} requests open at once, peak RSS {peak:.1} MiB, \
+         {after:.1} MiB after their {MEMORY_ANSWER_BYTES}-byte answers"
+    );
     Ok(format!(
-        "| deliveries in flight (requests open at the receiver at once) | peak RSS of `control-plane serve` (MiB) |\n| --- | --- |\n| {in_flight_max} | {peak:.1} |\n"
+        "| deliveries in flight (requests open at the receiver at once) | peak RSS of `control-plane serve` with them open (MiB) | peak RSS after their answers of {MEMORY_ANSWER_BYTES} bytes, bodies kept (MiB) |\n| --- | --- | --- |\n| {in_flight_max} | {peak:.1} | {after:.1} |\n"
     ))
 }
 

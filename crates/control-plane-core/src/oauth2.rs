@@ -55,6 +55,16 @@ impl ClientCredentials {
     pub fn validate(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.token_url)
             .map_err(|e| StoreError::InvalidInput(format!("oauth2.token_url: {e}")))?;
+        let with_credentials = url::Url::parse(&self.token_url)
+            .map(|u| !u.username().is_empty() || u.password().is_some())
+            .unwrap_or(false);
+        if with_credentials {
+            return Err(StoreError::InvalidInput(
+                "oauth2.token_url must not hold a user or password: the client id and secret \
+                 authenticate the token request"
+                    .into(),
+            ));
+        }
         let fields = [
             ("client_id", Some(&self.client_id)),
             ("client_secret", Some(&self.client_secret)),
@@ -209,6 +219,13 @@ mod tests {
             (
                 ClientCredentials {
                     token_url: "ftp://x/t".into(),
+                    ..creds()
+                },
+                "token_url",
+            ),
+            (
+                ClientCredentials {
+                    token_url: "https://u:p@auth.example.com/t".into(),
                     ..creds()
                 },
                 "token_url",

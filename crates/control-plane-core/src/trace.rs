@@ -124,13 +124,4 @@ mod tests {
             assert_eq!(TraceParent::parse(bad), None, "{bad:?}");
         }
     }
-
-    #[test]
-    fn without_an_opentelemetry_layer_a_span_has_no_traceparent() {
-        let span = tracing::info_span!("x");
-        TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-            .unwrap()
-            .join(&span);
-        assert_eq!(TraceParent::of(&span), None);
-    }
 }

@@ -77,6 +77,25 @@ pub struct Task {
     pub updated_at: Timestamp,
 }
 
+/// The largest progress a heartbeat stores, as JSON text.
+pub const MAX_PROGRESS_BYTES: usize = 65_536;
+
+/// Checks a task's progress before it is stored: no NUL in a string or key
+/// (as payloads), at most [`MAX_PROGRESS_BYTES`] of JSON.
+///
+/// # Errors
+/// `InvalidInput` saying which.
+pub fn validate_progress(progress: &serde_json::Value) -> Result<(), StoreError> {
+    validate_json_text("task progress", progress)?;
+    let len = progress.to_string().len();
+    if len > MAX_PROGRESS_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "task progress must be at most {MAX_PROGRESS_BYTES} bytes of JSON, got {len}"
+        )));
+    }
+    Ok(())
+}
+
 /// Enqueues a task.
 #[derive(Clone, Debug)]
 pub struct TaskEnqueueRequest {

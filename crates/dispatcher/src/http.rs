@@ -144,7 +144,7 @@ enum Unanswered {
 }
 
 /// Why a request got no answer.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// The destination may not be sent to (its URL, or every address it is
     /// or resolves to is refused): retrying cannot help.
@@ -273,6 +273,11 @@ impl HttpClient {
             idle_total: IDLE_TOTAL,
             keep: 0,
         })
+    }
+
+    /// How long a request may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Keeps the first `bytes` of every answer's body (at most

@@ -26,11 +26,16 @@ const LONGEST_LIFE: Duration = Duration::from_secs(24 * 3600);
 /// when that is shorter.
 const RENEW_BEFORE: Duration = Duration::from_secs(30);
 
-/// A token and what it was fetched with.
+/// How long a failed token request is answered from memory: the
+/// deliveries waiting for the same endpoint's token fail with it instead of
+/// each asking again.
+const FAILURE_HOLD: Duration = Duration::from_secs(5);
+
+/// A token, or why there is none, and what it was fetched with.
 struct Held {
     /// The settings' text: changed settings (a new secret) fetch anew.
     settings: String,
-    token: String,
+    token: Result<String, Failure>,
     until: Instant,
 }
 
@@ -44,12 +49,31 @@ pub(crate) struct Tokens {
 
 impl Tokens {
     /// The access token for `endpoint`'s requests: the kept one while it is
-    /// fresh and the settings are the same, a new one otherwise.
+    /// fresh and the settings are the same, a new one otherwise. Waiting for
+    /// another send's fetch and fetching take at most `within` in all, so
+    /// that the send after it stays inside its lease.
     ///
     /// # Errors
     /// `Refused` when the token URL may not be sent to; `Failed` when the
-    /// token request fails or its answer holds no bearer token.
+    /// token request fails or its answer holds no bearer token (kept for
+    /// [`FAILURE_HOLD`]), or `within` runs out.
     pub(crate) async fn bearer(
+        &self,
+        client: &HttpClient,
+        endpoint: EndpointId,
+        settings: &Secret,
+        within: Duration,
+    ) -> Result<String, Failure> {
+        tokio::time::timeout(within, self.held_or_fetched(client, endpoint, settings))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Failure::Failed(
+                    "oauth2 token request: timed out".to_string(),
+                ))
+            })
+    }
+
+    async fn held_or_fetched(
         &self,
         client: &HttpClient,
         endpoint: EndpointId,
@@ -59,32 +83,42 @@ impl Tokens {
         let mut held = slot.lock().await;
         if let Some(h) = held.as_ref() {
             if h.settings == settings.expose() && Instant::now() < h.until {
-                return Ok(h.token.clone());
+                return h.token.clone();
             }
         }
         let creds = ClientCredentials::from_text(settings)
             .map_err(|e| Failure::Failed(format!("oauth2: {e}")))?;
         let fetched_at = Instant::now();
-        let token = fetch(client, &creds).await?;
-        let life = token
-            .expires_in
-            .map_or(UNSTATED_LIFE, Duration::from_secs)
-            .min(LONGEST_LIFE);
-        let until = fetched_at + life.saturating_sub(RENEW_BEFORE.min(life / 10));
+        let (token, until) = match fetch(client, &creds).await {
+            Ok(token) => {
+                let life = token
+                    .expires_in
+                    .map_or(UNSTATED_LIFE, Duration::from_secs)
+                    .min(LONGEST_LIFE);
+                let until = fetched_at + life.saturating_sub(RENEW_BEFORE.min(life / 10));
+                (Ok(token.token), until)
+            }
+            Err(failure) => (Err(failure), Instant::now() + FAILURE_HOLD),
+        };
         *held = Some(Held {
             settings: settings.expose().to_string(),
-            token: token.token.clone(),
+            token: token.clone(),
             until,
         });
-        Ok(token.token)
+        token
     }
 
-    /// Drops the token of `endpoint` (its receiver refused it).
-    pub(crate) fn forget(&self, endpoint: EndpointId) {
-        self.by_endpoint
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&endpoint);
+    /// Drops `rejected`, the token of `endpoint` its receiver refused, if it
+    /// is still the one kept (a newer one, fetched meanwhile, stays).
+    pub(crate) async fn forget(&self, endpoint: EndpointId, rejected: &str) {
+        let slot = self.slot(endpoint);
+        let mut held = slot.lock().await;
+        if held
+            .as_ref()
+            .is_some_and(|h| h.token.as_deref() == Ok(rejected))
+        {
+            *held = None;
+        }
     }
 
     fn slot(&self, endpoint: EndpointId) -> Slot {

@@ -49,15 +49,16 @@ pub type TaskResult = Result<serde_json::Value, TaskError>;
 type BoxedHandler =
     Arc<dyn Fn(Task, Progress) -> Pin<Box<dyn Future<Output = TaskResult> + Send>> + Send + Sync>;
 
-/// What a running handler has done so far. Each report replaces the last;
-/// the runner stores the latest with its next heartbeat, and once more
-/// before it records the outcome, as the task's `progress`: readers see it
-/// move, and a run after a crash or a retried failure starts from it.
+/// What a running handler has done so far. Each report replaces the last
+/// and is stored at once with a heartbeat (one write per report: report per
+/// page of work, not per item), and the latest once more before the
+/// outcome, as the task's `progress`: readers see it move, and a run after
+/// a crash or a retried failure starts from it.
 #[derive(Clone, Debug)]
 pub struct Progress(Arc<tokio::sync::watch::Sender<Option<serde_json::Value>>>);
 
 impl Progress {
-    /// Reports `progress` (stored with the next heartbeat).
+    /// Reports `progress` (stored at once with a heartbeat).
     pub fn report(&self, progress: serde_json::Value) {
         self.0.send_replace(Some(progress));
     }
@@ -264,29 +265,45 @@ async fn run_one(
     let mut work = tokio::spawn(handler(task, Progress(Arc::new(report))));
     let mut beat = tokio::time::interval(lease_for / 3);
     beat.tick().await;
+    // A report not stored yet: kept until a heartbeat stores it.
+    let mut pending: Option<serde_json::Value> = None;
     let joined = loop {
-        tokio::select! {
+        let fresh = tokio::select! {
             joined = &mut work => break joined,
-            _ = beat.tick() => match store
-                .workflow_heartbeat(&lease, lease_for, latest(&mut reported))
-                .await
-            {
-                Ok(renewed) => lease = renewed,
-                Err(StoreError::LeaseLost) => {
-                    work.abort();
-                    return Ended::Lost;
-                }
-                Err(e) => tracing::warn!(task_id = %lease.task_id, "heartbeat failed: {e}"),
-            },
+            // A report is stored at once (with a heartbeat), so a crash
+            // loses at most what was done since the last report.
+            Ok(()) = reported.changed() => true,
+            _ = beat.tick() => false,
             _ = halt.cancelled() => {
                 work.abort();
                 let _ = store.workflow_release(&lease).await;
                 return Ended::Released;
             }
+        };
+        // `changed` marked the new report seen: take it as it is.
+        let report = if fresh {
+            reported.borrow_and_update().clone()
+        } else {
+            latest(&mut reported)
+        };
+        pending = checked(&lease, report).or(pending);
+        match store
+            .workflow_heartbeat(&lease, lease_for, pending.clone())
+            .await
+        {
+            Ok(renewed) => {
+                lease = renewed;
+                pending = None;
+            }
+            Err(StoreError::LeaseLost) => {
+                work.abort();
+                return Ended::Lost;
+            }
+            Err(e) => tracing::warn!(task_id = %lease.task_id, "heartbeat failed: {e}"),
         }
     };
     // The last report, so that a failure retried later starts from it.
-    if let Some(progress) = latest(&mut reported) {
+    if let Some(progress) = checked(&lease, latest(&mut reported)).or(pending) {
         match store
             .workflow_heartbeat(&lease, lease_for, Some(progress))
             .await
@@ -323,6 +340,19 @@ async fn run_one(
         Err(e) => {
             tracing::warn!("cannot record the task's outcome: {e}");
             Ended::Lost
+        }
+    }
+}
+
+/// `progress` when the store would take it; a refused one is logged and
+/// dropped, so that it never holds up the heartbeats that keep the lease.
+fn checked(lease: &TaskLease, progress: Option<serde_json::Value>) -> Option<serde_json::Value> {
+    let p = progress?;
+    match control_plane_core::workflow::validate_progress(&p) {
+        Ok(()) => Some(p),
+        Err(e) => {
+            tracing::warn!(task_id = %lease.task_id, "the handler's progress is not stored: {e}");
+            None
         }
     }
 }

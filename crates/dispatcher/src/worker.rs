@@ -441,11 +441,23 @@ async fn send(
 ) -> Result<SendResult, String> {
     let started = Instant::now();
     // An OAuth2 endpoint's token first: without one there is no request.
+    // Getting it takes at most half the request timeout, so the token and
+    // the send together stay inside the lease (twice the request timeout).
+    let mut token = None;
     let bearer = match &c.oauth2 {
         Some(settings) => {
             let endpoint = c.delivery.endpoint_id;
-            match ctx.tokens.bearer(&ctx.client, endpoint, settings).await {
-                Ok(token) => Some(format!("Bearer {token}")),
+            let within = ctx.client.timeout() / 2;
+            match ctx
+                .tokens
+                .bearer(&ctx.client, endpoint, settings, within)
+                .await
+            {
+                Ok(t) => {
+                    let header = format!("Bearer {t}");
+                    token = Some(t);
+                    Some(header)
+                }
                 Err(Failure::Refused(why)) => return Err(why),
                 Err(Failure::Failed(error)) => {
                     return Ok(SendResult {
@@ -488,9 +500,11 @@ async fn send(
         headers.push(("traceparent", t.as_str().to_string()));
     }
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
-    if c.oauth2.is_some() && matches!(&sent, Ok(answer) if answer.status == 401) {
-        // The receiver refused the token: the next attempt fetches another.
-        ctx.tokens.forget(c.delivery.endpoint_id);
+    if let (Some(t), Ok(answer)) = (&token, &sent) {
+        if answer.status == 401 {
+            // The receiver refused the token: the next attempt fetches another.
+            ctx.tokens.forget(c.delivery.endpoint_id, t).await;
+        }
     }
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(match sent {

@@ -208,6 +208,9 @@ pub(crate) fn heartbeat(
     lease_for: Duration,
     progress: Option<serde_json::Value>,
 ) -> StoreResult<TaskLease> {
+    if let Some(p) = &progress {
+        control_plane_core::workflow::validate_progress(p)?;
+    }
     let r = scoped(t, &lease.account, &lease.task_id)?;
     fence(
         Some(&r.held()),

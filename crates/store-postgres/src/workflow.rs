@@ -195,6 +195,9 @@ pub(crate) async fn heartbeat(
     lease_for: Duration,
     progress: Option<serde_json::Value>,
 ) -> StoreResult<TaskLease> {
+    if let Some(p) = &progress {
+        control_plane_core::workflow::validate_progress(p)?;
+    }
     let l = lock(t, lease).await?;
     fence(
         Some(&l.held()),

@@ -87,6 +87,7 @@ pub(crate) struct PublishBody {
     params(
         AccountPath,
         ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context (version 00), stored with the event and sent on its deliveries; an invalid one is ignored"),
     ),
     request_body = PublishBody,
     responses((status = 202, description = "Accepted", body = Published)),

@@ -420,6 +420,16 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
         .await
         .unwrap();
     assert_eq!(read(&h).await, Some(json!({"done": 1})), "None keeps it");
+    // Progress is checked as payloads are, alike on every adapter.
+    for bad in [json!({"note": "a\u{0}b"}), json!("x".repeat(70_000))] {
+        let r = h.store.workflow_heartbeat(&c.lease, LEASE, Some(bad)).await;
+        assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{r:?}");
+    }
+    assert_eq!(
+        read(&h).await,
+        Some(json!({"done": 1})),
+        "a refused one stores nothing"
+    );
     h.store
         .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 2})))
         .await
