@@ -58,6 +58,7 @@ fn type_from_row(
 
 pub(crate) fn put(t: &mut Tx<'_>, req: &EventTypePut) -> StoreResult<EventType> {
     req.validate()?;
+    t.schemas.forget(&req.account, &req.name);
     let schema = req.schema_text()?;
     let example = req.example_text();
     let account = req.account.as_str();
@@ -106,6 +107,7 @@ pub(crate) fn list_types(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Eve
 }
 
 pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, name: &str) -> StoreResult<()> {
+    t.schemas.forget(account, name);
     let n = t
         .execute(
             "DELETE FROM event_types WHERE account = $1 AND name = $2",
@@ -118,25 +120,45 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, name: &str) -> StoreRe
     Ok(())
 }
 
-/// The schemas of the types `reqs` publish, read in the publish's
-/// transaction (see [`control_plane_core::catalogue::check_publishes`]).
-pub(crate) fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
-    let mut st = t
-        .prepare(
-            "SELECT name, schema FROM event_types WHERE account = $1 \
-             AND list_contains($2::VARCHAR[], name) AND schema IS NOT NULL",
-        )
-        .db()?;
+/// The schemas of the types `reqs` publish (see
+/// [`control_plane_core::catalogue::check_publishes`]): from the writer's
+/// cache ([`crate::store::SchemaCache`]), the types it lacks read in the
+/// publish's transaction.
+pub(crate) fn schemas(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
     let mut out = Vec::new();
     for (account, types) in types_by_account(reqs) {
-        let rows = st
-            .query_map(params![account.as_str(), list::text(types)], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .db()?;
-        for row in rows {
-            let (name, schema) = row.db()?;
-            out.push((account.clone(), name, schema));
+        let missing: Vec<&str> = types
+            .iter()
+            .copied()
+            .filter(|name| t.schemas.get(account, name).is_none())
+            .collect();
+        if !missing.is_empty() {
+            let found = {
+                let mut st = t
+                    .prepare(
+                        "SELECT name, schema FROM event_types WHERE account = $1 \
+                         AND list_contains($2::VARCHAR[], name)",
+                    )
+                    .db()?;
+                let rows = st
+                    .query_map(params![account.as_str(), list::text(&missing)], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .db()?;
+                rows.collect::<Result<Vec<_>, _>>().db()?
+            };
+            for name in &missing {
+                let schema = found
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .and_then(|(_, s)| s.clone());
+                t.schemas.insert(account, name, schema);
+            }
+        }
+        for name in types {
+            if let Some(Some(schema)) = t.schemas.get(account, name) {
+                out.push((account.clone(), name.to_string(), schema.clone()));
+            }
         }
     }
     Ok(out)

@@ -142,6 +142,7 @@ pub(crate) struct Writer {
     counters: Counters,
     housekeeping: Housekeeping,
     seqs: SeqCache,
+    schemas: SchemaCache,
 }
 
 /// The sequence numbers of deliveries this writer leased, by id. A
@@ -167,6 +168,48 @@ impl SeqCache {
     }
 }
 
+/// The schema of each (account, event type) a publish has looked up: `None`
+/// for a type that is not registered or has no schema. The embedded store
+/// is one process with one writer, so a put or a delete (which forgets its
+/// entry) is the only way an entry changes; a failed transaction empties
+/// the cache, since it may have read its own put that did not commit.
+/// Bounded: emptied when full. It spares each publish a statement (ADR 0025).
+#[derive(Default)]
+pub(crate) struct SchemaCache(
+    std::collections::HashMap<(control_plane_core::AccountId, String), Option<String>>,
+);
+
+impl SchemaCache {
+    const MAX: usize = 100_000;
+
+    /// The entry of `account`'s `name`: `None` when not looked up yet.
+    pub fn get(
+        &self,
+        account: &control_plane_core::AccountId,
+        name: &str,
+    ) -> Option<&Option<String>> {
+        self.0.get(&(account.clone(), name.to_string()))
+    }
+
+    /// Remembers what the store holds for `account`'s `name`.
+    pub fn insert(
+        &mut self,
+        account: &control_plane_core::AccountId,
+        name: &str,
+        schema: Option<String>,
+    ) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        self.0.insert((account.clone(), name.to_string()), schema);
+    }
+
+    /// Forgets `account`'s `name` (it was put or deleted).
+    pub fn forget(&mut self, account: &control_plane_core::AccountId, name: &str) {
+        self.0.remove(&(account.clone(), name.to_string()));
+    }
+}
+
 /// One transaction on the writer, with the time it runs at.
 pub(crate) struct Tx<'a> {
     tx: duckdb::Transaction<'a>,
@@ -182,6 +225,8 @@ pub(crate) struct Tx<'a> {
     pub housekeeping: &'a Housekeeping,
     /// Seqs of leased deliveries.
     pub seqs: &'a mut SeqCache,
+    /// Schemas of published types.
+    pub schemas: &'a mut SchemaCache,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -264,6 +309,7 @@ impl Writer {
                 dirty: Vec::new(),
                 housekeeping: &self.housekeeping,
                 seqs: &mut self.seqs,
+                schemas: &mut self.schemas,
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -271,6 +317,7 @@ impl Writer {
         })();
         if result.is_err() {
             self.counters = saved;
+            self.schemas = SchemaCache::default();
         }
         result
     }
@@ -391,6 +438,7 @@ impl EmbeddedStore {
                         counters,
                         housekeeping: Housekeeping::default(),
                         seqs: SeqCache::default(),
+                        schemas: SchemaCache::default(),
                     })
                 })();
                 let mut writer = match writer {
