@@ -19,6 +19,7 @@ mod catalogue;
 mod html;
 mod pages;
 mod recover;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -100,8 +101,8 @@ pub(crate) fn router() -> Router<Arc<ApiState>> {
         )
         .route("/ui/a/{account}/dead", get(pages::dead))
         .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
-        .route("/ui/a/{account}/tasks", get(pages::tasks))
-        .route("/ui/a/{account}/tasks/{id}/retry", post(pages::task_retry))
+        .route("/ui/a/{account}/tasks", get(tasks::tasks))
+        .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
         .layer(axum::middleware::from_fn(secure_headers))
 }
 
