@@ -405,19 +405,33 @@ async fn attempt(
         Ok(s) => s,
         Err(e) => return refuse(e.to_string()),
     };
-    let started = Instant::now();
-    let result = match send(ctx, c, &id, timestamp, signature, traceparent).await {
-        Ok(result) => result,
-        Err(refused) => return refuse(refused),
-    };
-    let took = started.elapsed();
     let account = &c.delivery.account;
-    ctx.usage.add(account, UsageMetric::Attempts, 1);
-    ctx.usage.add(
-        account,
-        UsageMetric::BytesSent,
-        u64::try_from(c.body.len()).unwrap_or(u64::MAX),
-    );
+    let result = match send(ctx, c, &id, timestamp, signature, traceparent).await {
+        Ok(result) => {
+            ctx.usage.add(account, UsageMetric::Attempts, 1);
+            ctx.usage.add(
+                account,
+                UsageMetric::BytesSent,
+                u64::try_from(c.body.len()).unwrap_or(u64::MAX),
+            );
+            result
+        }
+        // No token, no request: a failed attempt, retried on the schedule,
+        // that sent nothing (not counted as sent, and no latency).
+        Err(Unsent::NoToken(failed)) => {
+            let outcome = classify(
+                &failed,
+                c.lease.attempt,
+                c.delivery.id.0.as_bytes(),
+                &ctx.policy,
+                ctx.clock.now(),
+            );
+            ctx.metrics.record(account, outcome.kind(), None);
+            return outcome;
+        }
+        Err(Unsent::Refused(refused)) => return refuse(refused),
+    };
+    let took = Duration::from_millis(result.latency_ms);
     let outcome = classify(
         &result,
         c.lease.attempt,
@@ -429,8 +443,22 @@ async fn attempt(
     outcome
 }
 
+/// Why a request was not made.
+enum Unsent {
+    /// Its destination (or its OAuth2 token URL) is refused.
+    Refused(String),
+    /// Its OAuth2 token could not be had: the attempt failed, as this says.
+    NoToken(SendResult),
+}
+
+impl From<String> for Unsent {
+    fn from(why: String) -> Self {
+        Unsent::Refused(why)
+    }
+}
+
 /// The signed request itself: status and `Retry-After`, or the error; or,
-/// as `Err`, why its destination is refused.
+/// as `Err`, why it was not made.
 async fn send(
     ctx: &SendContext,
     c: &ClaimedDelivery,
@@ -438,8 +466,7 @@ async fn send(
     timestamp: i64,
     signature: String,
     traceparent: Option<&TraceParent>,
-) -> Result<SendResult, String> {
-    let started = Instant::now();
+) -> Result<SendResult, Unsent> {
     // An OAuth2 endpoint's token first: without one there is no request.
     // Getting it takes at most half the request timeout, so the token and
     // the send together stay inside the lease (twice the request timeout).
@@ -458,16 +485,15 @@ async fn send(
                     token = Some(t);
                     Some(header)
                 }
-                Err(Failure::Refused(why)) => return Err(why),
+                Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
                 Err(Failure::Failed(error)) => {
-                    return Ok(SendResult {
+                    return Err(Unsent::NoToken(SendResult {
                         status: None,
                         retry_after: None,
                         error: Some(error),
-                        latency_ms: u64::try_from(started.elapsed().as_millis())
-                            .unwrap_or(u64::MAX),
+                        latency_ms: 0,
                         response_body: None,
-                    })
+                    }))
                 }
             }
         }
@@ -499,6 +525,8 @@ async fn send(
     if let Some(t) = traceparent {
         headers.push(("traceparent", t.as_str().to_string()));
     }
+    // The receiver's latency: from the request, not from the token fetch.
+    let started = Instant::now();
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
     if let (Some(t), Ok(answer)) = (&token, &sent) {
         if answer.status == 401 {
@@ -525,7 +553,7 @@ async fn send(
             latency_ms,
             response_body: None,
         },
-        Err(Failure::Refused(why)) => return Err(why),
+        Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
     })
 }
 

@@ -428,3 +428,66 @@ async fn a_private_destination_is_refused_without_an_allowlist() {
         .unwrap_or_default()
         .contains("CONTROLPLANE_ALLOWED_TARGETS"));
 }
+
+/// An OAuth2 endpoint whose token request fails: the attempt fails (retried
+/// on the schedule) with the token endpoint's status and error code, nothing
+/// reaches the endpoint, and nothing is counted as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_token_request_fails_the_attempt_without_sending() {
+    let token = receiver(vec![(
+        400,
+        Some(r#"body:{"error":"invalid_client"}"#),
+        Duration::ZERO,
+    )])
+    .await;
+    let r = receiver(Vec::new()).await;
+    let s = setup(&r.url).await;
+    s.store
+        .endpoint_update(
+            &s.endpoint.account,
+            s.endpoint.id,
+            EndpointUpdateRequest {
+                oauth2: Some(Some(ClientCredentials {
+                    token_url: token.url.clone(),
+                    client_id: "hooks".into(),
+                    client_secret: "client-secret-xyz".into(),
+                    scope: None,
+                    audience: None,
+                })),
+                ..EndpointUpdateRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    let id = publish(&s).await;
+    let metrics = Arc::new(dispatcher::DeliveryMetrics::default());
+    let usage = Arc::new(UsageMeter::default());
+    let d = Dispatcher::new(s.store.clone(), config(60))
+        .unwrap()
+        .with_meters(metrics.clone(), usage.clone());
+    run_dispatcher_until(d, || async {
+        state(&s, id).await.attempts == 1 && state(&s, id).await.state == DeliveryState::Pending
+    })
+    .await;
+    let d = state(&s, id).await;
+    let error = d.last_error.unwrap_or_default();
+    assert!(
+        error.contains("answered 400") && error.contains("invalid_client"),
+        "{error}"
+    );
+    assert!(!error.contains("client-secret-xyz"), "{error}");
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "nothing reached the endpoint"
+    );
+    assert_eq!(token.seen.lock().unwrap().len(), 1);
+    assert_eq!(metrics.attempts("retry"), 1, "a failed attempt");
+    let counted = usage
+        .flush(s.store.as_ref(), SystemClock.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        counted, 0,
+        "neither an attempt nor bytes are counted as sent"
+    );
+}
