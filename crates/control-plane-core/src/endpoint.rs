@@ -286,11 +286,31 @@ impl EndpointUpdateRequest {
     ///
     /// # Errors
     /// `InvalidInput` for a URL that is not absolute `http(s)`, a bad event
-    /// type, a limit out of range or a NUL in the description; `e` is then
-    /// unchanged.
+    /// type, a limit out of range or a NUL in the description; for a URL of
+    /// another origin (scheme, host, port) while the endpoint keeps custom
+    /// headers or OAuth2 credentials the request does not give again; `e` is
+    /// then unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;
+            // Write-only credentials never follow the endpoint to another
+            // origin unless the change says so: otherwise a caller who may
+            // change the URL but was never told them could have them sent
+            // to a host of its choosing.
+            let origin = |u: &str| url::Url::parse(u).map(|u| u.origin().ascii_serialization());
+            if origin(url).ok() != origin(&e.url).ok() {
+                let kept = [
+                    ("headers", e.headers.is_some() && self.headers.is_none()),
+                    ("oauth2", e.oauth2.is_some() && self.oauth2.is_none()),
+                ];
+                if let Some((field, _)) = kept.iter().find(|(_, kept)| *kept) {
+                    return Err(StoreError::InvalidInput(format!(
+                        "the url moves the endpoint to another origin: give \"{field}\" again with it \
+                         (or remove it: {{}} for headers, null for oauth2); credentials never follow \
+                         an endpoint to another host unasked"
+                    )));
+                }
+            }
         }
         if let Some(types) = &self.event_types {
             validate_event_types(types)?;

@@ -57,6 +57,8 @@ pub trait EndpointStore: Send + Sync {
     /// - OAuth2 client credentials are checked, replaced, removed
     ///   (`Some(None)`), kept by other changes and handed to the claimer
     ///   (`oauth2_credentials_are_checked_replaced_removed_and_claimed`).
+    /// - A URL of another origin is `InvalidInput` while custom headers or
+    ///   OAuth2 credentials would follow it unasked (the same contract).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.

@@ -546,6 +546,30 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
         pairs(&changed),
         Some(vec![("x-tenant".to_string(), "t-9".to_string())])
     );
+    // Headers never follow the endpoint to another origin unasked.
+    let elsewhere = EndpointUpdateRequest {
+        url: Some("http://127.0.0.1:9/hook".into()),
+        ..EndpointUpdateRequest::default()
+    };
+    invalid(
+        h.store
+            .endpoint_update(&acct("a"), e.id, elsewhere.clone())
+            .await,
+        "\"headers\"",
+    );
+    let moved = h
+        .store
+        .endpoint_update(
+            &acct("a"),
+            e.id,
+            EndpointUpdateRequest {
+                headers: Some([("x-tenant".to_string(), "t-10".to_string())].into()),
+                ..elsewhere
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.url, "http://127.0.0.1:9/hook");
     let cleared = h
         .store
         .endpoint_update(&acct("a"), e.id, update(&[]))
@@ -619,6 +643,29 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
         .await
         .unwrap();
     assert_eq!(changed.oauth2_client(), Some(creds("s-2")));
+    // Another origin only with the credentials given again: a caller never
+    // told them cannot have them sent to a host of its choosing.
+    let moved = |url: &str, oauth2: Option<Option<ClientCredentials>>| EndpointUpdateRequest {
+        url: Some(url.into()),
+        oauth2,
+        ..EndpointUpdateRequest::default()
+    };
+    invalid(
+        h.store
+            .endpoint_update(
+                &acct("a"),
+                e.id,
+                moved("https://elsewhere.example/hook", None),
+            )
+            .await,
+        "\"oauth2\"",
+    );
+    let same_origin = h
+        .store
+        .endpoint_update(&acct("a"), e.id, moved("https://example.com/other", None))
+        .await
+        .unwrap();
+    assert_eq!(same_origin.oauth2_client(), Some(creds("s-2")));
     publish(&h, "a").await;
     let c = claim(&h, 1).await.remove(0);
     let claimed = c
