@@ -406,7 +406,7 @@ async fn attempt(
         Err(e) => return refuse(e.to_string()),
     };
     let account = &c.delivery.account;
-    let result = match send(ctx, c, &id, timestamp, signature, traceparent).await {
+    let (result, took) = match send(ctx, c, &id, timestamp, signature, traceparent).await {
         Ok(result) => {
             ctx.usage.add(account, UsageMetric::Attempts, 1);
             ctx.usage.add(
@@ -414,24 +414,14 @@ async fn attempt(
                 UsageMetric::BytesSent,
                 u64::try_from(c.body.len()).unwrap_or(u64::MAX),
             );
-            result
+            let took = Duration::from_millis(result.latency_ms);
+            (result, Some(took))
         }
         // No token, no request: a failed attempt, retried on the schedule,
         // that sent nothing (not counted as sent, and no latency).
-        Err(Unsent::NoToken(failed)) => {
-            let outcome = classify(
-                &failed,
-                c.lease.attempt,
-                c.delivery.id.0.as_bytes(),
-                &ctx.policy,
-                ctx.clock.now(),
-            );
-            ctx.metrics.record(account, outcome.kind(), None);
-            return outcome;
-        }
+        Err(Unsent::NoToken(failed)) => (failed, None),
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
-    let took = Duration::from_millis(result.latency_ms);
     let outcome = classify(
         &result,
         c.lease.attempt,
@@ -439,7 +429,7 @@ async fn attempt(
         &ctx.policy,
         ctx.clock.now(),
     );
-    ctx.metrics.record(account, outcome.kind(), Some(took));
+    ctx.metrics.record(account, outcome.kind(), took);
     outcome
 }
 
@@ -470,8 +460,7 @@ async fn send(
     // An OAuth2 endpoint's token first: without one there is no request.
     // Getting it takes at most half the request timeout, so the token and
     // the send together stay inside the lease (twice the request timeout).
-    let mut token = None;
-    let bearer = match &c.oauth2 {
+    let token = match &c.oauth2 {
         Some(settings) => {
             let endpoint = c.delivery.endpoint_id;
             let within = ctx.client.timeout() / 2;
@@ -480,11 +469,7 @@ async fn send(
                 .bearer(&ctx.client, endpoint, settings, within)
                 .await
             {
-                Ok(t) => {
-                    let header = format!("Bearer {t}");
-                    token = Some(t);
-                    Some(header)
-                }
+                Ok(t) => Some(t),
                 Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
                 Err(Failure::Failed(error)) => {
                     return Err(Unsent::NoToken(SendResult {
@@ -510,11 +495,11 @@ async fn send(
     let mut headers: Vec<(&str, String)> = custom
         .iter()
         .filter(|(n, _)| traceparent.is_none() || n != "traceparent")
-        .filter(|(n, _)| bearer.is_none() || n != "authorization")
+        .filter(|(n, _)| token.is_none() || n != "authorization")
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
-    if let Some(b) = bearer {
-        headers.push(("authorization", b));
+    if let Some(t) = &token {
+        headers.push(("authorization", format!("Bearer {t}")));
     }
     headers.extend([
         ("content-type", "application/json".to_string()),
