@@ -122,7 +122,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, name: &str) -> StoreRe
 
 /// The schemas of the types `reqs` publish (see
 /// [`control_plane_core::catalogue::check_publishes`]): from the writer's
-/// cache ([`crate::store::SchemaCache`]), the types it lacks read in the
+/// cache ([`crate::cache::SchemaCache`]), the types it lacks read in the
 /// publish's transaction.
 pub(crate) fn schemas(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
     let mut out = Vec::new();

@@ -115,6 +115,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<
         ],
     )
     .db()?;
+    t.fan_out.forget(&req.account);
     get(t, &req.account, id)
 }
 
@@ -137,6 +138,38 @@ pub(crate) fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<Endpoint>
         .into_iter()
         .map(|e| opened(t, e))
         .collect()
+}
+
+/// The live endpoints of `account` as fan-out reads them, from the writer's
+/// cache ([`crate::cache::FanOutCache`]) when they have not changed since
+/// they were last read.
+pub(crate) fn fan_out_set(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+) -> StoreResult<std::sync::Arc<[Endpoint]>> {
+    if let Some(endpoints) = t.fan_out.get(account) {
+        // Debug builds check the cache against the table at every use, as
+        // they check the live index.
+        if cfg!(debug_assertions) {
+            let seen = |e: &[Endpoint]| -> Vec<(EndpointId, Vec<String>, Option<String>)> {
+                e.iter()
+                    .map(|e| {
+                        let filter = e.filter.as_ref().map(EventFilter::to_text);
+                        (e.id, e.event_types.clone(), filter)
+                    })
+                    .collect()
+            };
+            if seen(&endpoints) != seen(&list_sealed(t, account)?) {
+                return Err(StoreError::Backend(format!(
+                    "the fan-out cache of account {account} is out of step with the endpoints table"
+                )));
+            }
+        }
+        return Ok(endpoints);
+    }
+    let endpoints: std::sync::Arc<[Endpoint]> = list_sealed(t, account)?.into();
+    t.fan_out.insert(account, endpoints.clone());
+    Ok(endpoints)
 }
 
 /// [`list`] with the secrets left as stored: for fan-out, which reads no
@@ -181,6 +214,7 @@ pub(crate) fn update(
         ],
     )
     .db()?;
+    t.fan_out.forget(account);
     get(t, account, id)
 }
 
@@ -289,6 +323,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
         params![t.now.as_millis(), id.to_string()],
     )
     .db()?;
+    t.fan_out.forget(account);
     let parked = t
         .execute(
             "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
@@ -297,6 +332,9 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
             params![t.now.as_millis(), id.to_string()],
         )
         .db()?;
+    if parked > 0 {
+        t.live.forget();
+    }
     Ok(parked as u64)
 }
 

@@ -5,12 +5,14 @@
 mod account_key;
 mod alert;
 mod attempt;
+mod cache;
 mod catalogue;
 mod config;
 mod delivery;
 mod endpoint;
 mod error;
 mod idempotency;
+mod live;
 mod maintenance;
 mod session;
 mod store;

@@ -6,6 +6,7 @@
 //! transaction-conflict error can reach a caller (ADR 0003). The connection
 //! never runs on a tokio worker thread.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::mpsc;
@@ -14,13 +15,15 @@ use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{
-    Clock, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp,
+    Clock, EndpointId, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp,
 };
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
+use crate::cache::{FanOutCache, SchemaCache, SeqCache};
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
+use crate::live::{EndpointQueue, LiveIndex};
 
 const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
@@ -49,8 +52,15 @@ const MIGRATIONS: &[Migration] = &[
 const STATEMENT_CACHE: usize = 256;
 
 /// Durable counters (sequence numbers, log positions), kept in memory by the
-/// writer and saved in the transaction that advances them.
-type Counters = std::collections::BTreeMap<String, i64>;
+/// writer: `(last value handed out, highest value reserved in the table)`.
+/// A counter reserves [`COUNTER_BLOCK`] values at a time, saved in the
+/// transaction that first uses the block, so most transactions write no
+/// counter row; after a restart a counter goes on from its reservation, and
+/// the values a crash left unused are skipped, never handed out twice.
+type Counters = std::collections::BTreeMap<String, (i64, i64)>;
+
+/// Values a counter reserves at a time.
+const COUNTER_BLOCK: i64 = 1_000;
 
 type Job = Box<dyn FnOnce(&mut Writer) + Send>;
 
@@ -143,71 +153,8 @@ pub(crate) struct Writer {
     housekeeping: Housekeeping,
     seqs: SeqCache,
     schemas: SchemaCache,
-}
-
-/// The sequence numbers of deliveries this writer leased, by id. A
-/// delivery's `seq` never changes, so an entry is never wrong; it spares the
-/// outcome path a lookup by id. Bounded: emptied when full.
-#[derive(Default)]
-pub(crate) struct SeqCache(std::collections::HashMap<control_plane_core::DeliveryId, i64>);
-
-impl SeqCache {
-    const MAX: usize = 1_000_000;
-
-    /// Remembers the seq of `id`.
-    pub fn insert(&mut self, id: control_plane_core::DeliveryId, seq: i64) {
-        if self.0.len() >= Self::MAX {
-            self.0.clear();
-        }
-        self.0.insert(id, seq);
-    }
-
-    /// The seq of `id`, forgotten.
-    pub fn take(&mut self, id: control_plane_core::DeliveryId) -> Option<i64> {
-        self.0.remove(&id)
-    }
-}
-
-/// The schema of each (account, event type) a publish has looked up: `None`
-/// for a type that is not registered or has no schema. The embedded store
-/// is one process with one writer, so a put or a delete (which forgets its
-/// entry) is the only way an entry changes; a failed transaction empties
-/// the cache, since it may have read its own put that did not commit.
-/// Bounded: emptied when full. It spares each publish a statement (ADR 0025).
-#[derive(Default)]
-pub(crate) struct SchemaCache(
-    std::collections::HashMap<(control_plane_core::AccountId, String), Option<String>>,
-);
-
-impl SchemaCache {
-    const MAX: usize = 100_000;
-
-    /// The entry of `account`'s `name`: `None` when not looked up yet.
-    pub fn get(
-        &self,
-        account: &control_plane_core::AccountId,
-        name: &str,
-    ) -> Option<&Option<String>> {
-        self.0.get(&(account.clone(), name.to_string()))
-    }
-
-    /// Remembers what the store holds for `account`'s `name`.
-    pub fn insert(
-        &mut self,
-        account: &control_plane_core::AccountId,
-        name: &str,
-        schema: Option<String>,
-    ) {
-        if self.0.len() >= Self::MAX {
-            self.0.clear();
-        }
-        self.0.insert((account.clone(), name.to_string()), schema);
-    }
-
-    /// Forgets `account`'s `name` (it was put or deleted).
-    pub fn forget(&mut self, account: &control_plane_core::AccountId, name: &str) {
-        self.0.remove(&(account.clone(), name.to_string()));
-    }
+    fan_out: FanOutCache,
+    live: LiveIndex,
 }
 
 /// One transaction on the writer, with the time it runs at.
@@ -227,6 +174,11 @@ pub(crate) struct Tx<'a> {
     pub seqs: &'a mut SeqCache,
     /// Schemas of published types.
     pub schemas: &'a mut SchemaCache,
+    /// The endpoints publishes fan out to.
+    pub fan_out: &'a mut FanOutCache,
+    /// The live queue's index: every write that changes a live delivery
+    /// tells it, or [`LiveIndex::forget`]s it.
+    pub live: &'a mut LiveIndex,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -259,15 +211,24 @@ impl Tx<'_> {
         self.tx.prepare_cached(sql)
     }
 
-    /// The next value of counter `name`: strictly increasing, durable with
-    /// the transaction that uses it.
+    /// The next value of counter `name`: strictly increasing, also across
+    /// restarts, its reservation durable with the transaction that uses it.
     pub fn next(&mut self, name: &'static str) -> i64 {
-        let v = self.counters.entry(name.to_string()).or_insert(0);
-        *v += 1;
-        if !self.dirty.contains(&name) {
-            self.dirty.push(name);
+        let (value, reserved) = self.counters.entry(name.to_string()).or_insert((0, 0));
+        *value += 1;
+        if *value > *reserved {
+            *reserved = value.saturating_add(COUNTER_BLOCK - 1);
+            if !self.dirty.contains(&name) {
+                self.dirty.push(name);
+            }
         }
-        *v
+        *value
+    }
+
+    /// The live deliveries by endpoint, from the writer's index ([`LiveIndex`]);
+    /// `None` while there are too many to keep in memory.
+    pub fn live_queues(&mut self) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
+        self.live.queues(&self.tx, self.now)
     }
 
     /// The next delivery sequence number.
@@ -282,7 +243,10 @@ impl Tx<'_> {
 
     fn commit(self) -> StoreResult<()> {
         for name in &self.dirty {
-            let value = self.counters.get(*name).copied().unwrap_or(0);
+            let value = self
+                .counters
+                .get(*name)
+                .map_or(0, |(_, reserved)| *reserved);
             self.execute(
                 "UPDATE counters SET value = $1 WHERE name = $2",
                 duckdb::params![value, name],
@@ -310,6 +274,8 @@ impl Writer {
                 housekeeping: &self.housekeeping,
                 seqs: &mut self.seqs,
                 schemas: &mut self.schemas,
+                fan_out: &mut self.fan_out,
+                live: &mut self.live,
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -318,6 +284,8 @@ impl Writer {
         if result.is_err() {
             self.counters = saved;
             self.schemas = SchemaCache::default();
+            self.fan_out = FanOutCache::default();
+            self.live.forget();
         }
         result
     }
@@ -427,7 +395,7 @@ impl EmbeddedStore {
                             .db()?;
                         for row in rows {
                             let (name, value) = row.db()?;
-                            counters.insert(name, value);
+                            counters.insert(name, (value, value));
                         }
                     }
                     Ok(Writer {
@@ -439,6 +407,8 @@ impl EmbeddedStore {
                         housekeeping: Housekeeping::default(),
                         seqs: SeqCache::default(),
                         schemas: SchemaCache::default(),
+                        fan_out: FanOutCache::default(),
+                        live: LiveIndex::default(),
                     })
                 })();
                 let mut writer = match writer {

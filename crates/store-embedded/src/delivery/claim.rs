@@ -145,6 +145,76 @@ pub(super) fn heads_of(
         .collect()
 }
 
+/// An endpoint's columns that a flow needs, read from `r` at `at`: id,
+/// account, `max_in_flight`, `rate_limit_per_s`, `budget_tokens`,
+/// `budget_at`, `ordered`.
+struct FlowEndpoint {
+    endpoint: EndpointId,
+    account: String,
+    cap: Option<u32>,
+    rate: Option<u32>,
+    budget: Option<(f64, i64)>,
+    ordered: bool,
+}
+
+impl FlowEndpoint {
+    fn read(r: &Row<'_>, at: [usize; 7]) -> duckdb::Result<Self> {
+        Ok(FlowEndpoint {
+            endpoint: EndpointId(col_uuid(r, at[0])?),
+            account: r.get(at[1])?,
+            cap: r.get(at[2])?,
+            rate: r.get(at[3])?,
+            budget: match (
+                r.get::<_, Option<f64>>(at[4])?,
+                r.get::<_, Option<i64>>(at[5])?,
+            ) {
+                (Some(tokens), Some(at)) => Some((tokens, at)),
+                _ => None,
+            },
+            ordered: r.get(at[6])?,
+        })
+    }
+
+    /// Its flow at `t.now`, with its due work: the oldest due delivery,
+    /// how many are due (up to the claim's limit), its live leases and the
+    /// deliveries it could hand out.
+    fn flow(
+        self,
+        t: &Tx<'_>,
+        throttle: &Throttle,
+        due: u32,
+        in_flight: u32,
+        heads: Vec<Candidate>,
+    ) -> StoreResult<Flow> {
+        let now = t.now;
+        let budget = self.rate.map(|rate| {
+            let stored = self.budget.map(|(tokens, at)| RateBudget {
+                tokens,
+                at: Timestamp::from_millis(at),
+            });
+            (rate, RateBudget::refilled(stored, rate, now))
+        });
+        let oldest = heads
+            .first()
+            .map_or((0, 0), |(_, _, due, seq)| (*due, *seq));
+        let cap = self.cap.unwrap_or(t.options.endpoint_concurrency);
+        Ok(Flow {
+            candidate: FlowCandidate {
+                endpoint: self.endpoint,
+                account: AccountId::new(self.account)?,
+                oldest,
+                due,
+                in_flight,
+                cap: throttle.cap(self.endpoint, cap),
+                rate_room: budget.map(|(_, b)| b.whole()),
+                ordered: self.ordered,
+            },
+            budget,
+            heads,
+        })
+    }
+}
+
 /// The flows of one of the statements above, and whether any ordered
 /// endpoint is live (the unordered statement counts them on the way).
 pub(super) fn flows(
@@ -153,82 +223,122 @@ pub(super) fn flows(
     limit: i64,
     throttle: &Throttle,
 ) -> StoreResult<(Vec<Flow>, bool)> {
-    let now = t.now;
-    let default_cap = t.options.endpoint_concurrency;
+    let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+    let rows: Vec<(FlowEndpoint, i64, i64, Vec<Candidate>, i64)> = {
+        let mut st = t.prepare(sql).db()?;
+        let rows = st
+            .query_map(params![t.now.as_millis(), limit], |r| {
+                let e = FlowEndpoint::read(r, [0, 1, 6, 7, 8, 9, 10])?;
+                let heads = heads_of(e.endpoint, r.get(11)?)?;
+                Ok((e, r.get(4)?, r.get(5)?, heads, r.get(12)?))
+            })
+            .db()?;
+        rows.collect::<Result<_, _>>().db()?
+    };
     let mut any_ordered = false;
-    let mut st = t.prepare(sql).db()?;
-    let rows = st
-        .query_map(params![now.as_millis(), limit], |r| {
-            let count = |i: usize| -> duckdb::Result<u32> {
-                Ok(u32::try_from(r.get::<_, i64>(i)?).unwrap_or(u32::MAX))
-            };
-            let rate: Option<u32> = r.get(7)?;
-            let stored = match (r.get::<_, Option<f64>>(8)?, r.get::<_, Option<i64>>(9)?) {
-                (Some(tokens), Some(at)) => Some(RateBudget {
-                    tokens,
-                    at: Timestamp::from_millis(at),
-                }),
-                _ => None,
-            };
-            let budget = rate.map(|rate| (rate, RateBudget::refilled(stored, rate, now)));
-            let account: String = r.get(1)?;
-            let endpoint = EndpointId(col_uuid(r, 0)?);
-            let ordered_endpoints: i64 = r.get(12)?;
-            Ok((
-                Flow {
-                    candidate: FlowCandidate {
-                        endpoint,
-                        account: AccountId::new(account).map_err(|e| {
-                            duckdb::Error::FromSqlConversionFailure(
-                                1,
-                                duckdb::types::Type::Text,
-                                Box::new(e),
-                            )
-                        })?,
-                        oldest: (r.get(2)?, r.get(3)?),
-                        due: count(4)?,
-                        in_flight: count(5)?,
-                        cap: throttle
-                            .cap(endpoint, r.get::<_, Option<u32>>(6)?.unwrap_or(default_cap)),
-                        rate_room: budget.map(|(_, b)| b.whole()),
-                        ordered: r.get(10)?,
-                    },
-                    budget,
-                    heads: heads_of(endpoint, r.get(11)?)?,
-                },
-                ordered_endpoints > 0,
-            ))
-        })
-        .db()?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (flow, ordered) = row.db()?;
-        any_ordered |= ordered;
-        out.push(flow);
+    let mut out = Vec::with_capacity(rows.len());
+    for (e, due, in_flight, heads, ordered_endpoints) in rows {
+        any_ordered |= ordered_endpoints > 0;
+        out.push(e.flow(t, throttle, count(due), count(in_flight), heads)?);
     }
     Ok((out, any_ordered))
 }
 
+/// The endpoints a claim may serve, of those listed in `$1`.
+const FLOW_ENDPOINTS: &str = "SELECT id, account, max_in_flight, rate_limit_per_s, budget_tokens, \
+     budget_at, ordered FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[])) \
+     AND enabled AND deleted_at IS NULL AND circuit_mode = 'closed'";
+
+/// The flows of every endpoint on a closed circuit with due work, from the
+/// writer's live index ([`crate::live`]): the same flows the two
+/// statements above find, without scanning the live rows. `None` while the
+/// index is not kept.
+pub(super) fn flows_from_index(
+    t: &mut Tx<'_>,
+    limit: i64,
+    throttle: &Throttle,
+) -> StoreResult<Option<Vec<Flow>>> {
+    let now = t.now.as_millis();
+    let take = usize::try_from(limit).unwrap_or(0);
+    // Per endpoint with due work: its oldest due deliveries, its live
+    // leases, and its head when that is the one an ordered endpoint may send.
+    type Due = (Vec<Candidate>, usize, Option<Candidate>);
+    let mut due: HashMap<EndpointId, Due> = HashMap::new();
+    {
+        let Some(queues) = t.live_queues()? else {
+            return Ok(None);
+        };
+        for (endpoint, q) in queues {
+            let heads: Vec<Candidate> = q
+                .due_at(now)
+                .take(take)
+                .map(|(due, seq, id)| (*id, *endpoint, *due, *seq))
+                .collect();
+            if heads.is_empty() {
+                continue;
+            }
+            let head = q
+                .due_head(now)
+                .map(|(due, seq, id)| (id, *endpoint, due, seq));
+            due.insert(*endpoint, (heads, q.in_flight(now), head));
+        }
+    }
+    if due.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let endpoints: Vec<FlowEndpoint> = {
+        let mut st = t.prepare(FLOW_ENDPOINTS).db()?;
+        let rows = st
+            .query_map(params![list::text(due.keys())], |r| {
+                FlowEndpoint::read(r, [0, 1, 2, 3, 4, 5, 6])
+            })
+            .db()?;
+        rows.collect::<Result<_, _>>().db()?
+    };
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(endpoints.len());
+    for e in endpoints {
+        let Some((heads, in_flight, head)) = due.remove(&e.endpoint) else {
+            continue;
+        };
+        let heads = match (e.ordered, head) {
+            (false, _) => heads,
+            (true, Some(head)) => vec![head],
+            (true, None) => continue,
+        };
+        let n = count(heads.len());
+        out.push(e.flow(t, throttle, n, count(in_flight), heads)?);
+    }
+    Ok(Some(out))
+}
+
 /// The ordinary deliveries of a claim of `limit`: the endpoints' shares
 /// (`flow::share_claim`), each endpoint's oldest due first; spends the rate
-/// budgets of the endpoints that get any. One scan finds the unordered
-/// endpoints' flows with their oldest due deliveries; ordered endpoints
-/// take a second one, only when there are any.
+/// budgets of the endpoints that get any. The flows come from the live
+/// index; without one, one scan finds the unordered endpoints' flows with
+/// their oldest due deliveries, and ordered endpoints take a second one,
+/// only when there are any.
 pub(super) fn fair_candidates(
-    t: &Tx<'_>,
+    t: &mut Tx<'_>,
     limit: i64,
     throttle: &Throttle,
 ) -> StoreResult<Vec<Candidate>> {
-    let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit, throttle)?;
-    // With no unordered flow there was no row to count ordered endpoints on.
-    let any_ordered = if all.is_empty() {
-        any_endpoint(t, ANY_ORDERED, [])?
-    } else {
-        counted
+    let all = match flows_from_index(t, limit, throttle)? {
+        Some(all) => all,
+        None => {
+            let (mut all, counted) = flows(t, FLOWS_UNORDERED, limit, throttle)?;
+            // With no unordered flow there was no row to count ordered endpoints on.
+            let any_ordered = if all.is_empty() {
+                any_endpoint(t, ANY_ORDERED, [])?
+            } else {
+                counted
+            };
+            if any_ordered {
+                all.extend(flows(t, FLOWS_ORDERED, limit, throttle)?.0);
+            }
+            all
+        }
     };
-    if any_ordered {
-        all.extend(flows(t, FLOWS_ORDERED, limit, throttle)?.0);
-    }
     let candidates: Vec<FlowCandidate> = all.iter().map(|f| f.candidate.clone()).collect();
     let shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0), throttle);
     let mut picked: Vec<Candidate> = Vec::new();
@@ -298,7 +408,9 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     // (one per circuit whose cooldown is over).
     let mut picks: Vec<(Candidate, bool)> = Vec::new();
     if t.housekeeping.due(t.now) {
-        sweep_expired(t)?;
+        if t.live.may_have_expired(t.now) {
+            sweep_expired(t)?;
+        }
         picks.extend(due_probes(t, limit)?.into_iter().map(|c| (c, true)));
     }
     // Then ordinary deliveries on closed circuits fill the rest, shared
@@ -374,6 +486,16 @@ pub(super) fn lease(
         ],
     )
     .db()?;
+    for ((id, endpoint, _, seq), _) in picks {
+        t.live.set(
+            *endpoint,
+            *seq,
+            *id,
+            DeliveryState::Leased,
+            0,
+            expires.as_millis(),
+        );
+    }
     let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
         let mut st = t
             .prepare(&format!(

@@ -31,6 +31,8 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
         ],
     )
     .db()?;
+    t.live
+        .extend(row.endpoint_id, row.seq, expires_at.as_millis());
     Ok(Lease {
         expires_at,
         ..lease.clone()
@@ -50,6 +52,15 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
         params![t.now.as_millis(), row.id.to_string()],
     )
     .db()?;
+    let now = t.now.as_millis();
+    t.live.set(
+        row.endpoint_id,
+        row.seq,
+        row.id,
+        DeliveryState::Pending,
+        now,
+        0,
+    );
     Ok(())
 }
 
@@ -174,6 +185,7 @@ pub(crate) fn requeue(
         params![t.now.as_millis(), t.options.max_attempts, id.to_string()],
     )
     .db()?;
+    t.live.forget();
     get(t, account, id)
 }
 
@@ -195,5 +207,8 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
             ],
         )
         .db()?;
+    if n > 0 {
+        t.live.forget();
+    }
     Ok(n as u64)
 }

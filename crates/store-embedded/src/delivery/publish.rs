@@ -28,11 +28,15 @@ impl NewRows {
         event: EventId,
     ) -> DeliveryId {
         let id = DeliveryId::new();
+        let seq = t.next_seq();
+        let now = t.now.as_millis();
+        t.live
+            .set(endpoint, seq, id, DeliveryState::Pending, now, 0);
         self.d_id.push(id.to_string());
         self.d_account.push(account.as_str().to_string());
         self.d_endpoint.push(endpoint.to_string());
         self.d_event.push(event.to_string());
-        self.d_seq.push(t.next_seq());
+        self.d_seq.push(seq);
         id
     }
 
@@ -114,7 +118,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     // with its first event whatever a schema registered since says.
     let schemas = crate::catalogue::schemas(t, &reqs)?;
     let mut rows = NewRows::default();
-    let mut endpoints: HashMap<AccountId, Vec<Endpoint>> = HashMap::new();
+    let mut endpoints: HashMap<AccountId, std::sync::Arc<[Endpoint]>> = HashMap::new();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
     for req in reqs {
@@ -151,9 +155,9 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
         }
         control_plane_core::catalogue::check_publishes(std::slice::from_ref(&req), &schemas)?;
         if !endpoints.contains_key(&req.account) {
-            endpoints.insert(req.account.clone(), endpoint::list_sealed(t, &req.account)?);
+            endpoints.insert(req.account.clone(), endpoint::fan_out_set(t, &req.account)?);
         }
-        let live = endpoints.get(&req.account).map_or(&[][..], Vec::as_slice);
+        let live = endpoints.get(&req.account).map_or(&[][..], |e| &e[..]);
         out.push(rows.event(t, &req, live, None));
     }
     rows.write(t)?;
@@ -181,7 +185,7 @@ pub(crate) fn publish_to(
 pub(crate) fn raise_alert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     crate::alert::insert(t, alert)?;
     let req = alert.event();
-    let endpoints = endpoint::list_sealed(t, &alert.account)?;
+    let endpoints = endpoint::fan_out_set(t, &alert.account)?;
     let concerned = Some(alert.endpoint_id);
     if !fan_out(&endpoints, &req.event_type, &req.payload, concerned).is_empty() {
         let mut rows = NewRows::default();

@@ -116,6 +116,14 @@ impl Transitions {
             row.attempts,
             &tr.attempt,
         );
+        t.live.set(
+            row.endpoint_id,
+            row.seq,
+            row.id,
+            tr.state,
+            tr.due_at.as_millis(),
+            0,
+        );
         row.state = tr.state;
         row.due_at = tr.due_at;
         row.lease_token = keep_token;

@@ -1,0 +1,313 @@
+//! The live queue's index, kept in the writer's memory (ADR 0028): per
+//! endpoint, its pending deliveries in order of service and its leased ones
+//! with their expiry. A claim reads the endpoints' fair shares from it
+//! instead of scanning and grouping every live row of `deliveries`, which
+//! was a third of each claim and grew with the backlog.
+//!
+//! DuckDB stays the truth. The index is built from it when the store opens,
+//! follows every write of the hot paths (publish, lease, extend, release,
+//! outcome, lease expiry) in the same transaction, and is thrown away and
+//! rebuilt from the table after anything else changes live rows (replays,
+//! endpoint removal) or a transaction fails. Past [`LiveIndex::MAX`] live
+//! deliveries it is not kept, and claims scan the table as before.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use control_plane_core::{
+    DeliveryId, DeliveryState, EndpointId, StoreError, StoreResult, Timestamp,
+};
+use duckdb::params;
+
+use crate::error::DuckResultExt;
+use crate::util::col_uuid;
+
+/// One endpoint's live deliveries.
+#[derive(Default, Debug, PartialEq)]
+pub(crate) struct EndpointQueue {
+    /// Pending, in order of service: `(due_at, seq, id)`.
+    due: BTreeSet<(i64, i64, DeliveryId)>,
+    /// Pending, by seq: `(due_at, id)`.
+    pending: BTreeMap<i64, (i64, DeliveryId)>,
+    /// Leased, by seq: the lease's expiry (also when it has passed and the
+    /// sweep has not freed it yet).
+    leased: BTreeMap<i64, i64>,
+}
+
+impl EndpointQueue {
+    /// Pending deliveries due at `now`, oldest first.
+    pub fn due_at(&self, now: i64) -> impl Iterator<Item = &(i64, i64, DeliveryId)> {
+        self.due.iter().take_while(move |(due, ..)| *due <= now)
+    }
+
+    /// Leases that have not expired at `now`.
+    pub fn in_flight(&self, now: i64) -> usize {
+        self.leased.values().filter(|exp| **exp > now).count()
+    }
+
+    /// The head of an ordered endpoint (its oldest pending or leased
+    /// delivery) when it is pending and due at `now`: `(due_at, seq, id)`.
+    pub fn due_head(&self, now: i64) -> Option<(i64, i64, DeliveryId)> {
+        let (seq, (due, id)) = self.pending.first_key_value()?;
+        let leased_first = self.leased.first_key_value().is_some_and(|(l, _)| l < seq);
+        (!leased_first && *due <= now).then_some((*due, *seq, *id))
+    }
+
+    fn remove(&mut self, seq: i64) {
+        if let Some((due, id)) = self.pending.remove(&seq) {
+            self.due.remove(&(due, seq, id));
+        }
+        self.leased.remove(&seq);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.leased.is_empty()
+    }
+}
+
+/// The index, or why there is none.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) enum LiveIndex {
+    /// To be built from the table before its next use.
+    #[default]
+    Stale,
+    /// Too many live deliveries to keep in memory; tried again at this
+    /// time (milliseconds).
+    TooBig { retry_at: i64 },
+    /// In step with the table.
+    Built {
+        queues: HashMap<EndpointId, EndpointQueue>,
+        len: usize,
+    },
+}
+
+impl LiveIndex {
+    /// Live deliveries kept in memory at most (about 100 bytes each).
+    pub const MAX: usize = 1_000_000;
+
+    /// How long a store with too many live deliveries scans the table
+    /// before trying to build the index again.
+    const RETRY_MS: i64 = 60_000;
+
+    /// The index is no longer in step: rebuilt before its next use.
+    pub fn forget(&mut self) {
+        *self = LiveIndex::Stale;
+    }
+
+    /// Records that delivery `seq` of `endpoint` is now in `state`: pending
+    /// and due at `due_at`, leased until `expires_at`, or finished.
+    pub fn set(
+        &mut self,
+        endpoint: EndpointId,
+        seq: i64,
+        id: DeliveryId,
+        state: DeliveryState,
+        due_at: i64,
+        expires_at: i64,
+    ) {
+        let LiveIndex::Built { queues, len } = self else {
+            return;
+        };
+        let q = queues.entry(endpoint).or_default();
+        let before = q.pending.len() + q.leased.len();
+        q.remove(seq);
+        match state {
+            DeliveryState::Pending => {
+                q.pending.insert(seq, (due_at, id));
+                q.due.insert((due_at, seq, id));
+            }
+            DeliveryState::Leased => {
+                q.leased.insert(seq, expires_at);
+            }
+            DeliveryState::Delivered | DeliveryState::Dead => {}
+        }
+        let after = q.pending.len() + q.leased.len();
+        if q.is_empty() {
+            queues.remove(&endpoint);
+        }
+        *len = (*len + after).saturating_sub(before);
+        if *len > Self::MAX {
+            *self = LiveIndex::TooBig { retry_at: 0 };
+        }
+    }
+
+    /// A lease of delivery `seq` of `endpoint` now runs until `expires_at`.
+    pub fn extend(&mut self, endpoint: EndpointId, seq: i64, expires_at: i64) {
+        if let LiveIndex::Built { queues, .. } = self {
+            if let Some(exp) = queues
+                .get_mut(&endpoint)
+                .and_then(|q| q.leased.get_mut(&seq))
+            {
+                *exp = expires_at;
+            }
+        }
+    }
+
+    /// The queues by endpoint, built from the table first when needed;
+    /// `None` while there are too many live deliveries to keep.
+    pub fn queues(
+        &mut self,
+        conn: &duckdb::Connection,
+        now: Timestamp,
+    ) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
+        let now = now.as_millis();
+        let build = match self {
+            LiveIndex::Stale => true,
+            LiveIndex::TooBig { retry_at } => *retry_at <= now,
+            LiveIndex::Built { .. } => false,
+        };
+        if build {
+            *self = Self::build(conn, now)?;
+        } else if cfg!(debug_assertions) {
+            self.check(conn, now)?;
+        }
+        Ok(match self {
+            LiveIndex::Built { queues, .. } => Some(queues),
+            _ => None,
+        })
+    }
+
+    /// Whether a lease may have expired by `now` (`true` when unknown).
+    pub fn may_have_expired(&self, now: Timestamp) -> bool {
+        match self {
+            LiveIndex::Built { queues, .. } => queues
+                .values()
+                .any(|q| q.leased.values().any(|exp| *exp <= now.as_millis())),
+            _ => true,
+        }
+    }
+
+    /// Debug builds check the kept index against the table at every use, so
+    /// every test that claims from the embedded store also checks that each
+    /// write kept the index in step.
+    fn check(&self, conn: &duckdb::Connection, now: i64) -> StoreResult<()> {
+        let table = Self::build(conn, now)?;
+        if matches!(table, LiveIndex::Built { .. }) && table != *self {
+            let mut both = format!("kept {self:?}, in the table {table:?}");
+            both.truncate(4_000);
+            return Err(StoreError::Backend(format!(
+                "the live index is out of step with the deliveries table: {both}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn build(conn: &duckdb::Connection, now: i64) -> StoreResult<LiveIndex> {
+        let mut st = conn
+            .prepare_cached(
+                "SELECT endpoint_id, seq, id, state, due_at, coalesce(lease_expires_at, 0) \
+                 FROM deliveries WHERE state IN ('pending', 'leased')",
+            )
+            .db()?;
+        let mut rows = st.query(params![]).db()?;
+        let mut index = LiveIndex::Built {
+            queues: HashMap::new(),
+            len: 0,
+        };
+        while let Some(r) = rows.next().db()? {
+            let state: String = r.get(3).db()?;
+            let state = state.parse::<DeliveryState>()?;
+            index.set(
+                EndpointId(col_uuid(r, 0).db()?),
+                r.get(1).db()?,
+                DeliveryId(col_uuid(r, 2).db()?),
+                state,
+                r.get(4).db()?,
+                r.get(5).db()?,
+            );
+            if let LiveIndex::TooBig { .. } = index {
+                return Ok(LiveIndex::TooBig {
+                    retry_at: now.saturating_add(Self::RETRY_MS),
+                });
+            }
+        }
+        Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn built() -> LiveIndex {
+        LiveIndex::Built {
+            queues: HashMap::new(),
+            len: 0,
+        }
+    }
+
+    fn queue(index: &LiveIndex, e: EndpointId) -> Option<&EndpointQueue> {
+        match index {
+            LiveIndex::Built { queues, .. } => queues.get(&e),
+            _ => None,
+        }
+    }
+
+    /// Pending deliveries are served by due time then seq; a lease takes
+    /// one out of the due set and counts until it expires; a finished one
+    /// leaves the endpoint, and an endpoint with nothing live is dropped.
+    #[test]
+    fn deliveries_move_between_due_leased_and_gone() {
+        let e = EndpointId::new();
+        let (a, b, c) = (DeliveryId::new(), DeliveryId::new(), DeliveryId::new());
+        let mut index = built();
+        index.set(e, 1, a, DeliveryState::Pending, 100, 0);
+        index.set(e, 2, b, DeliveryState::Pending, 50, 0);
+        index.set(e, 3, c, DeliveryState::Pending, 500, 0);
+        let q = queue(&index, e).unwrap();
+        let due: Vec<i64> = q.due_at(100).map(|(_, seq, _)| *seq).collect();
+        assert_eq!(due, [2, 1], "due by time, the later one not yet");
+        assert_eq!(
+            q.due_head(100),
+            Some((100, 1, a)),
+            "the head is the lowest seq"
+        );
+
+        index.set(e, 1, a, DeliveryState::Leased, 0, 1_000);
+        let q = queue(&index, e).unwrap();
+        assert_eq!(q.due_at(100).count(), 1);
+        assert_eq!(q.in_flight(999), 1);
+        assert_eq!(q.in_flight(1_000), 0, "an expired lease is not in flight");
+        assert_eq!(
+            q.due_head(1_000),
+            None,
+            "a leased head holds an ordered endpoint"
+        );
+        assert!(index.may_have_expired(Timestamp::from_millis(1_000)));
+        assert!(!index.may_have_expired(Timestamp::from_millis(999)));
+
+        index.extend(e, 1, 2_000);
+        assert_eq!(queue(&index, e).unwrap().in_flight(1_500), 1);
+
+        index.set(e, 1, a, DeliveryState::Pending, 700, 0);
+        assert_eq!(
+            queue(&index, e).unwrap().in_flight(0),
+            0,
+            "a retry frees the lease"
+        );
+        for (seq, id) in [(1, a), (2, b), (3, c)] {
+            index.set(e, seq, id, DeliveryState::Delivered, 0, 0);
+        }
+        assert!(queue(&index, e).is_none());
+        let LiveIndex::Built { len, .. } = index else {
+            panic!("still built")
+        };
+        assert_eq!(len, 0);
+    }
+
+    /// Changes to a stale index are dropped: it is rebuilt from the table.
+    #[test]
+    fn a_stale_index_ignores_changes_until_rebuilt() {
+        let mut index = built();
+        index.forget();
+        index.set(
+            EndpointId::new(),
+            1,
+            DeliveryId::new(),
+            DeliveryState::Pending,
+            0,
+            0,
+        );
+        assert!(matches!(index, LiveIndex::Stale));
+        assert!(index.may_have_expired(Timestamp::from_millis(0)));
+    }
+}
