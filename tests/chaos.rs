@@ -154,9 +154,8 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     let env = schema.env(8);
     let (rx, base) = Receiver::start(answer_after_a_while()).await;
     let hook_url = format!("{base}/hook");
-    let mut cfg = store_postgres::PostgresConfig::new(
-        control_plane_core::config::DatabaseUrl::new(database_url()),
-    );
+    let mut cfg =
+        store_postgres::PostgresConfig::new(control_plane_core::DatabaseUrl::new(database_url()));
     cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 4;
     cfg.keys = secret_keys();

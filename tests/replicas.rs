@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control_plane_core::config::DatabaseUrl;
+use control_plane_core::DatabaseUrl;
 use control_plane_core::*;
 use workspace_tests::{
     answer_ok, assert_rate_kept, database_url, events, secret_keys, Process, Receiver, Schema,

@@ -14,6 +14,10 @@ use sha2::{Digest, Sha256};
 use crate::error::ApiError;
 use crate::ApiState;
 
+/// The longest bearer token the API reads (header and dashboard login); a
+/// configured admin token must fit.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Caller {
@@ -110,7 +114,7 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|t| !t.is_empty() && t.len() <= control_plane_core::config::MAX_TOKEN_BYTES)
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
         let addr = crate::limiter::client_address(parts);
         let now = std::time::Instant::now();

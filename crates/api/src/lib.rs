@@ -32,7 +32,7 @@ use axum::Router;
 use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, UsageMeter};
 use tokio_util::sync::CancellationToken;
 
-pub use auth::{generate_secret, generate_token, hash_token, Caller};
+pub use auth::{generate_secret, generate_token, hash_token, Caller, MAX_TOKEN_BYTES};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use openapi::document as openapi_document;

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control_plane_core::config::{Cidr, DatabaseUrl};
+use control_plane_core::DatabaseUrl;
 use control_plane_core::*;
+use dispatcher::Cidr;
 use dispatcher::{Dispatcher, DispatcherConfig};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};

@@ -34,7 +34,7 @@ impl Default for RetryPolicy {
     /// `Retry-After` honoured up to 1 h.
     fn default() -> Self {
         RetryPolicy {
-            schedule: crate::config::default_retry_schedule(),
+            schedule: default_retry_schedule(),
             jitter: 0.1,
             max_retry_after: Duration::from_secs(3600),
         }
@@ -59,6 +59,14 @@ impl RetryPolicy {
             None => delay,
         }
     }
+}
+
+/// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (after the first, immediate attempt).
+pub fn default_retry_schedule() -> Vec<Duration> {
+    [5, 300, 1800, 7200, 18_000, 36_000, 36_000]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect()
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@
 
 use std::io::IsTerminal;
 
-use control_plane_core::config::LogFormat;
-use control_plane_core::Config;
+use crate::config::{Config, LogFormat};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;

@@ -4,9 +4,11 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use control_plane_core::config::VARIABLES;
-use control_plane_core::{Config, DynControlPlaneStore};
+use control_plane_core::DynControlPlaneStore;
 
+use crate::config::{Config, VARIABLES};
+
+mod config;
 mod logs;
 mod loops;
 mod tasks;

@@ -5,11 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control_plane_core::config::SecretKeyFiles;
+use crate::config::{Config, SecretKeyFiles, StoreProfile};
 use control_plane_core::migration::Migrations;
 use control_plane_core::{
-    Config, DynControlPlaneStore, SecretKey, SecretKeys, StoreOptions, StoreProfile, SystemClock,
-    UsageMeter,
+    DynControlPlaneStore, SecretKey, SecretKeys, StoreOptions, SystemClock, UsageMeter,
 };
 use dispatcher::{DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy};
 use tokio_util::sync::CancellationToken;
@@ -161,7 +160,7 @@ async fn open_embedded(
 
 #[cfg(feature = "postgres")]
 async fn open_postgres(
-    url: &control_plane_core::config::DatabaseUrl,
+    url: &control_plane_core::DatabaseUrl,
     pool_size: u32,
     schema: &str,
     options: StoreOptions,
@@ -180,7 +179,7 @@ async fn open_postgres(
 
 #[cfg(not(feature = "postgres"))]
 async fn open_postgres(
-    _: &control_plane_core::config::DatabaseUrl,
+    _: &control_plane_core::DatabaseUrl,
     _: u32,
     _: &str,
     _: StoreOptions,
@@ -665,9 +664,7 @@ pub(crate) mod tests {
                 lease: Duration::from_secs(60),
                 request_timeout: Duration::from_secs(30),
                 grace: Duration::from_millis(100),
-                allowed_targets: vec![
-                    control_plane_core::config::Cidr::parse("127.0.0.0/8").unwrap()
-                ],
+                allowed_targets: vec![dispatcher::Cidr::parse("127.0.0.0/8").unwrap()],
                 ..DispatcherConfig::default()
             },
         )

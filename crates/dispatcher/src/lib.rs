@@ -16,6 +16,7 @@ pub mod worker;
 pub use classify::{classify, SendResult};
 pub use control_plane_core::backoff::RetryPolicy;
 pub use metrics::DeliveryMetrics;
+pub use ssrf::Cidr;
 pub use tasks::{Progress, TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};
 

@@ -3,8 +3,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use control_plane_core::config::Cidr;
-
 use crate::http::Failure;
 
 fn private_v4(ip: Ipv4Addr) -> bool {
@@ -125,6 +123,26 @@ pub(crate) async fn resolve(
         )));
     }
     Ok(found)
+}
+
+/// An IP network, e.g. `127.0.0.0/8` or `::1/128` (a bare address is one host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr(ipnet::IpNet);
+
+impl Cidr {
+    /// Parses `addr/prefix` or a bare address.
+    pub fn parse(s: &str) -> Option<Cidr> {
+        let s = s.trim();
+        match s.parse::<ipnet::IpNet>() {
+            Ok(net) => Some(Cidr(net)),
+            Err(_) => s.parse::<IpAddr>().ok().map(|a| Cidr(a.into())),
+        }
+    }
+
+    /// Whether `ip` lies in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip)
+    }
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub struct DispatcherConfig {
     /// Retry schedule.
     pub retry: RetryPolicy,
     /// Private networks destinations may resolve to (all others are refused).
-    pub allowed_targets: Vec<control_plane_core::config::Cidr>,
+    pub allowed_targets: Vec<crate::ssrf::Cidr>,
     /// Answers slower than this (and sends running longer) lower the
     /// endpoint's cap (ADR 0019).
     pub slow_answer: Duration,

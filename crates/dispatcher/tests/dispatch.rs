@@ -136,7 +136,7 @@ fn config(schedule_s: u64) -> DispatcherConfig {
             jitter: 0.0,
             max_retry_after: Duration::from_secs(600),
         },
-        allowed_targets: vec![control_plane_core::config::Cidr::parse("127.0.0.0/8").unwrap()],
+        allowed_targets: vec![dispatcher::Cidr::parse("127.0.0.0/8").unwrap()],
         ..DispatcherConfig::default()
     }
 }

@@ -361,7 +361,7 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
                 jitter: 0.0,
                 max_retry_after: Duration::from_secs(3600),
             },
-            allowed_targets: vec![control_plane_core::config::Cidr::parse("127.0.0.0/8").unwrap()],
+            allowed_targets: vec![dispatcher::Cidr::parse("127.0.0.0/8").unwrap()],
             ..DispatcherConfig::default()
         },
     )

@@ -2,11 +2,16 @@
 //! ids, durations, CIDRs, ids from paths and publish requests. None may panic.
 #![no_main]
 
-use control_plane_core::config::{parse_duration, Cidr};
+#[path = "../../control-plane/src/config.rs"]
+#[allow(dead_code)]
+mod config;
+
+use config::parse_duration;
 use control_plane_core::{
     validate_endpoint_url, AccountId, DeliveryId, DeliveryState, EndpointId, PublishRequest,
     TaskId, Timestamp,
 };
+use dispatcher::Cidr;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

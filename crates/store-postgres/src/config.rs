@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use control_plane_core::config::DatabaseUrl;
+use control_plane_core::DatabaseUrl;
 use control_plane_core::{SecretKeys, StoreOptions};
 
 /// How to reach PostgreSQL and size the pool.

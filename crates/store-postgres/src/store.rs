@@ -405,8 +405,7 @@ pub(crate) mod tests {
         let url = std::env::var("CONTROLPLANE_TEST_DATABASE_URL")
             .expect("CONTROLPLANE_TEST_DATABASE_URL names the test database");
         let schema = format!("cp_test_{}", uuid::Uuid::new_v4().simple());
-        let mut config =
-            crate::PostgresConfig::new(control_plane_core::config::DatabaseUrl::new(&url));
+        let mut config = crate::PostgresConfig::new(control_plane_core::DatabaseUrl::new(&url));
         config.schema = Some(schema);
         config.pool_size = 1;
         config.listen = false;

@@ -333,7 +333,7 @@ async fn login(
         )));
     }
     let token = form.token.trim();
-    let caller = if token.is_empty() || token.len() > control_plane_core::config::MAX_TOKEN_BYTES {
+    let caller = if token.is_empty() || token.len() > crate::auth::MAX_TOKEN_BYTES {
         None
     } else {
         caller_for_token(&state, token).await?

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use control_plane_core::config::DatabaseUrl;
+use control_plane_core::DatabaseUrl;
 use control_plane_core::{Clock, SecretKey, SecretKeys, StoreOptions};
 use store_postgres::{PostgresConfig, PostgresStore};
 

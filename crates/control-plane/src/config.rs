@@ -1,14 +1,17 @@
 //! Profile resolution: `CONTROLPLANE_*` variables to a [`Config`], failing
 //! closed. Parsing takes an iterator of variables, so it is tested without
-//! touching the process environment; the binary wires the result.
+//! touching the process environment; `wiring` builds the service from the
+//! result.
 
-use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::migration::Migrations;
-use crate::Secret;
+use api::MAX_TOKEN_BYTES;
+use control_plane_core::backoff::default_retry_schedule;
+use control_plane_core::migration::Migrations;
+use control_plane_core::{DatabaseUrl, Secret};
+use dispatcher::Cidr;
 
 /// One `CONTROLPLANE_*` variable: its name, its default as shown to an
 /// operator, what it does, and the commands that read it.
@@ -77,61 +80,6 @@ fn err(variable: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// A PostgreSQL connection URL; `Debug` and `Display` hide the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(String);
-
-impl DatabaseUrl {
-    /// Wraps a URL.
-    pub fn new(s: impl Into<String>) -> Self {
-        DatabaseUrl(s.into())
-    }
-
-    /// The URL itself, password included; pass it only to the driver.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// The URL with any password (in the user info or a `password` query
-    /// parameter) replaced by `***`; a string that is not a URL at all is
-    /// not shown.
-    pub fn redacted(&self) -> String {
-        let Ok(mut url) = url::Url::parse(&self.0) else {
-            return "(not a URL)".to_string();
-        };
-        if url.password().is_some() {
-            let _ = url.set_password(Some("***"));
-        }
-        if url.query_pairs().any(|(k, _)| k == "password") {
-            let pairs: Vec<(String, String)> = url
-                .query_pairs()
-                .map(|(k, v)| {
-                    let v = if k == "password" {
-                        "***".into()
-                    } else {
-                        v.into_owned()
-                    };
-                    (k.into_owned(), v)
-                })
-                .collect();
-            url.query_pairs_mut().clear().extend_pairs(pairs);
-        }
-        url.to_string()
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({:?})", self.redacted())
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
 /// Which adapter, with its settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreProfile {
@@ -149,36 +97,6 @@ pub enum StoreProfile {
         /// Schema holding the tables.
         schema: String,
     },
-}
-
-impl StoreProfile {
-    /// The profile's name as `CONTROLPLANE_STORE` spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            StoreProfile::Embedded { .. } => "embedded",
-            StoreProfile::Postgres { .. } => "postgres",
-        }
-    }
-}
-
-/// An IP network, e.g. `127.0.0.0/8` or `::1/128` (a bare address is one host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr(ipnet::IpNet);
-
-impl Cidr {
-    /// Parses `addr/prefix` or a bare address.
-    pub fn parse(s: &str) -> Option<Cidr> {
-        let s = s.trim();
-        match s.parse::<ipnet::IpNet>() {
-            Ok(net) => Some(Cidr(net)),
-            Err(_) => s.parse::<IpAddr>().ok().map(|a| Cidr(a.into())),
-        }
-    }
-
-    /// Whether `ip` lies in this network.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        self.0.contains(&ip)
-    }
 }
 
 /// The resolved configuration of the service.
@@ -327,9 +245,9 @@ impl Config {
                     "CONTROLPLANE_ENDPOINT_CONCURRENCY",
                     v,
                     1,
-                    crate::flow::MAX_IN_FLIGHT_LIMIT,
+                    control_plane_core::flow::MAX_IN_FLIGHT_LIMIT,
                 )?,
-                None => crate::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+                None => control_plane_core::policy::DEFAULT_ENDPOINT_CONCURRENCY,
             },
             response_body_bytes: match vars.get("CONTROLPLANE_RESPONSE_BODY_BYTES") {
                 Some(v) => parse_u32_in("CONTROLPLANE_RESPONSE_BODY_BYTES", v, 0, 65_536)?,
@@ -487,10 +405,6 @@ fn listen(vars: &Vars) -> Result<SocketAddr, ConfigError> {
     }
 }
 
-/// The longest bearer token the API reads (header and dashboard login); a
-/// configured admin token must fit.
-pub const MAX_TOKEN_BYTES: usize = 256;
-
 /// The shortest admin token accepted: it reaches every account, so it must
 /// not be guessable even without a rate limit in front of it.
 pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
@@ -626,14 +540,6 @@ fn log_format(vars: &Vars) -> Result<LogFormat, ConfigError> {
         "CONTROLPLANE_LOG_FORMAT",
         (("text", LogFormat::Text), ("json", LogFormat::Json)),
     )
-}
-
-/// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (after the first, immediate attempt).
-pub fn default_retry_schedule() -> Vec<Duration> {
-    [5, 300, 1800, 7200, 18_000, 36_000, 36_000]
-        .into_iter()
-        .map(Duration::from_secs)
-        .collect()
 }
 
 #[cfg(test)]
@@ -843,5 +749,35 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    /// README's configuration table has a row for every variable the resolver
+    /// accepts, with the same default, and no row for a variable it refuses.
+    #[test]
+    fn readme_documents_every_variable_with_its_default() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+                .unwrap();
+        for v in VARIABLES {
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}` |", v.name)))
+                .unwrap_or_else(|| panic!("README has no row for {}", v.name));
+            if !v.default.starts_with('(') {
+                assert!(
+                    row.contains(&format!("| `{}` |", v.default)),
+                    "README's default for {} differs from `{}`: {row}",
+                    v.name,
+                    v.default
+                );
+            }
+        }
+        for row in readme.lines().filter(|l| l.starts_with("| `CONTROLPLANE_")) {
+            let name = row.split('`').nth(1).unwrap_or_default();
+            assert!(
+                is_known(name) || name.starts_with("CONTROLPLANE_TEST"),
+                "README documents {name}, which the resolver refuses"
+            );
+        }
     }
 }
