@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use control_plane_core::{AccountId, DeliveryId, Endpoint};
+use control_plane_core::policy::Circuit;
+use control_plane_core::{AccountId, DeliveryId, Endpoint, EndpointId};
 
 /// The sequence numbers of deliveries this writer leased, by id. A
 /// delivery's `seq` never changes, so an entry is never wrong; it spares the
@@ -90,5 +91,30 @@ impl FanOutCache {
     /// Forgets the endpoints of `account` (one of them changed).
     pub fn forget(&mut self, account: &AccountId) {
         self.0.remove(account);
+    }
+}
+
+/// The circuit of each endpoint a transition has read: only
+/// `endpoint::save_circuit` writes circuits, and it updates its entry, so
+/// an entry is what the table holds. It spares every outcome batch a
+/// statement per endpoint. Bounded: emptied when full.
+#[derive(Default)]
+pub(crate) struct CircuitCache(HashMap<EndpointId, Circuit>);
+
+impl CircuitCache {
+    const MAX: usize = 100_000;
+
+    /// The circuit of `endpoint`, when read or written since the cache was
+    /// last emptied.
+    pub fn get(&self, endpoint: EndpointId) -> Option<&Circuit> {
+        self.0.get(&endpoint)
+    }
+
+    /// Remembers the circuit of `endpoint`.
+    pub fn insert(&mut self, endpoint: EndpointId, circuit: Circuit) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        self.0.insert(endpoint, circuit);
     }
 }

@@ -338,8 +338,24 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     Ok(parked as u64)
 }
 
-/// The circuit of an endpoint (deleted or not).
-pub(crate) fn load_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
+/// The circuit of an endpoint (deleted or not), from the writer's cache
+/// ([`crate::cache::CircuitCache`]) when it has one.
+pub(crate) fn load_circuit(t: &mut Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
+    if let Some(c) = t.circuits.get(id).cloned() {
+        // Debug builds check the cache against the table at every use.
+        if cfg!(debug_assertions) && read_circuit(t, id)? != c {
+            return Err(StoreError::Backend(format!(
+                "the circuit cache of endpoint {id} is out of step with the endpoints table"
+            )));
+        }
+        return Ok(c);
+    }
+    let c = read_circuit(t, id)?;
+    t.circuits.insert(id, c.clone());
+    Ok(c)
+}
+
+fn read_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
     t.query_row(
         "SELECT circuit_mode, circuit_failures, circuit_open_until, circuit_reopen_count, \
          circuit_failing_since, circuit_probe FROM endpoints WHERE id = $1",
@@ -364,7 +380,7 @@ pub(crate) fn load_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
     .ok_or_else(|| StoreError::not_found("endpoint", id))
 }
 
-pub(crate) fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
+pub(crate) fn save_circuit(t: &mut Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
     t.execute(
         "UPDATE endpoints SET circuit_mode = $1, circuit_failures = $2, circuit_open_until = $3, \
          circuit_reopen_count = $4, circuit_failing_since = $5, circuit_probe = $6 WHERE id = $7",
@@ -379,6 +395,7 @@ pub(crate) fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResu
         ],
     )
     .db()?;
+    t.circuits.insert(id, c.clone());
     Ok(())
 }
 
@@ -406,7 +423,11 @@ fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-pub(crate) fn circuit_of(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Circuit> {
+pub(crate) fn circuit_of(
+    t: &mut Tx<'_>,
+    account: &AccountId,
+    id: EndpointId,
+) -> StoreResult<Circuit> {
     get(t, account, id)?;
     load_circuit(t, id)
 }

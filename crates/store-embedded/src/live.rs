@@ -4,6 +4,9 @@
 //! instead of scanning and grouping every live row of `deliveries`, which
 //! was a third of each claim and grew with the backlog.
 //!
+//! It also keeps the row of every leased delivery, as the lease check reads
+//! it ([`LeaseRow`]), so recording an outcome reads nothing from the table.
+//!
 //! DuckDB stays the truth. The index is built from it when the store opens,
 //! follows every write of the hot paths (publish, lease, extend, release,
 //! outcome, lease expiry) in the same transaction, and is thrown away and
@@ -13,13 +16,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use control_plane_core::lease::LeaseRow;
 use control_plane_core::{
     DeliveryId, DeliveryState, EndpointId, StoreError, StoreResult, Timestamp,
 };
 use duckdb::params;
 
+use crate::delivery::{row_to_lease_row, LEASE_COLS};
 use crate::error::DuckResultExt;
-use crate::util::col_uuid;
 
 /// One endpoint's live deliveries.
 #[derive(Default, Debug, PartialEq)]
@@ -76,6 +80,8 @@ pub(crate) enum LiveIndex {
     /// In step with the table.
     Built {
         queues: HashMap<EndpointId, EndpointQueue>,
+        /// The row of each leased delivery.
+        leased: HashMap<DeliveryId, LeaseRow>,
         len: usize,
     },
 }
@@ -93,32 +99,65 @@ impl LiveIndex {
         *self = LiveIndex::Stale;
     }
 
-    /// Records that delivery `seq` of `endpoint` is now in `state`: pending
-    /// and due at `due_at`, leased until `expires_at`, or finished.
-    pub fn set(
+    /// Records that delivery `seq` of `endpoint` is now pending and due at
+    /// `due_at` (`Some`), or finished (`None`).
+    pub fn set(&mut self, endpoint: EndpointId, seq: i64, id: DeliveryId, due_at: Option<i64>) {
+        self.change(endpoint, seq, id, |q| {
+            if let Some(due_at) = due_at {
+                q.pending.insert(seq, (due_at, id));
+                q.due.insert((due_at, seq, id));
+            }
+            None
+        });
+    }
+
+    /// Records that `row`'s delivery is leased, as `row` says.
+    pub fn lease(&mut self, row: LeaseRow) {
+        let expires_at = row.lease_expires_at.map_or(0, Timestamp::as_millis);
+        let (endpoint, seq, id) = (row.endpoint_id, row.seq, row.id);
+        self.change(endpoint, seq, id, |q| {
+            q.leased.insert(seq, expires_at);
+            Some(row)
+        });
+    }
+
+    /// The row of leased delivery `id`; `None` when it is not leased, or
+    /// the index is not kept.
+    pub fn leased(&self, id: DeliveryId) -> Option<&LeaseRow> {
+        match self {
+            LiveIndex::Built { leased, .. } => leased.get(&id),
+            _ => None,
+        }
+    }
+
+    /// Whether the index is kept (and so holds every leased row).
+    pub fn is_built(&self) -> bool {
+        matches!(self, LiveIndex::Built { .. })
+    }
+
+    /// Takes delivery `seq` of `endpoint` out of the index, then puts it
+    /// back as `put` says (its leased row, when it is leased).
+    fn change(
         &mut self,
         endpoint: EndpointId,
         seq: i64,
         id: DeliveryId,
-        state: DeliveryState,
-        due_at: i64,
-        expires_at: i64,
+        put: impl FnOnce(&mut EndpointQueue) -> Option<LeaseRow>,
     ) {
-        let LiveIndex::Built { queues, len } = self else {
+        let LiveIndex::Built {
+            queues,
+            leased,
+            len,
+        } = self
+        else {
             return;
         };
         let q = queues.entry(endpoint).or_default();
         let before = q.pending.len() + q.leased.len();
         q.remove(seq);
-        match state {
-            DeliveryState::Pending => {
-                q.pending.insert(seq, (due_at, id));
-                q.due.insert((due_at, seq, id));
-            }
-            DeliveryState::Leased => {
-                q.leased.insert(seq, expires_at);
-            }
-            DeliveryState::Delivered | DeliveryState::Dead => {}
+        leased.remove(&id);
+        if let Some(row) = put(q) {
+            leased.insert(id, row);
         }
         let after = q.pending.len() + q.leased.len();
         if q.is_empty() {
@@ -130,14 +169,17 @@ impl LiveIndex {
         }
     }
 
-    /// A lease of delivery `seq` of `endpoint` now runs until `expires_at`.
-    pub fn extend(&mut self, endpoint: EndpointId, seq: i64, expires_at: i64) {
-        if let LiveIndex::Built { queues, .. } = self {
-            if let Some(exp) = queues
-                .get_mut(&endpoint)
-                .and_then(|q| q.leased.get_mut(&seq))
-            {
-                *exp = expires_at;
+    /// The lease of delivery `id` now runs until `expires_at`.
+    pub fn extend(&mut self, id: DeliveryId, expires_at: Timestamp) {
+        if let LiveIndex::Built { queues, leased, .. } = self {
+            if let Some(row) = leased.get_mut(&id) {
+                row.lease_expires_at = Some(expires_at);
+                if let Some(exp) = queues
+                    .get_mut(&row.endpoint_id)
+                    .and_then(|q| q.leased.get_mut(&row.seq))
+                {
+                    *exp = expires_at.as_millis();
+                }
             }
         }
     }
@@ -193,27 +235,24 @@ impl LiveIndex {
 
     fn build(conn: &duckdb::Connection, now: i64) -> StoreResult<LiveIndex> {
         let mut st = conn
-            .prepare_cached(
-                "SELECT endpoint_id, seq, id, state, due_at, coalesce(lease_expires_at, 0) \
-                 FROM deliveries WHERE state IN ('pending', 'leased')",
-            )
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLS} FROM deliveries WHERE state IN ('pending', 'leased')"
+            ))
             .db()?;
         let mut rows = st.query(params![]).db()?;
         let mut index = LiveIndex::Built {
             queues: HashMap::new(),
+            leased: HashMap::new(),
             len: 0,
         };
         while let Some(r) = rows.next().db()? {
-            let state: String = r.get(3).db()?;
-            let state = state.parse::<DeliveryState>()?;
-            index.set(
-                EndpointId(col_uuid(r, 0).db()?),
-                r.get(1).db()?,
-                DeliveryId(col_uuid(r, 2).db()?),
-                state,
-                r.get(4).db()?,
-                r.get(5).db()?,
-            );
+            let row = row_to_lease_row(r).db()?;
+            if row.state == DeliveryState::Leased {
+                index.lease(row);
+            } else {
+                let due = Some(row.due_at.as_millis());
+                index.set(row.endpoint_id, row.seq, row.id, due);
+            }
             if let LiveIndex::TooBig { .. } = index {
                 return Ok(LiveIndex::TooBig {
                     retry_at: now.saturating_add(Self::RETRY_MS),
@@ -226,11 +265,14 @@ impl LiveIndex {
 
 #[cfg(test)]
 mod tests {
+    use control_plane_core::{AccountId, LeaseToken};
+
     use super::*;
 
     fn built() -> LiveIndex {
         LiveIndex::Built {
             queues: HashMap::new(),
+            leased: HashMap::new(),
             len: 0,
         }
     }
@@ -242,17 +284,34 @@ mod tests {
         }
     }
 
+    fn leased_row(e: EndpointId, seq: i64, id: DeliveryId, expires: i64) -> LeaseRow {
+        LeaseRow {
+            id,
+            seq,
+            account: AccountId::new("a").unwrap(),
+            endpoint_id: e,
+            attempts: 1,
+            max_attempts: 8,
+            due_at: Timestamp::from_millis(0),
+            state: DeliveryState::Leased,
+            lease_token: Some(LeaseToken::new()),
+            lease_expires_at: Some(Timestamp::from_millis(expires)),
+            last_outcome: None,
+        }
+    }
+
     /// Pending deliveries are served by due time then seq; a lease takes
-    /// one out of the due set and counts until it expires; a finished one
-    /// leaves the endpoint, and an endpoint with nothing live is dropped.
+    /// one out of the due set, keeps its row, and counts until it expires;
+    /// a finished one leaves the endpoint, and an endpoint with nothing live
+    /// is dropped.
     #[test]
     fn deliveries_move_between_due_leased_and_gone() {
         let e = EndpointId::new();
         let (a, b, c) = (DeliveryId::new(), DeliveryId::new(), DeliveryId::new());
         let mut index = built();
-        index.set(e, 1, a, DeliveryState::Pending, 100, 0);
-        index.set(e, 2, b, DeliveryState::Pending, 50, 0);
-        index.set(e, 3, c, DeliveryState::Pending, 500, 0);
+        index.set(e, 1, a, Some(100));
+        index.set(e, 2, b, Some(50));
+        index.set(e, 3, c, Some(500));
         let q = queue(&index, e).unwrap();
         let due: Vec<i64> = q.due_at(100).map(|(_, seq, _)| *seq).collect();
         assert_eq!(due, [2, 1], "due by time, the later one not yet");
@@ -262,7 +321,9 @@ mod tests {
             "the head is the lowest seq"
         );
 
-        index.set(e, 1, a, DeliveryState::Leased, 0, 1_000);
+        let row = leased_row(e, 1, a, 1_000);
+        index.lease(row.clone());
+        assert_eq!(index.leased(a), Some(&row));
         let q = queue(&index, e).unwrap();
         assert_eq!(q.due_at(100).count(), 1);
         assert_eq!(q.in_flight(999), 1);
@@ -275,17 +336,22 @@ mod tests {
         assert!(index.may_have_expired(Timestamp::from_millis(1_000)));
         assert!(!index.may_have_expired(Timestamp::from_millis(999)));
 
-        index.extend(e, 1, 2_000);
+        index.extend(a, Timestamp::from_millis(2_000));
         assert_eq!(queue(&index, e).unwrap().in_flight(1_500), 1);
+        assert_eq!(
+            index.leased(a).and_then(|r| r.lease_expires_at),
+            Some(Timestamp::from_millis(2_000))
+        );
 
-        index.set(e, 1, a, DeliveryState::Pending, 700, 0);
+        index.set(e, 1, a, Some(700));
         assert_eq!(
             queue(&index, e).unwrap().in_flight(0),
             0,
             "a retry frees the lease"
         );
+        assert_eq!(index.leased(a), None);
         for (seq, id) in [(1, a), (2, b), (3, c)] {
-            index.set(e, seq, id, DeliveryState::Delivered, 0, 0);
+            index.set(e, seq, id, None);
         }
         assert!(queue(&index, e).is_none());
         let LiveIndex::Built { len, .. } = index else {
@@ -299,15 +365,11 @@ mod tests {
     fn a_stale_index_ignores_changes_until_rebuilt() {
         let mut index = built();
         index.forget();
-        index.set(
-            EndpointId::new(),
-            1,
-            DeliveryId::new(),
-            DeliveryState::Pending,
-            0,
-            0,
-        );
-        assert!(matches!(index, LiveIndex::Stale));
+        let (e, id) = (EndpointId::new(), DeliveryId::new());
+        index.set(e, 1, id, Some(0));
+        index.lease(leased_row(e, 2, DeliveryId::new(), 10));
+        assert_eq!(index, LiveIndex::Stale);
+        assert!(!index.is_built());
         assert!(index.may_have_expired(Timestamp::from_millis(0)));
     }
 }

@@ -20,7 +20,7 @@ use control_plane_core::{
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
-use crate::cache::{FanOutCache, SchemaCache, SeqCache};
+use crate::cache::{CircuitCache, FanOutCache, SchemaCache, SeqCache};
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
 use crate::live::{EndpointQueue, LiveIndex};
@@ -154,6 +154,7 @@ pub(crate) struct Writer {
     seqs: SeqCache,
     schemas: SchemaCache,
     fan_out: FanOutCache,
+    circuits: CircuitCache,
     live: LiveIndex,
 }
 
@@ -176,6 +177,8 @@ pub(crate) struct Tx<'a> {
     pub schemas: &'a mut SchemaCache,
     /// The endpoints publishes fan out to.
     pub fan_out: &'a mut FanOutCache,
+    /// The endpoints' circuits.
+    pub circuits: &'a mut CircuitCache,
     /// The live queue's index: every write that changes a live delivery
     /// tells it, or [`LiveIndex::forget`]s it.
     pub live: &'a mut LiveIndex,
@@ -275,6 +278,7 @@ impl Writer {
                 seqs: &mut self.seqs,
                 schemas: &mut self.schemas,
                 fan_out: &mut self.fan_out,
+                circuits: &mut self.circuits,
                 live: &mut self.live,
             };
             let v = f(&mut t)?;
@@ -285,6 +289,7 @@ impl Writer {
             self.counters = saved;
             self.schemas = SchemaCache::default();
             self.fan_out = FanOutCache::default();
+            self.circuits = CircuitCache::default();
             self.live.forget();
         }
         result
@@ -308,6 +313,10 @@ fn open_connection(path: &Path) -> StoreResult<Connection> {
         other => other,
     })?;
     keep_private(path)?;
+    // Every statement of the adapter is small and runs on the one writer
+    // thread: DuckDB's worker threads only add wake-ups (ADR 0028 measured
+    // 10 % more publishes with one thread).
+    conn.execute_batch("SET threads = 1").db()?;
     Ok(conn)
 }
 
@@ -408,6 +417,7 @@ impl EmbeddedStore {
                         seqs: SeqCache::default(),
                         schemas: SchemaCache::default(),
                         fan_out: FanOutCache::default(),
+                        circuits: CircuitCache::default(),
                         live: LiveIndex::default(),
                     })
                 })();

@@ -486,16 +486,6 @@ pub(super) fn lease(
         ],
     )
     .db()?;
-    for ((id, endpoint, _, seq), _) in picks {
-        t.live.set(
-            *endpoint,
-            *seq,
-            *id,
-            DeliveryState::Leased,
-            0,
-            expires.as_millis(),
-        );
-    }
     let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
         let mut st = t
             .prepare(&format!(
@@ -542,7 +532,21 @@ pub(super) fn lease(
             .db()?
     };
     for c in claimed.values() {
-        t.seqs.insert(c.delivery.id, c.delivery.seq);
+        let d = &c.delivery;
+        t.live.lease(LeaseRow {
+            id: d.id,
+            seq: d.seq,
+            account: d.account.clone(),
+            endpoint_id: d.endpoint_id,
+            attempts: d.attempts,
+            max_attempts: d.max_attempts,
+            due_at: d.due_at,
+            state: DeliveryState::Leased,
+            lease_token: Some(c.lease.token),
+            lease_expires_at: Some(c.lease.expires_at),
+            last_outcome: None,
+        });
+        t.seqs.insert(d.id, d.seq);
     }
     let claimed = picks
         .iter()

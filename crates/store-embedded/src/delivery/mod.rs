@@ -34,6 +34,7 @@ use transition::*;
 
 pub(crate) use publish::publish_to;
 pub(crate) use read::get;
+pub(crate) use transition::{row_to_lease_row, LEASE_COLS};
 
 #[async_trait]
 impl EventStore for EmbeddedStore {

@@ -31,8 +31,7 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
         ],
     )
     .db()?;
-    t.live
-        .extend(row.endpoint_id, row.seq, expires_at.as_millis());
+    t.live.extend(row.id, expires_at);
     Ok(Lease {
         expires_at,
         ..lease.clone()
@@ -53,27 +52,32 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
     )
     .db()?;
     let now = t.now.as_millis();
-    t.live.set(
-        row.endpoint_id,
-        row.seq,
-        row.id,
-        DeliveryState::Pending,
-        now,
-        0,
-    );
+    t.live.set(row.endpoint_id, row.seq, row.id, Some(now));
     Ok(())
 }
 
-/// Records a batch of outcomes in the one transaction `t` belongs to. Each
-/// item gets its own answer; contract answers (a lost lease, a conflicting
-/// repeat) are found before anything of that item is written.
-pub(crate) fn record_outcomes(
-    t: &mut Tx<'_>,
-    batch: Vec<(Lease, DeliveryOutcome)>,
-) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-    // By seq when this writer leased every one of them (the usual case), by
-    // id otherwise (after a restart, or a lease repeated in the batch).
-    let known: Option<Vec<i64>> = batch
+/// The rows of the batch's deliveries as the lease check reads them. The
+/// live index holds every leased one; only the others (a lease already
+/// ended or lost) are read from the table, and all of them while the index
+/// is not kept: by seq when this writer leased every one of them, by id
+/// otherwise (after a restart, or a lease repeated in the batch).
+fn lease_rows(t: &mut Tx<'_>, batch: &[(Lease, DeliveryOutcome)]) -> StoreResult<Vec<LeaseRow>> {
+    let mut kept = Vec::with_capacity(batch.len());
+    let mut unknown: Vec<&(Lease, DeliveryOutcome)> = Vec::new();
+    if t.live.is_built() {
+        for item in batch {
+            match t.live.leased(item.0.delivery_id) {
+                Some(row) => kept.push(row.clone()),
+                None => unknown.push(item),
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(kept);
+        }
+    } else {
+        unknown.extend(batch.iter());
+    }
+    let known: Option<Vec<i64>> = unknown
         .iter()
         .map(|(l, _)| t.seqs.take(l.delivery_id))
         .collect();
@@ -101,15 +105,27 @@ pub(crate) fn record_outcomes(
                 .db()?;
             let rows = st
                 .query_map(
-                    params![list::text(batch.iter().map(|(l, _)| l.delivery_id))],
+                    params![list::text(unknown.iter().map(|(l, _)| l.delivery_id))],
                     row_to_lease_row,
                 )
                 .db()?;
             rows.collect::<Result<Vec<_>, _>>().db()?
         }
     };
+    kept.extend(found);
+    Ok(kept)
+}
+
+/// Records a batch of outcomes in the one transaction `t` belongs to. Each
+/// item gets its own answer; contract answers (a lost lease, a conflicting
+/// repeat) are found before anything of that item is written.
+pub(crate) fn record_outcomes(
+    t: &mut Tx<'_>,
+    batch: Vec<(Lease, DeliveryOutcome)>,
+) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+    let rows = lease_rows(t, &batch)?;
     let mut rows: HashMap<DeliveryId, LeaseRow> =
-        found.into_iter().map(|row| (row.id, row)).collect();
+        rows.into_iter().map(|row| (row.id, row)).collect();
     let mut circuits = Circuits::default();
     let mut writes = Transitions::default();
     let mut out = Vec::with_capacity(batch.len());

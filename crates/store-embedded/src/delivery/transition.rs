@@ -6,7 +6,7 @@ use super::*;
 
 pub(super) use control_plane_core::lease::LeaseRow;
 
-pub(super) const LEASE_COLS: &str =
+pub(crate) const LEASE_COLS: &str =
     "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
      lease_expires_at, last_outcome, seq";
 
@@ -19,7 +19,7 @@ pub(super) fn seq_range(seqs: &[i64]) -> Option<(i64, i64)> {
     Some((*seqs.iter().min()?, *seqs.iter().max()?))
 }
 
-pub(super) fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
+pub(crate) fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
     let account: String = r.get(1)?;
     let state: String = r.get(6)?;
     let conv = |i: usize, e: StoreError| {
@@ -56,7 +56,7 @@ pub(super) fn lease_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseR
 pub(super) struct Circuits(HashMap<EndpointId, (Circuit, Circuit)>);
 
 impl Circuits {
-    pub(super) fn get(&mut self, t: &Tx<'_>, id: EndpointId) -> StoreResult<&mut Circuit> {
+    pub(super) fn get(&mut self, t: &mut Tx<'_>, id: EndpointId) -> StoreResult<&mut Circuit> {
         let slot = match self.0.entry(id) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
@@ -67,7 +67,7 @@ impl Circuits {
         Ok(&mut slot.1)
     }
 
-    pub(super) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+    pub(super) fn write(self, t: &mut Tx<'_>) -> StoreResult<()> {
         for (id, (loaded, now)) in self.0 {
             if loaded != now {
                 endpoint::save_circuit(t, id, &now)?;
@@ -116,14 +116,8 @@ impl Transitions {
             row.attempts,
             &tr.attempt,
         );
-        t.live.set(
-            row.endpoint_id,
-            row.seq,
-            row.id,
-            tr.state,
-            tr.due_at.as_millis(),
-            0,
-        );
+        let due = (tr.state == DeliveryState::Pending).then(|| tr.due_at.as_millis());
+        t.live.set(row.endpoint_id, row.seq, row.id, due);
         row.state = tr.state;
         row.due_at = tr.due_at;
         row.lease_token = keep_token;
