@@ -139,9 +139,9 @@ async fn open_embedded(
     keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     let cfg = store_embedded::EmbeddedConfig {
-        path: path.to_path_buf(),
         options,
         keys,
+        ..store_embedded::EmbeddedConfig::new(path)
     };
     let store = store_embedded::EmbeddedStore::open(cfg, Arc::new(SystemClock))
         .await

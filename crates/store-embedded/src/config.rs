@@ -14,7 +14,15 @@ pub struct EmbeddedConfig {
     /// The keys endpoint credentials are sealed with (ADR 0022); none by
     /// default (plain text).
     pub keys: SecretKeys,
+    /// Live (pending or leased) deliveries the writer indexes in memory at
+    /// most, about 100 bytes each (ADR 0028); past it, claims scan the
+    /// table instead. `0` never keeps the index.
+    pub live_index_limit: usize,
 }
+
+/// The default [`EmbeddedConfig::live_index_limit`]: a million live
+/// deliveries, about 100 MB.
+pub const DEFAULT_LIVE_INDEX_LIMIT: usize = 1_000_000;
 
 impl EmbeddedConfig {
     /// Default options at `path`.
@@ -23,6 +31,7 @@ impl EmbeddedConfig {
             path: path.into(),
             options: StoreOptions::default(),
             keys: SecretKeys::default(),
+            live_index_limit: DEFAULT_LIVE_INDEX_LIMIT,
         }
     }
 }

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 
 use control_plane_core::*;
 
-pub use config::EmbeddedConfig;
+pub use config::{EmbeddedConfig, DEFAULT_LIVE_INDEX_LIMIT};
 pub use store::EmbeddedStore;
 
 #[async_trait]

@@ -11,8 +11,9 @@
 //! follows every write of the hot paths (publish, lease, extend, release,
 //! outcome, lease expiry) in the same transaction, and is thrown away and
 //! rebuilt from the table after anything else changes live rows (replays,
-//! endpoint removal) or a transaction fails. Past [`LiveIndex::MAX`] live
-//! deliveries it is not kept, and claims scan the table as before.
+//! endpoint removal) or a transaction fails. Past its limit
+//! ([`crate::EmbeddedConfig::live_index_limit`]) of live deliveries it is
+//! not kept, and claims scan the table as before.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -83,13 +84,12 @@ pub(crate) enum LiveIndex {
         /// The row of each leased delivery.
         leased: HashMap<DeliveryId, LeaseRow>,
         len: usize,
+        /// Live deliveries kept at most.
+        limit: usize,
     },
 }
 
 impl LiveIndex {
-    /// Live deliveries kept in memory at most (about 100 bytes each).
-    pub const MAX: usize = 1_000_000;
-
     /// How long a store with too many live deliveries scans the table
     /// before trying to build the index again.
     const RETRY_MS: i64 = 60_000;
@@ -148,6 +148,7 @@ impl LiveIndex {
             queues,
             leased,
             len,
+            limit,
         } = self
         else {
             return;
@@ -164,7 +165,7 @@ impl LiveIndex {
             queues.remove(&endpoint);
         }
         *len = (*len + after).saturating_sub(before);
-        if *len > Self::MAX {
+        if *len > *limit {
             *self = LiveIndex::TooBig { retry_at: 0 };
         }
     }
@@ -190,6 +191,7 @@ impl LiveIndex {
         &mut self,
         conn: &duckdb::Connection,
         now: Timestamp,
+        limit: usize,
     ) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
         let now = now.as_millis();
         let build = match self {
@@ -198,9 +200,9 @@ impl LiveIndex {
             LiveIndex::Built { .. } => false,
         };
         if build {
-            *self = Self::build(conn, now)?;
+            *self = Self::build(conn, now, limit)?;
         } else if cfg!(debug_assertions) {
-            self.check(conn, now)?;
+            self.check(conn, now, limit)?;
         }
         Ok(match self {
             LiveIndex::Built { queues, .. } => Some(queues),
@@ -221,9 +223,12 @@ impl LiveIndex {
     /// Debug builds check the kept index against the table at every use, so
     /// every test that claims from the embedded store also checks that each
     /// write kept the index in step.
-    fn check(&self, conn: &duckdb::Connection, now: i64) -> StoreResult<()> {
-        let table = Self::build(conn, now)?;
-        if matches!(table, LiveIndex::Built { .. }) && table != *self {
+    fn check(&self, conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<()> {
+        if !self.is_built() {
+            return Ok(());
+        }
+        let table = Self::build(conn, now, limit)?;
+        if table.is_built() && table != *self {
             let mut both = format!("kept {self:?}, in the table {table:?}");
             both.truncate(4_000);
             return Err(StoreError::Backend(format!(
@@ -233,7 +238,7 @@ impl LiveIndex {
         Ok(())
     }
 
-    fn build(conn: &duckdb::Connection, now: i64) -> StoreResult<LiveIndex> {
+    fn build(conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<LiveIndex> {
         let mut st = conn
             .prepare_cached(&format!(
                 "SELECT {LEASE_COLS} FROM deliveries WHERE state IN ('pending', 'leased')"
@@ -244,6 +249,7 @@ impl LiveIndex {
             queues: HashMap::new(),
             leased: HashMap::new(),
             len: 0,
+            limit,
         };
         while let Some(r) = rows.next().db()? {
             let row = row_to_lease_row(r).db()?;
@@ -274,6 +280,7 @@ mod tests {
             queues: HashMap::new(),
             leased: HashMap::new(),
             len: 0,
+            limit: 1_000,
         }
     }
 

@@ -156,6 +156,7 @@ pub(crate) struct Writer {
     fan_out: FanOutCache,
     circuits: CircuitCache,
     live: LiveIndex,
+    live_limit: usize,
 }
 
 /// One transaction on the writer, with the time it runs at.
@@ -182,6 +183,7 @@ pub(crate) struct Tx<'a> {
     /// The live queue's index: every write that changes a live delivery
     /// tells it, or [`LiveIndex::forget`]s it.
     pub live: &'a mut LiveIndex,
+    live_limit: usize,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -231,7 +233,7 @@ impl Tx<'_> {
     /// The live deliveries by endpoint, from the writer's index ([`LiveIndex`]);
     /// `None` while there are too many to keep in memory.
     pub fn live_queues(&mut self) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
-        self.live.queues(&self.tx, self.now)
+        self.live.queues(&self.tx, self.now, self.live_limit)
     }
 
     /// The next delivery sequence number.
@@ -280,6 +282,7 @@ impl Writer {
                 fan_out: &mut self.fan_out,
                 circuits: &mut self.circuits,
                 live: &mut self.live,
+                live_limit: self.live_limit,
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -419,6 +422,7 @@ impl EmbeddedStore {
                         fan_out: FanOutCache::default(),
                         circuits: CircuitCache::default(),
                         live: LiveIndex::default(),
+                        live_limit: config.live_index_limit,
                     })
                 })();
                 let mut writer = match writer {

@@ -1,4 +1,6 @@
-//! The embedded adapter runs the whole conformance suite.
+//! The embedded adapter runs the whole conformance suite twice: as it runs,
+//! with the writer's live index (ADR 0028), and with the index off, as it
+//! runs past its limit (claims scan the table).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::sync::Arc;
@@ -8,8 +10,9 @@ use control_plane_conformance::{conformance_suite, Harness, StoreFactory};
 use control_plane_core::{ManualClock, SecretKey, SecretKeys, StoreOptions};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
-/// Each store gets a fresh file in its own temporary directory.
-struct Embedded;
+/// Each store gets a fresh file in its own temporary directory, and keeps
+/// at most this many live deliveries in its index.
+struct Embedded(usize);
 
 #[async_trait]
 impl StoreFactory for Embedded {
@@ -21,6 +24,7 @@ impl StoreFactory for Embedded {
             options,
             // The suite runs with endpoint secrets sealed, as the service does.
             keys: SecretKeys::new(SecretKey::generate(), vec![]),
+            live_index_limit: self.0,
         };
         let store = EmbeddedStore::open(config, clock.clone()).await.unwrap();
         Harness {
@@ -31,4 +35,10 @@ impl StoreFactory for Embedded {
     }
 }
 
-conformance_suite!(Embedded);
+conformance_suite!(Embedded(store_embedded::DEFAULT_LIVE_INDEX_LIMIT));
+
+mod without_the_live_index {
+    use super::*;
+
+    conformance_suite!(Embedded(0));
+}
