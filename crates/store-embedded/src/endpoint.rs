@@ -333,7 +333,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
         )
         .db()?;
     if parked > 0 {
-        t.live.forget();
+        t.live_mut().forget();
     }
     Ok(parked as u64)
 }

@@ -7,11 +7,11 @@
 //! It also keeps the row of every leased delivery, as the lease check reads
 //! it ([`LeaseRow`]), so recording an outcome reads nothing from the table.
 //!
-//! DuckDB stays the truth. The index is built from it when the store opens,
+//! DuckDB stays the truth. The index is built from it at its first use,
 //! follows every write of the hot paths (publish, lease, extend, release,
 //! outcome, lease expiry) in the same transaction, and is thrown away and
 //! rebuilt from the table after anything else changes live rows (replays,
-//! endpoint removal) or a transaction fails. Past its limit
+//! endpoint removal) or a transaction that changed it fails. Past its limit
 //! ([`crate::EmbeddedConfig::live_index_limit`]) of live deliveries it is
 //! not kept, and claims scan the table as before.
 

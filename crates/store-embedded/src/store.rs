@@ -181,9 +181,12 @@ pub(crate) struct Tx<'a> {
     /// The endpoints' circuits.
     pub circuits: &'a mut CircuitCache,
     /// The live queue's index: every write that changes a live delivery
-    /// tells it, or [`LiveIndex::forget`]s it.
-    pub live: &'a mut LiveIndex,
+    /// tells it, or [`LiveIndex::forget`]s it ([`Tx::live_mut`]).
+    live: &'a mut LiveIndex,
     live_limit: usize,
+    /// Whether this transaction changed or built the index: if it fails,
+    /// the index is thrown away.
+    live_touched: &'a mut bool,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -233,7 +236,19 @@ impl Tx<'_> {
     /// The live deliveries by endpoint, from the writer's index ([`LiveIndex`]);
     /// `None` while there are too many to keep in memory.
     pub fn live_queues(&mut self) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
+        *self.live_touched = true;
         self.live.queues(&self.tx, self.now, self.live_limit)
+    }
+
+    /// The live index, to read.
+    pub fn live(&self) -> &LiveIndex {
+        self.live
+    }
+
+    /// The live index, to change along with the table.
+    pub fn live_mut(&mut self) -> &mut LiveIndex {
+        *self.live_touched = true;
+        self.live
     }
 
     /// The next delivery sequence number.
@@ -266,6 +281,8 @@ impl Writer {
     /// Runs `f` in one transaction: commits on `Ok`, rolls back on `Err`.
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let saved = self.counters.clone();
+        let marks = crate::cache::marks(&self.schemas, &self.fan_out, &self.circuits);
+        let mut live_touched = false;
         let now = self.clock.now();
         let result = (|| {
             let tx = self.conn.transaction().db()?;
@@ -283,17 +300,26 @@ impl Writer {
                 circuits: &mut self.circuits,
                 live: &mut self.live,
                 live_limit: self.live_limit,
+                live_touched: &mut live_touched,
             };
             let v = f(&mut t)?;
             t.commit()?;
             Ok(v)
         })();
+        // A failed transaction may have left what it changed in memory but
+        // not in the file; what it only read is still right (a refused
+        // publish must not cost the next claim a rebuild).
         if result.is_err() {
             self.counters = saved;
-            self.schemas = SchemaCache::default();
-            self.fan_out = FanOutCache::default();
-            self.circuits = CircuitCache::default();
-            self.live.forget();
+            crate::cache::reset_changed(
+                marks,
+                &mut self.schemas,
+                &mut self.fan_out,
+                &mut self.circuits,
+            );
+            if live_touched {
+                self.live.forget();
+            }
         }
         result
     }
@@ -508,6 +534,8 @@ impl Drop for EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use duckdb::params;
 
     use super::*;
@@ -534,6 +562,71 @@ mod tests {
             ["r0", "w0", "r1", "w1", "r2", "w2", "r3", "r4", "r5"],
             "a request first, then one of each while both wait, then the rest"
         );
+    }
+
+    /// A failed call throws the live index away only when it changed it:
+    /// a publish refused before it wrote anything keeps it; a batch whose
+    /// second event breaks its schema had already indexed the first, so the
+    /// index goes, and the next claim rebuilds it without the rolled-back
+    /// delivery.
+    #[tokio::test]
+    async fn a_failed_call_drops_the_live_index_only_when_it_changed_it() {
+        use control_plane_core::{
+            AccountId, CatalogueStore, ClaimRequest, DeliveryStore, EndpointCreateRequest,
+            EndpointStore, EventStore, EventTypePut, ManualClock, PublishRequest, Secret,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
+        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
+            .await
+            .unwrap();
+        let account = AccountId::new("a").unwrap();
+        let req = EndpointCreateRequest::new(
+            account.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        store.endpoint_create(req).await.unwrap();
+        let mut put = EventTypePut::new(account.clone(), "order.paid", "Paid");
+        put.schema = Some(serde_json::json!({"type": "object", "required": ["id"]}));
+        store.event_type_put(put).await.unwrap();
+        let event =
+            |payload| PublishRequest::new(account.clone(), "order.paid".to_string(), payload);
+        let built = || store.call(Lane::Work, |w| Ok(w.live.is_built()));
+        let claim = || store.delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)));
+
+        store
+            .event_publish_batch(vec![event(serde_json::json!({"id": 1}))])
+            .await
+            .unwrap();
+        assert_eq!(claim().await.unwrap().len(), 1);
+        assert!(built().await.unwrap(), "the claim built the index");
+
+        let refused = store
+            .event_publish_batch(vec![event(serde_json::json!({"no": "id"}))])
+            .await;
+        assert!(refused.is_err());
+        assert!(
+            built().await.unwrap(),
+            "a refusal that wrote nothing keeps it"
+        );
+
+        let half = store
+            .event_publish_batch(vec![
+                event(serde_json::json!({"id": 2})),
+                event(serde_json::json!({"no": "id"})),
+            ])
+            .await;
+        assert!(half.is_err());
+        assert!(
+            !built().await.unwrap(),
+            "the failed batch had indexed its first event"
+        );
+        assert!(
+            claim().await.unwrap().is_empty(),
+            "the rebuilt index holds nothing of the rolled-back batch"
+        );
+        assert!(built().await.unwrap());
     }
 
     /// Version 5 rebuilds the tasks table (its key becomes `(account, id)`):

@@ -408,7 +408,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     // (one per circuit whose cooldown is over).
     let mut picks: Vec<(Candidate, bool)> = Vec::new();
     if t.housekeeping.due(t.now) {
-        if t.live.may_have_expired(t.now) {
+        if t.live().may_have_expired(t.now) {
             sweep_expired(t)?;
         }
         picks.extend(due_probes(t, limit)?.into_iter().map(|c| (c, true)));
@@ -470,11 +470,15 @@ pub(super) fn lease(
     let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
     let (lo, hi) = seq_range(&seqs).unwrap_or_default();
     let seqs = || list::of(seqs.iter().copied());
-    t.execute(
+    // Only pending, due rows: should the live index ever offer another one,
+    // the claim fails instead of leasing it twice, and the failed
+    // transaction throws the index away (the next claim rebuilds it).
+    let leased = t.execute(
         "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
          lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
          FROM (SELECT unnest($1::BIGINT[]) AS seq, unnest($2::VARCHAR[]) AS token) c \
-         WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $6 AND $7",
+         WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $6 AND $7 \
+         AND deliveries.state = 'pending' AND deliveries.due_at <= $5",
         params![
             seqs(),
             list::text(tokens),
@@ -486,6 +490,13 @@ pub(super) fn lease(
         ],
     )
     .db()?;
+    if leased != picks.len() {
+        return Err(StoreError::Backend(format!(
+            "{} of {} claimed deliveries were no longer pending and due; the live index is rebuilt",
+            picks.len().saturating_sub(leased),
+            picks.len()
+        )));
+    }
     let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
         let mut st = t
             .prepare(&format!(
@@ -533,7 +544,7 @@ pub(super) fn lease(
     };
     for c in claimed.values() {
         let d = &c.delivery;
-        t.live.lease(LeaseRow {
+        t.live_mut().lease(LeaseRow {
             id: d.id,
             seq: d.seq,
             account: d.account.clone(),

@@ -31,7 +31,7 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
         ],
     )
     .db()?;
-    t.live.extend(row.id, expires_at);
+    t.live_mut().extend(row.id, expires_at);
     Ok(Lease {
         expires_at,
         ..lease.clone()
@@ -52,7 +52,8 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
     )
     .db()?;
     let now = t.now.as_millis();
-    t.live.set(row.endpoint_id, row.seq, row.id, Some(now));
+    t.live_mut()
+        .set(row.endpoint_id, row.seq, row.id, Some(now));
     Ok(())
 }
 
@@ -64,10 +65,13 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
 fn lease_rows(t: &mut Tx<'_>, batch: &[(Lease, DeliveryOutcome)]) -> StoreResult<Vec<LeaseRow>> {
     let mut kept = Vec::with_capacity(batch.len());
     let mut unknown: Vec<&(Lease, DeliveryOutcome)> = Vec::new();
-    if t.live.is_built() {
+    if t.live().is_built() {
         for item in batch {
-            match t.live.leased(item.0.delivery_id) {
-                Some(row) => kept.push(row.clone()),
+            match t.live().leased(item.0.delivery_id).cloned() {
+                Some(row) => {
+                    t.seqs.take(row.id);
+                    kept.push(row);
+                }
                 None => unknown.push(item),
             }
         }
@@ -201,7 +205,7 @@ pub(crate) fn requeue(
         params![t.now.as_millis(), t.options.max_attempts, id.to_string()],
     )
     .db()?;
-    t.live.forget();
+    t.live_mut().forget();
     get(t, account, id)
 }
 
@@ -224,7 +228,7 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
         )
         .db()?;
     if n > 0 {
-        t.live.forget();
+        t.live_mut().forget();
     }
     Ok(n as u64)
 }

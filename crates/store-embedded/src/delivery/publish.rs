@@ -30,7 +30,7 @@ impl NewRows {
         let id = DeliveryId::new();
         let seq = t.next_seq();
         let now = t.now.as_millis();
-        t.live.set(endpoint, seq, id, Some(now));
+        t.live_mut().set(endpoint, seq, id, Some(now));
         self.d_id.push(id.to_string());
         self.d_account.push(account.as_str().to_string());
         self.d_endpoint.push(endpoint.to_string());

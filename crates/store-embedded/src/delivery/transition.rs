@@ -117,7 +117,7 @@ impl Transitions {
             &tr.attempt,
         );
         let due = (tr.state == DeliveryState::Pending).then(|| tr.due_at.as_millis());
-        t.live.set(row.endpoint_id, row.seq, row.id, due);
+        t.live_mut().set(row.endpoint_id, row.seq, row.id, due);
         row.state = tr.state;
         row.due_at = tr.due_at;
         row.lease_token = keep_token;
