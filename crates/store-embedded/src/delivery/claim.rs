@@ -497,67 +497,10 @@ pub(super) fn lease(
             picks.len()
         )));
     }
-    let mut claimed: HashMap<DeliveryId, ClaimedDelivery> = {
-        let mut st = t
-            .prepare(&format!(
-                "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers, \
-                 ev.traceparent, e.oauth2 \
-                 FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
-                 WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
-            ))
-            .db()?;
-        let rows = st
-            .query_map(params![lo, hi, expires.as_millis(), now], |r| {
-                let delivery = row_to_delivery(r)?;
-                let Some((token, probe)) = leases.get(&delivery.id).copied() else {
-                    return Ok(None);
-                };
-                Ok(Some(ClaimedDelivery {
-                    lease: Lease {
-                        delivery_id: delivery.id,
-                        token,
-                        attempt: delivery.attempts,
-                        expires_at: delivery.lease_expires_at.unwrap_or(expires),
-                    },
-                    delivery,
-                    event_type: r.get(13)?,
-                    body: r.get(14)?,
-                    url: r.get(15)?,
-                    secrets: SigningSecrets {
-                        current: Secret::new(r.get::<_, String>(16)?),
-                        previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
-                        previous_expires_at: ts_opt(r, 18)?,
-                    },
-                    headers: r.get::<_, Option<String>>(19)?.map(Secret::new),
-                    probe,
-                    traceparent: r
-                        .get::<_, Option<String>>(20)?
-                        .and_then(|t| TraceParent::parse(&t)),
-                    oauth2: r.get::<_, Option<String>>(21)?.map(Secret::new),
-                }))
-            })
-            .db()?;
-        rows.filter_map(|r| r.transpose())
-            .map(|r| r.map(|c| (c.delivery.id, c)))
-            .collect::<Result<_, _>>()
-            .db()?
-    };
+    let mut claimed = read_back(t, (lo, hi), expires, now, &leases)?;
     for c in claimed.values() {
-        let d = &c.delivery;
-        t.live_mut().lease(LeaseRow {
-            id: d.id,
-            seq: d.seq,
-            account: d.account.clone(),
-            endpoint_id: d.endpoint_id,
-            attempts: d.attempts,
-            max_attempts: d.max_attempts,
-            due_at: d.due_at,
-            state: DeliveryState::Leased,
-            lease_token: Some(c.lease.token),
-            lease_expires_at: Some(c.lease.expires_at),
-            last_outcome: None,
-        });
-        t.seqs.insert(d.id, d.seq);
+        t.live_mut().lease(held_row(c));
+        t.seqs.insert(c.delivery.id, c.delivery.seq);
     }
     let claimed = picks
         .iter()
@@ -568,4 +511,77 @@ pub(super) fn lease(
         })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(t.keys.open_claimed(claimed))
+}
+
+/// The deliveries a claim just leased (`lo..=hi` by seq, leased until
+/// `expires` at `now`) with what a send needs, by id; `leases` holds each
+/// one's token and whether it is a probe.
+fn read_back(
+    t: &Tx<'_>,
+    (lo, hi): (i64, i64),
+    expires: Timestamp,
+    now: i64,
+    leases: &HashMap<DeliveryId, (LeaseToken, bool)>,
+) -> StoreResult<HashMap<DeliveryId, ClaimedDelivery>> {
+    let mut st = t
+        .prepare(&format!(
+            "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers, \
+             ev.traceparent, e.oauth2 \
+             FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
+             WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
+        ))
+        .db()?;
+    let rows = st
+        .query_map(params![lo, hi, expires.as_millis(), now], |r| {
+            let delivery = row_to_delivery(r)?;
+            let Some((token, probe)) = leases.get(&delivery.id).copied() else {
+                return Ok(None);
+            };
+            Ok(Some(ClaimedDelivery {
+                lease: Lease {
+                    delivery_id: delivery.id,
+                    token,
+                    attempt: delivery.attempts,
+                    expires_at: delivery.lease_expires_at.unwrap_or(expires),
+                },
+                delivery,
+                event_type: r.get(13)?,
+                body: r.get(14)?,
+                url: r.get(15)?,
+                secrets: SigningSecrets {
+                    current: Secret::new(r.get::<_, String>(16)?),
+                    previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
+                    previous_expires_at: ts_opt(r, 18)?,
+                },
+                headers: r.get::<_, Option<String>>(19)?.map(Secret::new),
+                probe,
+                traceparent: r
+                    .get::<_, Option<String>>(20)?
+                    .and_then(|t| TraceParent::parse(&t)),
+                oauth2: r.get::<_, Option<String>>(21)?.map(Secret::new),
+            }))
+        })
+        .db()?;
+    rows.filter_map(|r| r.transpose())
+        .map(|r| r.map(|c| (c.delivery.id, c)))
+        .collect::<Result<_, _>>()
+        .db()
+}
+
+/// The row the live index keeps for a delivery this claim leased.
+fn held_row(c: &ClaimedDelivery) -> LeaseRow {
+    let d = &c.delivery;
+    LeaseRow {
+        id: d.id,
+        seq: d.seq,
+        account: d.account.clone(),
+        endpoint_id: d.endpoint_id,
+        attempts: d.attempts,
+        max_attempts: d.max_attempts,
+        due_at: d.due_at,
+        state: DeliveryState::Leased,
+        lease_token: Some(c.lease.token),
+        lease_expires_at: Some(c.lease.expires_at),
+        last_outcome: None,
+    }
 }
