@@ -202,7 +202,10 @@ impl LiveIndex {
         if build {
             *self = Self::build(conn, now, limit)?;
         } else if cfg!(debug_assertions) {
-            self.check(conn, now, limit)?;
+            if let Err(e) = self.check(conn, now, limit) {
+                self.forget();
+                return Err(e);
+            }
         }
         Ok(match self {
             LiveIndex::Built { queues, .. } => Some(queues),

@@ -236,7 +236,10 @@ impl Tx<'_> {
     /// The live deliveries by endpoint, from the writer's index ([`LiveIndex`]);
     /// `None` while there are too many to keep in memory.
     pub fn live_queues(&mut self) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
-        *self.live_touched = true;
+        // Building reads this transaction's own writes: it counts as a change.
+        if !self.live.is_built() {
+            *self.live_touched = true;
+        }
         self.live.queues(&self.tx, self.now, self.live_limit)
     }
 

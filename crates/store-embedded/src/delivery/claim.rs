@@ -585,3 +585,44 @@ fn held_row(c: &ClaimedDelivery) -> LeaseRow {
         last_outcome: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::Lane;
+    use crate::{EmbeddedConfig, EmbeddedStore};
+
+    /// Should the live index ever offer a delivery that the table holds
+    /// leased, the lease fails instead of leasing it a second time.
+    #[tokio::test]
+    async fn a_lease_takes_only_pending_due_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
+        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
+            .await
+            .unwrap();
+        let account = AccountId::new("a").unwrap();
+        let req = EndpointCreateRequest::new(
+            account.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        store.endpoint_create(req).await.unwrap();
+        let event = PublishRequest::new(account, "order.paid".to_string(), serde_json::json!({}));
+        store.event_publish_batch(vec![event]).await.unwrap();
+        let req = ClaimRequest::new("w", 10, Duration::from_secs(30));
+        let first = store.delivery_claim(req.clone()).await.unwrap();
+        let d = first[0].delivery.clone();
+        let again = store
+            .call(Lane::Work, move |w| {
+                w.tx(|t| lease(t, &[((d.id, d.endpoint_id, 0, d.seq), false)], &req))
+            })
+            .await;
+        assert!(
+            matches!(&again, Err(StoreError::Backend(m)) if m.contains("no longer pending")),
+            "{again:?}"
+        );
+    }
+}

@@ -117,7 +117,6 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     // with its first event whatever a schema registered since says.
     let schemas = crate::catalogue::schemas(t, &reqs)?;
     let mut rows = NewRows::default();
-    let mut endpoints: HashMap<AccountId, std::sync::Arc<[Endpoint]>> = HashMap::new();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
     for req in reqs {
@@ -153,11 +152,8 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
             keyed.insert(slot, out.len());
         }
         control_plane_core::catalogue::check_publishes(std::slice::from_ref(&req), &schemas)?;
-        if !endpoints.contains_key(&req.account) {
-            endpoints.insert(req.account.clone(), endpoint::fan_out_set(t, &req.account)?);
-        }
-        let live = endpoints.get(&req.account).map_or(&[][..], |e| &e[..]);
-        out.push(rows.event(t, &req, live, None));
+        let live = endpoint::fan_out_set(t, &req.account)?;
+        out.push(rows.event(t, &req, &live, None));
     }
     rows.write(t)?;
     Ok(out)
