@@ -66,6 +66,7 @@ macro_rules! conformance_suite {
             an_example_is_sent_to_one_endpoint,
             wildcard_subscriptions_take_every_type_under_their_prefix,
             custom_headers_are_checked_replaced_and_claimed,
+            a_claim_sends_with_the_endpoint_as_it_is_now,
             oauth2_credentials_are_checked_replaced_removed_and_claimed,
             publish_with_same_idempotency_key_creates_nothing_new,
             an_idempotency_key_reused_for_another_request_is_refused,

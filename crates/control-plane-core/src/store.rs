@@ -360,6 +360,9 @@ pub trait DeliveryStore: Send + Sync {
     /// - Exclusive: one delivery is held by at most one live lease, whatever
     ///   the number of concurrent claimers (`claim_is_exclusive_under_concurrent_claimers`).
     /// - The attempt number increments at claim (`claim_increments_attempt_number`).
+    /// - Each claim hands out the endpoint as it is now (URL, secrets,
+    ///   headers, enabled, removed), whatever changed since the last one
+    ///   (`a_claim_sends_with_the_endpoint_as_it_is_now`).
     /// - Disabled endpoints and open circuits are skipped; after the cooldown
     ///   exactly one delivery is claimed as the probe, ahead of ordinary ones
     ///   (`circuit_admits_exactly_one_probe_after_cooldown`).

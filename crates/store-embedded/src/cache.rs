@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use control_plane_core::policy::Circuit;
-use control_plane_core::{AccountId, DeliveryId, Endpoint, EndpointId};
+use control_plane_core::{AccountId, DeliveryId, Endpoint, EndpointId, EventId};
+
+use crate::endpoint::Sender;
 
 /// The sequence numbers of deliveries this writer leased, by id. A
 /// delivery's `seq` never changes, so an entry is never wrong; it spares the
@@ -153,35 +155,204 @@ impl CircuitCache {
     }
 }
 
+/// What a claim reads of each endpoint it serves ([`Sender`]): every write
+/// of an endpoint row forgets its entry ([`crate::endpoint`]), except the
+/// circuit (kept in [`CircuitCache`], not here) and the rate budget, which
+/// the claim that spends it updates here. It spares each claim the read of
+/// its endpoints' flow settings and, with [`EventCache`], the read-back of
+/// what it leased (ADR 0028).
+#[derive(Default)]
+pub(crate) struct SenderCache(Kept<EndpointId, Sender>);
+
+impl SenderCache {
+    const MAX: usize = 100_000;
+
+    /// The entry of `endpoint`, when read since it last changed.
+    pub fn get(&self, endpoint: EndpointId) -> Option<&Sender> {
+        self.0.get(&endpoint)
+    }
+
+    /// Remembers what the table holds for `endpoint`.
+    pub fn insert(&mut self, endpoint: EndpointId, sender: Sender) {
+        self.0.insert(endpoint, sender, Self::MAX);
+    }
+
+    /// Forgets `endpoint` (its row changed).
+    pub fn forget(&mut self, endpoint: EndpointId) {
+        self.0.forget(&endpoint);
+    }
+
+    /// Forgets every endpoint (a statement changed rows of several).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The rate budget of `endpoint` is now `budget` (tokens, at).
+    pub fn set_budget(&mut self, endpoint: EndpointId, budget: (f64, i64)) {
+        if let Some(s) = self.0.map.get_mut(&endpoint) {
+            s.budget = Some(budget);
+            self.0.changes += 1;
+        }
+    }
+}
+
+/// What a send needs of an event: its type, body and trace context.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SentEvent {
+    pub event_type: String,
+    pub body: String,
+    pub traceparent: Option<String>,
+}
+
+/// The events this writer published or claimed lately, as a send needs
+/// them, so that a claim reads no event row. Events never change and their
+/// ids are never reused, so an entry is never wrong: one left by a
+/// transaction that rolled back names an event no delivery points at, and
+/// is never asked for. Bounded by the bytes it holds: emptied when full.
+#[derive(Default)]
+pub(crate) struct EventCache {
+    map: HashMap<EventId, Arc<SentEvent>>,
+    bytes: usize,
+}
+
+impl EventCache {
+    /// Bytes of event text kept at most.
+    const MAX_BYTES: usize = 32 << 20;
+    /// What an entry costs besides its text.
+    const ENTRY_BYTES: usize = 96;
+
+    /// The event `id`, when kept.
+    pub fn get(&self, id: EventId) -> Option<Arc<SentEvent>> {
+        self.map.get(&id).cloned()
+    }
+
+    /// Keeps event `id`; one too big for the whole budget is not kept.
+    pub fn insert(&mut self, id: EventId, event: SentEvent) {
+        let size = Self::ENTRY_BYTES
+            + event.event_type.len()
+            + event.body.len()
+            + event.traceparent.as_ref().map_or(0, String::len);
+        if size > Self::MAX_BYTES / 4 {
+            return;
+        }
+        if self.bytes + size > Self::MAX_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        if self.map.insert(id, Arc::new(event)).is_none() {
+            self.bytes += size;
+        }
+    }
+}
+
 /// The change counts of the writer's caches, taken when a transaction
 /// begins: after it fails, a cache whose count moved is emptied.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Marks([u64; 3]);
+pub(crate) struct Marks([u64; 4]);
 
-/// The caches a transaction may fill or change.
-pub(crate) fn marks(
-    schemas: &SchemaCache,
-    fan_out: &FanOutCache,
-    circuits: &CircuitCache,
-) -> Marks {
-    Marks([schemas.0.changes, fan_out.0.changes, circuits.0.changes])
+/// The caches a transaction may fill or change (the event cache needs no
+/// mark: see [`EventCache`]).
+#[derive(Default)]
+pub(crate) struct Caches {
+    pub schemas: SchemaCache,
+    pub fan_out: FanOutCache,
+    pub circuits: CircuitCache,
+    pub senders: SenderCache,
 }
 
-/// Empties each cache that changed since `before`.
-pub(crate) fn reset_changed(
-    before: Marks,
-    schemas: &mut SchemaCache,
-    fan_out: &mut FanOutCache,
-    circuits: &mut CircuitCache,
-) {
-    let now = marks(schemas, fan_out, circuits);
-    if now.0[0] != before.0[0] {
-        schemas.0.clear();
+impl Caches {
+    /// Their change counts now.
+    pub fn marks(&self) -> Marks {
+        Marks([
+            self.schemas.0.changes,
+            self.fan_out.0.changes,
+            self.circuits.0.changes,
+            self.senders.0.changes,
+        ])
     }
-    if now.0[1] != before.0[1] {
-        fan_out.0.clear();
+
+    /// Empties each cache that changed since `before`.
+    pub fn reset_changed(&mut self, before: Marks) {
+        let now = self.marks();
+        if now.0[0] != before.0[0] {
+            self.schemas.0.clear();
+        }
+        if now.0[1] != before.0[1] {
+            self.fan_out.0.clear();
+        }
+        if now.0[2] != before.0[2] {
+            self.circuits.0.clear();
+        }
+        if now.0[3] != before.0[3] {
+            self.senders.0.clear();
+        }
     }
-    if now.0[2] != before.0[2] {
-        circuits.0.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(body_bytes: usize) -> SentEvent {
+        SentEvent {
+            event_type: "t".into(),
+            body: "x".repeat(body_bytes),
+            traceparent: None,
+        }
+    }
+
+    /// The event cache holds what fits its byte budget, starts over when the
+    /// next event would not fit, and never keeps an event too big for it.
+    #[test]
+    fn the_event_cache_stays_within_its_bytes() {
+        let mut c = EventCache::default();
+        let quarter = EventCache::MAX_BYTES / 4 - EventCache::ENTRY_BYTES - 1;
+        let ids: Vec<EventId> = (0..5).map(|_| EventId::new()).collect();
+        for id in &ids[..3] {
+            c.insert(*id, event(quarter));
+        }
+        assert!(ids[..3].iter().all(|id| c.get(*id).is_some()));
+        assert!(c.bytes <= EventCache::MAX_BYTES);
+        // The fourth fits; the fifth does not, and empties the cache first.
+        c.insert(ids[3], event(quarter));
+        assert!(c.get(ids[0]).is_some());
+        c.insert(ids[4], event(quarter));
+        assert!(c.get(ids[0]).is_none());
+        assert_eq!(c.get(ids[4]).map(|e| e.body.len()), Some(quarter));
+        assert!(c.bytes <= EventCache::MAX_BYTES);
+        // Too big for a quarter of the budget: not kept, nothing dropped.
+        let big = EventId::new();
+        c.insert(big, event(EventCache::MAX_BYTES / 4));
+        assert!(c.get(big).is_none());
+        assert!(c.get(ids[4]).is_some());
+    }
+
+    /// A rate budget is updated only in an entry the cache holds, and counts
+    /// as a change (a failed claim that spent it empties the cache).
+    #[test]
+    fn a_spent_budget_updates_only_a_kept_sender() {
+        let mut c = SenderCache::default();
+        let (kept, other) = (EndpointId::new(), EndpointId::new());
+        c.insert(
+            kept,
+            Sender {
+                account: "a".into(),
+                live: true,
+                cap: None,
+                rate: Some(5),
+                budget: None,
+                ordered: false,
+                url: "https://example.com".into(),
+                secrets: ("s".into(), None, None),
+                headers: None,
+                oauth2: None,
+            },
+        );
+        let before = c.0.changes;
+        c.set_budget(kept, (2.5, 7));
+        c.set_budget(other, (1.0, 7));
+        assert_eq!(c.get(kept).and_then(|s| s.budget), Some((2.5, 7)));
+        assert!(c.get(other).is_none());
+        assert_eq!(c.0.changes, before + 1);
     }
 }

@@ -215,6 +215,7 @@ pub(crate) fn update(
     )
     .db()?;
     t.fan_out.forget(account);
+    t.senders.forget(id);
     get(t, account, id)
 }
 
@@ -237,6 +238,7 @@ pub(crate) fn rotate_secret(
         ],
     )
     .db()?;
+    t.senders.forget(id);
     get(t, account, id)
 }
 
@@ -285,6 +287,7 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
             params![secret, previous, id.to_string(), headers, oauth2],
         )
         .db()?;
+        t.senders.forget(EndpointId(*id));
     }
     Ok(rows.len() as u64)
 }
@@ -302,17 +305,19 @@ pub(crate) fn set_enabled(
         params![enabled, reason, t.now.as_millis(), id.to_string()],
     )
     .db()?;
+    t.senders.forget(id);
     get(t, account, id)
 }
 
 /// Disables an endpoint for a reason found by the store (410, failing window).
-pub(crate) fn disable(t: &Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<bool> {
+pub(crate) fn disable(t: &mut Tx<'_>, id: EndpointId, reason: &str) -> StoreResult<bool> {
     let n = t
         .execute(
             "UPDATE endpoints SET enabled = false, disabled_reason = $1, updated_at = $2 WHERE id = $3 AND enabled",
             params![reason, t.now.as_millis(), id.to_string()],
         )
         .db()?;
+    t.senders.forget(id);
     Ok(n == 1)
 }
 
@@ -324,6 +329,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     )
     .db()?;
     t.fan_out.forget(account);
+    t.senders.forget(id);
     let parked = t
         .execute(
             "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
@@ -336,6 +342,92 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
         t.live_mut().forget();
     }
     Ok(parked as u64)
+}
+
+/// What a claim reads of an endpoint: its flow settings and what a send
+/// needs, with the credentials as stored (sealed).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sender {
+    pub account: String,
+    /// Enabled and not removed.
+    pub live: bool,
+    pub cap: Option<u32>,
+    pub rate: Option<u32>,
+    /// The stored rate budget: tokens, and when they were counted.
+    pub budget: Option<(f64, i64)>,
+    pub ordered: bool,
+    pub url: String,
+    pub secrets: (String, Option<String>, Option<Timestamp>),
+    pub headers: Option<String>,
+    pub oauth2: Option<String>,
+}
+
+const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
+     budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2 \
+     FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
+
+fn read_senders(
+    t: &Tx<'_>,
+    ids: &[EndpointId],
+) -> StoreResult<std::collections::HashMap<EndpointId, Sender>> {
+    let mut st = t.prepare(SENDERS).db()?;
+    let rows = st
+        .query_map(params![crate::util::list::text(ids)], |r| {
+            let budget = match (r.get::<_, Option<f64>>(5)?, r.get::<_, Option<i64>>(6)?) {
+                (Some(tokens), Some(at)) => Some((tokens, at)),
+                _ => None,
+            };
+            let sender = Sender {
+                account: r.get(1)?,
+                live: r.get(2)?,
+                cap: r.get(3)?,
+                rate: r.get(4)?,
+                budget,
+                ordered: r.get(7)?,
+                url: r.get(8)?,
+                secrets: (r.get(9)?, r.get(10)?, ts_opt(r, 11)?),
+                headers: r.get(12)?,
+                oauth2: r.get(13)?,
+            };
+            Ok((EndpointId(col_uuid(r, 0)?), sender))
+        })
+        .db()?;
+    rows.collect::<Result<_, _>>().db()
+}
+
+/// What claims read of the endpoints `ids` (those that exist), from the
+/// writer's cache ([`crate::cache::SenderCache`]); the ones it lacks are
+/// read in one statement and kept.
+pub(crate) fn senders(
+    t: &mut Tx<'_>,
+    ids: &[EndpointId],
+) -> StoreResult<std::collections::HashMap<EndpointId, Sender>> {
+    let mut out = std::collections::HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    for id in ids {
+        match t.senders.get(*id) {
+            Some(s) => {
+                out.insert(*id, s.clone());
+            }
+            None => missing.push(*id),
+        }
+    }
+    // Debug builds check the cache against the table at every use.
+    if cfg!(debug_assertions) && !out.is_empty() {
+        let kept: Vec<EndpointId> = out.keys().copied().collect();
+        if read_senders(t, &kept)? != out {
+            return Err(StoreError::Backend(
+                "the endpoint cache is out of step with the endpoints table".into(),
+            ));
+        }
+    }
+    if !missing.is_empty() {
+        for (id, s) in read_senders(t, &missing)? {
+            t.senders.insert(id, s.clone());
+            out.insert(id, s);
+        }
+    }
+    Ok(out)
 }
 
 /// The circuit of an endpoint (deleted or not), from the writer's cache

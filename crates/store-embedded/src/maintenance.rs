@@ -83,6 +83,9 @@ pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreRes
             )
             .db()?;
         report.count(*what, n as u64);
+        if matches!(what, Purged::PreviousSecrets) && n > 0 {
+            t.senders.clear();
+        }
     }
     Ok(report)
 }

@@ -20,7 +20,9 @@ use control_plane_core::{
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
-use crate::cache::{CircuitCache, FanOutCache, SchemaCache, SeqCache};
+use crate::cache::{
+    Caches, CircuitCache, EventCache, FanOutCache, SchemaCache, SenderCache, SeqCache,
+};
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
 use crate::live::{EndpointQueue, LiveIndex};
@@ -152,9 +154,8 @@ pub(crate) struct Writer {
     counters: Counters,
     housekeeping: Housekeeping,
     seqs: SeqCache,
-    schemas: SchemaCache,
-    fan_out: FanOutCache,
-    circuits: CircuitCache,
+    caches: Caches,
+    events: EventCache,
     live: LiveIndex,
     live_limit: usize,
 }
@@ -180,6 +181,10 @@ pub(crate) struct Tx<'a> {
     pub fan_out: &'a mut FanOutCache,
     /// The endpoints' circuits.
     pub circuits: &'a mut CircuitCache,
+    /// What claims read of endpoints.
+    pub senders: &'a mut SenderCache,
+    /// What sends need of events.
+    pub events: &'a mut EventCache,
     /// The live queue's index: every write that changes a live delivery
     /// tells it, or [`LiveIndex::forget`]s it ([`Tx::live_mut`]).
     live: &'a mut LiveIndex,
@@ -284,7 +289,7 @@ impl Writer {
     /// Runs `f` in one transaction: commits on `Ok`, rolls back on `Err`.
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let saved = self.counters.clone();
-        let marks = crate::cache::marks(&self.schemas, &self.fan_out, &self.circuits);
+        let marks = self.caches.marks();
         let mut live_touched = false;
         let now = self.clock.now();
         let result = (|| {
@@ -298,9 +303,11 @@ impl Writer {
                 dirty: Vec::new(),
                 housekeeping: &self.housekeeping,
                 seqs: &mut self.seqs,
-                schemas: &mut self.schemas,
-                fan_out: &mut self.fan_out,
-                circuits: &mut self.circuits,
+                schemas: &mut self.caches.schemas,
+                fan_out: &mut self.caches.fan_out,
+                circuits: &mut self.caches.circuits,
+                senders: &mut self.caches.senders,
+                events: &mut self.events,
                 live: &mut self.live,
                 live_limit: self.live_limit,
                 live_touched: &mut live_touched,
@@ -314,12 +321,7 @@ impl Writer {
         // publish must not cost the next claim a rebuild).
         if result.is_err() {
             self.counters = saved;
-            crate::cache::reset_changed(
-                marks,
-                &mut self.schemas,
-                &mut self.fan_out,
-                &mut self.circuits,
-            );
+            self.caches.reset_changed(marks);
             if live_touched {
                 self.live.forget();
             }
@@ -447,9 +449,8 @@ impl EmbeddedStore {
                         counters,
                         housekeeping: Housekeeping::default(),
                         seqs: SeqCache::default(),
-                        schemas: SchemaCache::default(),
-                        fan_out: FanOutCache::default(),
-                        circuits: CircuitCache::default(),
+                        caches: Caches::default(),
+                        events: EventCache::default(),
                         live: LiveIndex::default(),
                         live_limit: config.live_index_limit,
                     })

@@ -578,6 +578,96 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
     assert_eq!(cleared.headers, None);
 }
 
+/// `DeliveryStore::delivery_claim`: each claim hands out the endpoint as it
+/// is now, after every kind of change since the last claim: a rotated
+/// secret (with the previous one), a new URL and headers, disabling and
+/// enabling, removal. A store that keeps endpoints between claims must
+/// forget them on every change.
+pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let store = &h.store;
+    let finish = |c: ClaimedDelivery| async move {
+        store.delivery_record_outcome(&c.lease, ok()).await.unwrap();
+    };
+    let next = || async {
+        publish(&h, "a").await;
+        let mut got = claim(&h, 10).await;
+        assert_eq!(got.len(), 1, "one delivery published, one claimed");
+        got.remove(0)
+    };
+    let c = next().await;
+    assert_eq!(
+        (c.url.as_str(), c.secrets.current.expose()),
+        ("https://example.com/hook", "whsec_dGVzdA==")
+    );
+    finish(c).await;
+
+    h.store
+        .endpoint_rotate_secret(
+            &acct("a"),
+            e.id,
+            Secret::new("whsec_bmV3"),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let c = next().await;
+    assert_eq!(c.secrets.current.expose(), "whsec_bmV3");
+    assert_eq!(
+        c.secrets.previous.as_ref().map(Secret::expose),
+        Some("whsec_dGVzdA==")
+    );
+    finish(c).await;
+
+    let update = EndpointUpdateRequest {
+        url: Some("https://example.com/moved".into()),
+        headers: Some([("x-tenant".to_string(), "t-2".to_string())].into()),
+        ..EndpointUpdateRequest::default()
+    };
+    h.store
+        .endpoint_update(&acct("a"), e.id, update)
+        .await
+        .unwrap();
+    let c = next().await;
+    assert_eq!(c.url, "https://example.com/moved");
+    assert_eq!(
+        c.headers.as_ref().map(|h| custom_header_pairs(h).unwrap()),
+        Some(vec![("x-tenant".to_string(), "t-2".to_string())])
+    );
+    finish(c).await;
+
+    publish(&h, "a").await;
+    h.store
+        .endpoint_set_enabled(
+            &acct("a"),
+            e.id,
+            Enablement::Disabled {
+                reason: Some("paused".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "a disabled endpoint is skipped"
+    );
+    h.store
+        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
+        .await
+        .unwrap();
+    let c = claim(&h, 10).await;
+    assert_eq!(c.len(), 1, "enabled again, its delivery is claimed");
+    finish(c.into_iter().next().unwrap()).await;
+
+    publish(&h, "a").await;
+    h.store.endpoint_delete(&acct("a"), e.id).await.unwrap();
+    assert!(
+        claim(&h, 10).await.is_empty(),
+        "a removed endpoint is skipped"
+    );
+}
+
 /// `EndpointStore::endpoint_update`: OAuth2 client credentials are checked
 /// at create and update (nothing stored when refused), read back opened,
 /// kept by an update that does not name them, replaced, handed to the

@@ -244,15 +244,10 @@ pub(super) fn flows(
     Ok((out, any_ordered))
 }
 
-/// The endpoints a claim may serve, of those listed in `$1`.
-const FLOW_ENDPOINTS: &str = "SELECT id, account, max_in_flight, rate_limit_per_s, budget_tokens, \
-     budget_at, ordered FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[])) \
-     AND enabled AND deleted_at IS NULL AND circuit_mode = 'closed'";
-
 /// The flows of every endpoint on a closed circuit with due work, from the
-/// writer's live index ([`crate::live`]): the same flows the two
-/// statements above find, without scanning the live rows. `None` while the
-/// index is not kept.
+/// writer's live index ([`crate::live`]) and its endpoint cache: the same
+/// flows the two statements above find, without scanning the live rows.
+/// `None` while the index is not kept.
 pub(super) fn flows_from_index(
     t: &mut Tx<'_>,
     limit: i64,
@@ -286,15 +281,22 @@ pub(super) fn flows_from_index(
     if due.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let endpoints: Vec<FlowEndpoint> = {
-        let mut st = t.prepare(FLOW_ENDPOINTS).db()?;
-        let rows = st
-            .query_map(params![list::text(due.keys())], |r| {
-                FlowEndpoint::read(r, [0, 1, 2, 3, 4, 5, 6])
-            })
-            .db()?;
-        rows.collect::<Result<_, _>>().db()?
-    };
+    let ids: Vec<EndpointId> = due.keys().copied().collect();
+    let senders = endpoint::senders(t, &ids)?;
+    let mut endpoints = Vec::with_capacity(senders.len());
+    for (id, s) in senders {
+        // Enabled, not removed, and on a closed circuit.
+        if s.live && endpoint::load_circuit(t, id)?.mode == CircuitMode::Closed {
+            endpoints.push(FlowEndpoint {
+                endpoint: id,
+                account: s.account,
+                cap: s.cap,
+                rate: s.rate,
+                budget: s.budget,
+                ordered: s.ordered,
+            });
+        }
+    }
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let mut out = Vec::with_capacity(endpoints.len());
     for e in endpoints {
@@ -354,7 +356,11 @@ pub(super) fn fair_candidates(
 
 /// Spends one token per picked delivery from each rate-limited endpoint's
 /// bucket.
-pub(super) fn spend_budgets(t: &Tx<'_>, flows: &[Flow], picked: &[Candidate]) -> StoreResult<()> {
+pub(super) fn spend_budgets(
+    t: &mut Tx<'_>,
+    flows: &[Flow],
+    picked: &[Candidate],
+) -> StoreResult<()> {
     for f in flows {
         let Some((_, budget)) = f.budget else {
             continue;
@@ -367,6 +373,8 @@ pub(super) fn spend_budgets(t: &Tx<'_>, flows: &[Flow], picked: &[Candidate]) ->
             continue;
         }
         let left = budget.spend(u32::try_from(taken).unwrap_or(u32::MAX));
+        t.senders
+            .set_budget(f.candidate.endpoint, (left.tokens, left.at.as_millis()));
         t.execute(
             "UPDATE endpoints SET budget_tokens = $1, budget_at = $2 WHERE id = $3",
             params![
@@ -446,7 +454,7 @@ pub(super) fn due_probes(t: &Tx<'_>, limit: i64) -> StoreResult<Vec<Candidate>> 
     candidates(t, &sql, now, limit)
 }
 
-/// Leases the picks (a probe starts its circuit's probe) and reads them back
+/// Leases the picks (a probe starts its circuit's probe) and returns them
 /// with what a send needs, in the picks' order.
 pub(super) fn lease(
     t: &mut Tx<'_>,
@@ -470,34 +478,32 @@ pub(super) fn lease(
     let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
     let (lo, hi) = seq_range(&seqs).unwrap_or_default();
     let seqs = || list::of(seqs.iter().copied());
-    // Only pending, due rows: should the live index ever offer another one,
-    // the claim fails instead of leasing it twice, and the failed
-    // transaction throws the index away (the next claim rebuilds it).
-    let leased = t.execute(
-        "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
-         lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
-         FROM (SELECT unnest($1::BIGINT[]) AS seq, unnest($2::VARCHAR[]) AS token) c \
-         WHERE deliveries.seq = c.seq AND deliveries.seq BETWEEN $6 AND $7 \
-         AND deliveries.state = 'pending' AND deliveries.due_at <= $5",
-        params![
-            seqs(),
-            list::text(tokens),
-            expires.as_millis(),
-            req.worker,
-            now,
-            lo,
-            hi
-        ],
-    )
-    .db()?;
-    if leased != picks.len() {
+    let leased: Vec<Delivery> = {
+        let mut st = t.prepare(LEASE).db()?;
+        let rows = st
+            .query_map(
+                params![
+                    seqs(),
+                    list::text(tokens),
+                    expires.as_millis(),
+                    req.worker,
+                    now,
+                    lo,
+                    hi
+                ],
+                row_to_delivery,
+            )
+            .db()?;
+        rows.collect::<Result<_, _>>().db()?
+    };
+    if leased.len() != picks.len() {
         return Err(StoreError::Backend(format!(
             "{} of {} claimed deliveries were no longer pending and due; the live index is rebuilt",
-            picks.len().saturating_sub(leased),
+            picks.len().saturating_sub(leased.len()),
             picks.len()
         )));
     }
-    let mut claimed = read_back(t, (lo, hi), expires, now, &leases)?;
+    let mut claimed = sends(t, leased, expires, &leases)?;
     for c in claimed.values() {
         t.live_mut().lease(held_row(c));
         t.seqs.insert(c.delivery.id, c.delivery.seq);
@@ -513,59 +519,73 @@ pub(super) fn lease(
     Ok(t.keys.open_claimed(claimed))
 }
 
-/// The deliveries a claim just leased (`lo..=hi` by seq, leased until
-/// `expires` at `now`) with what a send needs, by id; `leases` holds each
-/// one's token and whether it is a probe.
-fn read_back(
-    t: &Tx<'_>,
-    (lo, hi): (i64, i64),
+/// Leases the deliveries of seqs `$1` with tokens `$2` until `$3` for
+/// worker `$4` at `$5` (`$6..=$7` bound the seqs), and returns them as
+/// leased ([`row_to_delivery`]'s columns). Only pending, due rows: should
+/// the live index ever offer another one, the claim fails instead of
+/// leasing it twice, and the failed transaction throws the index away (the
+/// next claim rebuilds it).
+const LEASE: &str =
+    "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
+     lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
+     FROM (SELECT unnest($1::BIGINT[]) AS s, unnest($2::VARCHAR[]) AS token) c \
+     WHERE deliveries.seq = c.s AND deliveries.seq BETWEEN $6 AND $7 \
+     AND deliveries.state = 'pending' AND deliveries.due_at <= $5 \
+     RETURNING id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, due_at, \
+     lease_expires_at, last_error, created_at, updated_at";
+
+/// The deliveries a claim just leased (until `expires`) with what a send
+/// needs, by id: their events and endpoints come from the writer's caches
+/// ([`crate::cache::EventCache`], [`crate::cache::SenderCache`]), which read
+/// only what they lack. `leases` holds each one's token and whether it is a
+/// probe.
+fn sends(
+    t: &mut Tx<'_>,
+    leased: Vec<Delivery>,
     expires: Timestamp,
-    now: i64,
     leases: &HashMap<DeliveryId, (LeaseToken, bool)>,
 ) -> StoreResult<HashMap<DeliveryId, ClaimedDelivery>> {
-    let mut st = t
-        .prepare(&format!(
-            "SELECT {DELIVERY_COLS}, ev.event_type, ev.body, e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers, \
-             ev.traceparent, e.oauth2 \
-             FROM deliveries d JOIN events ev ON ev.id = d.event_id JOIN endpoints e ON e.id = d.endpoint_id \
-             WHERE d.seq BETWEEN $1 AND $2 AND d.state = 'leased' AND d.lease_expires_at = $3 AND d.updated_at = $4"
-        ))
-        .db()?;
-    let rows = st
-        .query_map(params![lo, hi, expires.as_millis(), now], |r| {
-            let delivery = row_to_delivery(r)?;
-            let Some((token, probe)) = leases.get(&delivery.id).copied() else {
-                return Ok(None);
-            };
-            Ok(Some(ClaimedDelivery {
+    let mut endpoint_ids: Vec<EndpointId> = leased.iter().map(|d| d.endpoint_id).collect();
+    endpoint_ids.sort_unstable();
+    endpoint_ids.dedup();
+    let senders = endpoint::senders(t, &endpoint_ids)?;
+    let events = sent_events(t, leased.iter().map(|d| d.event_id))?;
+    let mut out = HashMap::with_capacity(leased.len());
+    for delivery in leased {
+        let (Some((token, probe)), Some(s), Some(ev)) = (
+            leases.get(&delivery.id).copied(),
+            senders.get(&delivery.endpoint_id),
+            events.get(&delivery.event_id),
+        ) else {
+            continue;
+        };
+        let (current, previous, previous_expires_at) = s.secrets.clone();
+        out.insert(
+            delivery.id,
+            ClaimedDelivery {
                 lease: Lease {
                     delivery_id: delivery.id,
                     token,
                     attempt: delivery.attempts,
                     expires_at: delivery.lease_expires_at.unwrap_or(expires),
                 },
-                delivery,
-                event_type: r.get(13)?,
-                body: r.get(14)?,
-                url: r.get(15)?,
+                event_type: ev.event_type.clone(),
+                body: ev.body.clone(),
+                url: s.url.clone(),
                 secrets: SigningSecrets {
-                    current: Secret::new(r.get::<_, String>(16)?),
-                    previous: r.get::<_, Option<String>>(17)?.map(Secret::new),
-                    previous_expires_at: ts_opt(r, 18)?,
+                    current: Secret::new(current),
+                    previous: previous.map(Secret::new),
+                    previous_expires_at,
                 },
-                headers: r.get::<_, Option<String>>(19)?.map(Secret::new),
+                headers: s.headers.clone().map(Secret::new),
                 probe,
-                traceparent: r
-                    .get::<_, Option<String>>(20)?
-                    .and_then(|t| TraceParent::parse(&t)),
-                oauth2: r.get::<_, Option<String>>(21)?.map(Secret::new),
-            }))
-        })
-        .db()?;
-    rows.filter_map(|r| r.transpose())
-        .map(|r| r.map(|c| (c.delivery.id, c)))
-        .collect::<Result<_, _>>()
-        .db()
+                traceparent: ev.traceparent.as_deref().and_then(TraceParent::parse),
+                oauth2: s.oauth2.clone().map(Secret::new),
+                delivery,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// The row the live index keeps for a delivery this claim leased.

@@ -14,6 +14,7 @@ use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::attempt;
+use crate::cache::SentEvent;
 use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;

@@ -57,10 +57,21 @@ impl NewRows {
         self.ev_key.push(event.idempotency_key.clone());
         self.ev_trace
             .push(event.traceparent.as_ref().map(|t| t.as_str().to_string()));
-        let deliveries = fan_out(endpoints, &req.event_type, &req.payload, about)
+        let deliveries: Vec<DeliveryId> = fan_out(endpoints, &req.event_type, &req.payload, about)
             .into_iter()
             .map(|e| self.delivery(t, &req.account, e, event.id))
             .collect();
+        // Its claims will send it: kept for them (ADR 0028).
+        if !deliveries.is_empty() {
+            t.events.insert(
+                event.id,
+                SentEvent {
+                    event_type: event.event_type.clone(),
+                    body: event.body.clone(),
+                    traceparent: event.traceparent.as_ref().map(|t| t.as_str().to_string()),
+                },
+            );
+        }
         Published {
             event,
             deliveries,

@@ -205,3 +205,65 @@ pub(crate) fn count_by_account_and_state(
     }
     Ok(out)
 }
+
+/// What a send needs of the events `ids`, from the writer's event cache
+/// ([`crate::cache::EventCache`]); the ones it lacks are read in one
+/// statement and kept.
+pub(super) fn sent_events(
+    t: &mut Tx<'_>,
+    ids: impl Iterator<Item = EventId>,
+) -> StoreResult<HashMap<EventId, std::sync::Arc<SentEvent>>> {
+    let mut out = HashMap::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        if out.contains_key(&id) || missing.contains(&id) {
+            continue;
+        }
+        match t.events.get(id) {
+            Some(ev) => {
+                out.insert(id, ev);
+            }
+            None => missing.push(id),
+        }
+    }
+    // Debug builds check the cache against the table at every use.
+    if cfg!(debug_assertions) && !out.is_empty() {
+        let kept: Vec<EventId> = out.keys().copied().collect();
+        let table = read_sent_events(t, &kept)?;
+        if kept
+            .iter()
+            .any(|id| table.get(id) != out.get(id).map(|e| &**e))
+        {
+            return Err(StoreError::Backend(
+                "the event cache is out of step with the events table".into(),
+            ));
+        }
+    }
+    if !missing.is_empty() {
+        for (id, ev) in read_sent_events(t, &missing)? {
+            t.events.insert(id, ev.clone());
+            out.insert(id, std::sync::Arc::new(ev));
+        }
+    }
+    Ok(out)
+}
+
+fn read_sent_events(t: &Tx<'_>, ids: &[EventId]) -> StoreResult<HashMap<EventId, SentEvent>> {
+    let mut st = t
+        .prepare(
+            "SELECT id, event_type, body, traceparent FROM events \
+             WHERE id IN (SELECT unnest($1::VARCHAR[]))",
+        )
+        .db()?;
+    let rows = st
+        .query_map(params![list::text(ids)], |r| {
+            let ev = SentEvent {
+                event_type: r.get(1)?,
+                body: r.get(2)?,
+                traceparent: r.get(3)?,
+            };
+            Ok((EventId(col_uuid(r, 0)?), ev))
+        })
+        .db()?;
+    rows.collect::<Result<_, _>>().db()
+}
