@@ -37,6 +37,9 @@ struct Args {
     serve_bin: Option<String>,
     /// `crates/peers`' binary: runs the peers' burn-down when given.
     peers_bin: Option<String>,
+    /// The larger history of the growth section (issue 35's target: ten
+    /// million rows).
+    growth_rows: i64,
 }
 
 fn args() -> BenchResult<Args> {
@@ -48,6 +51,7 @@ fn args() -> BenchResult<Args> {
         runs: 3,
         serve_bin: None,
         peers_bin: None,
+        growth_rows: 10_000_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -73,6 +77,13 @@ fn args() -> BenchResult<Args> {
                     .next()
                     .and_then(|v| v.parse().ok())
                     .ok_or("--runs needs a number")?
+            }
+            "--growth-rows" => {
+                a.growth_rows = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n > 10_000)
+                    .ok_or("--growth-rows needs a number above 10000")?
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -1151,7 +1162,7 @@ async fn growth(a: &Args) -> BenchResult<String> {
     let sizes: [i64; 2] = if a.quick {
         [1_000, 10_000]
     } else {
-        [10_000, 1_000_000]
+        [10_000, a.growth_rows]
     };
     let mut out = String::from(
         "| history rows | claim of 1 due delivery, median (ms) | attempt-log page of 50, median (ms) |\n| --- | --- | --- |\n",
