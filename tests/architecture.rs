@@ -351,13 +351,15 @@ fn each_port_trait_is_implemented_in_its_area_file() {
 }
 
 /// The contract names the port's rustdoc cites (backticked names in doc
-/// comments of `store.rs`) and the contracts the conformance macro stamps
+/// comments of the port, `core/src/store/`) and the contracts the conformance macro stamps
 /// are the same set: no promise without a test, no test without a promise.
 #[test]
 fn every_contract_the_port_cites_is_stamped_and_every_stamped_one_cited() {
-    let port =
-        std::fs::read_to_string(workspace_root().join("crates/control-plane-core/src/store.rs"))
-            .unwrap();
+    let dir = workspace_root().join("crates/control-plane-core/src/store");
+    let mut port = String::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        port.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
     let cited: std::collections::BTreeSet<String> = port
         .lines()
         .map(str::trim)
@@ -397,4 +399,131 @@ fn is_contract_name(s: &str) -> bool {
     s.matches('_').count() >= 3
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The source files of the workspace's crates and of `xtask` (test-only
+/// files excluded: a `tests.rs`, and the conformance suite, whose functions
+/// are tests), with their text cut at the first `#[cfg(test)]` module.
+fn source_files() -> Vec<(String, String)> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = workspace_root();
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let krate = entry.unwrap().path();
+        let name = krate.file_name().unwrap().to_string_lossy().into_owned();
+        // The fuzz targets are not a workspace member.
+        if name != "control-plane-conformance" && name != "fuzz" {
+            walk(&krate.join("src"), &mut paths);
+        }
+    }
+    walk(&root.join("xtask/src"), &mut paths);
+    let mut out = Vec::new();
+    for path in paths {
+        if path.file_name().is_some_and(|f| f == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let end = (0..lines.len())
+            .find(|&i| {
+                lines[i] == "#[cfg(test)]"
+                    && lines[i + 1..]
+                        .iter()
+                        .find(|l| !l.starts_with("#["))
+                        .is_some_and(|l| l.starts_with("mod "))
+            })
+            .unwrap_or(lines.len());
+        let shown = path.strip_prefix(&root).unwrap().display().to_string();
+        out.push((shown, lines[..end].join("\n")));
+    }
+    assert!(out.len() > 50, "found {} source files", out.len());
+    out
+}
+
+/// The functions of `text` (rustfmt-formatted) and their lengths in lines,
+/// from the `fn` line to the closing brace at its indentation; declarations
+/// without a body are skipped.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let mut rest = trimmed;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "async ",
+            "const ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+            rest = rest.strip_prefix("async ").unwrap_or(rest);
+        }
+        let Some(signature) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = signature
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // Where the body opens; none for a declaration or a one-line body.
+        let opens = lines[i..].iter().position(|l| {
+            let l = l.trim_end();
+            l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+        });
+        let Some(open) = opens.map(|o| i + o) else {
+            continue;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[open + 1..].iter().position(|l| l.trim_end() == close) {
+            out.push((name, open + 1 + end - i + 1));
+        }
+    }
+    out
+}
+
+/// Issue 36's size limits: no source file over 800 lines outside its tests,
+/// no function over 80 lines.
+#[test]
+fn no_file_over_800_lines_and_no_function_over_80() {
+    let mut over = Vec::new();
+    for (path, text) in source_files() {
+        let n = text.lines().count();
+        if n > 800 {
+            over.push(format!("{path}: {n} lines"));
+        }
+        for (name, len) in function_lengths(&text) {
+            if len > 80 {
+                over.push(format!("{path}: fn {name} has {len} lines"));
+            }
+        }
+    }
+    assert!(over.is_empty(), "over the limits:\n{}", over.join("\n"));
+}
+
+/// The length counter sees a function's whole body, skips declarations,
+/// and finds nested functions on their own.
+#[test]
+fn function_lengths_are_counted_from_fn_to_its_closing_brace() {
+    let text = "trait T {\n    fn declared(&self) -> u8;\n}\n\
+                pub(crate) async fn outer(\n    a: u8,\n) -> u8 {\n    fn inner() -> u8 {\n        1\n    }\n    a + inner()\n}\n\
+                fn one() -> u8 { 1 }\n";
+    assert_eq!(
+        function_lengths(text),
+        vec![("outer".to_string(), 8), ("inner".to_string(), 3)]
+    );
 }

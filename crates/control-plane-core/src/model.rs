@@ -227,18 +227,10 @@ impl DeliveryModel {
             && (!ep.ordered || self.head_of(d.endpoint) == Some(i))
     }
 
-    /// Claims up to `limit` deliveries, as the port's claim does.
-    pub fn claim(&mut self, limit: u32, lease_for: Duration) -> Vec<ModelClaim> {
+    /// Frees expired leases, in sequence order.
+    fn sweep_expired(&mut self) {
         let now = self.now;
-        // Housekeeping (the sweep of expired leases, then probes) runs at
-        // most once per `Housekeeping::EVERY_MS`, as in the adapters.
-        let housekeeping = crate::Housekeeping::due_since(self.housekeeping_at, now);
-        if housekeeping {
-            self.housekeeping_at = now.as_millis();
-        }
-        // Sweep expired leases, in sequence order.
         let mut expired: Vec<usize> = (0..self.deliveries.len())
-            .filter(|_| housekeeping)
             .filter(|&i| {
                 let d = &self.deliveries[i];
                 d.state == DeliveryState::Leased && d.lease_expires_at.is_some_and(|t| t <= now)
@@ -251,23 +243,31 @@ impl DeliveryModel {
             });
             self.deliveries[i].token = None;
         }
-        // Probes first: the first due delivery of each circuit whose cooldown
-        // is over. Then ordinary candidates on closed circuits fill the rest.
-        let key = |m: &Self, i: usize| (m.deliveries[i].due_at, m.deliveries[i].seq);
+    }
+
+    /// Probes: the first due delivery of each circuit whose cooldown is
+    /// over, oldest first, at most `limit`.
+    fn due_probes(&self, limit: u32) -> Vec<usize> {
+        let key = |i: usize| (self.deliveries[i].due_at, self.deliveries[i].seq);
         let mut probes: Vec<usize> = Vec::new();
         for e in 0..self.endpoints.len() {
-            if !housekeeping || !self.endpoints[e].circuit.probe_due(now) {
+            if !self.endpoints[e].circuit.probe_due(self.now) {
                 continue;
             }
             let first = (0..self.deliveries.len())
                 .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
-                .min_by_key(|&i| key(self, i));
+                .min_by_key(|&i| key(i));
             probes.extend(first);
         }
-        probes.sort_by_key(|&i| key(self, i));
+        probes.sort_by_key(|&i| key(i));
         probes.truncate(limit as usize);
-        // Then ordinary deliveries on closed circuits, shared fairly among
-        // endpoints within each one's cap (see `flow::share_claim`).
+        probes
+    }
+
+    /// Ordinary deliveries on closed circuits, up to `rest`, shared fairly
+    /// among endpoints within each one's cap (see `flow::share_claim`).
+    fn fair_picks(&self, rest: u32) -> Vec<usize> {
+        let key = |i: usize| (self.deliveries[i].due_at, self.deliveries[i].seq);
         let mut candidates = Vec::new();
         for e in 0..self.endpoints.len() {
             if !self.endpoints[e].circuit.admits_claims() {
@@ -276,7 +276,7 @@ impl DeliveryModel {
             let due: Vec<usize> = (0..self.deliveries.len())
                 .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
                 .collect();
-            let Some(oldest) = due.iter().map(|&i| key(self, i)).min() else {
+            let Some(oldest) = due.iter().map(|&i| key(i)).min() else {
                 continue;
             };
             let in_flight = self
@@ -295,7 +295,6 @@ impl DeliveryModel {
                 ordered: self.endpoints[e].ordered,
             });
         }
-        let rest = limit.saturating_sub(u32::try_from(probes.len()).unwrap_or(u32::MAX));
         let mut normal: Vec<usize> = Vec::new();
         for (endpoint, n) in share_claim(&candidates, rest, &crate::flow::Throttle::default()) {
             let e = (0..self.endpoints.len())
@@ -304,9 +303,30 @@ impl DeliveryModel {
             let mut due: Vec<usize> = (0..self.deliveries.len())
                 .filter(|&i| self.deliveries[i].endpoint == e && self.claimable(i))
                 .collect();
-            due.sort_by_key(|&i| key(self, i));
+            due.sort_by_key(|&i| key(i));
             normal.extend(due.into_iter().take(n as usize));
         }
+        normal
+    }
+
+    /// Claims up to `limit` deliveries, as the port's claim does.
+    pub fn claim(&mut self, limit: u32, lease_for: Duration) -> Vec<ModelClaim> {
+        let now = self.now;
+        // Housekeeping (the sweep of expired leases, then probes) runs at
+        // most once per `Housekeeping::EVERY_MS`, as in the adapters.
+        let housekeeping = crate::Housekeeping::due_since(self.housekeeping_at, now);
+        if housekeeping {
+            self.housekeeping_at = now.as_millis();
+            self.sweep_expired();
+        }
+        let key = |m: &Self, i: usize| (m.deliveries[i].due_at, m.deliveries[i].seq);
+        let probes = if housekeeping {
+            self.due_probes(limit)
+        } else {
+            Vec::new()
+        };
+        let rest = limit.saturating_sub(u32::try_from(probes.len()).unwrap_or(u32::MAX));
+        let normal = self.fair_picks(rest);
         let mut picks: Vec<(usize, bool)> = probes
             .into_iter()
             .map(|i| (i, true))

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -96,29 +96,16 @@ impl Pump {
             while let Some(done) = running.try_join_next() {
                 tally(Some(done));
             }
-            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
-            if free == 0 {
-                tokio::select! {
-                    done = running.join_next() => tally(done),
-                    () = freed.notified() => {}
-                    _ = stop.cancelled() => {}
-                }
-                continue;
-            }
-            if free < self.gather_below && !running.is_empty() {
-                let since = *gathering.get_or_insert_with(Instant::now);
-                let left = self.gather.saturating_sub(since.elapsed());
-                if !left.is_zero() {
-                    tokio::select! {
-                        done = running.join_next() => tally(done),
-                        () = freed.notified() => {}
-                        _ = tokio::time::sleep(left) => {}
-                        _ = stop.cancelled() => {}
-                    }
+            let free = match self
+                .room(&permits, &mut running, &freed, &stop, &mut gathering)
+                .await
+            {
+                Ok(free) => free,
+                Err(done) => {
+                    tally(done);
                     continue;
                 }
-            }
-            gathering = None;
+            };
             if let Some(w) = wake.as_mut() {
                 w.borrow_and_update();
             }
@@ -143,42 +130,105 @@ impl Pump {
                 // holds it twice (the capture and the awaited state), and
                 // with thousands in flight that doubling is most of the
                 // process's memory (ADR 0017).
-                let mut run = Box::pin(work.run(item, halt.clone()));
-                let (park_after, parking, freed) =
-                    (self.park_after, parking.clone(), freed.clone());
-                running.spawn(async move {
-                    let mut slot = Some(permit);
-                    let mut parked = None;
-                    if let Some(after) = park_after {
-                        tokio::select! {
-                            e = &mut run => return e,
-                            () = tokio::time::sleep(after) => {}
-                        }
-                        if let Ok(p) = parking.try_acquire_owned() {
-                            parked = Some(p);
-                            drop(slot.take());
-                            freed.notify_one();
-                        }
-                    }
-                    let e = run.await;
-                    drop((slot, parked));
-                    e
+                let run = Box::pin(work.run(item, halt.clone()));
+                running.spawn(hold_or_park(
+                    run,
+                    permit,
+                    self.park_after,
+                    parking.clone(),
+                    freed.clone(),
+                ));
+            }
+        }
+        drain(&mut running, self.grace, &halt, &mut tally).await;
+    }
+}
+
+/// Gives what is `running` `grace` to end, then tells it to `halt` and
+/// waits for it; `tally` sees each end.
+async fn drain<E: 'static>(
+    running: &mut JoinSet<E>,
+    grace: Duration,
+    halt: &CancellationToken,
+    mut tally: impl FnMut(Option<Result<E, tokio::task::JoinError>>),
+) {
+    let deadline = tokio::time::sleep(grace);
+    tokio::pin!(deadline);
+    while !running.is_empty() {
+        tokio::select! {
+            done = running.join_next() => tally(done),
+            _ = &mut deadline => break,
+        }
+    }
+    halt.cancel();
+    while let Some(done) = running.join_next().await {
+        tally(Some(done));
+    }
+}
+
+impl Pump {
+    /// The free slots to claim for now; or, when none is free or fewer than
+    /// `gather_below` while items run (for up to `gather`), a wait for one
+    /// to free up, with the item that ended during it, if any.
+    async fn room<E: 'static>(
+        &self,
+        permits: &Semaphore,
+        running: &mut JoinSet<E>,
+        freed: &Notify,
+        stop: &CancellationToken,
+        gathering: &mut Option<Instant>,
+    ) -> Result<u32, Option<Result<E, tokio::task::JoinError>>> {
+        let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+        if free == 0 {
+            return Err(tokio::select! {
+                done = running.join_next() => done,
+                () = freed.notified() => None,
+                _ = stop.cancelled() => None,
+            });
+        }
+        if free < self.gather_below && !running.is_empty() {
+            let since = *gathering.get_or_insert_with(Instant::now);
+            let left = self.gather.saturating_sub(since.elapsed());
+            if !left.is_zero() {
+                return Err(tokio::select! {
+                    done = running.join_next() => done,
+                    () = freed.notified() => None,
+                    _ = tokio::time::sleep(left) => None,
+                    _ = stop.cancelled() => None,
                 });
             }
         }
-        let deadline = tokio::time::sleep(self.grace);
-        tokio::pin!(deadline);
-        while !running.is_empty() {
-            tokio::select! {
-                done = running.join_next() => tally(done),
-                _ = &mut deadline => break,
-            }
+        *gathering = None;
+        Ok(free)
+    }
+}
+
+/// Runs one item in `slot`. After `park_after` it gives the slot back
+/// (waking the claim loop through `freed`) and runs on parked, when a
+/// parking place is free (ADR 0019).
+async fn hold_or_park<F: Future>(
+    mut run: std::pin::Pin<Box<F>>,
+    slot: OwnedSemaphorePermit,
+    park_after: Option<Duration>,
+    parking: Arc<Semaphore>,
+    freed: Arc<Notify>,
+) -> F::Output {
+    let mut slot = Some(slot);
+    let mut parked = None;
+    if let Some(after) = park_after {
+        tokio::select! {
+            e = &mut run => return e,
+            () = tokio::time::sleep(after) => {}
         }
-        halt.cancel();
-        while let Some(done) = running.join_next().await {
-            tally(Some(done));
+        if let Ok(p) = parking.try_acquire_owned() {
+            parked = Some(p);
+            drop(slot.take());
+            freed.notify_one();
         }
     }
+    let e = run.await;
+    drop((slot, parked));
+    e
 }
 
 /// Resolves when `wake` changes; never without one.

@@ -251,6 +251,21 @@ impl Work for Tasks<'_> {
     }
 }
 
+/// Why a handler's task ended without a result: its panic, or its
+/// cancellation.
+fn why_ended(join: tokio::task::JoinError) -> String {
+    if !join.is_panic() {
+        return "the handler was cancelled".into();
+    }
+    let payload = join.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".into());
+    format!("the handler panicked: {text}")
+}
+
 /// Runs one handler in its own task (so a panic is caught), renewing the
 /// lease until it ends, then records the outcome.
 async fn run_one(
@@ -319,20 +334,7 @@ async fn run_one(
             .await
             .map(|_| Ended::Completed),
         Ok(Err(e)) => fail(store, &lease, e.message, e.failure).await,
-        Err(join) => {
-            let why = if join.is_panic() {
-                let payload = join.into_panic();
-                let text = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-text panic".into());
-                format!("the handler panicked: {text}")
-            } else {
-                "the handler was cancelled".into()
-            };
-            fail(store, &lease, why, TaskFailure::Retryable).await
-        }
+        Err(join) => fail(store, &lease, why_ended(join), TaskFailure::Retryable).await,
     };
     match recorded {
         Ok(ended) => ended,

@@ -328,50 +328,58 @@ async fn deliver(
             },
             Duration::from_millis(report.latency_ms),
         );
-        match recorder.record(c.lease.clone(), outcome).await {
-            Ok(r) => {
-                let state = r.state.as_str();
-                let (status, latency_ms) = (report.status_code, report.latency_ms);
-                if r.state == DeliveryState::Dead {
-                    tracing::warn!(
-                        account = %c.delivery.account,
-                        endpoint_id = %c.delivery.endpoint_id,
-                        delivery_id = %c.delivery.id,
-                        attempt = c.lease.attempt,
-                        result,
-                        status,
-                        latency_ms,
-                        error = report.error,
-                        "delivery is dead"
-                    );
-                } else {
-                    tracing::debug!(
-                        result,
-                        state,
-                        status,
-                        latency_ms,
-                        error = report.error,
-                        "attempt recorded"
-                    );
-                }
-                if delivered {
-                    Sent::Delivered
-                } else {
-                    Sent::Failed
-                }
-            }
-            Err(StoreError::LeaseLost) => {
-                tracing::debug!("the lease was lost; another worker owns the delivery");
-                Sent::NotRecorded
-            }
-            Err(e) => {
-                tracing::warn!("cannot record the outcome: {e}");
-                Sent::NotRecorded
-            }
-        }
+        record(recorder, &c, outcome).await
     }
     .instrument(span)
     .await
+}
+
+/// Records `outcome` of `c` and logs it: a dead letter at `warn`, other
+/// attempts at `debug`.
+async fn record(recorder: &Recorder, c: &ClaimedDelivery, outcome: DeliveryOutcome) -> Sent {
+    let (result, report) = (outcome.kind(), outcome.report().clone());
+    let delivered = outcome.is_success();
+    match recorder.record(c.lease.clone(), outcome).await {
+        Ok(r) => {
+            let state = r.state.as_str();
+            let (status, latency_ms) = (report.status_code, report.latency_ms);
+            if r.state == DeliveryState::Dead {
+                tracing::warn!(
+                    account = %c.delivery.account,
+                    endpoint_id = %c.delivery.endpoint_id,
+                    delivery_id = %c.delivery.id,
+                    attempt = c.lease.attempt,
+                    result,
+                    status,
+                    latency_ms,
+                    error = report.error,
+                    "delivery is dead"
+                );
+            } else {
+                tracing::debug!(
+                    result,
+                    state,
+                    status,
+                    latency_ms,
+                    error = report.error,
+                    "attempt recorded"
+                );
+            }
+            if delivered {
+                Sent::Delivered
+            } else {
+                Sent::Failed
+            }
+        }
+        Err(StoreError::LeaseLost) => {
+            tracing::debug!("the lease was lost; another worker owns the delivery");
+            Sent::NotRecorded
+        }
+        Err(e) => {
+            tracing::warn!("cannot record the outcome: {e}");
+            Sent::NotRecorded
+        }
+    }
 }
 
 /// One attempt and its classified outcome. A delivery that cannot be
@@ -447,6 +455,31 @@ impl From<String> for Unsent {
     }
 }
 
+/// An OAuth2 endpoint's token, fetched first: without one there is no
+/// request. Getting it takes at most half the request timeout, so the token
+/// and the send together stay inside the lease (twice the request timeout).
+async fn oauth2_token(ctx: &SendContext, c: &ClaimedDelivery) -> Result<Option<String>, Unsent> {
+    let Some(settings) = &c.oauth2 else {
+        return Ok(None);
+    };
+    let within = ctx.client.timeout() / 2;
+    match ctx
+        .tokens
+        .bearer(&ctx.client, c.delivery.endpoint_id, settings, within)
+        .await
+    {
+        Ok(t) => Ok(Some(t)),
+        Err(Failure::Refused(why)) => Err(Unsent::Refused(why)),
+        Err(Failure::Failed(error)) => Err(Unsent::NoToken(SendResult {
+            status: None,
+            retry_after: None,
+            error: Some(error),
+            latency_ms: 0,
+            response_body: None,
+        })),
+    }
+}
+
 /// The signed request itself: status and `Retry-After`, or the error; or,
 /// as `Err`, why it was not made.
 async fn send(
@@ -457,33 +490,7 @@ async fn send(
     signature: String,
     traceparent: Option<&TraceParent>,
 ) -> Result<SendResult, Unsent> {
-    // An OAuth2 endpoint's token first: without one there is no request.
-    // Getting it takes at most half the request timeout, so the token and
-    // the send together stay inside the lease (twice the request timeout).
-    let token = match &c.oauth2 {
-        Some(settings) => {
-            let endpoint = c.delivery.endpoint_id;
-            let within = ctx.client.timeout() / 2;
-            match ctx
-                .tokens
-                .bearer(&ctx.client, endpoint, settings, within)
-                .await
-            {
-                Ok(t) => Some(t),
-                Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
-                Err(Failure::Failed(error)) => {
-                    return Err(Unsent::NoToken(SendResult {
-                        status: None,
-                        retry_after: None,
-                        error: Some(error),
-                        latency_ms: 0,
-                        response_body: None,
-                    }))
-                }
-            }
-        }
-        None => None,
-    };
+    let token = oauth2_token(ctx, c).await?;
     // The endpoint's own headers next; they cannot replace these four
     // (`control_plane_core::RESERVED_HEADERS`); an event's trace context
     // replaces a custom `traceparent`, and an OAuth2 token a custom

@@ -12,8 +12,8 @@ use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
 use control_plane_core::{
-    AccountId, CircuitMode, Delivery, DeliveryListRequest, DeliveryState, Endpoint, EndpointId,
-    PageRequest, ReplayFilter,
+    AccountId, AttemptRecord, CircuitMode, Delivery, DeliveryListRequest, DeliveryState, Endpoint,
+    EndpointId, PageRequest, ReplayFilter,
 };
 use serde::Deserialize;
 
@@ -128,69 +128,8 @@ pub(crate) async fn overview(
     }
     body.push_str("</section>");
 
-    // Deliveries per minute over the last 30 minutes, from the newest 1,000
-    // delivered (a busier account shows the most recent of them).
-    let now = s.clock.now();
-    let delivered = s
-        .store
-        .delivery_list(DeliveryListRequest {
-            state: Some(DeliveryState::Delivered),
-            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
-        })
-        .await?;
-    let mut per_minute = [0u64; 30];
-    for d in &delivered.items {
-        let age = now.since(d.updated_at).as_secs() / 60;
-        if let Some(slot) = usize::try_from(age)
-            .ok()
-            .and_then(|a| 29usize.checked_sub(a))
-        {
-            per_minute[slot] += 1;
-        }
-    }
-    let _ = write!(
-        body,
-        "<h2>Deliveries per minute</h2><p>last minute: <span id=\"per-minute\">{}</span>{}</p>",
-        per_minute[29],
-        bars("deliveries per minute, last 30 minutes", &per_minute)
-    );
-
-    let endpoints = s.store.endpoint_list(&account).await?;
-    let mut open = Vec::new();
-    let mut disabled = Vec::new();
-    for e in endpoints.iter().take(500) {
-        let c = s.store.circuit_get(&account, e.id).await?;
-        if c.mode != CircuitMode::Closed {
-            open.push(vec![
-                esc(&e.url),
-                esc(c.mode.as_str()),
-                c.consecutive_failures.to_string(),
-                c.open_until.map(time).unwrap_or_default(),
-            ]);
-        }
-        if !e.enabled {
-            disabled.push(vec![
-                esc(&e.url),
-                esc(e.disabled_reason.as_deref().unwrap_or("")),
-            ]);
-        }
-    }
-    let _ = write!(
-        body,
-        "<h2>Open circuits</h2>{}<h2>Disabled endpoints</h2>{}",
-        table(
-            "open-circuits",
-            &["endpoint", "mode", "consecutive failures", "open until"],
-            &open,
-            "No open circuit."
-        ),
-        table(
-            "disabled-endpoints",
-            &["endpoint", "reason"],
-            &disabled,
-            "No disabled endpoint."
-        ),
-    );
+    body.push_str(&per_minute(&s, &account).await?);
+    body.push_str(&troubled_endpoints(&s, &account).await?);
     let _ = write!(
         body,
         "<h2>Dead letters</h2><p><span id=\"dead-count\">{}</span> dead deliveries. {}</p>",
@@ -209,6 +148,74 @@ pub(crate) async fn overview(
         table("alerts", &["when", "kind", "message"], &rows, "No alert.")
     );
     show("Overview", &account, Tab::Overview, &session, &body)
+}
+
+/// The overview's deliveries per minute over the last 30 minutes, from the
+/// newest 1,000 delivered (a busier account shows the most recent of them).
+async fn per_minute(s: &ApiState, account: &AccountId) -> Result<String, UiError> {
+    let now = s.clock.now();
+    let delivered = s
+        .store
+        .delivery_list(DeliveryListRequest {
+            state: Some(DeliveryState::Delivered),
+            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
+        })
+        .await?;
+    let mut per_minute = [0u64; 30];
+    for d in &delivered.items {
+        let age = now.since(d.updated_at).as_secs() / 60;
+        if let Some(slot) = usize::try_from(age)
+            .ok()
+            .and_then(|a| 29usize.checked_sub(a))
+        {
+            per_minute[slot] += 1;
+        }
+    }
+    Ok(format!(
+        "<h2>Deliveries per minute</h2><p>last minute: <span id=\"per-minute\">{}</span>{}</p>",
+        per_minute[29],
+        bars("deliveries per minute, last 30 minutes", &per_minute)
+    ))
+}
+
+/// The overview's endpoints in trouble: open circuits and disabled endpoints
+/// (of the first 500).
+async fn troubled_endpoints(s: &ApiState, account: &AccountId) -> Result<String, UiError> {
+    let endpoints = s.store.endpoint_list(account).await?;
+    let mut open = Vec::new();
+    let mut disabled = Vec::new();
+    for e in endpoints.iter().take(500) {
+        let c = s.store.circuit_get(account, e.id).await?;
+        if c.mode != CircuitMode::Closed {
+            open.push(vec![
+                esc(&e.url),
+                esc(c.mode.as_str()),
+                c.consecutive_failures.to_string(),
+                c.open_until.map(time).unwrap_or_default(),
+            ]);
+        }
+        if !e.enabled {
+            disabled.push(vec![
+                esc(&e.url),
+                esc(e.disabled_reason.as_deref().unwrap_or("")),
+            ]);
+        }
+    }
+    Ok(format!(
+        "<h2>Open circuits</h2>{}<h2>Disabled endpoints</h2>{}",
+        table(
+            "open-circuits",
+            &["endpoint", "mode", "consecutive failures", "open until"],
+            &open,
+            "No open circuit."
+        ),
+        table(
+            "disabled-endpoints",
+            &["endpoint", "reason"],
+            &disabled,
+            "No disabled endpoint."
+        ),
+    ))
 }
 
 /// The "in flight / cap" cell: leased deliveries of the endpoint.
@@ -249,26 +256,9 @@ pub(crate) async fn endpoints(
             .attempt_list_for_endpoint(&account, e.id, PageRequest::first(30))
             .await?;
         let latencies: Vec<u64> = recent.items.iter().rev().map(|a| a.latency_ms).collect();
-        let state = if e.enabled {
-            "enabled".to_string()
-        } else {
-            format!(
-                "disabled: {}",
-                esc(e.disabled_reason.as_deref().unwrap_or(""))
-            )
-        };
         rows.push(vec![
-            format!(
-                "<span class=\"url\">{}</span><br><small>{}</small>{}{}",
-                esc(&e.url),
-                esc(e.description.as_deref().unwrap_or("")),
-                e.filter.as_ref().map_or_else(String::new, |f| format!(
-                    "<br><small>filter: <code>{}</code></small>",
-                    esc(&f.to_text())
-                )),
-                header_names(e)
-            ),
-            state,
+            endpoint_cell(e),
+            enabled_cell(e),
             format!(
                 "{} ({} failures)",
                 esc(c.mode.as_str()),
@@ -310,6 +300,33 @@ pub(crate) async fn endpoints(
         "No endpoint yet.",
     );
     show("Endpoints", &account, Tab::Endpoints, &session, &body)
+}
+
+/// The endpoints page's first cell: URL, description, filter and the names
+/// of its custom headers.
+fn endpoint_cell(e: &Endpoint) -> String {
+    format!(
+        "<span class=\"url\">{}</span><br><small>{}</small>{}{}",
+        esc(&e.url),
+        esc(e.description.as_deref().unwrap_or("")),
+        e.filter.as_ref().map_or_else(String::new, |f| format!(
+            "<br><small>filter: <code>{}</code></small>",
+            esc(&f.to_text())
+        )),
+        header_names(e)
+    )
+}
+
+/// Whether an endpoint is enabled, with the reason when it is not.
+fn enabled_cell(e: &Endpoint) -> String {
+    if e.enabled {
+        "enabled".to_string()
+    } else {
+        format!(
+            "disabled: {}",
+            esc(e.disabled_reason.as_deref().unwrap_or(""))
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -505,6 +522,12 @@ pub(crate) async fn delivery(
         id = d.id,
         payload = esc(&event.body),
     );
+    body.push_str(&attempts_table(&attempts));
+    show("Delivery", &account, Tab::Deliveries, &session, &body)
+}
+
+/// A delivery's attempts as the delivery page shows them.
+fn attempts_table(attempts: &[AttemptRecord]) -> String {
     let rows: Vec<Vec<String>> = attempts
         .iter()
         .map(|a| {
@@ -523,8 +546,7 @@ pub(crate) async fn delivery(
             ]
         })
         .collect();
-    let _ = write!(
-        body,
+    format!(
         "<h2>Attempts</h2>{}",
         table(
             "attempts",
@@ -541,8 +563,7 @@ pub(crate) async fn delivery(
             &rows,
             "No attempt yet."
         )
-    );
-    show("Delivery", &account, Tab::Deliveries, &session, &body)
+    )
 }
 
 /// Replays one dead delivery.

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect};
 use axum::Form;
-use control_plane_core::TaskId;
+use control_plane_core::{Task, TaskId};
 use serde::Deserialize;
 
 use super::html::{base, button, esc, link, notice, segment, table, time, Tab};
@@ -53,30 +53,10 @@ pub(crate) async fn tasks(
             },
             Err(_) => None,
         };
-        match found {
-            Some(t) => {
-                let _ = write!(
-                    body,
-                    "<dl class=\"facts\" id=\"task\"><dt>id</dt><dd>{}</dd><dt>kind</dt><dd>{}</dd>\
-                     <dt>state</dt><dd id=\"task-state\">{}</dd><dt>attempts</dt><dd>{} of {}</dd>\
-                     <dt>run at</dt><dd>{}</dd><dt>last error</dt><dd>{}</dd>\
-                     <dt>progress</dt><dd id=\"task-progress\">{}</dd>\
-                     <dt>result</dt><dd id=\"task-result\">{}</dd></dl>\
-                     <pre>{}</pre>",
-                    esc(t.id.as_str()),
-                    esc(&t.kind),
-                    esc(t.state.as_str()),
-                    t.attempts,
-                    t.max_attempts,
-                    time(t.run_at),
-                    esc(t.last_error.as_deref().unwrap_or("")),
-                    esc(&t.progress.as_ref().map(|p| p.to_string()).unwrap_or_default()),
-                    esc(&t.result.as_ref().map(|r| r.to_string()).unwrap_or_default()),
-                    esc(&t.payload.to_string()),
-                );
-            }
-            None => body.push_str("<p class=\"empty\" id=\"task\">No task with that id.</p>"),
-        }
+        body.push_str(&found.as_ref().map_or_else(
+            || "<p class=\"empty\" id=\"task\">No task with that id.</p>".to_string(),
+            task_facts,
+        ));
     }
     let dead = s
         .store
@@ -114,6 +94,32 @@ pub(crate) async fn tasks(
         next_link(&path, "", dead.next)
     );
     show("Tasks", &account, Tab::Tasks, &session, &body)
+}
+
+/// One task's facts, as the tasks page shows a task found by id.
+fn task_facts(t: &Task) -> String {
+    format!(
+        "<dl class=\"facts\" id=\"task\"><dt>id</dt><dd>{}</dd><dt>kind</dt><dd>{}</dd>\
+        <dt>state</dt><dd id=\"task-state\">{}</dd><dt>attempts</dt><dd>{} of {}</dd>\
+        <dt>run at</dt><dd>{}</dd><dt>last error</dt><dd>{}</dd>\
+        <dt>progress</dt><dd id=\"task-progress\">{}</dd>\
+        <dt>result</dt><dd id=\"task-result\">{}</dd></dl>\
+        <pre>{}</pre>",
+        esc(t.id.as_str()),
+        esc(&t.kind),
+        esc(t.state.as_str()),
+        t.attempts,
+        t.max_attempts,
+        time(t.run_at),
+        esc(t.last_error.as_deref().unwrap_or("")),
+        esc(&t
+            .progress
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default()),
+        esc(&t.result.as_ref().map(|r| r.to_string()).unwrap_or_default()),
+        esc(&t.payload.to_string())
+    )
 }
 
 /// Retries one dead task.

@@ -150,31 +150,7 @@ pub(super) async fn claim_fair(
     throttle: &Throttle,
 ) -> StoreResult<(Vec<ClaimedDelivery>, ClaimTx)> {
     let now_ms = t.now.as_millis();
-    // Prepared once per connection: planning this union of lateral scans
-    // costs about as much as running it.
-    let candidates_sql = t.prepare_cached(FLOW_CANDIDATES).await.db()?;
-    let rows = t.query(&candidates_sql, &[&now_ms, &limit]).await.db()?;
-    let mut candidates = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let rate: Option<i64> = r.get(7);
-        let budget = rate
-            .map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), t.now));
-        let endpoint = EndpointId(r.get(0));
-        candidates.push(FlowCandidate {
-            endpoint,
-            account: AccountId::new(r.get::<_, String>(1))?,
-            oldest: (r.get(2), r.get(3)),
-            due: count_of(r.get(4)),
-            in_flight: count_of(r.get(5)),
-            cap: throttle.cap(
-                endpoint,
-                r.get::<_, Option<i64>>(6)
-                    .map_or(t.options.endpoint_concurrency, u32_of),
-            ),
-            rate_room: budget.map(|b| b.whole()),
-            ordered: r.get(10),
-        });
-    }
+    let (rows, candidates) = flow_candidates(t, limit, throttle).await?;
     let mut shares = share_claim(&candidates, u32::try_from(limit).unwrap_or(0), throttle);
     if shares.is_empty() {
         return Ok((Vec::new(), ClaimTx::Open));
@@ -209,39 +185,7 @@ pub(super) async fn claim_fair(
     } else {
         Vec::new()
     };
-    // (endpoint, count, head of an ordered one, cap, refilled bucket)
-    type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
-    // Each share cut to the room rule, with the buckets the lock shows
-    // (none without a rate limit) refilled to t.now.
-    let mut wanted: Vec<Want> = Vec::new();
-    for (endpoint, share) in &shares {
-        let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
-            continue;
-        };
-        let budget = rate_of(endpoint).map(|rate| {
-            let stored = locked
-                .iter()
-                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-                .and_then(|r| budget_of(r.get(1), r.get(2)));
-            RateBudget::refilled(stored, u32_of(rate), t.now)
-        });
-        let now_seen = FlowCandidate {
-            rate_room: budget.map(|b| b.whole()),
-            ..c.clone()
-        };
-        let n = (*share).min(now_seen.room());
-        if n > 0 {
-            // An ordered endpoint has one delivery in flight at most.
-            let cap = if c.ordered { 1 } else { c.cap };
-            wanted.push((
-                endpoint.0,
-                i64::from(n),
-                c.ordered.then_some(c.oldest.1),
-                i64::from(cap),
-                budget,
-            ));
-        }
-    }
+    let wanted = cut_shares(t, &shares, &candidates, rate_of, &locked);
     if wanted.is_empty() {
         return Ok((Vec::new(), ClaimTx::Open));
     }
@@ -272,7 +216,101 @@ pub(super) async fn claim_fair(
         .iter()
         .map(|r| row_to_claimed(r, false))
         .collect::<StoreResult<Vec<_>>>()?;
-    for (endpoint, _, _, _, budget) in &wanted {
+    spend_buckets(t, &wanted, &claimed).await?;
+    Ok((claimed, ClaimTx::Open))
+}
+
+/// The flows with due work (`FLOW_CANDIDATES`' rows, and what
+/// `flow::share_claim` reads of each).
+async fn flow_candidates(
+    t: &Tx<'_>,
+    limit: i64,
+    throttle: &Throttle,
+) -> StoreResult<(Vec<Row>, Vec<FlowCandidate>)> {
+    // Prepared once per connection: planning this union of lateral scans
+    // costs about as much as running it.
+    let candidates_sql = t.prepare_cached(FLOW_CANDIDATES).await.db()?;
+    let rows = t
+        .query(&candidates_sql, &[&t.now.as_millis(), &limit])
+        .await
+        .db()?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let rate: Option<i64> = r.get(7);
+        let budget = rate
+            .map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), t.now));
+        let endpoint = EndpointId(r.get(0));
+        candidates.push(FlowCandidate {
+            endpoint,
+            account: AccountId::new(r.get::<_, String>(1))?,
+            oldest: (r.get(2), r.get(3)),
+            due: count_of(r.get(4)),
+            in_flight: count_of(r.get(5)),
+            cap: throttle.cap(
+                endpoint,
+                r.get::<_, Option<i64>>(6)
+                    .map_or(t.options.endpoint_concurrency, u32_of),
+            ),
+            rate_room: budget.map(|b| b.whole()),
+            ordered: r.get(10),
+        });
+    }
+    Ok((rows, candidates))
+}
+
+/// What a claim asks of one endpoint: (endpoint, count, head of an ordered
+/// one, cap, refilled bucket).
+type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
+
+/// Each share cut to the room rule, with the buckets the lock shows
+/// (`locked`; none without a rate limit) refilled to `t.now`.
+fn cut_shares(
+    t: &Tx<'_>,
+    shares: &[(EndpointId, u32)],
+    candidates: &[FlowCandidate],
+    rate_of: impl Fn(&EndpointId) -> Option<i64>,
+    locked: &[Row],
+) -> Vec<Want> {
+    let mut wanted: Vec<Want> = Vec::new();
+    for (endpoint, share) in shares {
+        let Some(c) = candidates.iter().find(|c| c.endpoint == *endpoint) else {
+            continue;
+        };
+        let budget = rate_of(endpoint).map(|rate| {
+            let stored = locked
+                .iter()
+                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
+                .and_then(|r| budget_of(r.get(1), r.get(2)));
+            RateBudget::refilled(stored, u32_of(rate), t.now)
+        });
+        let now_seen = FlowCandidate {
+            rate_room: budget.map(|b| b.whole()),
+            ..c.clone()
+        };
+        let n = (*share).min(now_seen.room());
+        if n > 0 {
+            // An ordered endpoint has one delivery in flight at most.
+            let cap = if c.ordered { 1 } else { c.cap };
+            wanted.push((
+                endpoint.0,
+                i64::from(n),
+                c.ordered.then_some(c.oldest.1),
+                i64::from(cap),
+                budget,
+            ));
+        }
+    }
+    wanted
+}
+
+/// Spends one token per claimed delivery from each rate-limited endpoint's
+/// bucket, under the flow-row lock the claim holds.
+async fn spend_buckets(
+    t: &Tx<'_>,
+    wanted: &[Want],
+    claimed: &[ClaimedDelivery],
+) -> StoreResult<()> {
+    for (endpoint, _, _, _, budget) in wanted {
         let Some(b) = budget else { continue };
         let taken = claimed
             .iter()
@@ -286,7 +324,7 @@ pub(super) async fn claim_fair(
         .await
         .db()?;
     }
-    Ok((claimed, ClaimTx::Open))
+    Ok(())
 }
 
 /// A claimed delivery as stored: its secrets are opened by the claim's end

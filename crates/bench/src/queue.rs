@@ -1,0 +1,342 @@
+//! Burn-down, steady state, the raw SQL beside the adapter, the minimal queue and the peers.
+
+use crate::*;
+
+pub(crate) async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
+    let mut out = String::from(
+        "| connections | batch | deliveries drained | raw SQL (deliveries/s, median of the runs) | adapter (deliveries/s, median of the runs) | adapter / raw |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    for conns in [1usize, 16] {
+        for batch in [1u32, 10, 100] {
+            let total = match (a.quick, batch) {
+                (true, _) => 300,
+                (false, 1) => 3_000,
+                (false, 10) => 10_000,
+                (false, _) => 20_000,
+            };
+            let raw = repeat(a.runs, || async {
+                let schema = unique("bench_raw");
+                let store = pg_store(&a.url, &schema, 4, false).await?;
+                let e = endpoint(&store, "https://example.com/hook").await?;
+                pg_prefill(&a.url, &schema, &e, total).await?;
+                drop(store);
+                let r = drain_raw(&a.url, &schema, conns, i64::from(batch), total).await;
+                drop_schema(&a.url, &schema).await?;
+                r
+            })
+            .await?;
+            let port = repeat(a.runs, || async {
+                let schema = unique("bench_port");
+                let store = pg_store(&a.url, &schema, conns as u32, false).await?;
+                let e = endpoint(&store, "https://example.com/hook").await?;
+                pg_prefill(&a.url, &schema, &e, total).await?;
+                let r = drain_port(Arc::new(store), conns, batch, total).await;
+                drop_schema(&a.url, &schema).await?;
+                r
+            })
+            .await?;
+            let _ = writeln!(
+                out,
+                "| {conns} | {batch} | {total} | {raw:.0} | {port:.0} | {:.2} |",
+                port / raw
+            );
+            eprintln!("bench: raw vs adapter {conns} x {batch}: {raw:.0} vs {port:.0}");
+        }
+    }
+    Ok(out)
+}
+
+/// The burn-down backlog: 200,000 deliveries (quick runs keep it tiny, and
+/// smaller on embedded, whose debug build is slow).
+pub(crate) fn burn_size(a: &Args, profile: &str) -> usize {
+    match (a.quick, profile) {
+        (false, _) => 200_000,
+        (true, "postgres") => 1_000,
+        (true, _) => 100,
+    }
+}
+
+/// One burn-down: `n` deliveries prefilled, then drained through the port
+/// (16 workers on postgres, 2 on embedded, claims of 100); deliveries/s.
+pub(crate) async fn burn_down(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+    n: usize,
+) -> BenchResult<f64> {
+    let (store, schema) = open_profile(a, profile, dir).await?;
+    let e = endpoint(store.as_ref(), "https://example.com/hook").await?;
+    match &schema {
+        Some(s) => pg_prefill(&a.url, s, &e, n).await?,
+        None => {
+            let t = Instant::now();
+            prefill(store.as_ref(), n).await?;
+            eprintln!(
+                "bench: {profile}: published {n} through the port at {:.0}/s",
+                n as f64 / t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let workers = if profile == "postgres" { 16 } else { 2 };
+    let r = drain_port(store, workers, 100, n).await;
+    if let Some(s) = schema {
+        drop_schema(&a.url, &s).await?;
+    }
+    r
+}
+
+/// The table, and the postgres burn-down figure for the peers' table.
+pub(crate) async fn burn_down_and_steady(
+    a: &Args,
+    dir: &std::path::Path,
+) -> BenchResult<(String, Option<f64>)> {
+    let mut out = String::from(
+        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | minimal queue, same size, 16 connections, batches of 100 (jobs/s, median; burn-down / minimal) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- | --- |\n",
+    );
+    let mut pg_burn = None;
+    for &profile in &a.profiles {
+        let prefilled = burn_size(a, profile);
+        let burn = repeat(a.runs, || burn_down(a, profile, dir, prefilled)).await?;
+        let (steady, backlog) = steady_state(a, profile, dir).await?;
+        let minimal = if profile == "postgres" {
+            pg_burn = Some(burn);
+            let m = repeat(a.runs, || minimal_queue(a, prefilled, 16, 100)).await?;
+            format!("{m:.0} ({:.2})", burn / m)
+        } else {
+            "–".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {profile} | {burn:.0} | {minimal} | {steady:.0} | {backlog} |"
+        );
+        eprintln!("bench: burn-down {profile}: {burn:.0}/s, steady {steady:.0}/s");
+    }
+    Ok((out, pg_burn))
+}
+
+/// The same burn-down with the queues users would pick instead of ours
+/// (`crates/peers`: graphile_worker in its documented fast mode, apalis with
+/// batches of 100), 16 workers, on the same database; `ours` is the postgres
+/// burn-down of this run (measured here when that section did not run).
+pub(crate) async fn peers(
+    a: &Args,
+    bin: &str,
+    dir: &std::path::Path,
+    ours: Option<f64>,
+) -> BenchResult<String> {
+    let n = burn_size(a, "postgres");
+    let ours = match ours {
+        Some(v) => v,
+        None => repeat(a.runs, || burn_down(a, "postgres", dir, n)).await?,
+    };
+    let mut out = format!(
+        "| queue | jobs drained | jobs/s (median of the runs) | ours / this |\n| --- | --- | --- | --- |\n\
+         | control-plane postgres adapter (attempt log written) | {n} | {ours:.0} | 1.00 |\n"
+    );
+    // apalis drains a backlog of 200,000 at about 1,000/s (its fetch slows
+    // with the backlog; crates/peers/README.md): one run, not three.
+    for (peer, runs) in [("graphile_worker", a.runs), ("apalis", 1)] {
+        let rate = repeat(runs, || async {
+            let run = tokio::process::Command::new(bin)
+                .args(["--peer", peer, "--database-url", &a.url])
+                .args(["--jobs", &n.to_string(), "--concurrency", "16"])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .await
+                .map_err(|e| format!("cannot run {bin}: {e}"))?;
+            if !run.status.success() {
+                return Err(format!("the {peer} burn-down failed ({})", run.status));
+            }
+            let report: serde_json::Value = serde_json::from_slice(&run.stdout).map_err(fail)?;
+            report["jobs_per_s"]
+                .as_f64()
+                .ok_or_else(|| format!("{peer}: no jobs_per_s in {report}"))
+        })
+        .await?;
+        let runs = if runs == 1 { " (one run)" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {peer}{runs} | {n} | {rate:.0} | {:.2} |",
+            ours / rate
+        );
+        eprintln!("bench: peer {peer}: {rate:.0}/s (ours {ours:.0}/s)");
+    }
+    Ok(out)
+}
+
+/// The limit of this database on this machine, for comparison with the
+/// burn-down: a minimal queue (one table; a claim of `batch` rows with
+/// `FOR UPDATE SKIP LOCKED` that sets a lease, then a delete on completion;
+/// no attempt log, no accounts, no endpoints) drained by `conns` connections.
+pub(crate) async fn minimal_queue(
+    a: &Args,
+    total: usize,
+    conns: usize,
+    batch: i64,
+) -> BenchResult<f64> {
+    let schema = unique("bench_minimal");
+    let setup = raw_client(&a.url, "public").await?;
+    setup
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema}; \
+             CREATE TABLE jobs (id bigserial PRIMARY KEY, payload jsonb NOT NULL, \
+             locked_until timestamptz NOT NULL DEFAULT '-infinity'); \
+             INSERT INTO jobs (payload) SELECT '{{}}' FROM generate_series(1, {total}); ANALYZE jobs"
+        ))
+        .await
+        .map_err(fail)?;
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let c = raw_client(&a.url, &schema).await?;
+        let done = done.clone();
+        tasks.spawn(async move {
+            let claim = c
+                .prepare(
+                    "UPDATE jobs SET locked_until = now() + interval '60 seconds' WHERE id IN \
+                     (SELECT id FROM jobs WHERE locked_until < now() ORDER BY id \
+                     FOR UPDATE SKIP LOCKED LIMIT $1) RETURNING id",
+                )
+                .await
+                .map_err(fail)?;
+            let complete = c
+                .prepare("DELETE FROM jobs WHERE id = ANY($1)")
+                .await
+                .map_err(fail)?;
+            loop {
+                let rows = c.query(&claim, &[&batch]).await.map_err(fail)?;
+                if rows.is_empty() {
+                    return Ok::<(), String>(());
+                }
+                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                c.execute(&complete, &[&ids]).await.map_err(fail)?;
+                done.fetch_add(ids.len() as u64, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    drop_schema(&a.url, &schema).await?;
+    let n = done.load(Ordering::Relaxed) as usize;
+    if n != total {
+        return Err(format!("the minimal queue drained {n} of {total}"));
+    }
+    Ok(rate)
+}
+
+pub(crate) async fn open_profile(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+) -> BenchResult<(DynControlPlaneStore, Option<String>)> {
+    if profile == "postgres" {
+        let schema = unique("bench_pg");
+        let store = pg_store(&a.url, &schema, 20, true).await?;
+        Ok((Arc::new(store), Some(schema)))
+    } else {
+        Ok((Arc::new(embedded_store(dir).await?), None))
+    }
+}
+
+/// Publishers and drainers at once for a fixed time: completions per second
+/// and the backlog at the start and the end.
+pub(crate) async fn steady_state(
+    a: &Args,
+    profile: &str,
+    dir: &std::path::Path,
+) -> BenchResult<(f64, String)> {
+    let (store, schema) = open_profile(a, profile, dir).await?;
+    endpoint(store.as_ref(), "https://example.com/hook").await?;
+    let backlog = match (a.quick, profile) {
+        (false, _) => 5_000,
+        (true, "postgres") => 200,
+        (true, _) => 50,
+    };
+    prefill(store.as_ref(), backlog).await?;
+    let seconds = if a.quick { 2 } else { 10 };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    let workers = if profile == "postgres" { 12 } else { 2 };
+    for w in 0..workers {
+        let (store, stop, done) = (store.clone(), stop.clone(), done.clone());
+        tasks.spawn(async move { claim_and_complete(store.as_ref(), w, &stop, &done).await });
+    }
+    // Publishers: batches of 50, paced to keep the backlog near its start.
+    for _ in 0..2 {
+        let (store, stop, done) = (store.clone(), stop.clone(), done.clone());
+        let published = Arc::new(AtomicU64::new(0));
+        tasks.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let ahead = published.load(Ordering::Relaxed) as i64
+                    - done.load(Ordering::Relaxed) as i64 / 2;
+                if ahead > 500 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                prefill(store.as_ref(), 50).await?;
+                published.fetch_add(50, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    let before = done.load(Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let completed = done.load(Ordering::Relaxed) - before;
+    let rate = completed as f64 / start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(fail)??;
+    }
+    let pending = store
+        .delivery_count_by_state()
+        .await
+        .map_err(fail)?
+        .into_iter()
+        .filter(|(s, _)| !s.is_final())
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    if let Some(s) = schema {
+        drop_schema(&a.url, &s).await?;
+    }
+    Ok((rate, format!("{backlog} → {pending}")))
+}
+
+/// One worker of [`steady_state`]: claims up to 100 and records them
+/// delivered in one batch, until `stop`; counts them in `done`.
+async fn claim_and_complete(
+    store: &dyn ControlPlaneStore,
+    w: usize,
+    stop: &std::sync::atomic::AtomicBool,
+    done: &AtomicU64,
+) -> BenchResult<()> {
+    while !stop.load(Ordering::Relaxed) {
+        let claimed = store
+            .delivery_claim(ClaimRequest::new(
+                format!("w{w}"),
+                100,
+                Duration::from_secs(60),
+            ))
+            .await
+            .map_err(fail)?;
+        if claimed.is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        let batch: Vec<_> = claimed
+            .iter()
+            .map(|c| (c.lease.clone(), delivered()))
+            .collect();
+        let n = batch.len() as u64;
+        for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
+            r.map_err(fail)?;
+        }
+        done.fetch_add(n, Ordering::Relaxed);
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Endpoints: created, read, changed, rotated, enabled and removed.
+
+use super::*;
+
+/// Endpoints: destinations owned by one account.
+#[async_trait]
+pub trait EndpointStore: Send + Sync {
+    /// Creates an endpoint, enabled, with a closed circuit.
+    ///
+    /// # Behavior
+    /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a URL that is not absolute `http(s)` (`endpoint_create_rejects_bad_url`).
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not create the endpoint.
+    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint>;
+
+    /// Reads an endpoint of `account`.
+    ///
+    /// # Errors
+    /// `NotFound` when it does not exist, was deleted, or belongs to another
+    /// account (`endpoint_of_another_account_is_not_found`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint>;
+
+    /// Lists the endpoints of `account`, oldest first.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_list(&self, account: &AccountId) -> StoreResult<Vec<Endpoint>>;
+
+    /// Changes the given fields.
+    ///
+    /// # Behavior
+    /// - Fields not given keep their values (`endpoint_update_changes_only_given_fields`).
+    /// - A filter is set, changed and removed (`Some(None)`)
+    ///   (`endpoint_filters_decide_which_events_fan_out`).
+    /// - Custom headers are replaced as a whole; an empty set removes them
+    ///   (`custom_headers_are_checked_replaced_and_claimed`).
+    /// - OAuth2 client credentials are checked, replaced, removed
+    ///   (`Some(None)`), kept by other changes and handed to the claimer
+    ///   (`oauth2_credentials_are_checked_replaced_removed_and_claimed`).
+    /// - A URL of another origin is `InvalidInput` while custom headers or
+    ///   OAuth2 credentials would follow it unasked (the same contract).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidInput` for a bad URL.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not apply the change.
+    async fn endpoint_update(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        req: EndpointUpdateRequest,
+    ) -> StoreResult<Endpoint>;
+
+    /// Replaces the signing secret; the old one keeps signing for `grace`.
+    ///
+    /// # Behavior
+    /// - Both secrets sign until the grace period ends (`rotate_secret_keeps_previous_for_grace`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not rotate.
+    async fn endpoint_rotate_secret(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        secret: Secret,
+        grace: Duration,
+    ) -> StoreResult<Endpoint>;
+
+    /// Seals the credentials of up to `limit` endpoints (deleted ones
+    /// included) that are not sealed under the store's current key: plain
+    /// text and values under a previous key are rewritten (ADR 0022).
+    /// `control-plane rotate-key` calls it until it answers 0.
+    ///
+    /// # Behavior
+    /// - Secrets read back unchanged, and a store opened with the current key
+    ///   alone reads them (`tests/secrets.rs` of each adapter).
+    ///
+    /// # Errors
+    /// `InvalidInput` when the store has no key to seal with; `Unavailable`
+    /// for a value sealed under a key the store does not hold.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not rewrite a batch; every value stays readable.
+    async fn endpoint_reseal_secrets(&self, limit: u32) -> StoreResult<u64>;
+
+    /// Enables or disables an endpoint.
+    ///
+    /// # Behavior
+    /// - A disabled endpoint's deliveries are held, not dropped, and are claimed
+    ///   again once it is enabled (`disabled_endpoint_holds_deliveries_until_enabled`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not apply the change.
+    async fn endpoint_set_enabled(
+        &self,
+        account: &AccountId,
+        id: EndpointId,
+        enablement: Enablement,
+    ) -> StoreResult<Endpoint>;
+
+    /// Deletes an endpoint and parks its undelivered deliveries as `dead`
+    /// ("endpoint removed"); returns how many were parked.
+    ///
+    /// # Behavior
+    /// - Pending and leased deliveries become dead; a lease on them is lost
+    ///   (`deleting_endpoint_parks_deliveries_as_dead`).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    ///
+    /// # Cancellation safety
+    /// Cancelling may or may not delete; it never deletes half.
+    async fn endpoint_delete(&self, account: &AccountId, id: EndpointId) -> StoreResult<u64>;
+
+    /// Disabled endpoints that are not deleted, across accounts (`status`).
+    ///
+    /// # Behavior
+    /// - Counts an endpoint from its disabling to its enabling
+    ///   (`disabled_endpoint_holds_deliveries_until_enabled`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn endpoint_count_disabled(&self) -> StoreResult<u64>;
+}

@@ -1,0 +1,178 @@
+//! Usage, alerts, account keys, dashboard sessions and maintenance.
+
+use super::*;
+
+/// Per-account usage counters.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Records a batch in one transaction; `false` when this batch id was
+    /// already recorded (nothing changes).
+    ///
+    /// # Behavior
+    /// - Idempotent by batch id; totals by hour window
+    ///   (`usage_batches_are_idempotent_and_queryable_by_window`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized batch id.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool>;
+
+    /// Totals of `account` in the windows starting in `[from, to)`, by window then metric.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn usage_query(
+        &self,
+        account: &AccountId,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> StoreResult<Vec<UsageRow>>;
+}
+
+/// Operational alerts.
+#[async_trait]
+pub trait AlertStore: Send + Sync {
+    /// Alerts of `account`, newest first.
+    ///
+    /// # Behavior
+    /// - `circuit.opened`, `circuit.closed`, `endpoint.disabled` and
+    ///   `delivery.dead` are recorded in the transaction of the transition
+    ///   that caused them (`alerts_are_recorded_with_their_transitions`).
+    /// - They are published as events, in the same transaction, to the
+    ///   account's endpoints that name the alert type, never to the endpoint
+    ///   concerned or to catch-all endpoints
+    ///   (`alerts_are_published_to_endpoints_that_subscribe_by_name`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn alert_list(&self, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>>;
+}
+
+/// Account API keys, stored by hash.
+#[async_trait]
+pub trait AccountKeyStore: Send + Sync {
+    /// Stores a new key of `account` by the hash of its secret (the caller
+    /// hashes; the secret itself is never stored).
+    ///
+    /// # Behavior
+    /// - A stored hash finds its account; an unknown or revoked one finds
+    ///   nothing (`account_keys_are_found_by_hash_and_revoked`).
+    ///
+    /// # Errors
+    /// `Conflict` when the hash is already stored; `InvalidInput` for an empty
+    /// or oversized hash.
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may or may not have stored the key.
+    async fn account_key_create(
+        &self,
+        account: &AccountId,
+        key_hash: &str,
+    ) -> StoreResult<AccountKey>;
+
+    /// The key whose hash is `key_hash`, if stored and not revoked.
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn account_key_find(&self, key_hash: &str) -> StoreResult<Option<AccountKey>>;
+
+    /// Revokes a key of `account`.
+    ///
+    /// # Errors
+    /// `NotFound`, also for another account's key.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn account_key_revoke(&self, account: &AccountId, id: KeyId) -> StoreResult<()>;
+}
+
+/// Dashboard sessions (ADR 0021).
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Stores a new session.
+    ///
+    /// # Behavior
+    /// - A stored session is found by its id's hash until it expires or is
+    ///   ended; then it is found no more, and retention removes it
+    ///   (`a_session_lives_until_it_expires_or_ends`).
+    ///
+    /// # Errors
+    /// `Conflict` when the id hash is already stored.
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may or may not have stored the session.
+    async fn session_create(&self, req: SessionCreateRequest) -> StoreResult<DashboardSession>;
+
+    /// The live session whose id hashes to `id_hash`: `None` when it is
+    /// unknown, ended or expired (by the store's clock).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn session_get(&self, id_hash: &str) -> StoreResult<Option<DashboardSession>>;
+
+    /// Ends a session (sign-out). Ending an unknown or ended one is `Ok`.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn session_end(&self, id_hash: &str) -> StoreResult<()>;
+
+    /// Moves a live session's expiry to `until` (the dashboard's idle
+    /// expiry); `false` when the session is unknown, ended or expired, which
+    /// it never revives.
+    ///
+    /// # Behavior
+    /// - An extended session outlives its first expiry; an expired one stays
+    ///   gone (`a_session_is_extended_listed_and_revoked`).
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn session_extend(&self, id_hash: &str, until: Timestamp) -> StoreResult<bool>;
+
+    /// The live sessions, newest first, at most [`MAX_SESSIONS_LISTED`].
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn session_list(&self) -> StoreResult<Vec<DashboardSession>>;
+}
+
+/// The most sessions [`SessionStore::session_list`] answers.
+pub const MAX_SESSIONS_LISTED: i64 = 1000;
+
+/// Retention.
+#[async_trait]
+pub trait MaintenanceStore: Send + Sync {
+    /// Removes one small batch (at most `batch` rows per table) of finished
+    /// history older than `retention`: delivered deliveries, dead deliveries
+    /// of deleted endpoints, attempt-log rows, events left without
+    /// deliveries, completed tasks, alerts, usage
+    /// windows (and their batch ids), expired idempotency records and expired
+    /// dashboard sessions.
+    ///
+    /// # Behavior
+    /// - Only old delivered history goes; live deliveries stay
+    ///   (`maintenance_purges_old_history_in_batches`).
+    /// - An old event goes once no delivery refers to it; one with a pending
+    ///   or dead delivery stays (`retention_purges_events_left_without_deliveries`).
+    /// - A dead delivery stays for replay while its endpoint exists, and goes
+    ///   once the endpoint is deleted and it is older than `retention`
+    ///   (`retention_purges_dead_deliveries_of_deleted_endpoints`).
+    /// - Old completed tasks go; pending, leased and dead ones stay
+    ///   (`retention_purges_completed_tasks_only`).
+    /// - Old alerts go (`retention_purges_old_alerts`).
+    /// - Usage windows that ended before the cutoff go, with the batch ids
+    ///   recorded before it (`retention_purges_ended_usage_windows`).
+    /// - Expired idempotency records go (`idempotency_records_expire_and_are_swept`).
+    /// - A rotated-out signing secret is cleared once its grace has ended
+    ///   (`a_rotated_out_secret_is_cleared_after_its_grace`).
+    /// - `maintenance::run_maintenance` runs it on one replica per interval,
+    ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a batch outside 1..=10000.
+    ///
+    /// # Cancellation safety
+    /// Safe: each batch commits on its own.
+    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport>;
+}

@@ -1,0 +1,610 @@
+//! The HTTP/1.1 client that sends webhooks.
+//!
+//! Every request in flight holds one connection; with thousands in flight
+//! (a slow receiver, `CONTROLPLANE_CONCURRENCY` in the thousands) what each
+//! connection holds is most of the process's memory. A webhook needs only
+//! the answer's status and `retry-after`, so this client writes the request
+//! in one buffer, reads the answer's head through a small one, and holds no
+//! task, channel or buffer per connection beyond that (ADR 0017).
+//! Connections are kept alive per origin and reused when the answer's length
+//! is known; redirects are never followed; every address connected to passed
+//! the private-address check ([`crate::ssrf`]) at connect time.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::ssrf::Cidr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::either::Either;
+
+mod answer;
+
+pub(crate) use answer::parse_for_fuzzing;
+use answer::*;
+
+/// What the answer's head is first read into; it grows only while a head
+/// does not fit, up to [`HEAD_LIMIT`].
+const READ_BUFFER: usize = 512;
+/// The longest answer head accepted.
+const HEAD_LIMIT: usize = 64 * 1024;
+/// Headers parsed in an answer head at most.
+const MAX_HEADERS: usize = 100;
+/// How long the body of an answer is read after its head, so that its
+/// connection can carry the next request. The answer counts from its head;
+/// a receiver slower than this with its body loses the connection, not the
+/// delivery, and holds no send slot longer.
+const DRAIN_FOR: Duration = Duration::from_millis(250);
+/// An answer's body is read and dropped (so that its connection can carry
+/// the next request) up to this size; a longer one closes the connection.
+const BODY_LIMIT: u64 = 64 * 1024;
+/// Idle connections kept per origin.
+const IDLE_PER_ORIGIN: usize = 256;
+/// Idle connections kept in all; past it the longest idle one is closed.
+const IDLE_TOTAL: usize = 1024;
+/// How often every origin's idle list is swept of connections idle too long.
+pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
+/// How long an idle connection is kept.
+const IDLE_FOR: Duration = Duration::from_secs(90);
+/// Sent as `user-agent`.
+const USER_AGENT: &str = "control-plane-dispatcher";
+
+type Stream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+
+/// Where connections go: scheme, host and port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Origin {
+    tls: bool,
+    /// As resolved and named to TLS: without the brackets of an IPv6 literal.
+    host: String,
+    port: u16,
+}
+
+/// A parsed destination.
+struct Target {
+    origin: Origin,
+    /// The `host` header: the URL's host, and its port when not the default.
+    authority: String,
+    /// Path and query, as sent in the request line.
+    path: String,
+    /// `authorization: Basic …` from the URL's user and password, if any.
+    authorization: Option<String>,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, String> {
+        let parsed = url::Url::parse(url).map_err(|_| "the endpoint URL does not parse")?;
+        let tls = match parsed.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return Err("the endpoint URL is neither http:// nor https://".into()),
+        };
+        let host = parsed.host_str().ok_or("the endpoint URL has no host")?;
+        let port = parsed
+            .port_or_known_default()
+            .ok_or("the endpoint URL has no port")?;
+        let authority = match parsed.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        };
+        let mut path = parsed.path().to_string();
+        if let Some(q) = parsed.query() {
+            path.push('?');
+            path.push_str(q);
+        }
+        let authorization =
+            (!parsed.username().is_empty() || parsed.password().is_some()).then(|| {
+                use base64::Engine;
+                let decode = |s: &str| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                };
+                let pair = format!(
+                    "{}:{}",
+                    decode(parsed.username()),
+                    decode(parsed.password().unwrap_or(""))
+                );
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                )
+            });
+        Ok(Target {
+            origin: Origin {
+                tls,
+                host: host.trim_start_matches('[').trim_end_matches(']').into(),
+                port,
+            },
+            authority,
+            path,
+            authorization,
+        })
+    }
+}
+
+/// What a receiver answered.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `retry-after` header, if it is text.
+    pub retry_after: Option<String>,
+    /// The start of the body, up to the client's `keep` bytes (de-chunked),
+    /// as far as it came while the connection was drained.
+    pub body: Vec<u8>,
+}
+
+/// How an exchange on one connection ended without an answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Unanswered {
+    /// Nothing came back: the connection was closed or reset before the
+    /// first byte of an answer (an idle connection the receiver closed).
+    Silent,
+    /// The answer was cut short or is not HTTP/1.x.
+    Broken,
+}
+
+/// Why a request got no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The destination may not be sent to (its URL, or every address it is
+    /// or resolves to is refused): retrying cannot help.
+    Refused(String),
+    /// The request failed on its way ("timed out", "connection failed",
+    /// "request failed", a TLS error, a name that does not resolve now).
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Failed(e)
+    }
+}
+
+/// After an answer's head: the connection and what of the body is still
+/// to read, when the connection can carry another request.
+struct Rest {
+    stream: Stream,
+    body: Pending,
+}
+
+/// Answer bodies kept at most, whatever the setting asks.
+pub(crate) const MAX_KEPT_BODY: usize = 64 * 1024;
+
+/// The body still to read after an answer's head.
+enum Pending {
+    /// This many bytes (`content-length`), after those already read.
+    Length(u64, Vec<u8>),
+    /// A chunked body, with the bytes of it already read.
+    Chunked(Vec<u8>),
+    /// A body that ends when the connection closes (or after its length,
+    /// when it gave one), with the bytes of it already read: read only for
+    /// its start, the connection is not reused.
+    UntilClose(Vec<u8>, Option<u64>, bool),
+}
+
+/// One client per dispatcher, shared by its sends.
+pub(crate) struct HttpClient {
+    tls: tokio_rustls::TlsConnector,
+    allowed: Arc<Vec<Cidr>>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    idle: Mutex<Idle>,
+    /// Idle connections kept in all ([`IDLE_TOTAL`]).
+    idle_total: usize,
+    /// Bytes of each answer's body kept for the attempt log.
+    keep: usize,
+}
+
+/// Kept-alive connections by origin, each list oldest first.
+struct Idle {
+    by_origin: HashMap<Origin, Vec<(Stream, Instant)>>,
+    total: usize,
+    reaped: Instant,
+}
+
+impl Default for Idle {
+    fn default() -> Self {
+        Idle {
+            by_origin: HashMap::new(),
+            total: 0,
+            reaped: Instant::now(),
+        }
+    }
+}
+
+impl Idle {
+    /// Closes every connection idle longer than [`IDLE_FOR`], at most once
+    /// per [`REAP_EVERY`], whichever origin it belongs to: an origin never
+    /// used again does not keep its sockets.
+    fn reap(&mut self) {
+        if self.reaped.elapsed() < REAP_EVERY {
+            return;
+        }
+        self.reaped = Instant::now();
+        self.by_origin.retain(|_, list| {
+            list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+            !list.is_empty()
+        });
+        self.total = self.by_origin.values().map(Vec::len).sum();
+    }
+
+    /// Closes the connection idle longest, of any origin.
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .by_origin
+            .iter()
+            .filter_map(|(o, list)| list.first().map(|(_, since)| (*since, o.clone())))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, o)| o);
+        if let Some(origin) = oldest {
+            if let Some(list) = self.by_origin.get_mut(&origin) {
+                list.remove(0);
+                self.total = self.total.saturating_sub(1);
+                if list.is_empty() {
+                    self.by_origin.remove(&origin);
+                }
+            }
+        }
+    }
+}
+
+impl HttpClient {
+    /// A client whose requests take at most `timeout` each (connecting at
+    /// most `connect_timeout` of it), verifying TLS certificates with the
+    /// platform's roots and connecting to private addresses only inside
+    /// `allowed`.
+    pub(crate) fn new(
+        timeout: Duration,
+        connect_timeout: Duration,
+        allowed: Vec<Cidr>,
+    ) -> Result<HttpClient, String> {
+        use rustls_platform_verifier::ConfigVerifierExt;
+        // One process-wide TLS provider; a second install is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = rustls::ClientConfig::with_platform_verifier()
+            .map_err(|e| format!("cannot load the TLS roots: {e}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(HttpClient {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            allowed: Arc::new(allowed),
+            timeout,
+            connect_timeout,
+            idle: Mutex::default(),
+            idle_total: IDLE_TOTAL,
+            keep: 0,
+        })
+    }
+
+    /// How long a request may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Keeps the first `bytes` of every answer's body (at most
+    /// [`MAX_KEPT_BODY`]) in [`Answer::body`].
+    pub(crate) fn keeping_bodies(mut self, bytes: usize) -> Self {
+        self.keep = bytes.min(MAX_KEPT_BODY);
+        self
+    }
+
+    /// POSTs `body` with `headers` to `url` and returns the answer, or the
+    /// failure in words without the URL (it may carry credentials). The
+    /// destination's addresses are checked when a connection is made
+    /// ([`crate::ssrf::resolve`]); a kept-alive one was checked then.
+    pub(crate) async fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) -> Result<Answer, Failure> {
+        self.post_keeping(url, headers, body, self.keep).await
+    }
+
+    /// As [`HttpClient::post`], keeping the first `keep` bytes of the
+    /// answer's body (at most [`MAX_KEPT_BODY`]) whatever the client keeps:
+    /// for answers the dispatcher reads itself (an OAuth2 token).
+    pub(crate) async fn post_keeping(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+        keep: usize,
+    ) -> Result<Answer, Failure> {
+        let keep = keep.min(MAX_KEPT_BODY);
+        let target = Target::parse(url).map_err(Failure::Refused)?;
+        let request = encode(&target, headers, body)?;
+        let started = Instant::now();
+        let (mut answer, rest) =
+            tokio::time::timeout(self.timeout, self.exchange(&target, &request))
+                .await
+                .map_err(|_| "timed out".to_string())??;
+        // Read the body so the connection can carry the next request (and
+        // keep its start); a receiver that answered has answered, whatever
+        // its body does.
+        if let Some(rest) = rest {
+            let left = self
+                .timeout
+                .saturating_sub(started.elapsed())
+                .min(DRAIN_FOR);
+            let kept = &mut answer.body;
+            if let Ok(Some(stream)) = tokio::time::timeout(left, drain(rest, keep, kept)).await {
+                self.keep(target.origin, stream);
+            }
+        }
+        Ok(answer)
+    }
+
+    /// The request on an idle connection, or on a new one when there is
+    /// none or the idle one was closed without an answer.
+    async fn exchange(
+        &self,
+        target: &Target,
+        request: &[u8],
+    ) -> Result<(Answer, Option<Rest>), Failure> {
+        if let Some(stream) = self.idle(&target.origin) {
+            match round_trip(stream, request).await {
+                Ok(done) => return Ok(done),
+                Err(Unanswered::Silent) => {}
+                Err(Unanswered::Broken) => return Err(Failure::Failed("request failed".into())),
+            }
+        }
+        // Boxed: resolving and the TLS handshake are large futures that
+        // each open request would otherwise carry while it waits (ADR 0017).
+        let stream = Box::pin(self.connect(&target.origin)).await?;
+        round_trip(stream, request)
+            .await
+            .map_err(|_| Failure::Failed("request failed".into()))
+    }
+
+    /// A new connection to `origin`: resolved through the private-address
+    /// check, then TCP (and TLS).
+    async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
+        let addrs = tokio::time::timeout(
+            self.connect_timeout,
+            crate::ssrf::resolve(&origin.host, origin.port, &self.allowed),
+        )
+        .await
+        .map_err(|_| format!("cannot resolve {} in time", origin.host))??;
+        let tcp = tokio::time::timeout(
+            self.connect_timeout,
+            connect_any(&addrs, TcpStream::connect),
+        )
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .ok_or_else(|| Failure::Failed("connection failed".into()))?;
+        let _ = tcp.set_nodelay(true);
+        if !origin.tls {
+            return Ok(Either::Left(tcp));
+        }
+        let name = rustls::pki_types::ServerName::try_from(origin.host.clone()).map_err(|_| {
+            Failure::Refused("the endpoint's host is not a valid TLS server name".into())
+        })?;
+        let tls = tokio::time::timeout(self.connect_timeout, self.tls.connect(name, tcp))
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map_err(|e| format!("TLS handshake failed: {e}"))?;
+        Ok(Either::Right(tls))
+    }
+
+    /// Closes idle connections kept longer than [`IDLE_FOR`], of every
+    /// origin (at most once per [`REAP_EVERY`]); the dispatcher calls it on
+    /// a timer, so sockets close even when nothing is sent.
+    pub(crate) fn reap_idle(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reap();
+    }
+
+    /// An idle connection to `origin` kept less than [`IDLE_FOR`] and
+    /// still quiet (see [`quiet`]).
+    fn idle(&self, origin: &Origin) -> Option<Stream> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.reap();
+        let list = idle.by_origin.get_mut(origin)?;
+        let mut found = None;
+        let mut taken = 0;
+        while let Some((mut stream, since)) = list.pop() {
+            taken += 1;
+            if since.elapsed() < IDLE_FOR && quiet(&mut stream) {
+                found = Some(stream);
+                break;
+            }
+        }
+        if list.is_empty() {
+            idle.by_origin.remove(origin);
+        }
+        idle.total = idle.total.saturating_sub(taken);
+        found
+    }
+
+    /// Keeps `stream` for the next request to `origin`, dropping those
+    /// idle too long.
+    fn keep(&self, origin: Origin, stream: Stream) {
+        let origin_key = origin.clone();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.reap();
+        let list = idle.by_origin.entry(origin).or_default();
+        let before = list.len();
+        list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+        let kept = list.len();
+        idle.total = idle.total.saturating_sub(before - kept);
+        if kept >= IDLE_PER_ORIGIN {
+            return;
+        }
+        if idle.total >= self.idle_total {
+            idle.evict_oldest();
+        }
+        idle.by_origin
+            .entry(origin_key)
+            .or_default()
+            .push((stream, Instant::now()));
+        idle.total += 1;
+    }
+}
+
+/// The request's bytes: request line, headers, `content-length`, body. An
+/// `authorization` among `headers` replaces the one of the URL's user and
+/// password.
+fn encode(target: &Target, headers: &[(&str, String)], body: &[u8]) -> Result<Vec<u8>, String> {
+    let length = body.len().to_string();
+    let fixed = [
+        ("host", target.authority.as_str()),
+        ("user-agent", USER_AGENT),
+        ("content-length", length.as_str()),
+    ];
+    let given = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("authorization"));
+    let auth = target
+        .authorization
+        .as_deref()
+        .filter(|_| !given)
+        .map(|a| ("authorization", a));
+    let all = fixed
+        .into_iter()
+        .chain(auth)
+        .chain(headers.iter().map(|(n, v)| (*n, v.as_str())));
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(target.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in all {
+        // Header values here come from our own code and a parsed URL;
+        // a control character would still end the head early.
+        if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err(format!(
+                "request failed: the {name} header is not valid HTTP"
+            ));
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+/// Writes `request` and reads the answer's head (skipping informational
+/// 1xx heads). The connection comes back when the answer's body has a
+/// known, small length and the receiver did not ask to close.
+async fn round_trip(
+    mut stream: Stream,
+    request: &[u8],
+) -> Result<(Answer, Option<Rest>), Unanswered> {
+    // A receiver may answer before it has read the whole request (an early
+    // `413`) and close: the write then fails, and the answer is still read.
+    let written = match stream.write_all(request).await {
+        Ok(()) => stream.flush().await.is_ok(),
+        Err(_) => false,
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_BUFFER);
+    let mut answered = false;
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(READ_BUFFER);
+        }
+        let read = stream.read_buf(&mut buf).await;
+        match read {
+            Ok(n) if n > 0 => {}
+            _ if answered || !buf.is_empty() => return Err(Unanswered::Broken),
+            _ => return Err(Unanswered::Silent),
+        }
+        while let Some((head_len, head)) = parse_head(&buf)? {
+            // A read may bring in more than the limit at once: the limit is
+            // on the head itself, whatever arrived with it.
+            if head_len > HEAD_LIMIT {
+                return Err(Unanswered::Broken);
+            }
+            buf.drain(..head_len);
+            answered = true;
+            if (100..200).contains(&head.answer.status) {
+                continue;
+            }
+            if !written {
+                return Ok((head.answer, None));
+            }
+            let rest = match head.body {
+                Some(Framing::Length(length)) => {
+                    let already = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+                    (length <= BODY_LIMIT && already <= length).then(|| Rest {
+                        stream,
+                        body: Pending::Length(length - already, buf),
+                    })
+                }
+                Some(Framing::Chunked) => Some(Rest {
+                    stream,
+                    body: Pending::Chunked(buf),
+                }),
+                None => Some(Rest {
+                    stream,
+                    body: Pending::UntilClose(buf, head.length, head.chunked),
+                }),
+            };
+            return Ok((head.answer, rest));
+        }
+        if buf.len() > HEAD_LIMIT {
+            return Err(Unanswered::Broken);
+        }
+    }
+}
+
+/// RFC 8305's connection attempt delay: how long one attempt runs alone
+/// before the next address is tried beside it.
+const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+
+/// `addrs` with the two families alternating, the first address's family
+/// first (RFC 8305 4).
+fn interleave(addrs: &[SocketAddr]) -> Vec<SocketAddr> {
+    let first_v6 = addrs.first().is_some_and(SocketAddr::is_ipv6);
+    let (mut a, mut b): (Vec<SocketAddr>, Vec<SocketAddr>) =
+        addrs.iter().partition(|x| x.is_ipv6() == first_v6);
+    a.reverse();
+    b.reverse();
+    let mut out = Vec::with_capacity(addrs.len());
+    while !a.is_empty() || !b.is_empty() {
+        out.extend(a.pop());
+        out.extend(b.pop());
+    }
+    out
+}
+
+/// The first of `addrs` that accepts a TCP connection, Happy Eyeballs
+/// style (RFC 8305): the families alternate, and each next address is
+/// tried when the previous attempt failed or after [`ATTEMPT_DELAY`],
+/// whichever comes first, so one address that drops packets does not fail
+/// a name that has others. `connect` makes one attempt (tests drive it).
+async fn connect_any<F, Fut, S>(addrs: &[SocketAddr], connect: F) -> Option<S>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: Future<Output = std::io::Result<S>> + Send + 'static,
+    S: Send + 'static,
+{
+    let mut next = interleave(addrs).into_iter();
+    let mut attempts = tokio::task::JoinSet::new();
+    loop {
+        if let Some(addr) = next.next() {
+            attempts.spawn(connect(addr));
+        }
+        let more = next.len() > 0;
+        tokio::select! {
+            done = attempts.join_next() => match done {
+                Some(Ok(Ok(stream))) => return Some(stream),
+                Some(_) => {}
+                None if !more => return None,
+                None => {}
+            },
+            () = tokio::time::sleep(ATTEMPT_DELAY), if more => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
