@@ -287,6 +287,22 @@ async fn pg_prefill(url: &str, schema: &str, e: &Endpoint, n: usize) -> BenchRes
     c.batch_execute("ANALYZE").await.map_err(fail)
 }
 
+/// Records every delivery of `claimed` delivered, in one batch; how many.
+async fn record_delivered(
+    store: &dyn ControlPlaneStore,
+    claimed: &[ClaimedDelivery],
+) -> BenchResult<u64> {
+    let batch: Vec<_> = claimed
+        .iter()
+        .map(|c| (c.lease.clone(), delivered()))
+        .collect();
+    let n = batch.len() as u64;
+    for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
+        r.map_err(fail)?;
+    }
+    Ok(n)
+}
+
 fn delivered() -> DeliveryOutcome {
     DeliveryOutcome::Delivered(AttemptReport {
         status_code: Some(200),
@@ -330,14 +346,7 @@ async fn drain_port(
                 }
                 idle = 0;
                 // What a worker's completion batcher does: one batch per claim.
-                let batch: Vec<_> = claimed
-                    .iter()
-                    .map(|c| (c.lease.clone(), delivered()))
-                    .collect();
-                let n = batch.len() as u64;
-                for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
-                    r.map_err(fail)?;
-                }
+                let n = record_delivered(store.as_ref(), &claimed).await?;
                 done.fetch_add(n, Ordering::Relaxed);
             }
         });

@@ -328,14 +328,7 @@ async fn claim_and_complete(
             tokio::time::sleep(Duration::from_millis(2)).await;
             continue;
         }
-        let batch: Vec<_> = claimed
-            .iter()
-            .map(|c| (c.lease.clone(), delivered()))
-            .collect();
-        let n = batch.len() as u64;
-        for r in store.delivery_record_outcomes(batch).await.map_err(fail)? {
-            r.map_err(fail)?;
-        }
+        let n = record_delivered(store, &claimed).await?;
         done.fetch_add(n, Ordering::Relaxed);
     }
     Ok(())
