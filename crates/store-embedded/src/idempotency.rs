@@ -106,7 +106,8 @@ impl IdempotencyStore for EmbeddedStore {
         response: StoredResponse,
     ) -> StoreResult<()> {
         let token = token.clone();
-        self.tx(move |t| complete(t, &token, response)).await
+        self.tx(move |t| complete(t, &token, response.clone()))
+            .await
     }
 
     async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()> {

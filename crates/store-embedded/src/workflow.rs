@@ -352,11 +352,11 @@ pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> St
 #[async_trait]
 impl WorkflowStore for EmbeddedStore {
     async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
-        self.tx(move |t| enqueue(t, req)).await
+        self.tx(move |t| enqueue(t, req.clone())).await
     }
 
     async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-        self.work_tx(move |t| claim(t, req)).await
+        self.work_tx(move |t| claim(t, req.clone())).await
     }
 
     async fn workflow_heartbeat(
@@ -366,7 +366,7 @@ impl WorkflowStore for EmbeddedStore {
         progress: Option<serde_json::Value>,
     ) -> StoreResult<TaskLease> {
         let lease = lease.clone();
-        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress))
+        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress.clone()))
             .await
     }
 
@@ -376,7 +376,8 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<()> {
         let lease = lease.clone();
-        self.work_tx(move |t| stage(t, &lease, result)).await
+        self.work_tx(move |t| stage(t, &lease, result.clone()))
+            .await
     }
 
     async fn workflow_complete(
@@ -385,7 +386,8 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.work_tx(move |t| complete(t, &lease, result)).await
+        self.work_tx(move |t| complete(t, &lease, result.clone()))
+            .await
     }
 
     async fn workflow_fail(
@@ -395,7 +397,8 @@ impl WorkflowStore for EmbeddedStore {
         failure: TaskFailure,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.work_tx(move |t| fail(t, &lease, error, failure)).await
+        self.work_tx(move |t| fail(t, &lease, error.clone(), failure))
+            .await
     }
 
     async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {
