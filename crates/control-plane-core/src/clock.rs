@@ -172,17 +172,6 @@ impl Housekeeping {
         }
     }
 
-    /// When the work was last done, to [`Housekeeping::restore`] it.
-    pub fn mark(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    /// Goes back to `mark`: the transaction that found the work due was
-    /// rolled back, so the work was not done.
-    pub fn restore(&self, mark: i64) {
-        self.0.store(mark, Ordering::Relaxed);
-    }
-
     /// The rule of [`Housekeeping::due`]: work last done at `last`
     /// (milliseconds; `i64::MIN` for never) is due again at `now`.
     pub fn due_since(last: i64, now: Timestamp) -> bool {

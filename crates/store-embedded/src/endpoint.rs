@@ -8,8 +8,8 @@ use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::store::{EmbeddedStore, Lane};
 use crate::util::{col_uuid, ts, ts_opt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
@@ -563,8 +563,7 @@ impl EndpointStore for EmbeddedStore {
     }
 
     async fn endpoint_reseal_secrets(&self, limit: u32) -> StoreResult<u64> {
-        self.alone_tx(Lane::Request, move |t| reseal(t, limit))
-            .await
+        self.tx(move |t| reseal(t, limit)).await
     }
 
     async fn endpoint_set_enabled(

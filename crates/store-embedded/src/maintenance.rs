@@ -8,8 +8,8 @@ use control_plane_core::*;
 use duckdb::params;
 
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::store::{EmbeddedStore, Lane};
 
 /// One statement per kind of row: at most `$2` rows at or before the cutoff `$1`.
 const PURGES: &[(Purged, &str)] = &[
@@ -93,7 +93,6 @@ pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreRes
 #[async_trait]
 impl MaintenanceStore for EmbeddedStore {
     async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-        self.alone_tx(Lane::Work, move |t| purge(t, retention, batch))
-            .await
+        self.work_tx(move |t| purge(t, retention, batch)).await
     }
 }

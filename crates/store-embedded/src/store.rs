@@ -290,9 +290,6 @@ pub(crate) struct Tx<'a> {
     /// Whether this transaction changed or built the index: if it fails,
     /// the index is thrown away.
     live_touched: &'a mut bool,
-    /// Statements run and changes to the live index so far: a part that
-    /// refuses with this unchanged wrote nothing ([`Writer::run_parts`]).
-    changes: std::cell::Cell<u64>,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -307,9 +304,7 @@ impl Tx<'_> {
     /// connection's statement cache (these three methods shadow the
     /// transaction's uncached ones): DuckDB parses, binds and plans a
     /// statement once per process, not once per call.
-    /// Every write of the adapter goes through here.
     pub fn execute<P: duckdb::Params>(&self, sql: &str, params: P) -> duckdb::Result<usize> {
-        self.changes.set(self.changes.get() + 1);
         self.tx.prepare_cached(sql)?.execute(params)
     }
 
@@ -347,7 +342,6 @@ impl Tx<'_> {
         // Building reads this transaction's own writes: it counts as a change.
         if !self.live.is_built() {
             *self.live_touched = true;
-            self.changes.set(self.changes.get() + 1);
         }
         self.live.queues(&self.tx, self.now, self.live_limit)
     }
@@ -360,7 +354,6 @@ impl Tx<'_> {
     /// The live index, to change along with the table.
     pub fn live_mut(&mut self) -> &mut LiveIndex {
         *self.live_touched = true;
-        self.changes.set(self.changes.get() + 1);
         self.live
     }
 
@@ -395,7 +388,6 @@ impl Writer {
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let saved = self.counters.clone();
         let marks = self.caches.marks();
-        let housekept = self.housekeeping.mark();
         let mut live_touched = false;
         let now = self.clock.now();
         let result = (|| {
@@ -417,7 +409,6 @@ impl Writer {
                 live: &mut self.live,
                 live_limit: self.live_limit,
                 live_touched: &mut live_touched,
-                changes: std::cell::Cell::new(0),
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -429,7 +420,6 @@ impl Writer {
         if result.is_err() {
             self.counters = saved;
             self.caches.reset_changed(marks);
-            self.housekeeping.restore(housekept);
             if live_touched {
                 self.live.forget();
             }
@@ -438,35 +428,17 @@ impl Writer {
     }
 
     /// Runs the bodies of `parts` in one transaction and answers each after
-    /// its commit: one commit for the calls that waited together. Each part
-    /// runs at the clock's reading when it starts (never earlier than the
-    /// part before it). A part that refuses (not found, conflict, invalid
-    /// input, lease lost) before it ran a statement or changed the live
-    /// index answers its refusal and the others go on. DuckDB has no
-    /// savepoints, so any other failure rolls the whole transaction back
-    /// (with what it changed in memory, as in [`Writer::tx`]) and every part
-    /// runs again in a transaction of its own: the failing one answers its
-    /// own error, and the others are not held to it.
+    /// its commit: one commit for the calls that waited together. DuckDB
+    /// has no savepoints, so when one part fails the whole transaction rolls
+    /// back (with what it changed in memory, as in [`Writer::tx`]) and every
+    /// part runs again in a transaction of its own; the failing one answers
+    /// its own error, and the others are not held to it.
     fn run_parts(&mut self, mut parts: Vec<Box<dyn Part>>) {
         if parts.len() > 1 {
-            let clock = self.clock.clone();
-            let mut answers: Vec<StoreResult<()>> = Vec::with_capacity(parts.len());
-            let together = self.tx(|t| {
-                for p in &mut parts {
-                    t.now = t.now.max(clock.now());
-                    let before = t.changes.get();
-                    match p.run(t) {
-                        Err(e) if is_refusal(&e) && t.changes.get() == before => {
-                            answers.push(Err(e));
-                        }
-                        ran => answers.push(Ok(ran?)),
-                    }
-                }
-                Ok(())
-            });
+            let together = self.tx(|t| parts.iter_mut().try_for_each(|p| p.run(t)));
             if together.is_ok() {
-                for (p, answer) in parts.into_iter().zip(answers) {
-                    p.answer(answer);
+                for p in parts {
+                    p.answer(Ok(()));
                 }
                 return;
             }
@@ -476,17 +448,6 @@ impl Writer {
             p.answer(alone);
         }
     }
-}
-
-/// A contract's answer to a call, not a failure of the store.
-fn is_refusal(e: &StoreError) -> bool {
-    matches!(
-        e,
-        StoreError::LeaseLost
-            | StoreError::NotFound { .. }
-            | StoreError::Conflict(_)
-            | StoreError::InvalidInput(_)
-    )
 }
 
 fn open_connection(path: &Path) -> StoreResult<Connection> {
@@ -693,17 +654,6 @@ impl EmbeddedStore {
         self.queue(lane, Job::Part(Box::new(part)), rx).await
     }
 
-    /// Runs `f` in a transaction of its own on the writer thread, in `lane`:
-    /// for the long calls (maintenance, bulk changes, whole-table counts),
-    /// which would hold up the answers of the calls grouped with them.
-    pub(crate) async fn alone_tx<T, F>(&self, lane: Lane, f: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
-    {
-        self.call(lane, move |w| w.tx(f)).await
-    }
-
     /// Runs `f` in a transaction on the writer thread, in the request lane
     /// (see [`EmbeddedStore::part`]).
     pub(crate) async fn tx<T, F>(&self, f: F) -> StoreResult<T>
@@ -883,118 +833,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(kept, ["a", "c"], "b's write rolled back, a and c kept once");
-    }
-
-    /// In a group, a call refused before it wrote anything answers its
-    /// refusal and the others commit together, the live index kept; a call
-    /// that changed something and then failed rolls the group back (the
-    /// index with it), and the others run again alone. Every delivery that
-    /// was answered is claimed once.
-    #[tokio::test]
-    async fn a_refusal_in_a_group_keeps_the_others_and_the_index() {
-        use control_plane_core::{
-            AccountId, CatalogueStore, ClaimRequest, DeliveryStore, EndpointCreateRequest,
-            EndpointId, EndpointStore, EventStore, EventTypePut, ManualClock, PublishRequest,
-            Secret,
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
-        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
-            .await
-            .unwrap();
-        let account = AccountId::new("a").unwrap();
-        store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_dGVzdA=="),
-            ))
-            .await
-            .unwrap();
-        let mut put = EventTypePut::new(account.clone(), "order.paid", "Paid");
-        put.schema = Some(serde_json::json!({"type": "object", "required": ["id"]}));
-        store.event_type_put(put).await.unwrap();
-        let event = {
-            let account = account.clone();
-            move |payload| PublishRequest::new(account.clone(), "order.paid".to_string(), payload)
-        };
-        let claim = || store.delivery_claim(ClaimRequest::new("w", 100, Duration::from_secs(30)));
-        let built = || store.call(Lane::Work, |w| Ok(w.live.is_built()));
-        store
-            .event_publish_batch(vec![event(serde_json::json!({"id": 1}))])
-            .await
-            .unwrap();
-        assert_eq!(claim().await.unwrap().len(), 1);
-        assert!(built().await.unwrap());
-
-        // Each part publishes `reqs` and answers its transaction's id.
-        type Answer = oneshot::Receiver<StoreResult<i64>>;
-        fn publishing(reqs: Vec<PublishRequest>) -> (Box<dyn Part>, Answer) {
-            let (reply, rx) = oneshot::channel();
-            let body = move |t: &mut Tx<'_>| {
-                crate::delivery::publish(t, &reqs)?;
-                t.query_row("SELECT txid_current()", [], |r| r.get(0)).db()
-            };
-            let part = Reply {
-                body,
-                value: None,
-                reply,
-            };
-            (Box::new(part), rx)
-        }
-        let group = |parts: Vec<Box<dyn Part>>| {
-            store.call(Lane::Work, move |w| {
-                w.run_parts(parts);
-                Ok(())
-            })
-        };
-
-        let (a, ra) = publishing(vec![event(serde_json::json!({"id": 2}))]);
-        let (c, rc) = publishing(vec![event(serde_json::json!({"id": 3}))]);
-        let (reply, rb) = oneshot::channel();
-        let missing = {
-            let account = account.clone();
-            let id = EndpointId::new();
-            move |t: &mut Tx<'_>| crate::endpoint::get(t, &account, id).map(|_| 0_i64)
-        };
-        let b: Box<dyn Part> = Box::new(Reply {
-            body: missing,
-            value: None,
-            reply,
-        });
-        group(vec![a, b, c]).await.unwrap();
-        let (ta, tc) = (ra.await.unwrap().unwrap(), rc.await.unwrap().unwrap());
-        assert!(matches!(
-            rb.await.unwrap(),
-            Err(StoreError::NotFound { .. })
-        ));
-        assert_eq!(ta, tc, "the refusal did not split the group");
-        assert!(built().await.unwrap(), "nor drop the index");
-
-        let (a, ra) = publishing(vec![event(serde_json::json!({"id": 4}))]);
-        let (b, rb) = publishing(vec![
-            event(serde_json::json!({"id": 5})),
-            event(serde_json::json!({"no": "id"})),
-        ]);
-        let (c, rc) = publishing(vec![event(serde_json::json!({"id": 6}))]);
-        group(vec![a, b, c]).await.unwrap();
-        let (ta, tc) = (ra.await.unwrap().unwrap(), rc.await.unwrap().unwrap());
-        assert!(rb.await.unwrap().is_err());
-        assert_ne!(ta, tc, "rolled back, then each alone");
-        assert!(
-            !built().await.unwrap(),
-            "the failed part had indexed its first event"
-        );
-
-        let claimed = claim().await.unwrap();
-        let mut seqs: Vec<i64> = claimed.iter().map(|c| c.delivery.seq).collect();
-        seqs.sort_unstable();
-        seqs.dedup();
-        assert_eq!(
-            (claimed.len(), seqs.len()),
-            (4, 4),
-            "events 2, 3, 4 and 6, once each"
-        );
     }
 
     /// Calls queued together commit in one transaction (DuckDB's

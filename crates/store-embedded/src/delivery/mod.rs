@@ -17,8 +17,8 @@ use crate::attempt;
 use crate::cache::SentEvent;
 use crate::endpoint;
 use crate::error::DuckResultExt;
+use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::store::{EmbeddedStore, Lane};
 use crate::util::{col_uuid, list, token_opt, ts, ts_opt};
 
 mod claim;
@@ -33,7 +33,7 @@ use publish::*;
 use read::*;
 use transition::*;
 
-pub(crate) use publish::{publish, publish_to};
+pub(crate) use publish::publish_to;
 pub(crate) use read::get;
 pub(crate) use transition::{row_to_lease_row, LEASE_COLS};
 
@@ -115,9 +115,7 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_replay_dead(&self, filter: ReplayFilter) -> StoreResult<u64> {
-        let n = self
-            .alone_tx(Lane::Request, move |t| replay_dead(t, &filter))
-            .await?;
+        let n = self.tx(move |t| replay_dead(t, &filter)).await?;
         if n > 0 {
             self.wakeup.notify();
         }
@@ -138,13 +136,12 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
-        self.alone_tx(Lane::Request, |t| count_by_state(t)).await
+        self.tx(|t| count_by_state(t)).await
     }
 
     async fn delivery_count_by_account_and_state(
         &self,
     ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
-        self.alone_tx(Lane::Request, |t| count_by_account_and_state(t))
-            .await
+        self.tx(|t| count_by_account_and_state(t)).await
     }
 }
