@@ -527,7 +527,7 @@ pub(crate) fn circuit_of(
 #[async_trait]
 impl EndpointStore for EmbeddedStore {
     async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
-        self.tx(move |t| create(t, req.clone())).await
+        self.tx(move |t| create(t, req)).await
     }
 
     async fn endpoint_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {
@@ -547,7 +547,7 @@ impl EndpointStore for EmbeddedStore {
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint> {
         let account = account.clone();
-        self.tx(move |t| update(t, &account, id, req.clone())).await
+        self.tx(move |t| update(t, &account, id, req)).await
     }
 
     async fn endpoint_rotate_secret(
@@ -558,7 +558,7 @@ impl EndpointStore for EmbeddedStore {
         grace: Duration,
     ) -> StoreResult<Endpoint> {
         let account = account.clone();
-        self.tx(move |t| rotate_secret(t, &account, id, secret.clone(), grace))
+        self.tx(move |t| rotate_secret(t, &account, id, secret, grace))
             .await
     }
 
@@ -575,7 +575,7 @@ impl EndpointStore for EmbeddedStore {
         let enabled = enablement == Enablement::Enabled;
         let account = account.clone();
         let e = self
-            .tx(move |t| set_enabled(t, &account, id, enablement.clone()))
+            .tx(move |t| set_enabled(t, &account, id, enablement))
             .await?;
         if enabled {
             self.wakeup.notify();

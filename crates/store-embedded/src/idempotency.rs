@@ -106,8 +106,7 @@ impl IdempotencyStore for EmbeddedStore {
         response: StoredResponse,
     ) -> StoreResult<()> {
         let token = token.clone();
-        self.tx(move |t| complete(t, &token, response.clone()))
-            .await
+        self.tx(move |t| complete(t, &token, response)).await
     }
 
     async fn idempotency_abandon(&self, token: &IdempotencyToken) -> StoreResult<()> {

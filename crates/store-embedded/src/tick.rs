@@ -101,7 +101,6 @@ impl TickStore for EmbeddedStore {
 
     async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()> {
         let lease = lease.clone();
-        self.work_tx(move |t| complete(t, &lease, state.clone()))
-            .await
+        self.work_tx(move |t| complete(t, &lease, state)).await
     }
 }

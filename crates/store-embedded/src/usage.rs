@@ -79,7 +79,7 @@ pub(crate) fn query(
 #[async_trait]
 impl UsageStore for EmbeddedStore {
     async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
-        self.work_tx(move |t| record(t, batch.clone())).await
+        self.work_tx(move |t| record(t, batch)).await
     }
 
     async fn usage_query(

@@ -352,11 +352,11 @@ pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> St
 #[async_trait]
 impl WorkflowStore for EmbeddedStore {
     async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
-        self.tx(move |t| enqueue(t, req.clone())).await
+        self.tx(move |t| enqueue(t, req)).await
     }
 
     async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-        self.work_tx(move |t| claim(t, req.clone())).await
+        self.work_tx(move |t| claim(t, req)).await
     }
 
     async fn workflow_heartbeat(
@@ -366,7 +366,7 @@ impl WorkflowStore for EmbeddedStore {
         progress: Option<serde_json::Value>,
     ) -> StoreResult<TaskLease> {
         let lease = lease.clone();
-        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress.clone()))
+        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress))
             .await
     }
 
@@ -376,8 +376,7 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<()> {
         let lease = lease.clone();
-        self.work_tx(move |t| stage(t, &lease, result.clone()))
-            .await
+        self.work_tx(move |t| stage(t, &lease, result)).await
     }
 
     async fn workflow_complete(
@@ -386,8 +385,7 @@ impl WorkflowStore for EmbeddedStore {
         result: serde_json::Value,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.work_tx(move |t| complete(t, &lease, result.clone()))
-            .await
+        self.work_tx(move |t| complete(t, &lease, result)).await
     }
 
     async fn workflow_fail(
@@ -397,8 +395,7 @@ impl WorkflowStore for EmbeddedStore {
         failure: TaskFailure,
     ) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.work_tx(move |t| fail(t, &lease, error.clone(), failure))
-            .await
+        self.work_tx(move |t| fail(t, &lease, error, failure)).await
     }
 
     async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {

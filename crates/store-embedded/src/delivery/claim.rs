@@ -409,7 +409,7 @@ pub(super) fn any_endpoint(
     Ok(n > 0)
 }
 
-pub(crate) fn claim(t: &mut Tx<'_>, req: &ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
+pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
     req.validate()?;
     let limit = i64::from(req.limit);
     // Every few hundred milliseconds: free expired leases, then probes first
@@ -436,7 +436,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: &ClaimRequest) -> StoreResult<Vec<Claim
         return Ok(Vec::new());
     }
     picks.sort_by_key(|((_, _, due, seq), _)| (*due, *seq));
-    lease(t, &picks, req)
+    lease(t, &picks, &req)
 }
 
 /// The head of each endpoint whose circuit is due for a probe, oldest first.

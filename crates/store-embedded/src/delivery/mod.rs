@@ -40,7 +40,7 @@ pub(crate) use transition::{row_to_lease_row, LEASE_COLS};
 #[async_trait]
 impl EventStore for EmbeddedStore {
     async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-        let published = self.tx(move |t| publish(t, &reqs)).await?;
+        let published = self.tx(move |t| publish(t, reqs)).await?;
         self.wakeup.notify();
         Ok(published)
     }
@@ -74,7 +74,7 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        self.work_tx(move |t| claim(t, &req)).await
+        self.work_tx(move |t| claim(t, req)).await
     }
 
     async fn delivery_extend(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -93,7 +93,7 @@ impl DeliveryStore for EmbeddedStore {
         &self,
         batch: Vec<(Lease, DeliveryOutcome)>,
     ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-        self.work_tx(move |t| record_outcomes(t, &batch)).await
+        self.work_tx(move |t| record_outcomes(t, batch)).await
     }
 
     async fn delivery_replay(&self, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
@@ -128,7 +128,7 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-        self.tx(move |t| list(t, req.clone())).await
+        self.tx(move |t| list(t, req)).await
     }
 
     fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -125,9 +125,9 @@ fn lease_rows(t: &mut Tx<'_>, batch: &[(Lease, DeliveryOutcome)]) -> StoreResult
 /// repeat) are found before anything of that item is written.
 pub(crate) fn record_outcomes(
     t: &mut Tx<'_>,
-    batch: &[(Lease, DeliveryOutcome)],
+    batch: Vec<(Lease, DeliveryOutcome)>,
 ) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
-    let rows = lease_rows(t, batch)?;
+    let rows = lease_rows(t, &batch)?;
     let mut rows: HashMap<DeliveryId, LeaseRow> =
         rows.into_iter().map(|row| (row.id, row)).collect();
     let mut circuits = Circuits::default();
@@ -159,7 +159,7 @@ pub(crate) fn record_outcomes(
         let probe = circuit.is_probe(row.id);
         let tr = plan_outcome(
             row.state_for_plan(),
-            outcome,
+            &outcome,
             circuit,
             probe,
             t.now,

@@ -120,13 +120,13 @@ impl NewRows {
 
 /// Publishes every request in the one transaction `t` belongs to. A key
 /// repeated within the batch answers with the event its first use created.
-pub(crate) fn publish(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<Published>> {
-    for r in reqs {
+pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+    for r in &reqs {
         r.validate()?;
     }
     // Checked only for the events this call creates: a repeated key answers
     // with its first event whatever a schema registered since says.
-    let schemas = crate::catalogue::schemas(t, reqs)?;
+    let schemas = crate::catalogue::schemas(t, &reqs)?;
     let mut rows = NewRows::default();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
@@ -162,9 +162,9 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Ve
             }
             keyed.insert(slot, out.len());
         }
-        control_plane_core::catalogue::check_publishes(std::slice::from_ref(req), &schemas)?;
+        control_plane_core::catalogue::check_publishes(std::slice::from_ref(&req), &schemas)?;
         let live = endpoint::fan_out_set(t, &req.account)?;
-        out.push(rows.event(t, req, &live, None));
+        out.push(rows.event(t, &req, &live, None));
     }
     rows.write(t)?;
     Ok(out)
