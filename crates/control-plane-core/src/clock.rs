@@ -132,6 +132,20 @@ mod tests {
         assert_eq!(Timestamp(i64::MAX).to_rfc3339(), "9999-12-31T23:59:59.999Z");
     }
 
+    /// Housekeeping is due once per interval; restoring the mark taken
+    /// before a rolled-back `due` makes it due again at once.
+    #[test]
+    fn housekeeping_is_due_once_per_interval_and_a_restore_gives_it_back() {
+        let h = Housekeeping::default();
+        let t = Timestamp(1_000_000);
+        let before = h.mark();
+        assert!(h.due(t));
+        assert!(!h.due(t), "taken for this interval");
+        h.restore(before);
+        assert!(h.due(t), "the rolled-back turn is given back");
+        assert!(h.due(Timestamp(t.0 + Housekeeping::EVERY_MS)));
+    }
+
     #[test]
     fn manual_clock_moves_only_when_told() {
         let c = ManualClock::default();
@@ -170,6 +184,17 @@ impl Housekeeping {
         } else {
             false
         }
+    }
+
+    /// When the work was last done, to [`Housekeeping::restore`] it.
+    pub fn mark(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Goes back to `mark`: the transaction that found the work due was
+    /// rolled back, so the work was not done.
+    pub fn restore(&self, mark: i64) {
+        self.0.store(mark, Ordering::Relaxed);
     }
 
     /// The rule of [`Housekeeping::due`]: work last done at `last`

@@ -290,6 +290,7 @@ impl Writer {
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let saved = self.counters.clone();
         let marks = self.caches.marks();
+        let housekept = self.housekeeping.mark();
         let mut live_touched = false;
         let now = self.clock.now();
         let result = (|| {
@@ -322,6 +323,8 @@ impl Writer {
         if result.is_err() {
             self.counters = saved;
             self.caches.reset_changed(marks);
+            // The sweep or probe search it found due was rolled back too.
+            self.housekeeping.restore(housekept);
             if live_touched {
                 self.live.forget();
             }
@@ -537,12 +540,42 @@ impl Drop for EmbeddedStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use duckdb::params;
 
     use super::*;
+
+    /// A store on a new file in `dir` with one endpoint of account `a`,
+    /// and the event type `order.paid`, whose payloads must have an `id`
+    /// when `schema` is set.
+    pub(crate) async fn store_with_endpoint(
+        dir: &tempfile::TempDir,
+        schema: bool,
+    ) -> (EmbeddedStore, control_plane_core::AccountId) {
+        use control_plane_core::{
+            AccountId, CatalogueStore, EndpointCreateRequest, EndpointStore, EventTypePut,
+            ManualClock, Secret,
+        };
+        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
+        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
+            .await
+            .unwrap();
+        let account = AccountId::new("a").unwrap();
+        let req = EndpointCreateRequest::new(
+            account.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        store.endpoint_create(req).await.unwrap();
+        if schema {
+            let mut put = EventTypePut::new(account.clone(), "order.paid", "Paid");
+            put.schema = Some(serde_json::json!({"type": "object", "required": ["id"]}));
+            store.event_type_put(put).await.unwrap();
+        }
+        (store, account)
+    }
 
     /// A queued request runs before queued work, then requests and work
     /// alternate while both wait; every job runs, also after the senders left.
@@ -575,25 +608,9 @@ mod tests {
     /// delivery.
     #[tokio::test]
     async fn a_failed_call_drops_the_live_index_only_when_it_changed_it() {
-        use control_plane_core::{
-            AccountId, CatalogueStore, ClaimRequest, DeliveryStore, EndpointCreateRequest,
-            EndpointStore, EventStore, EventTypePut, ManualClock, PublishRequest, Secret,
-        };
+        use control_plane_core::{ClaimRequest, DeliveryStore, EventStore, PublishRequest};
         let dir = tempfile::tempdir().unwrap();
-        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
-        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
-            .await
-            .unwrap();
-        let account = AccountId::new("a").unwrap();
-        let req = EndpointCreateRequest::new(
-            account.clone(),
-            "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
-        );
-        store.endpoint_create(req).await.unwrap();
-        let mut put = EventTypePut::new(account.clone(), "order.paid", "Paid");
-        put.schema = Some(serde_json::json!({"type": "object", "required": ["id"]}));
-        store.event_type_put(put).await.unwrap();
+        let (store, account) = store_with_endpoint(&dir, true).await;
         let event =
             |payload| PublishRequest::new(account.clone(), "order.paid".to_string(), payload);
         let built = || store.call(Lane::Work, |w| Ok(w.live.is_built()));

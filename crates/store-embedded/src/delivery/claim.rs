@@ -620,28 +620,15 @@ fn held_row(c: &ClaimedDelivery) -> LeaseRow {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::store::Lane;
-    use crate::{EmbeddedConfig, EmbeddedStore};
 
     /// Should the live index ever offer a delivery that the table holds
     /// leased, the lease fails instead of leasing it a second time.
     #[tokio::test]
     async fn a_lease_takes_only_pending_due_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
-        let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
-            .await
-            .unwrap();
-        let account = AccountId::new("a").unwrap();
-        let req = EndpointCreateRequest::new(
-            account.clone(),
-            "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
-        );
-        store.endpoint_create(req).await.unwrap();
+        let (store, account) = crate::store::tests::store_with_endpoint(&dir, false).await;
         let event = PublishRequest::new(account, "order.paid".to_string(), serde_json::json!({}));
         store.event_publish_batch(vec![event]).await.unwrap();
         let req = ClaimRequest::new("w", 10, Duration::from_secs(30));
