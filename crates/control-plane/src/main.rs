@@ -8,6 +8,12 @@ use control_plane_core::DynControlPlaneStore;
 
 use crate::config::{Config, VARIABLES};
 
+/// mimalloc (its v2 line) for the whole process: with its `override`
+/// feature it also serves the `malloc` and `free` of the bundled DuckDB,
+/// which spends much of each statement allocating (ADR 0029).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod config;
 mod logs;
 mod loops;
