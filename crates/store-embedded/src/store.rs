@@ -577,6 +577,27 @@ pub(crate) mod tests {
         (store, account)
     }
 
+    /// A transaction that found the housekeeping due and then failed gives
+    /// the turn back: the next one finds it due at the same moment.
+    #[tokio::test]
+    async fn a_failed_transaction_gives_back_the_housekeeping_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = store_with_endpoint(&dir, false).await;
+        let (failed, again) = store
+            .call(Lane::Work, |w| {
+                let failed = w.tx(|t| -> StoreResult<()> {
+                    assert!(t.housekeeping.due(t.now));
+                    Err(StoreError::Backend("rolled back".into()))
+                });
+                let again = w.tx(|t| Ok(t.housekeeping.due(t.now)))?;
+                Ok((failed.is_err(), again))
+            })
+            .await
+            .unwrap();
+        assert!(failed);
+        assert!(again, "the rolled-back turn is due again");
+    }
+
     /// A queued request runs before queued work, then requests and work
     /// alternate while both wait; every job runs, also after the senders left.
     #[test]
