@@ -54,6 +54,49 @@ fn the_dispatcher_and_the_api_depend_on_the_core_only() {
     }
 }
 
+/// The dashboard is a front end of the API: it reads and acts through the
+/// API's crate (its query layer, sessions' token checks) and the port, and
+/// the API knows nothing of it.
+#[test]
+fn the_dashboard_depends_on_the_api_and_the_core_only() {
+    let (_, manifest) = manifests()
+        .into_iter()
+        .find(|(n, _)| n == "dashboard")
+        .unwrap_or_else(|| panic!("crates/dashboard"));
+    let ours: Vec<String> = normal_dependencies(&manifest)
+        .into_iter()
+        .filter(|d| d.starts_with("control-plane") || d.starts_with("store-") || d == "api")
+        .collect();
+    assert_eq!(ours, vec!["api", "control-plane-core"]);
+}
+
+/// HTML is written in one crate and one way: the dashboard's maud
+/// templates, which escape every spliced value. Nothing there marks a
+/// string as already escaped (`PreEscaped`) or builds markup by formatting,
+/// and the API's own sources write no HTML at all.
+#[test]
+fn markup_is_written_only_by_the_dashboards_templates() {
+    let mut dashboard = 0;
+    for (path, text) in source_files() {
+        if path.starts_with("crates/dashboard/") {
+            dashboard += 1;
+            for banned in [
+                "PreEscaped",
+                "format!(\"<",
+                "push_str(\"<",
+                "write!(out, \"<",
+            ] {
+                assert!(!text.contains(banned), "{path} writes markup with {banned}");
+            }
+        } else if path.starts_with("crates/api/") {
+            for banned in ["<html", "<p", "<table", "<form", "maud"] {
+                assert!(!text.contains(banned), "{path} writes HTML ({banned})");
+            }
+        }
+    }
+    assert!(dashboard >= 5, "read {dashboard} files of the dashboard");
+}
+
 #[test]
 fn core_knows_no_database_driver() {
     for (name, manifest) in manifests() {

@@ -146,19 +146,13 @@ pub const BEARER_WINDOW: std::time::Duration = std::time::Duration::from_secs(60
 ///
 /// # Errors
 /// When the store cannot be asked.
-pub(crate) async fn caller_for_token(
-    state: &ApiState,
-    token: &str,
-) -> Result<Option<Caller>, ApiError> {
+pub async fn caller_for_token(state: &ApiState, token: &str) -> Result<Option<Caller>, ApiError> {
     caller_for_hash(state, &hash_token(token)).await
 }
 
 /// The caller whose token hashes to `hash` (see [`hash_token`]), if any: the
 /// admin, or the account of a stored, unrevoked key.
-pub(crate) async fn caller_for_hash(
-    state: &ApiState,
-    hash: &str,
-) -> Result<Option<Caller>, ApiError> {
+pub async fn caller_for_hash(state: &ApiState, hash: &str) -> Result<Option<Caller>, ApiError> {
     if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
         return Ok(Some(Caller::Admin));
     }

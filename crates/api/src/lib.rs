@@ -12,12 +12,12 @@
 
 pub mod auth;
 pub mod error;
-mod limiter;
+pub mod limiter;
 pub mod metrics;
 mod openapi;
 mod publisher;
+pub mod query;
 mod routes;
-mod ui;
 mod views;
 
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, UsageMeter};
+use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, Timestamp, UsageMeter};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{generate_secret, generate_token, hash_token, Caller, MAX_TOKEN_BYTES};
@@ -75,17 +75,31 @@ pub struct ApiState {
     pub(crate) endpoint_concurrency: u32,
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
-    pub(crate) sign_in_failures: limiter::FailureLimiter,
     pub(crate) bearer_failures: limiter::FailureLimiter,
 }
 
+impl ApiState {
+    /// The store.
+    pub fn store(&self) -> &DynControlPlaneStore {
+        &self.store
+    }
+
+    /// The time now, by the API's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
 /// The API's router. `metrics` is rendered at `/metrics`; `usage` is fed
-/// with published events.
+/// with published events. `pages` are served beside the API on the same
+/// state, limits and error shapes: the dashboard (`dashboard::router()`),
+/// or `Router::new()` for the API alone.
 pub fn router(
     store: DynControlPlaneStore,
     config: &ApiConfig,
     metrics: Arc<Metrics>,
     usage: Arc<UsageMeter>,
+    pages: Router<Arc<ApiState>>,
 ) -> Router {
     // One list gives both the routes and the document they serve.
     let (routes, doc) = openapi::routes().split_for_parts();
@@ -99,11 +113,10 @@ pub fn router(
         rotation_grace: config.rotation_grace,
         endpoint_concurrency: config.endpoint_concurrency,
         openapi: openapi::to_json(doc),
-        sign_in_failures: limiter::FailureLimiter::new(ui::SIGN_IN_FAILURES, ui::SIGN_IN_WINDOW),
         bearer_failures: limiter::FailureLimiter::new(auth::BEARER_FAILURES, auth::BEARER_WINDOW),
     });
     routes
-        .merge(ui::router())
+        .merge(pages)
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(uniform_errors))
@@ -131,7 +144,7 @@ pub async fn serve(
 async fn uniform_errors(req: Request<Body>, next: Next) -> Response {
     let response = next.run(req).await;
     let status = response.status();
-    // JSON errors are the API's own; HTML ones are the dashboard's pages.
+    // JSON errors are the API's own; HTML ones are the pages'.
     let is_ours = response
         .headers()
         .get(header::CONTENT_TYPE)

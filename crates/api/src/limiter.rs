@@ -33,7 +33,7 @@ fn client_of(addr: IpAddr) -> IpAddr {
 }
 
 /// Failures per client address over a sliding window.
-pub(crate) struct FailureLimiter {
+pub struct FailureLimiter {
     limit: usize,
     window: Duration,
     by_address: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
@@ -41,7 +41,7 @@ pub(crate) struct FailureLimiter {
 
 impl FailureLimiter {
     /// At most `limit` failures per address within `window`.
-    pub(crate) fn new(limit: usize, window: Duration) -> Self {
+    pub fn new(limit: usize, window: Duration) -> Self {
         FailureLimiter {
             limit,
             window,
@@ -50,7 +50,7 @@ impl FailureLimiter {
     }
 
     /// `Err(wait)` while `addr` has used up its failures.
-    pub(crate) fn check(&self, addr: IpAddr, now: Instant) -> Result<(), Duration> {
+    pub fn check(&self, addr: IpAddr, now: Instant) -> Result<(), Duration> {
         let mut map = self
             .by_address
             .lock()
@@ -73,7 +73,7 @@ impl FailureLimiter {
     }
 
     /// Counts a failure of `addr`.
-    pub(crate) fn failed(&self, addr: IpAddr, now: Instant) {
+    pub fn failed(&self, addr: IpAddr, now: Instant) {
         let addr = client_of(addr);
         let mut map = self
             .by_address
@@ -101,7 +101,7 @@ impl FailureLimiter {
 }
 
 /// The client's address, as an extractor (never fails).
-pub(crate) struct ClientAddr(pub IpAddr);
+pub struct ClientAddr(pub IpAddr);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     type Rejection = std::convert::Infallible;
@@ -113,7 +113,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
 
 /// The client's address, from the connection (`0.0.0.0` when the router
 /// runs without one, as in tests that call it directly).
-pub(crate) fn client_address(parts: &Parts) -> IpAddr {
+pub fn client_address(parts: &Parts) -> IpAddr {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()

@@ -420,6 +420,7 @@ async fn spawn_api(
         &api_config,
         meters.metrics.clone(),
         meters.usage.clone(),
+        dashboard::router(),
     );
     let stop = supervisor.token();
     supervisor.spawn("api", async move {

@@ -60,7 +60,7 @@ pub(crate) async fn delivery_list(
             state,
             endpoint_id,
             event_id,
-            page: page(q.limit, q.cursor.as_deref())?,
+            page: page_request(q.limit, q.cursor.as_deref())?,
         })
         .await?;
     ok(StatusCode::OK, Listing::<DeliveryView>::of(&p))
@@ -79,13 +79,11 @@ pub(crate) async fn delivery_get(
     Scope(account): Scope,
     Path(p): Path<ItemPath>,
 ) -> Answer {
-    let delivery: DeliveryId = id("delivery", &p.id)?;
-    let d = s.store.delivery_get(&account, delivery).await?;
-    let attempts = s
-        .store
-        .attempt_list_for_delivery(&account, delivery)
-        .await?;
-    ok(StatusCode::OK, DeliveryDetail::new(&d, &attempts))
+    let found = query::delivery_with_attempts(&s.store, &account, id("delivery", &p.id)?).await?;
+    ok(
+        StatusCode::OK,
+        DeliveryDetail::new(&found.delivery, &found.attempts),
+    )
 }
 
 /// Makes a dead delivery pending again with a fresh attempt budget.

@@ -274,30 +274,8 @@ pub(crate) async fn endpoint_recover(
         .unwrap_or(Timestamp::from_millis(0));
     let until = unix_seconds("until", body.until, ApiError::invalid)?.unwrap_or(s.clock.now());
     let recovery = Recovery::new(endpoint, since, until)?;
-    let task = queue_recovery(&s.store, account, recovery).await?;
+    let task = query::queue_recovery(&s.store, account, recovery).await?;
     ok(StatusCode::ACCEPTED, TaskView::from(&task))
-}
-
-/// Queues the task that recovers an endpoint of `account` (the API's route
-/// and the dashboard's form): `NotFound` for an endpoint that is not live.
-pub(crate) async fn queue_recovery(
-    store: &DynControlPlaneStore,
-    account: AccountId,
-    recovery: Recovery,
-) -> Result<Task, ApiError> {
-    store.endpoint_get(&account, recovery.endpoint_id).await?;
-    let payload =
-        serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
-    let enqueued = store
-        .workflow_enqueue(TaskEnqueueRequest {
-            id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
-            account,
-            kind: RECOVER_TASK.into(),
-            payload,
-            run_at: None,
-        })
-        .await?;
-    Ok(enqueued.task)
 }
 
 /// Deletes an endpoint; its undelivered deliveries become dead.

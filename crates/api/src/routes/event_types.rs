@@ -135,10 +135,6 @@ pub(crate) async fn endpoint_send_example(
     Json(body): Json<SendExampleBody>,
 ) -> Answer {
     let endpoint = id("endpoint", &p.id)?;
-    let published = s
-        .store
-        .event_type_send_example(&account, &body.event_type, endpoint)
-        .await?;
-    s.usage.add(&account, UsageMetric::EventsPublished, 1);
+    let published = query::send_example(&s, &account, &body.event_type, endpoint).await?;
     ok(StatusCode::ACCEPTED, Published::from(published))
 }

@@ -43,7 +43,7 @@ pub(crate) async fn event_list(
         event_type: q.event_type,
         since: unix_seconds("since", q.since, ApiError::bad_request)?,
         until: unix_seconds("until", q.until, ApiError::bad_request)?,
-        page: page(q.limit, q.cursor.as_deref())?,
+        page: page_request(q.limit, q.cursor.as_deref())?,
     };
     let p = s.store.event_list(req).await?;
     ok(StatusCode::OK, Listing::<EventView>::of(&p))

@@ -13,10 +13,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    AccountId, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore,
-    EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
-    EventListRequest, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery, ReplayFilter,
-    Secret, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK,
+    DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId, EndpointUpdateRequest,
+    EventFilter, EventId, EventListRequest, EventTypePut, KeyId, PageRequest, PublishRequest,
+    Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -27,6 +26,7 @@ use crate::auth::{
     Caller, Scope,
 };
 use crate::error::{ApiError, ErrorBody};
+use crate::query::{self, page_request};
 use crate::views::{
     self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
     EndpointStats, EndpointView, EndpointWithSecret, EventTypeList, EventTypeView, EventView,
@@ -129,25 +129,8 @@ pub(crate) struct PageQuery {
 
 impl PageQuery {
     fn request(&self) -> Result<PageRequest, ApiError> {
-        page(self.limit, self.cursor.as_deref())
+        page_request(self.limit, self.cursor.as_deref())
     }
-}
-
-/// A page request from a listing's `limit` and `cursor` parameters.
-/// (Listings with filters repeat the two fields: `serde(flatten)` cannot
-/// parse numbers out of a query string.)
-pub(crate) fn page(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
-    let after = cursor
-        .map(|v| {
-            v.parse().map_err(|_| {
-                ApiError::bad_request(format!("cursor {v:?} is not one this API gave"))
-            })
-        })
-        .transpose()?;
-    Ok(PageRequest {
-        limit: limit.unwrap_or(50),
-        after,
-    })
 }
 
 /// Parses a path id; a malformed one cannot exist, so it is `404`.

@@ -1,45 +1,25 @@
-//! The operator's web dashboard at `/ui`: server-rendered HTML over the same
-//! port as the API, no script at all.
-//!
-//! Sign-in takes the admin token or an account key and starts a session
-//! kept by the store (ADR 0021): the browser gets a random session id in an
-//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui` that lasts
-//! [`SESSION_LIFETIME`] (also `Secure` when the browser came over HTTPS),
-//! never the token; the store keeps the id's hash, so signing out ends the
-//! session on every replica. Each request checks the token signed in with
-//! again, so a revoked key ends its sessions. The session reaches what its
-//! token reaches through the API (an account key only its own account,
-//! `404` elsewhere). Every form that changes something carries the
-//! session's random CSRF token and every `POST` must come from this
-//! origin. Failed sign-ins are limited per client address ([`SIGN_IN_FAILURES`]). Every answer
-//! carries a strict Content-Security-Policy: no script, styles only from
-//! `/ui/app.css`.
+//! Dashboard sessions (ADR 0021): sign-in with a token, the session
+//! cookie, the CSRF token of every form, same-origin checks and sign-out.
 
-mod catalogue;
-mod html;
-mod pages;
-mod recover;
-mod tasks;
-
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::{FromRequestParts, State};
+use api::auth::{caller_for_hash, caller_for_token, generate_token, hash_token, Caller};
+use api::limiter::{ClientAddr, FailureLimiter};
+use api::{ApiError, ApiState};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
-use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use control_plane_core::{AccountId, SessionCreateRequest};
+use maud::html;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
-use control_plane_core::{AccountId, SessionCreateRequest};
-
-use crate::auth::{caller_for_hash, caller_for_token, generate_token, hash_token, Caller};
-use crate::error::ApiError;
-use crate::limiter::ClientAddr;
-use crate::ApiState;
+use crate::layout::{answer, page};
+use crate::UiError;
 
 const COOKIE: &str = "cp_session";
 
@@ -70,74 +50,14 @@ pub const SIGN_IN_FAILURES: usize = 10;
 /// The window of [`SIGN_IN_FAILURES`].
 pub const SIGN_IN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The dashboard's routes.
-pub(crate) fn router() -> Router<Arc<ApiState>> {
-    Router::new()
-        .route("/ui", get(pages::home))
-        .route("/ui/", get(|| async { Redirect::to("/ui") }))
-        .route("/ui/app.css", get(stylesheet))
-        .route("/ui/login", get(login_form).post(login))
-        .route("/ui/logout", post(logout))
-        .route("/ui/a/{account}", get(pages::overview))
-        .route("/ui/a/{account}/endpoints", get(pages::endpoints))
-        .route(
-            "/ui/a/{account}/endpoints/{id}/recover",
-            post(recover::recover),
-        )
-        .route("/ui/a/{account}/event-types", get(catalogue::page))
-        .route(
-            "/ui/a/{account}/event-types/{name}/send-example",
-            post(catalogue::send_example),
-        )
-        .route("/ui/a/{account}/deliveries", get(pages::deliveries))
-        .route("/ui/a/{account}/deliveries/{id}", get(pages::delivery))
-        .route(
-            "/ui/a/{account}/deliveries/{id}/replay",
-            post(pages::delivery_replay),
-        )
-        .route(
-            "/ui/a/{account}/deliveries/{id}/resend",
-            post(pages::delivery_resend),
-        )
-        .route("/ui/a/{account}/dead", get(pages::dead))
-        .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
-        .route("/ui/a/{account}/tasks", get(tasks::tasks))
-        .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
-        .layer(axum::middleware::from_fn(secure_headers))
-}
+/// The failed sign-ins of each client address (the dashboard's own, beside
+/// the API's limit on bearer tokens).
+pub(crate) struct SignInFailures(pub(crate) FailureLimiter);
 
-/// Headers on every dashboard answer: the CSP, no framing, no sniffing, no
-/// caching of pages that show account data, no referrer leaving the site
-/// (`no-referrer` would make browsers send `Origin: null` with our own
-/// forms, which [`same_origin`] refuses).
-async fn secure_headers(req: Request<Body>, next: Next) -> Response {
-    let mut r = next.run(req).await;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-async fn stylesheet() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("app.css"),
-    )
+impl SignInFailures {
+    pub(crate) fn new() -> Self {
+        SignInFailures(FailureLimiter::new(SIGN_IN_FAILURES, SIGN_IN_WINDOW))
+    }
 }
 
 /// A signed-in operator: who they are, the CSRF token of their session and
@@ -149,20 +69,6 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// The account an action posted with `headers` and CSRF token `csrf`
-    /// may change: from this site, with this session's token, within the
-    /// session's reach.
-    pub(crate) fn act(
-        &self,
-        headers: &HeaderMap,
-        csrf: &str,
-        account: &str,
-    ) -> Result<AccountId, UiError> {
-        same_origin(headers)?;
-        self.check_csrf(csrf)?;
-        Ok(self.caller.reach(account)?)
-    }
-
     /// `Ok` when `given` is this session's CSRF token.
     fn check_csrf(&self, given: &str) -> Result<(), UiError> {
         if bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes())) {
@@ -172,6 +78,77 @@ impl Session {
                 StatusCode::FORBIDDEN,
                 "the form is stale or came from another site: reload the page and try again",
             )))
+        }
+    }
+}
+
+/// A page of one account: the signed-in session, and the `{account}` of
+/// the path once the session's reach allows it (`404` otherwise, as the
+/// API answers).
+pub(crate) struct AccountPage {
+    pub(crate) session: Session,
+    pub(crate) account: AccountId,
+}
+
+/// An action posted from a page of one account: from this site, with the
+/// session's CSRF token, within the session's reach, checked in that order
+/// before the handler runs; `form` is what was posted.
+pub(crate) struct Action<F> {
+    pub(crate) account: AccountId,
+    pub(crate) form: F,
+}
+
+/// A posted form: it carries the session's CSRF token.
+pub(crate) trait Posted: DeserializeOwned + Send {
+    /// The CSRF token the form carried.
+    fn csrf(&self) -> &str;
+}
+
+/// The `{account}` of the path.
+async fn path_account(parts: &mut Parts, state: &Arc<ApiState>) -> Result<String, Response> {
+    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| UiError(ApiError::not_found("account")).into_response())?;
+    params
+        .get("account")
+        .cloned()
+        .ok_or_else(|| UiError(ApiError::not_found("account")).into_response())
+}
+
+impl FromRequestParts<Arc<ApiState>> for AccountPage {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Self::Rejection> {
+        let session = Session::from_request_parts(parts, state).await?;
+        let wanted = path_account(parts, state).await?;
+        let account = session
+            .caller
+            .reach(&wanted)
+            .map_err(|e| UiError(e).into_response())?;
+        Ok(AccountPage { session, account })
+    }
+}
+
+impl<F: Posted> FromRequest<Arc<ApiState>> for Action<F> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &Arc<ApiState>) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let session = Session::from_request_parts(&mut parts, state).await?;
+        let wanted = path_account(&mut parts, state).await?;
+        let headers = parts.headers.clone();
+        let Form(form) = Form::<F>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let checked = same_origin(&headers)
+            .and_then(|()| session.check_csrf(form.csrf()))
+            .and_then(|()| Ok(session.caller.reach(&wanted)?));
+        match checked {
+            Ok(account) => Ok(Action { account, form }),
+            Err(e) => Err(e.into_response()),
         }
     }
 }
@@ -199,16 +176,16 @@ impl FromRequestParts<Arc<ApiState>> for Session {
         let id = session_id(&parts.headers).ok_or_else(to_login)?;
         let id_hash = hash_token(&id);
         let stored = state
-            .store
+            .store()
             .session_get(&id_hash)
             .await
             .map_err(|e| UiError::from(e).into_response())?
             .ok_or_else(to_login)?;
         match caller_for_hash(state, &stored.token_hash).await {
             Ok(Some(caller)) => {
-                if let Some(until) = renewed_expiry(&stored, state.clock.now()) {
+                if let Some(until) = renewed_expiry(&stored, state.now()) {
                     state
-                        .store
+                        .store()
                         .session_extend(&id_hash, until)
                         .await
                         .map_err(|e| UiError::from(e).into_response())?;
@@ -222,7 +199,7 @@ impl FromRequestParts<Arc<ApiState>> for Session {
             // The token signed in with is no longer valid (a revoked key,
             // a changed admin token): the session ends with it.
             Ok(None) => {
-                let _ = state.store.session_end(&id_hash).await;
+                let _ = state.store().session_end(&id_hash).await;
                 Err(to_login())
             }
             Err(e) => Err(UiError(e).into_response()),
@@ -253,63 +230,22 @@ fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
     Ok(())
 }
 
-/// An error shown as a page (same status as the API would answer).
-pub(crate) struct UiError(pub(crate) ApiError);
-
-impl From<ApiError> for UiError {
-    fn from(e: ApiError) -> Self {
-        UiError(e)
-    }
+pub(crate) async fn login_form() -> Response {
+    answer(login_page(false))
 }
 
-impl From<control_plane_core::StoreError> for UiError {
-    fn from(e: control_plane_core::StoreError) -> Self {
-        UiError(e.into())
-    }
-}
-
-impl IntoResponse for UiError {
-    fn into_response(self) -> Response {
-        let ApiError {
-            status,
-            message,
-            retry_after,
-            ..
-        } = self.0;
-        let body = format!(
-            "<p class=\"error\" id=\"error\">{}</p><p><a href=\"/ui\">Back to the start</a></p>",
-            html::esc(&message)
-        );
-        let title = status.canonical_reason().unwrap_or("Error");
-        let mut r = (status, Html(html::page(title, None, None, &body))).into_response();
-        if let Some(wait) = retry_after {
-            // The API's header, on the dashboard's page.
-            let api = ApiError::too_many("", wait).into_response();
-            if let Some(v) = api.headers().get(header::RETRY_AFTER) {
-                r.headers_mut().insert(header::RETRY_AFTER, v.clone());
-            }
+fn login_page(failed: bool) -> maud::Markup {
+    let body = html! {
+        @if failed {
+            p.error id="error" { "That token is not valid." }
         }
-        r
-    }
-}
-
-async fn login_form() -> Html<String> {
-    Html(login_page(false))
-}
-
-fn login_page(failed: bool) -> String {
-    let note = if failed {
-        "<p class=\"error\" id=\"error\">That token is not valid.</p>"
-    } else {
-        ""
+        form.login method="post" action="/ui/login" {
+            label for="token" { "Admin token or account key" }
+            input type="password" id="token" name="token" autocomplete="off" required;
+            button type="submit" id="sign-in" { "Sign in" }
+        }
     };
-    let body = format!(
-        "{note}<form method=\"post\" action=\"/ui/login\" class=\"login\">\
-         <label for=\"token\">Admin token or account key</label>\
-         <input type=\"password\" id=\"token\" name=\"token\" autocomplete=\"off\" required>\
-         <button type=\"submit\" id=\"sign-in\">Sign in</button></form>"
-    );
-    html::page("Sign in", None, None, &body)
+    page("Sign in", None, None, &body)
 }
 
 #[derive(Deserialize)]
@@ -318,29 +254,30 @@ pub(crate) struct LoginForm {
 }
 
 /// Checks the token, starts a session and sets its cookie.
-async fn login(
+pub(crate) async fn login(
     State(state): State<Arc<ApiState>>,
+    Extension(failures): Extension<Arc<SignInFailures>>,
     headers: HeaderMap,
     ClientAddr(addr): ClientAddr,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     let now = std::time::Instant::now();
-    if let Err(wait) = state.sign_in_failures.check(addr, now) {
+    if let Err(wait) = failures.0.check(addr, now) {
         return Err(UiError(ApiError::too_many(
             "too many failed sign-ins: wait a minute and try again",
             wait,
         )));
     }
     let token = form.token.trim();
-    let caller = if token.is_empty() || token.len() > crate::auth::MAX_TOKEN_BYTES {
+    let caller = if token.is_empty() || token.len() > api::MAX_TOKEN_BYTES {
         None
     } else {
         caller_for_token(&state, token).await?
     };
     if caller.is_none() {
-        state.sign_in_failures.failed(addr, now);
-        return Ok((StatusCode::UNAUTHORIZED, Html(login_page(true))).into_response());
+        failures.0.failed(addr, now);
+        return Ok((StatusCode::UNAUTHORIZED, answer(login_page(true))).into_response());
     }
     let id = generate_token("");
     let req = SessionCreateRequest::new(
@@ -349,7 +286,7 @@ async fn login(
         generate_token(""),
         SESSION_IDLE,
     )?;
-    state.store.session_create(req).await?;
+    state.store().session_create(req).await?;
     let mut r = Redirect::to("/ui").into_response();
     if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, Some(&id))) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -357,13 +294,20 @@ async fn login(
     Ok(r)
 }
 
+/// A form that posts nothing but its CSRF token.
 #[derive(Deserialize)]
 pub(crate) struct CsrfForm {
     pub(crate) csrf: String,
 }
 
+impl Posted for CsrfForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// Ends the session in the store and clears its cookie.
-async fn logout(
+pub(crate) async fn logout(
     State(state): State<Arc<ApiState>>,
     session: Session,
     headers: HeaderMap,
@@ -371,7 +315,7 @@ async fn logout(
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     session.check_csrf(&form.csrf)?;
-    state.store.session_end(&session.id_hash).await?;
+    state.store().session_end(&session.id_hash).await?;
     let mut r = Redirect::to("/ui/login").into_response();
     if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, None)) {
         r.headers_mut().insert(header::SET_COOKIE, v);

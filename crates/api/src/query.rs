@@ -1,0 +1,387 @@
+//! The query layer: what the JSON routes of this crate and the dashboard
+//! (crate `dashboard`) read and do through the store, written once. Each
+//! function takes the store (or the API's state) and an account the caller
+//! was already checked to reach, and returns plain values: view structs of
+//! the store's own types, never JSON or HTML. How they are shown is the
+//! caller's (`crate::views` for JSON, the dashboard's templates for HTML).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use control_plane_core::{
+    AccountId, Alert, AttemptRecord, AttemptStats, Circuit, CircuitMode, Delivery, DeliveryId,
+    DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint, EndpointId, Event,
+    EventType, Page, PageRequest, Published, Recovery, StoreError, Task, TaskEnqueueRequest,
+    TaskId, Timestamp, UsageMetric, RECOVER_TASK,
+};
+
+use crate::error::ApiError;
+use crate::ApiState;
+
+/// A page request from a listing's `limit` (default 50) and `cursor`
+/// parameters.
+///
+/// # Errors
+/// `400` for a cursor this API did not give.
+pub fn page_request(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequest, ApiError> {
+    let after = cursor
+        .map(|v| {
+            v.parse().map_err(|_| {
+                ApiError::bad_request(format!("cursor {v:?} is not one this API gave"))
+            })
+        })
+        .transpose()?;
+    Ok(PageRequest {
+        limit: limit.unwrap_or(50),
+        after,
+    })
+}
+
+/// An optional delivery state from a query parameter (empty means none).
+///
+/// # Errors
+/// `400` naming the unknown state.
+pub fn delivery_state(v: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
+    v.filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<DeliveryState>()
+                .map_err(|_| ApiError::bad_request(format!("unknown state {v:?}")))
+        })
+        .transpose()
+}
+
+/// Queues the recovery of one endpoint's window as a task (the endpoint
+/// must be the account's).
+///
+/// # Errors
+/// `404` for an endpoint not of `account`; the store's errors.
+pub async fn queue_recovery(
+    store: &DynControlPlaneStore,
+    account: AccountId,
+    recovery: Recovery,
+) -> Result<Task, ApiError> {
+    store.endpoint_get(&account, recovery.endpoint_id).await?;
+    let payload =
+        serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
+    let enqueued = store
+        .workflow_enqueue(TaskEnqueueRequest {
+            id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
+            account,
+            kind: RECOVER_TASK.into(),
+            payload,
+            run_at: None,
+        })
+        .await?;
+    Ok(enqueued.task)
+}
+
+/// Publishes the example of event type `name` to one endpoint, and counts
+/// it as a published event in the account's usage.
+///
+/// # Errors
+/// `404` for a type or endpoint not of the account, `422` for a type
+/// without an example.
+pub async fn send_example(
+    state: &ApiState,
+    account: &AccountId,
+    name: &str,
+    endpoint: EndpointId,
+) -> Result<Published, ApiError> {
+    let published = state
+        .store
+        .event_type_send_example(account, name, endpoint)
+        .await?;
+    state.usage.add(account, UsageMetric::EventsPublished, 1);
+    Ok(published)
+}
+
+/// Every account with deliveries, with how many it has (of every state).
+///
+/// # Errors
+/// The store's.
+pub async fn account_totals(
+    store: &DynControlPlaneStore,
+) -> Result<Vec<(AccountId, u64)>, ApiError> {
+    let mut totals: Vec<(AccountId, u64)> = Vec::new();
+    for (account, _, n) in store.delivery_count_by_account_and_state().await? {
+        match totals.last_mut() {
+            Some((a, total)) if *a == account => *total += n,
+            _ => totals.push((account, n)),
+        }
+    }
+    Ok(totals)
+}
+
+/// One account at a glance: what the dashboard's overview shows.
+pub struct Overview {
+    /// Deliveries by state.
+    pub counts: HashMap<DeliveryState, u64>,
+    /// Deliveries delivered in each of the last 30 minutes, oldest first
+    /// (from the newest 1,000 delivered).
+    pub per_minute: [u64; 30],
+    /// Endpoints whose circuit is not closed (of the first 500), with it.
+    pub open_circuits: Vec<(Endpoint, Circuit)>,
+    /// Disabled endpoints (of the first 500).
+    pub disabled: Vec<Endpoint>,
+    /// The newest alerts, at most 10.
+    pub alerts: Vec<Alert>,
+}
+
+impl Overview {
+    /// How many deliveries of the account are in `state`.
+    pub fn count(&self, state: DeliveryState) -> u64 {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+}
+
+/// The overview of `account` at `now`.
+///
+/// # Errors
+/// The store's.
+pub async fn overview(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    now: Timestamp,
+) -> Result<Overview, ApiError> {
+    let mut counts = HashMap::new();
+    for (a, state, n) in store.delivery_count_by_account_and_state().await? {
+        if a == *account {
+            counts.insert(state, n);
+        }
+    }
+    let delivered = store
+        .delivery_list(DeliveryListRequest {
+            state: Some(DeliveryState::Delivered),
+            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
+        })
+        .await?;
+    let mut per_minute = [0u64; 30];
+    for d in &delivered.items {
+        let age = now.since(d.updated_at).as_secs() / 60;
+        if let Some(slot) = usize::try_from(age)
+            .ok()
+            .and_then(|a| 29usize.checked_sub(a))
+        {
+            per_minute[slot] += 1;
+        }
+    }
+    let mut open_circuits = Vec::new();
+    let mut disabled = Vec::new();
+    for e in store.endpoint_list(account).await?.into_iter().take(500) {
+        let c = store.circuit_get(account, e.id).await?;
+        if !e.enabled {
+            disabled.push(e.clone());
+        }
+        if c.mode != CircuitMode::Closed {
+            open_circuits.push((e, c));
+        }
+    }
+    let alerts = store
+        .alert_list(account, PageRequest::first(10))
+        .await?
+        .items;
+    Ok(Overview {
+        counts,
+        per_minute,
+        open_circuits,
+        disabled,
+        alerts,
+    })
+}
+
+/// One endpoint's health: what a row of the dashboard's endpoints page
+/// shows.
+pub struct EndpointHealth {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// Its circuit.
+    pub circuit: Circuit,
+    /// Its leased deliveries (counted among the account's first 1,000).
+    pub in_flight: u64,
+    /// Its attempts of the last hour.
+    pub last_hour: AttemptStats,
+    /// The response times of its last 30 attempts, oldest first, in ms.
+    pub latencies: Vec<u64>,
+}
+
+/// The health of the account's first 200 endpoints at `now`.
+///
+/// # Errors
+/// The store's.
+pub async fn endpoint_health(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    now: Timestamp,
+) -> Result<Vec<EndpointHealth>, ApiError> {
+    let leased = store
+        .delivery_list(DeliveryListRequest {
+            state: Some(DeliveryState::Leased),
+            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
+        })
+        .await?;
+    let mut in_flight: HashMap<EndpointId, u64> = HashMap::new();
+    for d in &leased.items {
+        *in_flight.entry(d.endpoint_id).or_default() += 1;
+    }
+    let hour_ago = now.minus(Duration::from_secs(3600));
+    let mut out = Vec::new();
+    for endpoint in store.endpoint_list(account).await?.into_iter().take(200) {
+        let circuit = store.circuit_get(account, endpoint.id).await?;
+        let last_hour = store.attempt_stats(account, endpoint.id, hour_ago).await?;
+        let recent = store
+            .attempt_list_for_endpoint(account, endpoint.id, PageRequest::first(30))
+            .await?;
+        out.push(EndpointHealth {
+            in_flight: in_flight.get(&endpoint.id).copied().unwrap_or(0),
+            latencies: recent.items.iter().rev().map(|a| a.latency_ms).collect(),
+            endpoint,
+            circuit,
+            last_hour,
+        });
+    }
+    Ok(out)
+}
+
+/// A page of deliveries with the account's endpoints, to name each one's
+/// endpoint by its URL.
+pub struct DeliveryPage {
+    /// The deliveries, newest first.
+    pub deliveries: Page<Delivery>,
+    /// Every endpoint of the account.
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl DeliveryPage {
+    /// The URL of endpoint `id`, if it still exists.
+    pub fn url_of(&self, id: EndpointId) -> Option<&str> {
+        self.endpoints
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.url.as_str())
+    }
+}
+
+/// One page of the account's deliveries, optionally of one state.
+///
+/// # Errors
+/// The store's.
+pub async fn delivery_page(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    state: Option<DeliveryState>,
+    page: PageRequest,
+) -> Result<DeliveryPage, ApiError> {
+    let deliveries = store
+        .delivery_list(DeliveryListRequest {
+            state,
+            ..DeliveryListRequest::all(account.clone(), page)
+        })
+        .await?;
+    let endpoints = store.endpoint_list(account).await?;
+    Ok(DeliveryPage {
+        deliveries,
+        endpoints,
+    })
+}
+
+/// A delivery with its attempt log.
+pub struct DeliveryWithAttempts {
+    /// The delivery.
+    pub delivery: Delivery,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// Delivery `id` of the account with its attempts.
+///
+/// # Errors
+/// `404` for a delivery not of the account.
+pub async fn delivery_with_attempts(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    id: DeliveryId,
+) -> Result<DeliveryWithAttempts, ApiError> {
+    let delivery = store.delivery_get(account, id).await?;
+    let attempts = store.attempt_list_for_delivery(account, id).await?;
+    Ok(DeliveryWithAttempts { delivery, attempts })
+}
+
+/// A delivery as the dashboard shows it: with its attempts, its event and
+/// its endpoint's URL (`None` once the endpoint is deleted).
+pub struct DeliveryRecord {
+    /// The delivery and its attempts.
+    pub delivery: DeliveryWithAttempts,
+    /// The event it delivers.
+    pub event: Event,
+    /// Its endpoint's URL, while the endpoint exists.
+    pub url: Option<String>,
+}
+
+/// Delivery `id` of the account, with its event and endpoint.
+///
+/// # Errors
+/// `404` for a delivery not of the account.
+pub async fn delivery_record(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    id: DeliveryId,
+) -> Result<DeliveryRecord, ApiError> {
+    let delivery = delivery_with_attempts(store, account, id).await?;
+    let event = store.event_get(account, delivery.delivery.event_id).await?;
+    let url = match store
+        .endpoint_get(account, delivery.delivery.endpoint_id)
+        .await
+    {
+        Ok(e) => Some(e.url),
+        Err(StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(DeliveryRecord {
+        delivery,
+        event,
+        url,
+    })
+}
+
+/// The account's event types, with its endpoints (where an example can be
+/// sent).
+pub struct Catalogue {
+    /// The registered types.
+    pub types: Vec<EventType>,
+    /// Every endpoint of the account.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The catalogue of the account.
+///
+/// # Errors
+/// The store's.
+pub async fn catalogue(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+) -> Result<Catalogue, ApiError> {
+    Ok(Catalogue {
+        endpoints: store.endpoint_list(account).await?,
+        types: store.event_type_list(account).await?,
+    })
+}
+
+/// Task `id` of the account, `None` when the id is malformed or no such
+/// task exists (a lookup by hand, not a path).
+///
+/// # Errors
+/// The store's, but not found.
+pub async fn find_task(
+    store: &DynControlPlaneStore,
+    account: &AccountId,
+    id: &str,
+) -> Result<Option<Task>, ApiError> {
+    let Ok(id) = TaskId::new(id) else {
+        return Ok(None);
+    };
+    match store.workflow_get(account, &id).await {
+        Ok(t) => Ok(Some(t)),
+        Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}

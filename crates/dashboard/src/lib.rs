@@ -1,0 +1,158 @@
+//! The operator's web dashboard at `/ui`: server-rendered HTML, no script
+//! at all, served beside the API (`api::router(.., dashboard::router())`)
+//! on the same state.
+//!
+//! Each page reads through the API's query layer (`api::query`) and renders
+//! what it got with a typed template (maud, `src/layout.rs`): a value a user
+//! controls is escaped wherever a template puts it.
+//!
+//! Sign-in takes the admin token or an account key and starts a session
+//! kept by the store (ADR 0021): the browser gets a random session id in an
+//! `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui` that lasts
+//! [`SESSION_LIFETIME`] (also `Secure` when the browser came over HTTPS),
+//! never the token; the store keeps the id's hash, so signing out ends the
+//! session on every replica. Each request checks the token signed in with
+//! again, so a revoked key ends its sessions. The session reaches what its
+//! token reaches through the API (an account key only its own account,
+//! `404` elsewhere). Every form that changes something carries the
+//! session's random CSRF token and every `POST` must come from this
+//! origin. Failed sign-ins are limited per client address
+//! ([`SIGN_IN_FAILURES`]). Every answer carries a strict
+//! Content-Security-Policy: no script, styles only from `/ui/app.css`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod catalogue;
+mod layout;
+mod pages;
+mod recover;
+mod session;
+mod tasks;
+
+use std::sync::Arc;
+
+use api::{ApiError, ApiState};
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use maud::html;
+
+pub use session::{SESSION_IDLE, SESSION_LIFETIME, SIGN_IN_FAILURES, SIGN_IN_WINDOW};
+
+/// The dashboard's routes, to serve beside the API's (`api::router`).
+pub fn router() -> Router<Arc<ApiState>> {
+    Router::new()
+        .route("/ui", get(pages::home))
+        .route("/ui/", get(|| async { Redirect::to("/ui") }))
+        .route("/ui/app.css", get(stylesheet))
+        .route("/ui/login", get(session::login_form).post(session::login))
+        .route("/ui/logout", post(session::logout))
+        .route("/ui/a/{account}", get(pages::overview))
+        .route("/ui/a/{account}/endpoints", get(pages::endpoints))
+        .route(
+            "/ui/a/{account}/endpoints/{id}/recover",
+            post(recover::recover),
+        )
+        .route("/ui/a/{account}/event-types", get(catalogue::page))
+        .route(
+            "/ui/a/{account}/event-types/{name}/send-example",
+            post(catalogue::send_example),
+        )
+        .route("/ui/a/{account}/deliveries", get(pages::deliveries))
+        .route("/ui/a/{account}/deliveries/{id}", get(pages::delivery))
+        .route(
+            "/ui/a/{account}/deliveries/{id}/{action}",
+            post(pages::delivery_action),
+        )
+        .route("/ui/a/{account}/dead", get(pages::dead))
+        .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
+        .route("/ui/a/{account}/tasks", get(tasks::tasks))
+        .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
+        .layer(Extension(Arc::new(session::SignInFailures::new())))
+        .layer(axum::middleware::from_fn(secure_headers))
+}
+
+/// Headers on every dashboard answer: the CSP, no framing, no sniffing, no
+/// caching of pages that show account data, no referrer leaving the site
+/// (`no-referrer` would make browsers send `Origin: null` with our own
+/// forms, which the same-origin check refuses).
+async fn secure_headers(req: Request<Body>, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("app.css"),
+    )
+}
+
+/// What a page handler answers.
+type Page = Result<Response, UiError>;
+
+/// An error shown as a page (with the status the API would answer).
+struct UiError(ApiError);
+
+impl From<ApiError> for UiError {
+    fn from(e: ApiError) -> Self {
+        UiError(e)
+    }
+}
+
+impl From<control_plane_core::StoreError> for UiError {
+    fn from(e: control_plane_core::StoreError) -> Self {
+        UiError(e.into())
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let ApiError {
+            status,
+            message,
+            retry_after,
+            ..
+        } = self.0;
+        let body = html! {
+            p.error id="error" { (message) }
+            p { a href="/ui" { "Back to the start" } }
+        };
+        let title = status.canonical_reason().unwrap_or("Error");
+        let mut r = (
+            status,
+            layout::answer(layout::page(title, None, None, &body)),
+        )
+            .into_response();
+        if let Some(wait) = retry_after {
+            // The API's header, on the dashboard's page.
+            let api = ApiError::too_many("", wait).into_response();
+            if let Some(v) = api.headers().get(header::RETRY_AFTER) {
+                r.headers_mut().insert(header::RETRY_AFTER, v.clone());
+            }
+        }
+        r
+    }
+}
