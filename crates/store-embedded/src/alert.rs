@@ -7,7 +7,7 @@ use duckdb::params;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{col_uuid, ts};
+use crate::util::RowExt;
 
 pub(crate) fn insert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
     let id = t.next("alert_id");
@@ -39,34 +39,19 @@ pub(crate) fn list(t: &Tx<'_>, account: &AccountId, page: PageRequest) -> StoreR
         .query_map(
             params![account.as_str(), page.after, i64::from(page.limit) + 1],
             |r| {
-                let delivery: Option<String> = r.get(4)?;
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    col_uuid(r, 3)?,
-                    delivery,
-                    r.get::<_, String>(5)?,
-                    ts(r, 6)?,
-                ))
+                Ok(Alert {
+                    id: r.get(0)?,
+                    account: r.col(1)?,
+                    kind: r.col(2)?,
+                    endpoint_id: r.col(3)?,
+                    delivery_id: r.col(4)?,
+                    message: r.get(5)?,
+                    created_at: r.col(6)?,
+                })
             },
         )
         .db()?;
-    let mut items = Vec::new();
-    for row in rows {
-        let (id, account, kind, endpoint, delivery, message, created_at) = row.db()?;
-        items.push(Alert {
-            id,
-            account: AccountId::new(account)?,
-            kind: kind.parse()?,
-            endpoint_id: EndpointId(endpoint),
-            delivery_id: delivery
-                .and_then(|d| uuid::Uuid::parse_str(&d).ok())
-                .map(DeliveryId),
-            message,
-            created_at,
-        });
-    }
+    let items = rows.collect::<Result<Vec<_>, _>>().db()?;
     Ok(Page::from_overfetch(items, page.limit, |a| a.id))
 }
 

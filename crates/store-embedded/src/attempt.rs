@@ -8,31 +8,26 @@ use duckdb::{params, OptionalExt, Row};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{col_uuid, list, ts, ts_opt};
+use crate::util::{list, RowExt};
 
 const ATTEMPT_COLS: &str =
     "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
      latency_ms, will_retry, next_attempt_at, recorded_at, response_body";
 
 fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
-    let conv = |i: usize, e: StoreError| {
-        duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
-    };
-    let account: String = r.get(3)?;
-    let result: String = r.get(5)?;
     Ok(AttemptRecord {
         id: r.get(0)?,
-        delivery_id: DeliveryId(col_uuid(r, 1)?),
-        endpoint_id: EndpointId(col_uuid(r, 2)?),
-        account: AccountId::new(account).map_err(|e| conv(3, e))?,
+        delivery_id: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        account: r.col(3)?,
         attempt: r.get(4)?,
-        result: result.parse().map_err(|e| conv(5, e))?,
+        result: r.col(5)?,
         status_code: r.get(6)?,
         error: r.get(7)?,
         latency_ms: r.get(8)?,
         will_retry: r.get(9)?,
-        next_attempt_at: ts_opt(r, 10)?,
-        recorded_at: ts(r, 11)?,
+        next_attempt_at: r.col(10)?,
+        recorded_at: r.col(11)?,
         response_body: r.get(12)?,
     })
 }

@@ -8,7 +8,7 @@ use duckdb::{params, OptionalExt};
 use crate::delivery::publish_to;
 use crate::error::DuckResultExt;
 use crate::store::{EmbeddedStore, Tx};
-use crate::util::{list, ts};
+use crate::util::{list, RowExt};
 
 const TYPE_COLS: &str = "account, name, description, schema, example, created_at, updated_at";
 
@@ -29,8 +29,8 @@ fn row_to_type(r: &duckdb::Row<'_>) -> duckdb::Result<TypeRow> {
         r.get(2)?,
         r.get(3)?,
         r.get(4)?,
-        ts(r, 5)?,
-        ts(r, 6)?,
+        r.col(5)?,
+        r.col(6)?,
     ))
 }
 

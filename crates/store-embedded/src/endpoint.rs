@@ -10,7 +10,7 @@ use duckdb::{params, OptionalExt, Row};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{col_uuid, ts, ts_opt};
+use crate::util::RowExt;
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
@@ -46,17 +46,14 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
     let event_types: Vec<String> = serde_json::from_str(&types).map_err(|e| {
         duckdb::Error::FromSqlConversionFailure(6, duckdb::types::Type::Text, Box::new(e))
     })?;
-    let account: String = r.get(1)?;
     Ok(Endpoint {
-        id: EndpointId(col_uuid(r, 0)?),
-        account: AccountId::new(account).map_err(|e| {
-            duckdb::Error::FromSqlConversionFailure(1, duckdb::types::Type::Text, Box::new(e))
-        })?,
+        id: r.col(0)?,
+        account: r.col(1)?,
         url: r.get(2)?,
         secrets: SigningSecrets {
-            current: Secret::new(r.get::<_, String>(3)?),
-            previous: r.get::<_, Option<String>>(4)?.map(Secret::new),
-            previous_expires_at: ts_opt(r, 5)?,
+            current: r.col(3)?,
+            previous: r.col(4)?,
+            previous_expires_at: r.col(5)?,
         },
         event_types,
         enabled: r.get(7)?,
@@ -64,8 +61,8 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         rate_limit_per_s: r.get(9)?,
         ordered: r.get(10)?,
         description: r.get(11)?,
-        created_at: ts(r, 12)?,
-        updated_at: ts(r, 13)?,
+        created_at: r.col(12)?,
+        updated_at: r.col(13)?,
         max_in_flight: r.get(14)?,
         filter: r
             .get::<_, Option<String>>(15)?
@@ -74,8 +71,8 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
             .map_err(|e| {
                 duckdb::Error::FromSqlConversionFailure(15, duckdb::types::Type::Text, Box::new(e))
             })?,
-        headers: r.get::<_, Option<String>>(16)?.map(Secret::new),
-        oauth2: r.get::<_, Option<String>>(17)?.map(Secret::new),
+        headers: r.col(16)?,
+        oauth2: r.col(17)?,
     })
 }
 
@@ -257,7 +254,7 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
         let rows = st
             .query_map(params![pattern, limit], |r| {
                 Ok((
-                    col_uuid(r, 0)?,
+                    r.col::<uuid::Uuid>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, Option<String>>(2)?,
                     r.get::<_, Option<String>>(3)?,
@@ -385,11 +382,11 @@ fn read_senders(
                 budget,
                 ordered: r.get(7)?,
                 url: r.get(8)?,
-                secrets: (r.get(9)?, r.get(10)?, ts_opt(r, 11)?),
+                secrets: (r.get(9)?, r.get(10)?, r.col(11)?),
                 headers: r.get(12)?,
                 oauth2: r.get(13)?,
             };
-            Ok((EndpointId(col_uuid(r, 0)?), sender))
+            Ok((r.col(0)?, sender))
         })
         .db()?;
     rows.collect::<Result<_, _>>().db()
@@ -453,17 +450,13 @@ fn read_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
          circuit_failing_since, circuit_probe FROM endpoints WHERE id = $1",
         params![id.to_string()],
         |r| {
-            let mode: String = r.get(0)?;
-            let probe: Option<String> = r.get(5)?;
             Ok(Circuit {
-                mode: mode.parse().unwrap_or(CircuitMode::Closed),
+                mode: r.col(0)?,
                 consecutive_failures: r.get(1)?,
-                open_until: ts_opt(r, 2)?,
+                open_until: r.col(2)?,
                 reopen_count: r.get(3)?,
-                failing_since: ts_opt(r, 4)?,
-                probe: probe
-                    .and_then(|p| uuid::Uuid::parse_str(&p).ok())
-                    .map(control_plane_core::DeliveryId),
+                failing_since: r.col(4)?,
+                probe: r.col(5)?,
             })
         },
     )

@@ -7,7 +7,7 @@ use duckdb::params;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::ts;
+use crate::util::RowExt;
 
 pub(crate) fn record(t: &mut Tx<'_>, batch: UsageBatch) -> StoreResult<bool> {
     validate_short_text("usage batch id", &batch.batch_id)?;
@@ -60,7 +60,7 @@ pub(crate) fn query(
     let rows = st
         .query_map(
             params![account.as_str(), from.as_millis(), to.as_millis()],
-            |r| Ok((r.get::<_, String>(0)?, ts(r, 1)?, r.get::<_, i64>(2)?)),
+            |r| Ok((r.get::<_, String>(0)?, r.col(1)?, r.get::<_, i64>(2)?)),
         )
         .db()?;
     let mut out = Vec::new();

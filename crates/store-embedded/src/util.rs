@@ -1,33 +1,84 @@
 //! Column helpers shared by the area modules.
 
-use control_plane_core::{LeaseToken, Timestamp};
+use control_plane_core::{
+    AccountId, AlertKind, AttemptResult, CircuitMode, DeliveryId, DeliveryState, EndpointId,
+    EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState, Timestamp,
+    UsageMetric,
+};
 use duckdb::types::Type;
 use duckdb::Row;
 use uuid::Uuid;
 
-pub(crate) fn col_uuid(r: &Row<'_>, i: usize) -> duckdb::Result<Uuid> {
-    let s: String = r.get(i)?;
-    Uuid::parse_str(&s)
-        .map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
+/// A type read from one column of a row: ids from their UUID text, times
+/// from epoch milliseconds, names parsed into their enums and checked
+/// newtypes. A value that does not convert is an error naming the column.
+pub(crate) trait Column: Sized {
+    /// Column `i` of `r` as `Self`.
+    fn read(r: &Row<'_>, i: usize) -> duckdb::Result<Self>;
 }
 
-/// A stored lease token (`NULL`: none).
-pub(crate) fn token_opt(r: &Row<'_>, i: usize) -> duckdb::Result<Option<LeaseToken>> {
-    r.get::<_, Option<String>>(i)?
-        .map(|s| {
-            Uuid::parse_str(&s)
-                .map(LeaseToken)
-                .map_err(|e| duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e)))
-        })
-        .transpose()
+/// Typed reads of a row's columns.
+pub(crate) trait RowExt {
+    /// Column `i` as `T`.
+    fn col<T: Column>(&self, i: usize) -> duckdb::Result<T>;
 }
 
-pub(crate) fn ts(r: &Row<'_>, i: usize) -> duckdb::Result<Timestamp> {
-    r.get::<_, i64>(i).map(Timestamp::from_millis)
+impl RowExt for Row<'_> {
+    fn col<T: Column>(&self, i: usize) -> duckdb::Result<T> {
+        T::read(self, i)
+    }
 }
 
-pub(crate) fn ts_opt(r: &Row<'_>, i: usize) -> duckdb::Result<Option<Timestamp>> {
-    Ok(r.get::<_, Option<i64>>(i)?.map(Timestamp::from_millis))
+/// Column `i` failed to convert: the error, with the column.
+fn conversion<E: std::error::Error + Send + Sync + 'static>(i: usize, e: E) -> duckdb::Error {
+    duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e))
+}
+
+/// Types made from what DuckDB reads (`$from`), also when `NULL` is allowed
+/// (`Option<$t>`).
+macro_rules! mapped_columns {
+    ($($t:ty: $from:ty => $make:expr;)+) => {$(
+        impl Column for $t {
+            fn read(r: &Row<'_>, i: usize) -> duckdb::Result<Self> {
+                let make: fn($from) -> StoreResult<$t> = $make;
+                make(r.get::<_, $from>(i)?).map_err(|e| conversion(i, e))
+            }
+        }
+
+        impl Column for Option<$t> {
+            fn read(r: &Row<'_>, i: usize) -> duckdb::Result<Self> {
+                let make: fn($from) -> StoreResult<$t> = $make;
+                r.get::<_, Option<$from>>(i)?
+                    .map(make)
+                    .transpose()
+                    .map_err(|e| conversion(i, e))
+            }
+        }
+    )+};
+}
+
+/// A stored UUID's text as a UUID.
+fn uuid(s: String) -> StoreResult<Uuid> {
+    Uuid::parse_str(&s).map_err(|e| StoreError::Backend(format!("a stored id {s:?}: {e}")))
+}
+
+mapped_columns! {
+    Uuid: String => uuid;
+    DeliveryId: String => |s| uuid(s).map(DeliveryId);
+    EndpointId: String => |s| uuid(s).map(EndpointId);
+    EventId: String => |s| uuid(s).map(EventId);
+    LeaseToken: String => |s| uuid(s).map(LeaseToken);
+    KeyId: String => |s| uuid(s).map(KeyId);
+    Timestamp: i64 => |v| Ok(Timestamp::from_millis(v));
+    Secret: String => |v| Ok(Secret::new(v));
+    AccountId: String => AccountId::new;
+    TaskId: String => TaskId::new;
+    DeliveryState: String => |v| v.parse();
+    AttemptResult: String => |v| v.parse();
+    AlertKind: String => |v| v.parse();
+    CircuitMode: String => |v| v.parse();
+    TaskState: String => |v| v.parse();
+    UsageMetric: String => |v| v.parse();
 }
 
 /// List parameters: a batch is bound as one list per column and expanded
@@ -49,5 +100,48 @@ pub(crate) mod list {
     /// (`BIGINT[]`, `BOOLEAN[]`, `VARCHAR[]`).
     pub(crate) fn of<T: Into<Value>>(items: impl IntoIterator<Item = T>) -> Value {
         Value::List(items.into_iter().map(Into::into).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A stored id that is not a UUID, a `NULL` where a value must be, and a
+    /// stored name that no longer parses are errors naming the column.
+    #[test]
+    fn a_column_that_does_not_convert_is_an_error_naming_it() {
+        let db = duckdb::Connection::open_in_memory().unwrap();
+        let read =
+            |sql: &str, f: &dyn Fn(&Row<'_>) -> duckdb::Result<()>| db.query_row(sql, [], |r| f(r));
+        let failed_at = |e: duckdb::Error| match e {
+            duckdb::Error::FromSqlConversionFailure(i, _, _) => i,
+            duckdb::Error::InvalidColumnType(i, _, _) => i,
+            other => panic!("not a conversion error: {other:?}"),
+        };
+        let sql = "SELECT 'x' AS a, 'not-a-uuid' AS id, 'lost' AS state, NULL::BIGINT AS due_at";
+        let e = read(sql, &|r| r.col::<DeliveryId>(1).map(|_| ())).unwrap_err();
+        assert_eq!(failed_at(e), 1);
+        let e = read(sql, &|r| r.col::<DeliveryState>(2).map(|_| ())).unwrap_err();
+        assert_eq!(failed_at(e), 2);
+        assert!(read(sql, &|r| r.col::<Timestamp>(3).map(|_| ())).is_err());
+        read(sql, &|r| {
+            assert_eq!(r.col::<Option<Timestamp>>(3)?, None);
+            Ok(())
+        })
+        .unwrap();
+        let id = Uuid::now_v7();
+        let ok = format!("SELECT '{id}', 'dead', 1700000000000::BIGINT");
+        read(&ok, &|r| {
+            assert_eq!(r.col::<DeliveryId>(0)?, DeliveryId(id));
+            assert_eq!(r.col::<DeliveryState>(1)?, DeliveryState::Dead);
+            assert_eq!(
+                r.col::<Timestamp>(2)?,
+                Timestamp::from_millis(1_700_000_000_000)
+            );
+            Ok(())
+        })
+        .unwrap();
     }
 }

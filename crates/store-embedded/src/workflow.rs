@@ -10,7 +10,7 @@ use duckdb::{params, OptionalExt, Row};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{token_opt, ts, ts_opt};
+use crate::util::RowExt;
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
@@ -41,29 +41,25 @@ impl TaskRow {
 }
 
 fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
-    let conv = |i: usize, e: StoreError| {
-        duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
-    };
-    let state: String = r.get(4)?;
     Ok(TaskRow {
         task: Task {
-            id: TaskId::new(r.get::<_, String>(0)?).map_err(|e| conv(0, e))?,
-            account: AccountId::new(r.get::<_, String>(1)?).map_err(|e| conv(1, e))?,
+            id: r.col(0)?,
+            account: r.col(1)?,
             kind: r.get(2)?,
             payload: json_col(r, 3)?.unwrap_or(serde_json::Value::Null),
-            state: state.parse().map_err(|e| conv(4, e))?,
+            state: r.col(4)?,
             attempts: r.get(5)?,
             max_attempts: r.get(6)?,
-            run_at: ts(r, 7)?,
-            lease_expires_at: ts_opt(r, 8)?,
+            run_at: r.col(7)?,
+            lease_expires_at: r.col(8)?,
             last_error: r.get(9)?,
             result: json_col(r, 10)?,
             progress: json_col(r, 17)?,
-            created_at: ts(r, 11)?,
-            updated_at: ts(r, 12)?,
+            created_at: r.col(11)?,
+            updated_at: r.col(12)?,
         },
         seq: r.get(13)?,
-        token: token_opt(r, 14)?,
+        token: r.col(14)?,
         last_outcome: r.get(15)?,
     })
 }

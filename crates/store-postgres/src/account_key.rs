@@ -1,5 +1,6 @@
 //! Account API keys.
 
+use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::*;
 
@@ -8,9 +9,9 @@ use crate::store::{in_tx, PostgresStore, Tx};
 
 fn row_to_key(r: &tokio_postgres::Row) -> StoreResult<AccountKey> {
     Ok(AccountKey {
-        id: KeyId(r.get(0)),
-        account: AccountId::new(r.get::<_, String>(1))?,
-        created_at: Timestamp::from_millis(r.get(2)),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        created_at: r.col(2)?,
     })
 }
 

@@ -1,8 +1,8 @@
 //! Operational alerts.
 
+use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::*;
-use uuid::Uuid;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
@@ -42,13 +42,13 @@ pub(crate) async fn list(
         .iter()
         .map(|r| {
             Ok(Alert {
-                id: r.get(0),
-                account: AccountId::new(r.get::<_, String>(1))?,
-                kind: r.get::<_, String>(2).parse()?,
-                endpoint_id: EndpointId(r.get(3)),
-                delivery_id: r.get::<_, Option<Uuid>>(4).map(DeliveryId),
-                message: r.get(5),
-                created_at: Timestamp::from_millis(r.get(6)),
+                id: r.col(0)?,
+                account: r.col(1)?,
+                kind: r.col(2)?,
+                endpoint_id: r.col(3)?,
+                delivery_id: r.col(4)?,
+                message: r.col(5)?,
+                created_at: r.col(6)?,
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;

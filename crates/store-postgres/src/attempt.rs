@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
-use crate::util::{ts_opt, u32_of};
+use crate::util::RowExt;
 
 const ATTEMPT_COLS: &str =
     "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
@@ -15,21 +15,19 @@ const ATTEMPT_COLS: &str =
 
 fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
     Ok(AttemptRecord {
-        id: r.get(0),
-        delivery_id: DeliveryId(r.get(1)),
-        endpoint_id: EndpointId(r.get(2)),
-        account: AccountId::new(r.get::<_, String>(3))?,
-        attempt: u32_of(r.get(4)),
-        result: r.get::<_, String>(5).parse()?,
-        status_code: r
-            .get::<_, Option<i64>>(6)
-            .and_then(|c| u16::try_from(c).ok()),
-        error: r.get(7),
-        latency_ms: u64::try_from(r.get::<_, i64>(8)).unwrap_or(0),
-        will_retry: r.get(9),
-        next_attempt_at: ts_opt(r.get(10)),
-        recorded_at: Timestamp::from_millis(r.get(11)),
-        response_body: r.get(12),
+        id: r.col(0)?,
+        delivery_id: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        account: r.col(3)?,
+        attempt: r.col(4)?,
+        result: r.col(5)?,
+        status_code: r.col::<Option<i64>>(6)?.and_then(|c| u16::try_from(c).ok()),
+        error: r.col(7)?,
+        latency_ms: r.col(8)?,
+        will_retry: r.col(9)?,
+        next_attempt_at: r.col(10)?,
+        recorded_at: r.col(11)?,
+        response_body: r.col(12)?,
     })
 }
 
@@ -137,7 +135,7 @@ async fn latency_at(
         )
         .await
         .db()?;
-    Ok(row.and_then(|r| u64::try_from(r.get::<_, i64>(0)).ok()))
+    row.map(|r| r.col(0)).transpose()
 }
 
 pub(crate) async fn stats(
@@ -157,8 +155,7 @@ pub(crate) async fn stats(
         .db()?;
     let mut stats = AttemptStats::default();
     for row in &rows {
-        let (result, n): (String, i64) = (row.get(0), row.get(1));
-        stats.count(result.parse()?, u64::try_from(n).unwrap_or(0));
+        stats.count(row.col(0)?, row.col(1)?);
     }
     let answered = stats.answered();
     stats.p50_latency_ms = latency_at(t, id, since, nearest_rank(50, answered)).await?;

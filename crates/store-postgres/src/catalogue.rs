@@ -1,5 +1,6 @@
 //! The event-type catalogue (ADR 0025).
 
+use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::catalogue::{types_by_account, StoredSchema};
 use control_plane_core::*;
@@ -20,13 +21,13 @@ fn json(what: &str, text: Option<String>) -> StoreResult<Option<serde_json::Valu
 
 fn row_to_type(r: &tokio_postgres::Row) -> StoreResult<EventType> {
     Ok(EventType {
-        account: AccountId::new(r.get::<_, String>(0))?,
-        name: r.get(1),
-        description: r.get(2),
-        schema: json("schema", r.get(3))?,
-        example: json("example", r.get(4))?,
-        created_at: Timestamp::from_millis(r.get(5)),
-        updated_at: Timestamp::from_millis(r.get(6)),
+        account: r.col(0)?,
+        name: r.col(1)?,
+        description: r.col(2)?,
+        schema: json("schema", r.col(3)?)?,
+        example: json("example", r.col(4)?)?,
+        created_at: r.col(5)?,
+        updated_at: r.col(6)?,
     })
 }
 
@@ -110,11 +111,9 @@ pub(crate) async fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<
             let read = &read;
             async move {
                 let rows = t.query(read, &[&account.as_str(), &types]).await.db()?;
-                Ok::<_, StoreError>(
-                    rows.iter()
-                        .map(|r| (account.clone(), r.get(0), r.get(1)))
-                        .collect::<Vec<StoredSchema>>(),
-                )
+                rows.iter()
+                    .map(|r| Ok((account.clone(), r.col(0)?, r.col(1)?)))
+                    .collect::<StoreResult<Vec<StoredSchema>>>()
             }
         },
     ))

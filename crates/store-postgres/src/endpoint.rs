@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
-use crate::util::{ts_opt, u32_of};
+use crate::util::RowExt;
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
@@ -25,9 +25,11 @@ pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
          WHERE s LIKE '{SEALED_PREFIX}%'"
     );
     let rows = client.query(&sql, &[]).await.db()?;
-    store
-        .keys
-        .check_known(rows.iter().map(|r| r.get::<_, &str>(0)))
+    let stored = rows
+        .iter()
+        .map(|r| r.col::<String>(0))
+        .collect::<StoreResult<Vec<_>>>()?;
+    store.keys.check_known(stored.iter().map(String::as_str))
 }
 
 /// Seals the credentials of up to `limit` endpoints (deleted ones included)
@@ -45,20 +47,20 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
         .await
         .db()?;
     for r in &rows {
-        let id: Uuid = r.get(0);
+        let id: Uuid = r.col(0)?;
         let owner = id.as_bytes();
-        let secret = t.keys.reseal(owner, Slot::Current, r.get(1))?;
+        let secret = t.keys.reseal(owner, Slot::Current, &r.col::<String>(1)?)?;
         let previous = r
-            .get::<_, Option<&str>>(2)
-            .map(|p| t.keys.reseal(owner, Slot::Previous, p))
+            .col::<Option<String>>(2)?
+            .map(|p| t.keys.reseal(owner, Slot::Previous, &p))
             .transpose()?;
         let headers = r
-            .get::<_, Option<&str>>(3)
-            .map(|h| t.keys.reseal(owner, Slot::Headers, h))
+            .col::<Option<String>>(3)?
+            .map(|h| t.keys.reseal(owner, Slot::Headers, &h))
             .transpose()?;
         let oauth2 = r
-            .get::<_, Option<&str>>(4)
-            .map(|o| t.keys.reseal(owner, Slot::OAuth2, o))
+            .col::<Option<String>>(4)?
+            .map(|o| t.keys.reseal(owner, Slot::OAuth2, &o))
             .transpose()?;
         t.execute(
             "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4, oauth2 = $5 WHERE id = $3",
@@ -76,33 +78,33 @@ fn opened(t: &Tx<'_>, e: Endpoint) -> StoreResult<Endpoint> {
 }
 
 pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
-    let types: serde_json::Value = r.get(6);
+    let types: serde_json::Value = r.col(6)?;
     let event_types: Vec<String> = serde_json::from_value(types)
         .map_err(|e| StoreError::Backend(format!("stored event types: {e}")))?;
     Ok(Endpoint {
-        id: EndpointId(r.get(0)),
-        account: AccountId::new(r.get::<_, String>(1))?,
-        url: r.get(2),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        url: r.col(2)?,
         secrets: SigningSecrets {
-            current: Secret::new(r.get::<_, String>(3)),
-            previous: r.get::<_, Option<String>>(4).map(Secret::new),
-            previous_expires_at: ts_opt(r.get(5)),
+            current: r.col(3)?,
+            previous: r.col(4)?,
+            previous_expires_at: r.col(5)?,
         },
         event_types,
-        enabled: r.get(7),
-        disabled_reason: r.get(8),
-        rate_limit_per_s: r.get::<_, Option<i64>>(9).map(u32_of),
-        ordered: r.get(10),
-        description: r.get(11),
-        created_at: Timestamp::from_millis(r.get(12)),
-        updated_at: Timestamp::from_millis(r.get(13)),
-        max_in_flight: r.get::<_, Option<i64>>(14).map(u32_of),
+        enabled: r.col(7)?,
+        disabled_reason: r.col(8)?,
+        rate_limit_per_s: r.col(9)?,
+        ordered: r.col(10)?,
+        description: r.col(11)?,
+        created_at: r.col(12)?,
+        updated_at: r.col(13)?,
+        max_in_flight: r.col(14)?,
         filter: r
-            .get::<_, Option<String>>(15)
+            .col::<Option<String>>(15)?
             .map(|f| EventFilter::from_text(&f))
             .transpose()?,
-        headers: r.get::<_, Option<String>>(16).map(Secret::new),
-        oauth2: r.get::<_, Option<String>>(17).map(Secret::new),
+        headers: r.col(16)?,
+        oauth2: r.col(17)?,
     })
 }
 
@@ -301,16 +303,15 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
     .db()
 }
 
-fn row_to_circuit(r: &Row) -> Circuit {
-    let mode: String = r.get(0);
-    Circuit {
-        mode: mode.parse().unwrap_or(CircuitMode::Closed),
-        consecutive_failures: u32_of(r.get(1)),
-        open_until: ts_opt(r.get(2)),
-        reopen_count: u32_of(r.get(3)),
-        failing_since: ts_opt(r.get(4)),
-        probe: r.get::<_, Option<Uuid>>(5).map(DeliveryId),
-    }
+fn row_to_circuit(r: &Row) -> StoreResult<Circuit> {
+    Ok(Circuit {
+        mode: r.col(0)?,
+        consecutive_failures: r.col(1)?,
+        open_until: r.col(2)?,
+        reopen_count: r.col(3)?,
+        failing_since: r.col(4)?,
+        probe: r.col(5)?,
+    })
 }
 
 const CIRCUIT_COLS: &str = "mode, failures, open_until, reopen_count, failing_since, probe";
@@ -324,7 +325,7 @@ pub(crate) async fn load_circuit(t: &Tx<'_>, id: EndpointId, lock: bool) -> Stor
         .await
         .db()?
         .ok_or_else(|| StoreError::not_found("endpoint", id))?;
-    Ok(row_to_circuit(&row))
+    row_to_circuit(&row)
 }
 
 pub(crate) async fn save_circuit(t: &Tx<'_>, id: EndpointId, c: &Circuit) -> StoreResult<()> {
@@ -356,7 +357,7 @@ async fn count_open(t: &Tx<'_>) -> StoreResult<u64> {
         )
         .await
         .db()?;
-    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    row.col(0)
 }
 
 async fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
@@ -367,7 +368,7 @@ async fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
         )
         .await
         .db()?;
-    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    row.col(0)
 }
 
 pub(crate) async fn circuit_of(

@@ -1,5 +1,6 @@
 //! Request idempotency records.
 
+use crate::util::RowExt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -42,10 +43,10 @@ pub(crate) async fn begin(
         .await
         .db()?;
     let record = IdempotencyRecord {
-        request_hash: row.get(0),
-        state: row.get(1),
-        status: row.get(2),
-        body: row.get(3),
+        request_hash: row.col(0)?,
+        state: row.col(1)?,
+        status: row.col(2)?,
+        body: row.col(3)?,
     };
     Ok(record.verdict(request_hash))
 }

@@ -1,19 +1,20 @@
 //! Dashboard sessions (ADR 0021).
 
+use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::*;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 
-fn row_to_session(r: &tokio_postgres::Row) -> DashboardSession {
-    DashboardSession {
-        id_hash: r.get(0),
-        token_hash: r.get(1),
-        csrf: r.get(2),
-        created_at: Timestamp::from_millis(r.get(3)),
-        expires_at: Timestamp::from_millis(r.get(4)),
-    }
+fn row_to_session(r: &tokio_postgres::Row) -> StoreResult<DashboardSession> {
+    Ok(DashboardSession {
+        id_hash: r.col(0)?,
+        token_hash: r.col(1)?,
+        csrf: r.col(2)?,
+        created_at: r.col(3)?,
+        expires_at: r.col(4)?,
+    })
 }
 
 async fn create(t: &Tx<'_>, req: &SessionCreateRequest) -> StoreResult<DashboardSession> {
@@ -49,7 +50,7 @@ async fn get(t: &Tx<'_>, id_hash: &str) -> StoreResult<Option<DashboardSession>>
         )
         .await
         .db()?;
-    Ok(row.as_ref().map(row_to_session))
+    row.as_ref().map(row_to_session).transpose()
 }
 
 async fn extend(t: &Tx<'_>, id_hash: &str, until: Timestamp) -> StoreResult<bool> {
@@ -72,7 +73,7 @@ async fn list(t: &Tx<'_>) -> StoreResult<Vec<DashboardSession>> {
         )
         .await
         .db()?;
-    Ok(rows.iter().map(row_to_session).collect())
+    rows.iter().map(row_to_session).collect()
 }
 
 async fn end(t: &Tx<'_>, id_hash: &str) -> StoreResult<()> {

@@ -1,5 +1,6 @@
 //! The pool, the schema, the migrations, and the transaction helper.
 
+use crate::util::RowExt;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -178,7 +179,7 @@ impl PostgresStore {
             )
             .await
             .db()?
-            .get(0);
+            .col(0)?;
         let schema = format!("schema {}", self.schema);
         for (version, sql) in
             migration::pending(&schema, current, MIGRATIONS, self.options.migrations)?
@@ -217,7 +218,7 @@ impl PostgresStore {
             )
             .await
             .db()?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(|r| r.col(0)).collect()
     }
 
     pub(crate) fn now(&self) -> Timestamp {

@@ -1,5 +1,6 @@
 //! Single-flight ticks.
 
+use crate::util::RowExt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,12 +31,15 @@ pub(crate) async fn claim(
         )
         .await
         .db()?;
-    Ok(row.map(|r| TickLease {
-        name: name.to_string(),
-        token: LeaseToken(token),
-        state: r.get(0),
-        expires_at: expires,
-    }))
+    row.map(|r| {
+        Ok(TickLease {
+            name: name.to_string(),
+            token: LeaseToken(token),
+            state: r.col(0)?,
+            expires_at: expires,
+        })
+    })
+    .transpose()
 }
 
 pub(crate) async fn complete(

@@ -1,5 +1,6 @@
 //! Usage counters.
 
+use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::*;
 
@@ -50,9 +51,9 @@ pub(crate) async fn query(
         .iter()
         .map(|r| {
             Ok(UsageRow {
-                metric: r.get::<_, String>(0).parse()?,
-                window_start: Timestamp::from_millis(r.get(1)),
-                amount: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+                metric: r.col(0)?,
+                window_start: r.col(1)?,
+                amount: r.col(2)?,
             })
         })
         .collect::<StoreResult<_>>()?;

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
-use crate::util::{ts_opt, u32_of};
+use crate::util::RowExt;
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
@@ -23,20 +23,20 @@ const TASK_COLS_OF_T: &str =
 
 fn row_to_task(r: &Row) -> StoreResult<Task> {
     Ok(Task {
-        id: TaskId::new(r.get::<_, String>(0))?,
-        account: AccountId::new(r.get::<_, String>(1))?,
-        kind: r.get(2),
-        payload: r.get(3),
-        state: r.get::<_, String>(4).parse()?,
-        attempts: u32_of(r.get(5)),
-        max_attempts: u32_of(r.get(6)),
-        run_at: Timestamp::from_millis(r.get(7)),
-        lease_expires_at: ts_opt(r.get(8)),
-        last_error: r.get(9),
-        result: r.get(10),
-        progress: r.get(17),
-        created_at: Timestamp::from_millis(r.get(11)),
-        updated_at: Timestamp::from_millis(r.get(12)),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        kind: r.col(2)?,
+        payload: r.col(3)?,
+        state: r.col(4)?,
+        attempts: r.col(5)?,
+        max_attempts: r.col(6)?,
+        run_at: r.col(7)?,
+        lease_expires_at: r.col(8)?,
+        last_error: r.col(9)?,
+        result: r.col(10)?,
+        progress: r.col(17)?,
+        created_at: r.col(11)?,
+        updated_at: r.col(12)?,
     })
 }
 
@@ -143,8 +143,8 @@ pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<
     let mut claimed = Vec::with_capacity(rows.len());
     for r in &rows {
         let task = row_to_task(r)?;
-        let seq: i64 = r.get(13);
-        let token: Uuid = r.get(14);
+        let seq: i64 = r.col(13)?;
+        let token: Uuid = r.col(14)?;
         let lease = TaskLease {
             task_id: task.id.clone(),
             account: task.account.clone(),
@@ -184,8 +184,8 @@ async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
         .ok_or_else(|| StoreError::not_found("task", &lease.task_id))?;
     Ok(TaskRow {
         task: row_to_task(&row)?,
-        token: row.get::<_, Option<Uuid>>(14).map(LeaseToken),
-        last_outcome: row.get(15),
+        token: row.col(14)?,
+        last_outcome: row.col(15)?,
     })
 }
 
@@ -318,7 +318,7 @@ pub(crate) async fn list_dead(
         .db()?;
     let items = rows
         .iter()
-        .map(|r| Ok((r.get::<_, i64>(13), row_to_task(r)?)))
+        .map(|r| Ok((r.col::<i64>(13)?, row_to_task(r)?)))
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Page::from_overfetch(items, page.limit, |(seq, _)| *seq).map(|(_, t)| t))
 }

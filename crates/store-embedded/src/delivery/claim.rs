@@ -55,14 +55,7 @@ pub(super) fn candidates_of(
 ) -> StoreResult<Vec<Candidate>> {
     let mut st = t.prepare(sql).db()?;
     let rows = st
-        .query_map(params, |r| {
-            Ok((
-                DeliveryId(col_uuid(r, 0)?),
-                EndpointId(col_uuid(r, 1)?),
-                r.get(2)?,
-                r.get(3)?,
-            ))
-        })
+        .query_map(params, |r| Ok((r.col(0)?, r.col(1)?, r.get(2)?, r.get(3)?)))
         .db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
 }
@@ -160,7 +153,7 @@ struct FlowEndpoint {
 impl FlowEndpoint {
     fn read(r: &Row<'_>, at: [usize; 7]) -> duckdb::Result<Self> {
         Ok(FlowEndpoint {
-            endpoint: EndpointId(col_uuid(r, at[0])?),
+            endpoint: r.col(at[0])?,
             account: r.get(at[1])?,
             cap: r.get(at[2])?,
             rate: r.get(at[3])?,

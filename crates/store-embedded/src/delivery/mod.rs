@@ -19,7 +19,7 @@ use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::{col_uuid, list, token_opt, ts, ts_opt};
+use crate::util::{list, RowExt};
 
 mod claim;
 mod outcome;

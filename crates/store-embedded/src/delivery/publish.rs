@@ -213,13 +213,13 @@ pub(crate) fn enqueue(
         .query_row(
             "SELECT id FROM deliveries WHERE endpoint_id = $1 AND event_id = $2",
             params![endpoint_id.to_string(), event.to_string()],
-            |r| col_uuid(r, 0),
+            |r| r.col::<DeliveryId>(0),
         )
         .optional()
         .db()?;
     match existing {
         Some(id) => Ok(Enqueued {
-            delivery_id: DeliveryId(id),
+            delivery_id: id,
             won: false,
         }),
         None => {

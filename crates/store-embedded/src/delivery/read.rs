@@ -7,42 +7,34 @@ pub(super) const DELIVERY_COLS: &str =
      d.max_attempts, d.due_at, d.lease_expires_at, d.last_error, d.created_at, d.updated_at";
 
 pub(super) fn row_to_delivery(r: &Row<'_>) -> duckdb::Result<Delivery> {
-    let state: String = r.get(5)?;
-    let account: String = r.get(1)?;
-    let conv = |i: usize, e: StoreError| {
-        duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
-    };
     Ok(Delivery {
-        id: DeliveryId(col_uuid(r, 0)?),
-        account: AccountId::new(account).map_err(|e| conv(1, e))?,
-        endpoint_id: EndpointId(col_uuid(r, 2)?),
-        event_id: EventId(col_uuid(r, 3)?),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        event_id: r.col(3)?,
         seq: r.get(4)?,
-        state: state.parse().map_err(|e| conv(5, e))?,
+        state: r.col(5)?,
         attempts: r.get(6)?,
         max_attempts: r.get(7)?,
-        due_at: ts(r, 8)?,
-        lease_expires_at: ts_opt(r, 9)?,
+        due_at: r.col(8)?,
+        lease_expires_at: r.col(9)?,
         last_error: r.get(10)?,
-        created_at: ts(r, 11)?,
-        updated_at: ts(r, 12)?,
+        created_at: r.col(11)?,
+        updated_at: r.col(12)?,
     })
 }
 
 pub(super) fn row_to_event(r: &Row<'_>) -> duckdb::Result<Event> {
-    let account: String = r.get(1)?;
     Ok(Event {
-        id: EventId(col_uuid(r, 0)?),
-        account: AccountId::new(account).map_err(|e| {
-            duckdb::Error::FromSqlConversionFailure(1, duckdb::types::Type::Text, Box::new(e))
-        })?,
+        id: r.col(0)?,
+        account: r.col(1)?,
         event_type: r.get(2)?,
         body: r.get(3)?,
         idempotency_key: r.get(4)?,
         traceparent: r
             .get::<_, Option<String>>(6)?
             .and_then(|t| TraceParent::parse(&t)),
-        created_at: ts(r, 5)?,
+        created_at: r.col(5)?,
     })
 }
 
@@ -117,9 +109,7 @@ pub(super) fn deliveries_of_event(t: &Tx<'_>, event: EventId) -> StoreResult<Vec
         .prepare("SELECT id FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id")
         .db()?;
     let rows = st
-        .query_map(params![event.to_string()], |r| {
-            col_uuid(r, 0).map(DeliveryId)
-        })
+        .query_map(params![event.to_string()], |r| r.col(0))
         .db()?;
     rows.collect::<Result<Vec<_>, _>>().db()
 }
@@ -262,7 +252,7 @@ fn read_sent_events(t: &Tx<'_>, ids: &[EventId]) -> StoreResult<HashMap<EventId,
                 body: r.get(2)?,
                 traceparent: r.get(3)?,
             };
-            Ok((EventId(col_uuid(r, 0)?), ev))
+            Ok((r.col(0)?, ev))
         })
         .db()?;
     rows.collect::<Result<_, _>>().db()

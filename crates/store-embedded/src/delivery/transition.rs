@@ -20,21 +20,16 @@ pub(super) fn seq_range(seqs: &[i64]) -> Option<(i64, i64)> {
 }
 
 pub(crate) fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
-    let account: String = r.get(1)?;
-    let state: String = r.get(6)?;
-    let conv = |i: usize, e: StoreError| {
-        duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
-    };
     Ok(LeaseRow {
-        id: DeliveryId(col_uuid(r, 0)?),
-        account: AccountId::new(account).map_err(|e| conv(1, e))?,
-        endpoint_id: EndpointId(col_uuid(r, 2)?),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        endpoint_id: r.col(2)?,
         attempts: r.get(3)?,
         max_attempts: r.get(4)?,
-        due_at: ts(r, 5)?,
-        state: state.parse().map_err(|e| conv(6, e))?,
-        lease_token: token_opt(r, 7)?,
-        lease_expires_at: ts_opt(r, 8)?,
+        due_at: r.col(5)?,
+        state: r.col(6)?,
+        lease_token: r.col(7)?,
+        lease_expires_at: r.col(8)?,
         last_outcome: r.get(9)?,
         seq: r.get(10)?,
     })

@@ -115,10 +115,6 @@ pub(super) const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.se
      WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND e.ordered \
      AND h.state = 'pending' AND h.due_at <= $1";
 
-pub(super) fn count_of(n: i64) -> u32 {
-    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
-}
-
 pub(super) fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
     match (tokens, at) {
         (Some(tokens), Some(at)) => Some(RateBudget {
@@ -159,8 +155,8 @@ pub(super) async fn claim_fair(
     let ids: Vec<Uuid> = shares.iter().map(|(e, _)| e.0).collect();
     let rate_of = |endpoint: &EndpointId| {
         rows.iter()
-            .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-            .and_then(|r| r.get::<_, Option<i64>>(7))
+            .find(|r| r.col::<Uuid>(0).is_ok_and(|id| id == endpoint.0))
+            .and_then(|r| r.col::<Option<i64>>(7).ok().flatten())
     };
     // Serialize with other claimers of these endpoints: the claim statement,
     // issued after the lock is granted, recounts the leases.
@@ -236,23 +232,23 @@ async fn flow_candidates(
         .db()?;
     let mut candidates = Vec::with_capacity(rows.len());
     for r in &rows {
-        let rate: Option<i64> = r.get(7);
-        let budget = rate
-            .map(|rate| RateBudget::refilled(budget_of(r.get(8), r.get(9)), u32_of(rate), t.now));
-        let endpoint = EndpointId(r.get(0));
+        let rate: Option<i64> = r.col(7)?;
+        let stored = budget_of(r.col(8)?, r.col(9)?);
+        let budget = rate.map(|rate| RateBudget::refilled(stored, u32_of(rate), t.now));
+        let endpoint = r.col(0)?;
         candidates.push(FlowCandidate {
             endpoint,
-            account: AccountId::new(r.get::<_, String>(1))?,
-            oldest: (r.get(2), r.get(3)),
-            due: count_of(r.get(4)),
-            in_flight: count_of(r.get(5)),
+            account: r.col(1)?,
+            oldest: (r.col(2)?, r.col(3)?),
+            due: r.col(4)?,
+            in_flight: r.col(5)?,
             cap: throttle.cap(
                 endpoint,
-                r.get::<_, Option<i64>>(6)
+                r.col::<Option<i64>>(6)?
                     .map_or(t.options.endpoint_concurrency, u32_of),
             ),
             rate_room: budget.map(|b| b.whole()),
-            ordered: r.get(10),
+            ordered: r.col(10)?,
         });
     }
     Ok((rows, candidates))
@@ -279,8 +275,8 @@ fn cut_shares(
         let budget = rate_of(endpoint).map(|rate| {
             let stored = locked
                 .iter()
-                .find(|r| r.get::<_, Uuid>(0) == endpoint.0)
-                .and_then(|r| budget_of(r.get(1), r.get(2)));
+                .find(|r| r.col::<Uuid>(0).is_ok_and(|id| id == endpoint.0))
+                .and_then(|r| budget_of(r.col(1).ok().flatten(), r.col(2).ok().flatten()));
             RateBudget::refilled(stored, u32_of(rate), t.now)
         });
         let now_seen = FlowCandidate {
@@ -332,28 +328,28 @@ async fn spend_buckets(
 pub(super) fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDelivery> {
     let delivery = row_to_delivery(r)?;
     let secrets = SigningSecrets {
-        current: Secret::new(r.get::<_, String>(16)),
-        previous: r.get::<_, Option<String>>(17).map(Secret::new),
-        previous_expires_at: ts_opt(r.get(18)),
+        current: r.col(16)?,
+        previous: r.col(17)?,
+        previous_expires_at: r.col(18)?,
     };
     Ok(ClaimedDelivery {
         lease: Lease {
             delivery_id: delivery.id,
-            token: LeaseToken(r.get(19)),
+            token: r.col(19)?,
             attempt: delivery.attempts,
             expires_at: delivery.lease_expires_at.unwrap_or(delivery.due_at),
         },
         delivery,
-        event_type: r.get(13),
-        body: r.get(14),
-        url: r.get(15),
+        event_type: r.col(13)?,
+        body: r.col(14)?,
+        url: r.col(15)?,
         secrets,
-        headers: r.get::<_, Option<String>>(20).map(Secret::new),
+        headers: r.col(20)?,
         probe,
         traceparent: r
-            .get::<_, Option<String>>(21)
+            .col::<Option<String>>(21)?
             .and_then(|t| TraceParent::parse(&t)),
-        oauth2: r.get::<_, Option<String>>(22).map(Secret::new),
+        oauth2: r.col(22)?,
     })
 }
 
@@ -388,13 +384,13 @@ pub(super) async fn claim(
         // (due_at, seq, endpoint)
         let mut candidates: Vec<(i64, i64, Uuid)> = Vec::new();
         for r in &open {
-            let endpoint_id: Uuid = r.get(0);
+            let endpoint_id: Uuid = r.col(0)?;
             let found = t
                 .query_opt(PROBE_CANDIDATE, &[&now_ms, &endpoint_id])
                 .await
                 .db()?;
             if let Some(f) = found {
-                candidates.push((f.get(1), f.get(0), endpoint_id));
+                candidates.push((f.col(1)?, f.col(0)?, endpoint_id));
             }
         }
         candidates.sort();

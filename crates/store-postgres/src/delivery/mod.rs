@@ -19,7 +19,7 @@ use crate::attempt;
 use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx, CLAIM_SETTINGS};
-use crate::util::{ts_opt, u32_of};
+use crate::util::{u32_of, RowExt};
 
 mod claim;
 mod outcome;

@@ -123,7 +123,7 @@ pub(crate) async fn record_delivered_fast_batch(
         )
         .await
         .db()?;
-    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
+    rows.iter().map(|r| r.col(0)).collect()
 }
 
 pub(crate) async fn record_outcome(
@@ -203,7 +203,9 @@ pub(crate) async fn requeue(
         )
         .await
         .db()?
-        .is_none_or(|r| r.get(0));
+        .map(|r| r.col::<bool>(0))
+        .transpose()?
+        .unwrap_or(true);
     // The finished row under its lock goes back to the queue with its own
     // sequence number and a new budget of attempts.
     let states: Vec<&str> = how.states().iter().map(|s| s.as_str()).collect();

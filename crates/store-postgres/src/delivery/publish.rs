@@ -24,7 +24,7 @@ pub(super) async fn insert_delivery(
         )
         .await
         .db()?;
-    Ok(row.map(|r| DeliveryId(r.get(0))))
+    row.map(|r| r.col(0)).transpose()
 }
 
 /// Locks the ordered endpoints among `$1` (in id order, so publishers
@@ -359,8 +359,8 @@ pub(super) async fn publish_new(
         .await
         .db()?
         .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map(|r| r.col(0))
+        .collect::<StoreResult<_>>()?;
     let stored = |e: &Event| inserted.contains(&e.id.0);
     rows.fan_out(reqs, stored, route);
     lock_ordered(t, &rows.locked).await?;
@@ -431,7 +431,7 @@ pub(crate) async fn enqueue(
         .await
         .db()?;
     Ok(Enqueued {
-        delivery_id: DeliveryId(row.get(0)),
+        delivery_id: row.col(0)?,
         won: false,
     })
 }

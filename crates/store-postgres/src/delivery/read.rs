@@ -21,19 +21,19 @@ pub(super) const STATE_OF: &str = "coalesce(l.state, x.state)";
 
 pub(super) fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
     Ok(Delivery {
-        id: DeliveryId(r.get(0)),
-        account: AccountId::new(r.get::<_, String>(1))?,
-        endpoint_id: EndpointId(r.get(2)),
-        event_id: EventId(r.get(3)),
-        seq: r.get(4),
-        state: r.get::<_, String>(5).parse()?,
-        attempts: u32_of(r.get(6)),
-        max_attempts: u32_of(r.get(7)),
-        due_at: Timestamp::from_millis(r.get(8)),
-        lease_expires_at: ts_opt(r.get(9)),
-        last_error: r.get(10),
-        created_at: Timestamp::from_millis(r.get(11)),
-        updated_at: Timestamp::from_millis(r.get(12)),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        event_id: r.col(3)?,
+        seq: r.col(4)?,
+        state: r.col(5)?,
+        attempts: r.col(6)?,
+        max_attempts: r.col(7)?,
+        due_at: r.col(8)?,
+        lease_expires_at: r.col(9)?,
+        last_error: r.col(10)?,
+        created_at: r.col(11)?,
+        updated_at: r.col(12)?,
     })
 }
 
@@ -42,15 +42,15 @@ pub(super) const EVENT_COLS: &str =
 
 pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
     Ok(Event {
-        id: EventId(r.get(0)),
-        account: AccountId::new(r.get::<_, String>(1))?,
-        event_type: r.get(2),
-        body: r.get(3),
-        idempotency_key: r.get(4),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        event_type: r.col(2)?,
+        body: r.col(3)?,
+        idempotency_key: r.col(4)?,
         traceparent: r
-            .get::<_, Option<String>>(6)
+            .col::<Option<String>>(6)?
             .and_then(|t| TraceParent::parse(&t)),
-        created_at: Timestamp::from_millis(r.get(5)),
+        created_at: r.col(5)?,
     })
 }
 
@@ -127,7 +127,7 @@ pub(super) async fn deliveries_of_event(
         )
         .await
         .db()?;
-    Ok(rows.iter().map(|r| DeliveryId(r.get(0))).collect())
+    rows.iter().map(|r| r.col(0)).collect()
 }
 
 pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResult<Delivery> {
@@ -182,14 +182,7 @@ pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState
         )
         .await
         .db()?;
-    rows.iter()
-        .map(|r| {
-            Ok((
-                r.get::<_, String>(0).parse()?,
-                u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
-            ))
-        })
-        .collect()
+    rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect()
 }
 
 pub(crate) async fn count_by_account_and_state(
@@ -207,12 +200,6 @@ pub(crate) async fn count_by_account_and_state(
         .await
         .db()?;
     rows.iter()
-        .map(|r| {
-            Ok((
-                AccountId::new(r.get::<_, String>(0))?,
-                r.get::<_, String>(1).parse()?,
-                u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
-            ))
-        })
+        .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
         .collect()
 }

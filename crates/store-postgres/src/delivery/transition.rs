@@ -12,17 +12,17 @@ pub(super) const LEASE_COLS: &str =
 
 pub(super) fn row_to_lease_row(r: &Row) -> StoreResult<LeaseRow> {
     Ok(LeaseRow {
-        id: DeliveryId(r.get(0)),
-        account: AccountId::new(r.get::<_, String>(1))?,
-        endpoint_id: EndpointId(r.get(2)),
-        seq: r.get(3),
-        attempts: u32_of(r.get(4)),
-        max_attempts: u32_of(r.get(5)),
-        due_at: Timestamp::from_millis(r.get(6)),
-        state: r.get::<_, String>(7).parse()?,
-        lease_token: r.get::<_, Option<Uuid>>(8).map(LeaseToken),
-        lease_expires_at: ts_opt(r.get(9)),
-        last_outcome: r.get(10),
+        id: r.col(0)?,
+        account: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        seq: r.col(3)?,
+        attempts: r.col(4)?,
+        max_attempts: r.col(5)?,
+        due_at: r.col(6)?,
+        state: r.col(7)?,
+        lease_token: r.col(8)?,
+        lease_expires_at: r.col(9)?,
+        last_outcome: r.col(10)?,
     })
 }
 
@@ -74,9 +74,9 @@ pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<F
         .db()?;
     row.map(|r| {
         Ok(Finished {
-            state: r.get::<_, String>(0).parse()?,
-            lease_token: r.get::<_, Option<Uuid>>(1).map(LeaseToken),
-            last_outcome: r.get(2),
+            state: r.col(0)?,
+            lease_token: r.col(1)?,
+            last_outcome: r.col(2)?,
         })
     })
     .transpose()
