@@ -570,3 +570,46 @@ fn function_lengths_are_counted_from_fn_to_its_closing_brace() {
         vec![("outer".to_string(), 8), ("inner".to_string(), 3)]
     );
 }
+
+/// Port methods of three or more arguments besides `&self` take a request
+/// struct instead (issue 36; `IdempotencyBeginRequest`, `TickClaimRequest`,
+/// `TaskHeartbeat`, `TaskFailed` are built checked, so the adapters do not
+/// check them again). The methods listed here have not been moved yet; the
+/// list may only shrink.
+#[test]
+fn port_methods_take_at_most_two_arguments_or_a_request() {
+    const NOT_YET: [&str; 8] = [
+        "attempt_list_for_endpoint",
+        "attempt_stats",
+        "delivery_enqueue",
+        "endpoint_rotate_secret",
+        "endpoint_set_enabled",
+        "endpoint_update",
+        "event_type_send_example",
+        "usage_query",
+    ];
+    let dir = workspace_root().join("crates/control-plane-core/src/store");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("async fn ") {
+            rest = &rest[at + "async fn ".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let open = rest.find('(').unwrap();
+            let close = open + rest[open..].find(')').unwrap();
+            let args = rest[open + 1..close]
+                .split(',')
+                .filter(|a| !a.trim().is_empty() && !a.contains("self"))
+                .count();
+            if args >= 3 {
+                found.push(name);
+            }
+        }
+    }
+    found.sort();
+    assert_eq!(found, NOT_YET, "port methods of three or more arguments");
+}

@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 use control_plane_core::{
     AccountId, AttemptReport, ClaimRequest, DeliveryId, DeliveryOutcome, DeliveryState,
-    TaskClaimRequest, TaskFailure,
+    TaskClaimRequest, TaskFailed,
 };
 use serde_json::{json, Value};
 
@@ -664,7 +664,7 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
         .await
         .unwrap();
     api.store
-        .workflow_fail(&leased[0].lease, "bad input".into(), TaskFailure::Permanent)
+        .workflow_fail(&leased[0].lease, TaskFailed::permanent("bad input"))
         .await
         .unwrap();
     let (s, dead) = call("GET", "/v1/accounts/acme/dead-tasks").send(&api).await;

@@ -522,7 +522,9 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
                 same(
                     &format!("step {step} heartbeat"),
                     model.heartbeat(i, t, d),
-                    h.store.workflow_heartbeat(&l, d, None).await,
+                    h.store
+                        .workflow_heartbeat(&l, TaskHeartbeat::extend(d))
+                        .await,
                     |m, r| *m == r.expires_at,
                 )?;
             }
@@ -554,7 +556,16 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
                 } else {
                     TaskFailure::Permanent
                 };
-                let r = h.store.workflow_fail(&l, "boom".into(), failure).await;
+                let r = h
+                    .store
+                    .workflow_fail(
+                        &l,
+                        TaskFailed {
+                            error: "boom".into(),
+                            failure,
+                        },
+                    )
+                    .await;
                 same(&format!("step {step} fail"), m, r, |m, r| *m == r.state)?;
             }
             TaskOp::Release { lease } if !leases.is_empty() => {

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::time::Duration;
+
 use crate::*;
 
 /// A response stored for replay.
@@ -70,4 +72,84 @@ pub struct IdempotencyToken {
     pub key: String,
     /// Fencing token.
     pub token: LeaseToken,
+}
+
+/// What [`crate::IdempotencyStore::idempotency_begin`] asks: take `key` of
+/// `scope` for the request hashing to `request_hash`, for `ttl`. Checked
+/// when built, so a store never sees an empty or oversized key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyBeginRequest {
+    scope: String,
+    key: String,
+    request_hash: String,
+    ttl: Duration,
+}
+
+impl IdempotencyBeginRequest {
+    /// The request.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a scope or key that is empty, over 255 characters
+    /// or holds control characters.
+    pub fn new(
+        scope: impl Into<String>,
+        key: impl Into<String>,
+        request_hash: impl Into<String>,
+        ttl: Duration,
+    ) -> StoreResult<Self> {
+        let (scope, key) = (scope.into(), key.into());
+        validate_short_text("idempotency scope", &scope)?;
+        validate_short_text("idempotency key", &key)?;
+        Ok(IdempotencyBeginRequest {
+            scope,
+            key,
+            request_hash: request_hash.into(),
+            ttl,
+        })
+    }
+
+    /// The scope the key is unique in (for example the account and route).
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The caller's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The hash of the request that takes the key.
+    pub fn request_hash(&self) -> &str {
+        &self.request_hash
+    }
+
+    /// How long the record lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+#[cfg(test)]
+mod begin_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_begin_request_refuses_an_empty_or_oversized_key_or_scope() {
+        let ttl = Duration::from_secs(60);
+        let ok = IdempotencyBeginRequest::new("a:/events", "k", "h", ttl).unwrap();
+        assert_eq!(
+            (ok.scope(), ok.key(), ok.request_hash()),
+            ("a:/events", "k", "h")
+        );
+        for (scope, key) in [("", "k"), ("s", ""), ("s", &"k".repeat(256)), ("s", "a\nb")] {
+            assert!(
+                matches!(
+                    IdempotencyBeginRequest::new(scope, key, "h", ttl),
+                    Err(StoreError::InvalidInput(_))
+                ),
+                "{scope:?} {key:?}"
+            );
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Maintenance driven by a single-flight tick.
 
+use crate::TickClaimRequest;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
@@ -23,7 +24,11 @@ pub async fn run_maintenance(
     every: Duration,
 ) -> StoreResult<Option<PurgeReport>> {
     let Some(lease) = store
-        .tick_claim(MAINTENANCE_TICK, Duration::from_secs(300), every)
+        .tick_claim(&TickClaimRequest::new(
+            MAINTENANCE_TICK,
+            Duration::from_secs(300),
+            every,
+        )?)
         .await?
     else {
         return Ok(None);

@@ -155,6 +155,77 @@ impl TaskClaimRequest {
     }
 }
 
+/// A heartbeat of a leased task: how much longer its lease runs, and the
+/// handler's progress when it has some to store (checked when built).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskHeartbeat {
+    lease_for: Duration,
+    progress: Option<serde_json::Value>,
+}
+
+impl TaskHeartbeat {
+    /// Extends the lease by `lease_for` and keeps the last progress.
+    pub fn extend(lease_for: Duration) -> Self {
+        TaskHeartbeat {
+            lease_for,
+            progress: None,
+        }
+    }
+
+    /// Extends the lease by `lease_for` and stores `progress`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for progress over [`MAX_PROGRESS_BYTES`] of JSON or
+    /// holding text a store cannot keep ([`validate_progress`]).
+    pub fn with_progress(
+        lease_for: Duration,
+        progress: serde_json::Value,
+    ) -> Result<Self, StoreError> {
+        validate_progress(&progress)?;
+        Ok(TaskHeartbeat {
+            lease_for,
+            progress: Some(progress),
+        })
+    }
+
+    /// How much longer the lease runs, from the heartbeat.
+    pub fn lease_for(&self) -> Duration {
+        self.lease_for
+    }
+
+    /// The progress to store, if any.
+    pub fn progress(&self) -> Option<&serde_json::Value> {
+        self.progress.as_ref()
+    }
+}
+
+/// A failed run of a task: its error, and whether it may run again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskFailed {
+    /// What went wrong (kept as the task's `last_error`).
+    pub error: String,
+    /// Whether the task is tried again.
+    pub failure: TaskFailure,
+}
+
+impl TaskFailed {
+    /// A failure tried again after a backoff while attempts remain.
+    pub fn retryable(error: impl Into<String>) -> Self {
+        TaskFailed {
+            error: error.into(),
+            failure: TaskFailure::Retryable,
+        }
+    }
+
+    /// A failure that dead-letters the task at once.
+    pub fn permanent(error: impl Into<String>) -> Self {
+        TaskFailed {
+            error: error.into(),
+            failure: TaskFailure::Permanent,
+        }
+    }
+}
+
 /// How a failed task goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskFailure {

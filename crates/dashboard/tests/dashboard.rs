@@ -4,7 +4,9 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use control_plane_core::{AttemptReport, ClaimRequest, DeliveryOutcome, TaskClaimRequest};
+use control_plane_core::{
+    AttemptReport, ClaimRequest, DeliveryOutcome, TaskClaimRequest, TaskHeartbeat,
+};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -425,8 +427,8 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
     api.store
         .workflow_heartbeat(
             &running.lease,
-            std::time::Duration::from_secs(30),
-            Some(progress.clone()),
+            TaskHeartbeat::with_progress(std::time::Duration::from_secs(30), progress.clone())
+                .unwrap(),
         )
         .await
         .unwrap();

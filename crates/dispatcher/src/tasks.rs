@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::{
-    ClaimedTask, DynControlPlaneStore, StoreError, Task, TaskClaimRequest, TaskFailure, TaskLease,
+    ClaimedTask, DynControlPlaneStore, StoreError, Task, TaskClaimRequest, TaskFailed, TaskFailure,
+    TaskHeartbeat, TaskLease,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -281,7 +282,7 @@ async fn run_one(
     let mut beat = tokio::time::interval(lease_for / 3);
     beat.tick().await;
     // A report not stored yet: kept until a heartbeat stores it.
-    let mut pending: Option<serde_json::Value> = None;
+    let mut pending: Option<TaskHeartbeat> = None;
     let joined = loop {
         let fresh = tokio::select! {
             joined = &mut work => break joined,
@@ -301,11 +302,11 @@ async fn run_one(
         } else {
             latest(&mut reported)
         };
-        pending = checked(&lease, report).or(pending);
-        match store
-            .workflow_heartbeat(&lease, lease_for, pending.clone())
-            .await
-        {
+        pending = checked(&lease, lease_for, report).or(pending);
+        let heartbeat = pending
+            .clone()
+            .unwrap_or_else(|| TaskHeartbeat::extend(lease_for));
+        match store.workflow_heartbeat(&lease, heartbeat).await {
             Ok(renewed) => {
                 lease = renewed;
                 pending = None;
@@ -318,11 +319,8 @@ async fn run_one(
         }
     };
     // The last report, so that a failure retried later starts from it.
-    if let Some(progress) = checked(&lease, latest(&mut reported)).or(pending) {
-        match store
-            .workflow_heartbeat(&lease, lease_for, Some(progress))
-            .await
-        {
+    if let Some(last) = checked(&lease, lease_for, latest(&mut reported)).or(pending) {
+        match store.workflow_heartbeat(&lease, last).await {
             Ok(renewed) => lease = renewed,
             Err(StoreError::LeaseLost) => return Ended::Lost,
             Err(e) => tracing::warn!(task_id = %lease.task_id, "cannot store the progress: {e}"),
@@ -333,8 +331,14 @@ async fn run_one(
             .workflow_complete(&lease, result)
             .await
             .map(|_| Ended::Completed),
-        Ok(Err(e)) => fail(store, &lease, e.message, e.failure).await,
-        Err(join) => fail(store, &lease, why_ended(join), TaskFailure::Retryable).await,
+        Ok(Err(e)) => {
+            let failed = TaskFailed {
+                error: e.message,
+                failure: e.failure,
+            };
+            fail(store, &lease, failed).await
+        }
+        Err(join) => fail(store, &lease, TaskFailed::retryable(why_ended(join))).await,
     };
     match recorded {
         Ok(ended) => ended,
@@ -346,12 +350,16 @@ async fn run_one(
     }
 }
 
-/// `progress` when the store would take it; a refused one is logged and
-/// dropped, so that it never holds up the heartbeats that keep the lease.
-fn checked(lease: &TaskLease, progress: Option<serde_json::Value>) -> Option<serde_json::Value> {
-    let p = progress?;
-    match control_plane_core::workflow::validate_progress(&p) {
-        Ok(()) => Some(p),
+/// A heartbeat storing `progress`, when it is progress a store takes; a
+/// refused one is logged and dropped, so that it never holds up the
+/// heartbeats that keep the lease.
+fn checked(
+    lease: &TaskLease,
+    lease_for: Duration,
+    progress: Option<serde_json::Value>,
+) -> Option<TaskHeartbeat> {
+    match TaskHeartbeat::with_progress(lease_for, progress?) {
+        Ok(beat) => Some(beat),
         Err(e) => {
             tracing::warn!(task_id = %lease.task_id, "the handler's progress is not stored: {e}");
             None
@@ -376,11 +384,10 @@ fn latest(
 async fn fail(
     store: &DynControlPlaneStore,
     lease: &TaskLease,
-    message: String,
-    failure: TaskFailure,
+    failed: TaskFailed,
 ) -> Result<Ended, StoreError> {
     store
-        .workflow_fail(lease, message, failure)
+        .workflow_fail(lease, failed)
         .await
         .map(|_| Ended::Failed)
 }

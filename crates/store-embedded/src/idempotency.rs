@@ -1,7 +1,5 @@
 //! Request idempotency records.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use control_plane_core::*;
 use duckdb::{params, OptionalExt};
@@ -12,13 +10,10 @@ use crate::store::Tx;
 
 pub(crate) fn begin(
     t: &mut Tx<'_>,
-    scope: &str,
-    key: &str,
-    request_hash: &str,
-    ttl: Duration,
+    req: &IdempotencyBeginRequest,
 ) -> StoreResult<IdempotencyBegin> {
-    validate_short_text("idempotency scope", scope)?;
-    validate_short_text("idempotency key", key)?;
+    let (scope, key) = (req.scope(), req.key());
+    let (request_hash, ttl) = (req.request_hash(), req.ttl());
     let now = t.now.as_millis();
     let existing = t
         .query_row(
@@ -91,13 +86,10 @@ pub(crate) fn abandon(t: &mut Tx<'_>, tok: &IdempotencyToken) -> StoreResult<()>
 impl IdempotencyStore for EmbeddedStore {
     async fn idempotency_begin(
         &self,
-        scope: &str,
-        key: &str,
-        request_hash: &str,
-        ttl: Duration,
+        req: &IdempotencyBeginRequest,
     ) -> StoreResult<IdempotencyBegin> {
-        let (scope, key, hash) = (scope.to_string(), key.to_string(), request_hash.to_string());
-        self.tx(move |t| begin(t, &scope, &key, &hash, ttl)).await
+        let req = req.clone();
+        self.tx(move |t| begin(t, &req)).await
     }
 
     async fn idempotency_complete(

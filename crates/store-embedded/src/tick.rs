@@ -17,7 +17,6 @@ pub(crate) fn claim(
     lease_for: Duration,
     every: Duration,
 ) -> StoreResult<Option<TickLease>> {
-    validate_short_text("tick name", name)?;
     let now = t.now.as_millis();
     let row = t
         .query_row(
@@ -88,14 +87,9 @@ pub(crate) fn complete(
 
 #[async_trait]
 impl TickStore for EmbeddedStore {
-    async fn tick_claim(
-        &self,
-        name: &str,
-        lease_for: Duration,
-        every: Duration,
-    ) -> StoreResult<Option<TickLease>> {
-        let name = name.to_string();
-        self.work_tx(move |t| claim(t, &name, lease_for, every))
+    async fn tick_claim(&self, req: &TickClaimRequest) -> StoreResult<Option<TickLease>> {
+        let req = req.clone();
+        self.work_tx(move |t| claim(t, req.name(), req.lease_for(), req.every()))
             .await
     }
 

@@ -132,8 +132,8 @@ mod tests {
         })
         .unwrap();
         let id = Uuid::now_v7();
-        let ok = format!("SELECT '{id}', 'dead', 1700000000000::BIGINT");
-        read(&ok, &|r| {
+        let ok = "SELECT $1, 'dead', 1700000000000::BIGINT";
+        db.query_row(ok, [id.to_string()], |r| {
             assert_eq!(r.col::<DeliveryId>(0)?, DeliveryId(id));
             assert_eq!(r.col::<DeliveryState>(1)?, DeliveryState::Dead);
             assert_eq!(

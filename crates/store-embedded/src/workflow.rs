@@ -1,7 +1,5 @@
 //! The workflow handoff queue.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
 use control_plane_core::*;
@@ -201,12 +199,9 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
 pub(crate) fn heartbeat(
     t: &mut Tx<'_>,
     lease: &TaskLease,
-    lease_for: Duration,
-    progress: Option<serde_json::Value>,
+    beat: &TaskHeartbeat,
 ) -> StoreResult<TaskLease> {
-    if let Some(p) = &progress {
-        control_plane_core::workflow::validate_progress(p)?;
-    }
+    let (lease_for, progress) = (beat.lease_for(), beat.progress());
     let r = scoped(t, &lease.account, &lease.task_id)?;
     fence(
         Some(&r.held()),
@@ -222,7 +217,7 @@ pub(crate) fn heartbeat(
             t.now.as_millis(),
             lease.account.as_str(),
             lease.task_id.as_str(),
-            progress.as_ref().map(text)
+            progress.map(text)
         ],
     )
     .db()?;
@@ -271,12 +266,8 @@ pub(crate) fn complete(
     get(t, &lease.account, &lease.task_id)
 }
 
-pub(crate) fn fail(
-    t: &mut Tx<'_>,
-    lease: &TaskLease,
-    error: String,
-    failure: TaskFailure,
-) -> StoreResult<Task> {
+pub(crate) fn fail(t: &mut Tx<'_>, lease: &TaskLease, failed: TaskFailed) -> StoreResult<Task> {
+    let TaskFailed { error, failure } = failed;
     let r = scoped(t, &lease.account, &lease.task_id)?;
     let end = FencedWrite::End { kind: "fail" };
     if fence(Some(&r.held()), &lease.token, end)? == Verdict::Repeat {
@@ -358,12 +349,10 @@ impl WorkflowStore for EmbeddedStore {
     async fn workflow_heartbeat(
         &self,
         lease: &TaskLease,
-        lease_for: Duration,
-        progress: Option<serde_json::Value>,
+        beat: TaskHeartbeat,
     ) -> StoreResult<TaskLease> {
         let lease = lease.clone();
-        self.work_tx(move |t| heartbeat(t, &lease, lease_for, progress))
-            .await
+        self.work_tx(move |t| heartbeat(t, &lease, &beat)).await
     }
 
     async fn workflow_stage_result(
@@ -384,14 +373,9 @@ impl WorkflowStore for EmbeddedStore {
         self.work_tx(move |t| complete(t, &lease, result)).await
     }
 
-    async fn workflow_fail(
-        &self,
-        lease: &TaskLease,
-        error: String,
-        failure: TaskFailure,
-    ) -> StoreResult<Task> {
+    async fn workflow_fail(&self, lease: &TaskLease, failed: TaskFailed) -> StoreResult<Task> {
         let lease = lease.clone();
-        self.work_tx(move |t| fail(t, &lease, error, failure)).await
+        self.work_tx(move |t| fail(t, &lease, failed)).await
     }
 
     async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {

@@ -1,7 +1,6 @@
 //! Request idempotency records.
 
 use crate::util::RowExt;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::*;
@@ -12,13 +11,10 @@ use crate::store::{in_tx, PostgresStore, Tx};
 
 pub(crate) async fn begin(
     t: &Tx<'_>,
-    scope: &str,
-    key: &str,
-    request_hash: &str,
-    ttl: Duration,
+    req: &IdempotencyBeginRequest,
 ) -> StoreResult<IdempotencyBegin> {
-    validate_short_text("idempotency scope", scope)?;
-    validate_short_text("idempotency key", key)?;
+    let (scope, key) = (req.scope(), req.key());
+    let (request_hash, ttl) = (req.request_hash(), req.ttl());
     let token = Uuid::new_v4();
     let started = t
         .query_opt(
@@ -88,12 +84,9 @@ pub(crate) async fn abandon(t: &Tx<'_>, token: &IdempotencyToken) -> StoreResult
 impl IdempotencyStore for PostgresStore {
     async fn idempotency_begin(
         &self,
-        scope: &str,
-        key: &str,
-        request_hash: &str,
-        ttl: Duration,
+        req: &IdempotencyBeginRequest,
     ) -> StoreResult<IdempotencyBegin> {
-        in_tx!(self, |t| begin(&t, scope, key, request_hash, ttl))
+        in_tx!(self, |t| begin(&t, req))
     }
 
     async fn idempotency_complete(

@@ -17,7 +17,6 @@ pub(crate) async fn claim(
     lease_for: Duration,
     every: Duration,
 ) -> StoreResult<Option<TickLease>> {
-    validate_short_text("tick name", name)?;
     let token = Uuid::new_v4();
     let expires = t.now.plus(lease_for);
     let row = t
@@ -60,13 +59,13 @@ pub(crate) async fn complete(
 
 #[async_trait]
 impl TickStore for PostgresStore {
-    async fn tick_claim(
-        &self,
-        name: &str,
-        lease_for: Duration,
-        every: Duration,
-    ) -> StoreResult<Option<TickLease>> {
-        in_tx!(self, |t| claim(&t, name, lease_for, every))
+    async fn tick_claim(&self, req: &TickClaimRequest) -> StoreResult<Option<TickLease>> {
+        in_tx!(self, |t| claim(
+            &t,
+            req.name(),
+            req.lease_for(),
+            req.every()
+        ))
     }
 
     async fn tick_complete(&self, lease: &TickLease, state: serde_json::Value) -> StoreResult<()> {

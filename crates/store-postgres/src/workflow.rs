@@ -1,7 +1,5 @@
 //! The workflow handoff queue.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
 use control_plane_core::*;
@@ -192,12 +190,9 @@ async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
 pub(crate) async fn heartbeat(
     t: &Tx<'_>,
     lease: &TaskLease,
-    lease_for: Duration,
-    progress: Option<serde_json::Value>,
+    beat: &TaskHeartbeat,
 ) -> StoreResult<TaskLease> {
-    if let Some(p) = &progress {
-        control_plane_core::workflow::validate_progress(p)?;
-    }
+    let (lease_for, progress) = (beat.lease_for(), beat.progress());
     let l = lock(t, lease).await?;
     fence(
         Some(&l.held()),
@@ -265,12 +260,8 @@ pub(crate) async fn complete(
     get(t, &lease.account, &lease.task_id).await
 }
 
-pub(crate) async fn fail(
-    t: &Tx<'_>,
-    lease: &TaskLease,
-    error: String,
-    failure: TaskFailure,
-) -> StoreResult<Task> {
+pub(crate) async fn fail(t: &Tx<'_>, lease: &TaskLease, failed: &TaskFailed) -> StoreResult<Task> {
+    let TaskFailed { error, failure } = failed;
     let l = lock(t, lease).await?;
     let end = FencedWrite::End { kind: "fail" };
     if fence(Some(&l.held()), &lease.token, end)? == Verdict::Repeat {
@@ -354,10 +345,9 @@ impl WorkflowStore for PostgresStore {
     async fn workflow_heartbeat(
         &self,
         lease: &TaskLease,
-        lease_for: Duration,
-        progress: Option<serde_json::Value>,
+        beat: TaskHeartbeat,
     ) -> StoreResult<TaskLease> {
-        in_tx!(self, |t| heartbeat(&t, lease, lease_for, progress.clone()))
+        in_tx!(self, |t| heartbeat(&t, lease, &beat))
     }
 
     async fn workflow_stage_result(
@@ -376,13 +366,8 @@ impl WorkflowStore for PostgresStore {
         in_tx!(self, |t| complete(&t, lease, result))
     }
 
-    async fn workflow_fail(
-        &self,
-        lease: &TaskLease,
-        error: String,
-        failure: TaskFailure,
-    ) -> StoreResult<Task> {
-        in_tx!(self, |t| fail(&t, lease, error, failure))
+    async fn workflow_fail(&self, lease: &TaskLease, failed: TaskFailed) -> StoreResult<Task> {
+        in_tx!(self, |t| fail(&t, lease, &failed))
     }
 
     async fn workflow_release(&self, lease: &TaskLease) -> StoreResult<()> {

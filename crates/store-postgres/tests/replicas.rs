@@ -462,9 +462,12 @@ async fn a_tick_has_one_holder_across_replicas() {
         for i in 0..16 {
             let s = stores[i % 4].clone();
             tasks.push(tokio::spawn(async move {
-                s.tick_claim("maintenance", Duration::from_secs(60), Duration::ZERO)
-                    .await
-                    .unwrap()
+                s.tick_claim(
+                    &TickClaimRequest::new("maintenance", Duration::from_secs(60), Duration::ZERO)
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
             }));
         }
         let mut holders = Vec::new();

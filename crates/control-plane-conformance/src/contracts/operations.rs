@@ -9,7 +9,7 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
     let ttl = Duration::from_secs(3600);
     let IdempotencyBegin::Started(token) = h
         .store
-        .idempotency_begin("a:/events", "k1", "h1", ttl)
+        .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
         .await
         .unwrap()
     else {
@@ -17,14 +17,14 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
     };
     assert_eq!(
         h.store
-            .idempotency_begin("a:/events", "k1", "h1", ttl)
+            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
             .await
             .unwrap(),
         IdempotencyBegin::InProgress
     );
     assert_eq!(
         h.store
-            .idempotency_begin("a:/events", "k1", "h2", ttl)
+            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h2", ttl).unwrap())
             .await
             .unwrap(),
         IdempotencyBegin::Mismatch
@@ -39,14 +39,14 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
         .unwrap();
     assert_eq!(
         h.store
-            .idempotency_begin("a:/events", "k1", "h1", ttl)
+            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
             .await
             .unwrap(),
         IdempotencyBegin::Replay(resp)
     );
     assert_eq!(
         h.store
-            .idempotency_begin("a:/events", "k1", "h2", ttl)
+            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h2", ttl).unwrap())
             .await
             .unwrap(),
         IdempotencyBegin::Mismatch
@@ -54,15 +54,18 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
     assert!(
         matches!(
             h.store
-                .idempotency_begin("b:/events", "k1", "h2", ttl)
+                .idempotency_begin(
+                    &IdempotencyBeginRequest::new("b:/events", "k1", "h2", ttl).unwrap()
+                )
                 .await
                 .unwrap(),
             IdempotencyBegin::Started(_)
         ),
         "scopes are separate"
     );
+    // An empty key cannot be asked for: the request refuses it when built.
     assert!(matches!(
-        h.store.idempotency_begin("", "k", "h", ttl).await,
+        IdempotencyBeginRequest::new("", "k", "h", ttl),
         Err(StoreError::InvalidInput(_))
     ));
 }
@@ -71,7 +74,11 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
 pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let ttl = Duration::from_secs(60);
-    let IdempotencyBegin::Started(t) = h.store.idempotency_begin("s", "k", "h", ttl).await.unwrap()
+    let IdempotencyBegin::Started(t) = h
+        .store
+        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
+        .await
+        .unwrap()
     else {
         panic!("expected Started");
     };
@@ -82,7 +89,7 @@ pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
     );
     assert!(matches!(
         h.store
-            .idempotency_begin("s", "k", "other", ttl)
+            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "other", ttl).unwrap())
             .await
             .unwrap(),
         IdempotencyBegin::Started(_)
@@ -93,14 +100,20 @@ pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
 pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let ttl = Duration::from_secs(60);
-    let IdempotencyBegin::Started(old) =
-        h.store.idempotency_begin("s", "k", "h", ttl).await.unwrap()
+    let IdempotencyBegin::Started(old) = h
+        .store
+        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
+        .await
+        .unwrap()
     else {
         panic!("expected Started");
     };
     h.clock.advance(ttl);
-    let IdempotencyBegin::Started(new) =
-        h.store.idempotency_begin("s", "k", "h", ttl).await.unwrap()
+    let IdempotencyBegin::Started(new) = h
+        .store
+        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
+        .await
+        .unwrap()
     else {
         panic!("an expired record is free again");
     };
@@ -113,7 +126,10 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
         Err(StoreError::LeaseLost)
     );
     assert_eq!(
-        h.store.idempotency_begin("s", "k", "h", ttl).await.unwrap(),
+        h.store
+            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
+            .await
+            .unwrap(),
         IdempotencyBegin::InProgress
     );
     h.store
@@ -121,7 +137,10 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
         .await
         .unwrap();
     assert_eq!(
-        h.store.idempotency_begin("s", "k", "h", ttl).await.unwrap(),
+        h.store
+            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
+            .await
+            .unwrap(),
         IdempotencyBegin::Replay(resp)
     );
 }
@@ -131,12 +150,16 @@ pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     for k in ["a", "b", "c"] {
         h.store
-            .idempotency_begin("s", k, "h", Duration::from_secs(10))
+            .idempotency_begin(
+                &IdempotencyBeginRequest::new("s", k, "h", Duration::from_secs(10)).unwrap(),
+            )
             .await
             .unwrap();
     }
     h.store
-        .idempotency_begin("s", "keep", "h", Duration::from_secs(100))
+        .idempotency_begin(
+            &IdempotencyBeginRequest::new("s", "keep", "h", Duration::from_secs(100)).unwrap(),
+        )
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(10));
@@ -162,7 +185,9 @@ pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
     );
     assert_eq!(
         h.store
-            .idempotency_begin("s", "keep", "h", Duration::from_secs(100))
+            .idempotency_begin(
+                &IdempotencyBeginRequest::new("s", "keep", "h", Duration::from_secs(100)).unwrap()
+            )
             .await
             .unwrap(),
         IdempotencyBegin::InProgress
@@ -176,9 +201,12 @@ pub async fn tick_is_single_flight_until_completed_or_expired(f: &dyn StoreFacto
         .map(|_| {
             let s = h.store.clone();
             tokio::spawn(async move {
-                s.tick_claim("sweep", Duration::from_secs(30), Duration::ZERO)
-                    .await
-                    .unwrap()
+                s.tick_claim(
+                    &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO)
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
             })
         })
         .collect();
@@ -190,20 +218,26 @@ pub async fn tick_is_single_flight_until_completed_or_expired(f: &dyn StoreFacto
     h.clock.advance(Duration::from_secs(29));
     assert!(h
         .store
-        .tick_claim("sweep", Duration::from_secs(30), Duration::ZERO)
+        .tick_claim(
+            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap()
+        )
         .await
         .unwrap()
         .is_none());
     assert!(h
         .store
-        .tick_claim("other", Duration::from_secs(30), Duration::ZERO)
+        .tick_claim(
+            &TickClaimRequest::new("other", Duration::from_secs(30), Duration::ZERO).unwrap()
+        )
         .await
         .unwrap()
         .is_some());
     h.clock.advance(Duration::from_secs(1));
     let next = h
         .store
-        .tick_claim("sweep", Duration::from_secs(30), Duration::ZERO)
+        .tick_claim(
+            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap(),
+        )
         .await
         .unwrap()
         .expect("expired lease");
@@ -214,12 +248,15 @@ pub async fn tick_is_single_flight_until_completed_or_expired(f: &dyn StoreFacto
     h.store.tick_complete(&next, json!(2)).await.unwrap();
     assert!(h
         .store
-        .tick_claim("sweep", Duration::from_secs(30), Duration::ZERO)
+        .tick_claim(
+            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap()
+        )
         .await
         .unwrap()
         .is_some());
+    // An empty name cannot be asked for: the request refuses it when built.
     assert!(matches!(
-        h.store.tick_claim("", LEASE, Duration::ZERO).await,
+        TickClaimRequest::new("", LEASE, Duration::ZERO),
         Err(StoreError::InvalidInput(_))
     ));
 }
@@ -230,7 +267,7 @@ pub async fn tick_state_is_kept_and_interval_respected(f: &dyn StoreFactory) {
     let every = Duration::from_secs(60);
     let t = h
         .store
-        .tick_claim("t", LEASE, every)
+        .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -242,7 +279,7 @@ pub async fn tick_state_is_kept_and_interval_respected(f: &dyn StoreFactory) {
     h.clock.advance(Duration::from_secs(59));
     assert!(
         h.store
-            .tick_claim("t", LEASE, every)
+            .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
             .await
             .unwrap()
             .is_none(),
@@ -251,7 +288,7 @@ pub async fn tick_state_is_kept_and_interval_respected(f: &dyn StoreFactory) {
     h.clock.advance(Duration::from_secs(1));
     let t = h
         .store
-        .tick_claim("t", LEASE, every)
+        .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
         .await
         .unwrap()
         .unwrap();

@@ -56,7 +56,10 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     for k in 0..5 {
         h.store
-            .idempotency_begin("s", &format!("k{k}"), "h", Duration::from_secs(1))
+            .idempotency_begin(
+                &IdempotencyBeginRequest::new("s", format!("k{k}"), "h", Duration::from_secs(1))
+                    .unwrap(),
+            )
             .await
             .unwrap();
     }
@@ -188,7 +191,7 @@ pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {
         .await
         .unwrap();
     h.store
-        .workflow_fail(&by_id("dead").lease, "no".into(), TaskFailure::Permanent)
+        .workflow_fail(&by_id("dead").lease, TaskFailed::permanent("no"))
         .await
         .unwrap();
     h.clock.advance(retention);

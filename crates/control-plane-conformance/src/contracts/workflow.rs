@@ -187,7 +187,7 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
         assert_eq!(c.lease.attempt, attempt);
         let t = h
             .store
-            .workflow_fail(&c.lease, format!("boom {attempt}"), TaskFailure::Retryable)
+            .workflow_fail(&c.lease, TaskFailed::retryable(format!("boom {attempt}")))
             .await
             .unwrap();
         let delay = policy.backoff(&tid("t"), attempt);
@@ -209,14 +209,14 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
-        .workflow_fail(&c.lease, "boom 3".into(), TaskFailure::Retryable)
+        .workflow_fail(&c.lease, TaskFailed::retryable("boom 3"))
         .await
         .unwrap();
     assert_eq!(t.state, TaskState::DeadLettered);
     assert_eq!(t.last_error.as_deref(), Some("boom 3"));
     let again = h
         .store
-        .workflow_fail(&c.lease, "boom 3".into(), TaskFailure::Retryable)
+        .workflow_fail(&c.lease, TaskFailed::retryable("boom 3"))
         .await
         .unwrap();
     assert_eq!(again, t, "a repeated failure is a no-op");
@@ -233,7 +233,7 @@ pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFa
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
-        .workflow_fail(&c.lease, "invalid input".into(), TaskFailure::Permanent)
+        .workflow_fail(&c.lease, TaskFailed::permanent("invalid input"))
         .await
         .unwrap();
     assert_eq!((t.state, t.attempts), (TaskState::DeadLettered, 1));
@@ -279,7 +279,7 @@ pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
     ));
     assert!(matches!(
         h.store
-            .workflow_fail(&forged, "x".into(), TaskFailure::Permanent)
+            .workflow_fail(&forged, TaskFailed::permanent("x"))
             .await,
         Err(StoreError::NotFound { .. })
     ));
@@ -352,7 +352,7 @@ pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) 
     ));
     assert!(h
         .store
-        .workflow_heartbeat(&crossed, LEASE, None)
+        .workflow_heartbeat(&crossed, TaskHeartbeat::extend(LEASE))
         .await
         .is_err());
     assert_eq!(state("b").await, TaskState::Leased);
@@ -361,9 +361,12 @@ pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) 
         (state("a").await, state("b").await),
         (TaskState::Completed, TaskState::Leased)
     );
-    h.store.workflow_heartbeat(&lb, LEASE, None).await.unwrap();
     h.store
-        .workflow_fail(&lb, "x".into(), TaskFailure::Permanent)
+        .workflow_heartbeat(&lb, TaskHeartbeat::extend(LEASE))
+        .await
+        .unwrap();
+    h.store
+        .workflow_fail(&lb, TaskFailed::permanent("x"))
         .await
         .unwrap();
     assert_eq!(
@@ -411,18 +414,22 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
         async move { store.workflow_get(&acct("a"), &id).await.unwrap().progress }
     };
     h.store
-        .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 1})))
+        .workflow_heartbeat(
+            &c.lease,
+            TaskHeartbeat::with_progress(LEASE, json!({"done": 1})).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(read(&h).await, Some(json!({"done": 1})));
     h.store
-        .workflow_heartbeat(&c.lease, LEASE, None)
+        .workflow_heartbeat(&c.lease, TaskHeartbeat::extend(LEASE))
         .await
         .unwrap();
     assert_eq!(read(&h).await, Some(json!({"done": 1})), "None keeps it");
-    // Progress is checked as payloads are, alike on every adapter.
+    // Progress is checked as payloads are, alike on every adapter: when the
+    // heartbeat is built, so a refused one never reaches a store.
     for bad in [json!({"note": "a\u{0}b"}), json!("x".repeat(70_000))] {
-        let r = h.store.workflow_heartbeat(&c.lease, LEASE, Some(bad)).await;
+        let r = TaskHeartbeat::with_progress(LEASE, bad);
         assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{r:?}");
     }
     assert_eq!(
@@ -431,7 +438,10 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
         "a refused one stores nothing"
     );
     h.store
-        .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 2})))
+        .workflow_heartbeat(
+            &c.lease,
+            TaskHeartbeat::with_progress(LEASE, json!({"done": 2})).unwrap(),
+        )
         .await
         .unwrap();
     // The worker dies: its lease expires and the next run starts from 2.
@@ -440,7 +450,10 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
     assert_eq!(again.task.progress, Some(json!({"done": 2})));
     assert_eq!(
         h.store
-            .workflow_heartbeat(&c.lease, LEASE, Some(json!({"done": 99})))
+            .workflow_heartbeat(
+                &c.lease,
+                TaskHeartbeat::with_progress(LEASE, json!({"done": 99})).unwrap()
+            )
             .await,
         Err(StoreError::LeaseLost)
     );
@@ -451,7 +464,10 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
     );
     assert!(h.store.workflow_get(&acct("b"), &id).await.is_err());
     h.store
-        .workflow_heartbeat(&again.lease, LEASE, Some(json!({"done": 3})))
+        .workflow_heartbeat(
+            &again.lease,
+            TaskHeartbeat::with_progress(LEASE, json!({"done": 3})).unwrap(),
+        )
         .await
         .unwrap();
     let done = h
@@ -471,7 +487,7 @@ pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFac
     h.clock.advance(Duration::from_secs(20));
     let l = h
         .store
-        .workflow_heartbeat(&c.lease, LEASE, None)
+        .workflow_heartbeat(&c.lease, TaskHeartbeat::extend(LEASE))
         .await
         .unwrap();
     assert_eq!(l.expires_at, h.clock.now().plus(LEASE));
@@ -482,7 +498,9 @@ pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFac
     );
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(
-        h.store.workflow_heartbeat(&c.lease, LEASE, None).await,
+        h.store
+            .workflow_heartbeat(&c.lease, TaskHeartbeat::extend(LEASE))
+            .await,
         Err(StoreError::LeaseLost)
     );
     let again = claim_kinds(&h, &["k"], 1).await.remove(0);
@@ -526,8 +544,7 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
         h.store
             .workflow_fail(
                 &c.lease,
-                format!("failed {}", c.task.id),
-                TaskFailure::Retryable,
+                TaskFailed::retryable(format!("failed {}", c.task.id)),
             )
             .await
             .unwrap();

@@ -42,8 +42,10 @@ pub trait WorkflowStore: Send + Sync {
     /// Leases of a claim cancelled after its commit expire.
     async fn workflow_claim(&self, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>>;
 
-    /// Extends a live lease while the handler runs, and stores `progress`
-    /// when given (what the handler has done so far; `None` keeps the last).
+    /// Extends a live lease while the handler runs by the heartbeat's
+    /// `lease_for`, and stores its progress when it has one (what the
+    /// handler has done so far; none keeps the last). The progress was
+    /// checked when the [`TaskHeartbeat`] was built.
     ///
     /// # Behavior
     /// - A stale or expired lease is `LeaseLost` (`workflow_heartbeat_extends_and_stale_lease_is_lost`).
@@ -57,8 +59,7 @@ pub trait WorkflowStore: Send + Sync {
     async fn workflow_heartbeat(
         &self,
         lease: &TaskLease,
-        lease_for: Duration,
-        progress: Option<serde_json::Value>,
+        beat: TaskHeartbeat,
     ) -> StoreResult<TaskLease>;
 
     /// Stores the handler's result before completion, so a crash between the
@@ -106,12 +107,7 @@ pub trait WorkflowStore: Send + Sync {
     ///
     /// # Cancellation safety
     /// Safe to retry.
-    async fn workflow_fail(
-        &self,
-        lease: &TaskLease,
-        error: String,
-        failure: TaskFailure,
-    ) -> StoreResult<Task>;
+    async fn workflow_fail(&self, lease: &TaskLease, failed: TaskFailed) -> StoreResult<Task>;
 
     /// Returns a leased task to `pending` without spending its attempt (shutdown).
     ///
@@ -166,17 +162,15 @@ pub trait IdempotencyStore: Send + Sync {
     ///   different request (`idempotency_begin_reports_every_outcome`).
     ///
     /// # Errors
-    /// `InvalidInput` for an empty scope or key; a failure to persist is an
-    /// error, never a `Started`.
+    /// A failure to persist is an error, never a `Started` (an empty or
+    /// oversized scope or key cannot be asked: [`IdempotencyBeginRequest::new`]
+    /// refuses it).
     ///
     /// # Cancellation safety
     /// A cancelled begin may hold the key until the TTL passes.
     async fn idempotency_begin(
         &self,
-        scope: &str,
-        key: &str,
-        request_hash: &str,
-        ttl: Duration,
+        req: &IdempotencyBeginRequest,
     ) -> StoreResult<IdempotencyBegin>;
 
     /// Stores the response; later begins replay it.
@@ -209,25 +203,19 @@ pub trait IdempotencyStore: Send + Sync {
 /// Single-flight periodic work.
 #[async_trait]
 pub trait TickStore: Send + Sync {
-    /// Claims the tick `name` unless another holder's lease is live or it
-    /// completed less than `every` ago.
+    /// Claims the tick the request names unless another holder's lease is
+    /// live or it completed less than its `every` ago.
     ///
     /// # Behavior
     /// - At most one holder across replicas until completion or expiry
     ///   (`tick_is_single_flight_until_completed_or_expired`); the stored state
     ///   comes back and `every` is respected (`tick_state_is_kept_and_interval_respected`).
     ///
-    /// # Errors
-    /// `InvalidInput` for an empty or oversized name.
+    /// The name was checked when the [`TickClaimRequest`] was built.
     ///
     /// # Cancellation safety
     /// A cancelled claim may hold the tick until its lease expires.
-    async fn tick_claim(
-        &self,
-        name: &str,
-        lease_for: Duration,
-        every: Duration,
-    ) -> StoreResult<Option<TickLease>>;
+    async fn tick_claim(&self, req: &TickClaimRequest) -> StoreResult<Option<TickLease>>;
 
     /// Stores the tick's state and frees it.
     ///
