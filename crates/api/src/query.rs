@@ -5,6 +5,7 @@
 //! the store's own types, never JSON or HTML. How they are shown is the
 //! caller's (`crate::views` for JSON, the dashboard's templates for HTML).
 
+use control_plane_core::EndpointKey;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -89,7 +90,7 @@ pub async fn send_example(
 ) -> Result<Published, ApiError> {
     let published = state
         .store
-        .event_type_send_example(account, name, endpoint)
+        .event_type_send_example(EndpointKey::new(account, endpoint), name)
         .await?;
     state.usage.add(account, UsageMetric::EventsPublished, 1);
     Ok(published)
@@ -227,9 +228,14 @@ pub async fn endpoint_health(
     let mut out = Vec::new();
     for endpoint in store.endpoint_list(account).await?.into_iter().take(200) {
         let circuit = store.circuit_get(account, endpoint.id).await?;
-        let last_hour = store.attempt_stats(account, endpoint.id, hour_ago).await?;
+        let last_hour = store
+            .attempt_stats(EndpointKey::new(account, endpoint.id), hour_ago)
+            .await?;
         let recent = store
-            .attempt_list_for_endpoint(account, endpoint.id, PageRequest::first(30))
+            .attempt_list_for_endpoint(
+                EndpointKey::new(account, endpoint.id),
+                PageRequest::first(30),
+            )
             .await?;
         out.push(EndpointHealth {
             in_flight: in_flight.get(&endpoint.id).copied().unwrap_or(0),

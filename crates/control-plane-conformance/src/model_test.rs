@@ -230,8 +230,7 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 model.set_enabled(endpoint, enabled);
                 h.store
                     .endpoint_set_enabled(
-                        &account,
-                        endpoints[endpoint],
+                        EndpointKey::new(&account, endpoints[endpoint]),
                         if enabled {
                             Enablement::Enabled
                         } else {

@@ -108,10 +108,11 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     };
     store
         .endpoint_rotate_secret(
-            &sealed.account,
-            sealed.id,
-            secret(3),
-            Duration::from_secs(3600),
+            EndpointKey::new(&sealed.account, sealed.id),
+            SecretRotation {
+                secret: secret(3),
+                grace: Duration::from_secs(3600),
+            },
         )
         .await
         .unwrap();

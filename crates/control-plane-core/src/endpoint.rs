@@ -258,6 +258,16 @@ impl EndpointCreateRequest {
     }
 }
 
+/// A rotation of an endpoint's signing secret: the new secret, and how
+/// long the one it replaces keeps signing beside it.
+#[derive(Clone, Debug)]
+pub struct SecretRotation {
+    /// The new signing secret.
+    pub secret: Secret,
+    /// How long the previous secret keeps signing too.
+    pub grace: std::time::Duration,
+}
+
 /// Changes to an endpoint; `None` leaves a field as it is.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointUpdateRequest {

@@ -132,7 +132,7 @@ pub async fn recover(
             }
             out.matched += 1;
             let q = store
-                .delivery_enqueue(account, endpoint.id, event.id)
+                .delivery_enqueue(crate::EndpointKey::new(account, endpoint.id), event.id)
                 .await?;
             if q.won {
                 out.created += 1;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::StoreError;
+use crate::Timestamp;
 
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -249,4 +250,31 @@ mod tests {
         assert!(AccountId::new("a b").is_err());
         assert!(AccountId::new("x".repeat(65)).is_err());
     }
+}
+
+/// An endpoint of an account: how the port's endpoint-scoped methods name
+/// it. The account scopes every read and write: the endpoint of another
+/// account is `NotFound`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointKey<'a> {
+    /// The account.
+    pub account: &'a AccountId,
+    /// The endpoint.
+    pub id: EndpointId,
+}
+
+impl<'a> EndpointKey<'a> {
+    /// Endpoint `id` of `account`.
+    pub fn new(account: &'a AccountId, id: EndpointId) -> Self {
+        EndpointKey { account, id }
+    }
+}
+
+/// A span of time `[from, to)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    /// The first instant in it.
+    pub from: Timestamp,
+    /// The first instant after it.
+    pub to: Timestamp,
 }

@@ -195,8 +195,10 @@ mod tests {
         let counted = store
             .usage_query(
                 &account,
-                SystemClock.now().minus(Duration::from_secs(7200)),
-                SystemClock.now().plus(Duration::from_secs(3600)),
+                control_plane_core::TimeRange {
+                    from: SystemClock.now().minus(Duration::from_secs(7200)),
+                    to: SystemClock.now().plus(Duration::from_secs(3600)),
+                },
             )
             .await
             .unwrap();

@@ -235,8 +235,7 @@ async fn custom_headers_are_sent_and_authorization_replaces_the_urls() {
         .collect();
     s.store
         .endpoint_update(
-            &AccountId::new("acme").unwrap(),
-            s.endpoint.id,
+            EndpointKey::new(&AccountId::new("acme").unwrap(), s.endpoint.id),
             EndpointUpdateRequest {
                 headers: Some(headers),
                 ..EndpointUpdateRequest::default()
@@ -444,8 +443,7 @@ async fn a_failed_token_request_fails_the_attempt_without_sending() {
     let s = setup(&r.url).await;
     s.store
         .endpoint_update(
-            &s.endpoint.account,
-            s.endpoint.id,
+            EndpointKey::new(&s.endpoint.account, s.endpoint.id),
             EndpointUpdateRequest {
                 oauth2: Some(Some(ClientCredentials {
                     token_url: token.url.clone(),

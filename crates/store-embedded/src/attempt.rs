@@ -227,10 +227,10 @@ impl AttemptLogStore for EmbeddedStore {
 
     async fn attempt_list_for_endpoint(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>> {
+        let (account, id) = (endpoint.account, endpoint.id);
         let account = account.clone();
         self.tx(move |t| list_for_endpoint(t, &account, id, page))
             .await
@@ -238,10 +238,10 @@ impl AttemptLogStore for EmbeddedStore {
 
     async fn attempt_stats(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         since: Timestamp,
     ) -> StoreResult<AttemptStats> {
+        let (account, id) = (endpoint.account, endpoint.id);
         let account = account.clone();
         self.tx(move |t| stats(t, &account, id, since)).await
     }

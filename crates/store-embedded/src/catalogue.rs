@@ -197,10 +197,10 @@ impl CatalogueStore for EmbeddedStore {
 
     async fn event_type_send_example(
         &self,
-        account: &AccountId,
+        endpoint: EndpointKey<'_>,
         name: &str,
-        endpoint: EndpointId,
     ) -> StoreResult<Published> {
+        let (account, endpoint) = (endpoint.account, endpoint.id);
         let (account, name) = (account.clone(), name.to_string());
         let published = self
             .tx(move |t| send_example(t, &account, &name, endpoint))

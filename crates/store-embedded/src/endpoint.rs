@@ -535,21 +535,21 @@ impl EndpointStore for EmbeddedStore {
 
     async fn endpoint_update(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
         let account = account.clone();
         self.tx(move |t| update(t, &account, id, req)).await
     }
 
     async fn endpoint_rotate_secret(
         &self,
-        account: &AccountId,
-        id: EndpointId,
-        secret: Secret,
-        grace: Duration,
+        endpoint: EndpointKey<'_>,
+        rotation: SecretRotation,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
+        let SecretRotation { secret, grace } = rotation;
         let account = account.clone();
         self.tx(move |t| rotate_secret(t, &account, id, secret, grace))
             .await
@@ -561,10 +561,10 @@ impl EndpointStore for EmbeddedStore {
 
     async fn endpoint_set_enabled(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         enablement: Enablement,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
         let enabled = enablement == Enablement::Enabled;
         let account = account.clone();
         let e = self

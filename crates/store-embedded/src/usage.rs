@@ -85,9 +85,9 @@ impl UsageStore for EmbeddedStore {
     async fn usage_query(
         &self,
         account: &AccountId,
-        from: Timestamp,
-        to: Timestamp,
+        range: TimeRange,
     ) -> StoreResult<Vec<UsageRow>> {
+        let TimeRange { from, to } = range;
         let account = account.clone();
         self.tx(move |t| query(t, &account, from, to)).await
     }

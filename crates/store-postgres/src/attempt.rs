@@ -175,19 +175,19 @@ impl AttemptLogStore for PostgresStore {
 
     async fn attempt_list_for_endpoint(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>> {
+        let (account, id) = (endpoint.account, endpoint.id);
         in_tx!(self, |t| list_for_endpoint(&t, account, id, page))
     }
 
     async fn attempt_stats(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         since: Timestamp,
     ) -> StoreResult<AttemptStats> {
+        let (account, id) = (endpoint.account, endpoint.id);
         in_tx!(self, |t| stats(&t, account, id, since))
     }
 }

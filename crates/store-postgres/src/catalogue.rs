@@ -151,10 +151,10 @@ impl CatalogueStore for PostgresStore {
 
     async fn event_type_send_example(
         &self,
-        account: &AccountId,
+        endpoint: EndpointKey<'_>,
         name: &str,
-        endpoint: EndpointId,
     ) -> StoreResult<Published> {
+        let (account, endpoint) = (endpoint.account, endpoint.id);
         let out = in_tx!(self, |t| send_example(&t, account, name, endpoint))?;
         self.wake().await;
         Ok(out)

@@ -396,20 +396,20 @@ impl EndpointStore for PostgresStore {
 
     async fn endpoint_update(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
         in_tx!(self, |t| update(&t, account, id, req))
     }
 
     async fn endpoint_rotate_secret(
         &self,
-        account: &AccountId,
-        id: EndpointId,
-        secret: Secret,
-        grace: Duration,
+        endpoint: EndpointKey<'_>,
+        rotation: SecretRotation,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
+        let SecretRotation { secret, grace } = rotation;
         in_tx!(self, |t| rotate_secret(&t, account, id, secret, grace))
     }
 
@@ -419,10 +419,10 @@ impl EndpointStore for PostgresStore {
 
     async fn endpoint_set_enabled(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         enablement: Enablement,
     ) -> StoreResult<Endpoint> {
+        let (account, id) = (endpoint.account, endpoint.id);
         let out = in_tx!(self, |t| set_enabled(&t, account, id, enablement))?;
         self.wake().await;
         Ok(out)

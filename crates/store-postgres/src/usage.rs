@@ -70,9 +70,9 @@ impl UsageStore for PostgresStore {
     async fn usage_query(
         &self,
         account: &AccountId,
-        from: Timestamp,
-        to: Timestamp,
+        range: TimeRange,
     ) -> StoreResult<Vec<UsageRow>> {
+        let TimeRange { from, to } = range;
         in_tx!(self, |t| query(&t, account, from, to))
     }
 }

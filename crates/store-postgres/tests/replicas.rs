@@ -128,7 +128,9 @@ async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
         for i in 0..16 {
             let s = stores[i % 4].clone();
             tasks.push(tokio::spawn(async move {
-                s.delivery_enqueue(&acct(), e.id, event).await.unwrap()
+                s.delivery_enqueue(EndpointKey::new(&acct(), e.id), event)
+                    .await
+                    .unwrap()
             }));
         }
         let mut results = Vec::new();

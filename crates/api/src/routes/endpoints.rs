@@ -2,6 +2,7 @@
 //! their stats, and their recovery.
 
 use control_plane_core::ClientCredentials;
+use control_plane_core::{EndpointKey, SecretRotation};
 
 use super::*;
 
@@ -235,7 +236,7 @@ pub(crate) async fn endpoint_update(
     };
     let e = s
         .store
-        .endpoint_update(&account, id("endpoint", &p.id)?, req)
+        .endpoint_update(EndpointKey::new(&account, id("endpoint", &p.id)?), req)
         .await?;
     ok(StatusCode::OK, EndpointView::from(&e))
 }
@@ -333,10 +334,11 @@ pub(crate) async fn endpoint_rotate(
     let e = s
         .store
         .endpoint_rotate_secret(
-            &account,
-            endpoint,
-            Secret::new(secret.clone()),
-            s.rotation_grace,
+            EndpointKey::new(&account, endpoint),
+            SecretRotation {
+                secret: Secret::new(secret.clone()),
+                grace: s.rotation_grace,
+            },
         )
         .await?;
     ok(StatusCode::OK, EndpointWithSecret::new(&e, secret, true))
@@ -358,8 +360,7 @@ pub(crate) async fn endpoint_enable(
     let e = s
         .store
         .endpoint_set_enabled(
-            &account,
-            id("endpoint", &p.id)?,
+            EndpointKey::new(&account, id("endpoint", &p.id)?),
             control_plane_core::Enablement::Enabled,
         )
         .await?;
@@ -404,8 +405,7 @@ pub(crate) async fn endpoint_disable(
     let e = s
         .store
         .endpoint_set_enabled(
-            &account,
-            endpoint,
+            EndpointKey::new(&account, endpoint),
             control_plane_core::Enablement::Disabled { reason },
         )
         .await?;
@@ -430,8 +430,14 @@ pub(crate) async fn endpoint_stats(
     let now = s.clock.now();
     let hour = now.minus(Duration::from_secs(3600));
     let day = now.minus(Duration::from_secs(86_400));
-    let last_hour = s.store.attempt_stats(&account, endpoint, hour).await?;
-    let last_day = s.store.attempt_stats(&account, endpoint, day).await?;
+    let last_hour = s
+        .store
+        .attempt_stats(EndpointKey::new(&account, endpoint), hour)
+        .await?;
+    let last_day = s
+        .store
+        .attempt_stats(EndpointKey::new(&account, endpoint), day)
+        .await?;
     ok(
         StatusCode::OK,
         EndpointStats {

@@ -1,6 +1,7 @@
 //! Operations: metered usage and alerts.
 
 use super::*;
+use control_plane_core::TimeRange;
 
 /// The time range of a usage query.
 #[derive(Deserialize, IntoParams)]
@@ -29,7 +30,10 @@ pub(crate) async fn usage(
         .unwrap_or_else(|| s.clock.now().plus(Duration::from_secs(1)));
     let from = unix_seconds("from", q.from, ApiError::bad_request)?
         .unwrap_or_else(|| to.minus(Duration::from_secs(24 * 3600)));
-    let rows = s.store.usage_query(&account, from, to).await?;
+    let rows = s
+        .store
+        .usage_query(&account, TimeRange { from, to })
+        .await?;
     let items = rows.iter().map(UsageView::from).collect();
     ok(StatusCode::OK, UsageList { items })
 }

@@ -228,7 +228,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
 
     let sent = h
         .store
-        .event_type_send_example(&acct("a"), "order.created", target.id)
+        .event_type_send_example(EndpointKey::new(&acct("a"), target.id), "order.created")
         .await
         .unwrap();
     assert_eq!(
@@ -252,20 +252,23 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
 
     assert!(matches!(
         h.store
-            .event_type_send_example(&acct("a"), "no.such.type", target.id)
+            .event_type_send_example(EndpointKey::new(&acct("a"), target.id), "no.such.type")
             .await,
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(
         h.store
-            .event_type_send_example(&acct("a"), "order.created", EndpointId::new())
+            .event_type_send_example(
+                EndpointKey::new(&acct("a"), EndpointId::new()),
+                "order.created"
+            )
             .await,
         Err(StoreError::NotFound { .. })
     ));
     let other = endpoint(&h, "b", false).await;
     assert!(matches!(
         h.store
-            .event_type_send_example(&acct("a"), "order.created", other.id)
+            .event_type_send_example(EndpointKey::new(&acct("a"), other.id), "order.created")
             .await,
         Err(StoreError::NotFound { .. })
     ));
@@ -275,7 +278,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
         .unwrap();
     invalid(
         h.store
-            .event_type_send_example(&acct("a"), "plain", target.id)
+            .event_type_send_example(EndpointKey::new(&acct("a"), target.id), "plain")
             .await,
         "no example",
     );

@@ -20,7 +20,7 @@ pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {
     assert!(ep.disabled_reason.unwrap_or_default().contains("410"));
     assert!(claim(&h, 1).await.is_empty());
     h.store
-        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
+        .endpoint_set_enabled(EndpointKey::new(&acct("a"), e.id), Enablement::Enabled)
         .await
         .unwrap();
     let again = claim(&h, 1).await;

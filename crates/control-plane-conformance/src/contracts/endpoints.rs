@@ -64,15 +64,24 @@ pub async fn endpoint_of_another_account_is_not_found(f: &dyn StoreFactory) {
     let nf = |r: StoreResult<()>| assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
     nf(h.store.endpoint_get(&b, e.id).await.map(drop));
     nf(h.store
-        .endpoint_update(&b, e.id, EndpointUpdateRequest::default())
+        .endpoint_update(EndpointKey::new(&b, e.id), EndpointUpdateRequest::default())
         .await
         .map(drop));
     nf(h.store
-        .endpoint_set_enabled(&b, e.id, Enablement::Disabled { reason: None })
+        .endpoint_set_enabled(
+            EndpointKey::new(&b, e.id),
+            Enablement::Disabled { reason: None },
+        )
         .await
         .map(drop));
     nf(h.store
-        .endpoint_rotate_secret(&b, e.id, Secret::new("x"), LEASE)
+        .endpoint_rotate_secret(
+            EndpointKey::new(&b, e.id),
+            SecretRotation {
+                secret: Secret::new("x"),
+                grace: LEASE,
+            },
+        )
         .await
         .map(drop));
     nf(h.store.endpoint_delete(&b, e.id).await.map(drop));
@@ -102,8 +111,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     let u = h
         .store
         .endpoint_update(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             EndpointUpdateRequest {
                 url: Some("https://example.com/2".into()),
                 ..Default::default()
@@ -118,8 +126,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     let u = h
         .store
         .endpoint_update(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             EndpointUpdateRequest {
                 description: Some(None),
                 event_types: Some(vec!["x".into()]),
@@ -134,8 +141,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     let bad = h
         .store
         .endpoint_update(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             EndpointUpdateRequest {
                 url: Some("nope".into()),
                 ..Default::default()
@@ -152,10 +158,11 @@ pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
     let r = h
         .store
         .endpoint_rotate_secret(
-            &acct("a"),
-            e.id,
-            Secret::new("whsec_bmV3"),
-            Duration::from_secs(60),
+            EndpointKey::new(&acct("a"), e.id),
+            SecretRotation {
+                secret: Secret::new("whsec_bmV3"),
+                grace: Duration::from_secs(60),
+            },
         )
         .await
         .unwrap();
@@ -259,8 +266,7 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     let changed = h
         .store
         .endpoint_update(
-            &acct("a"),
-            big.id,
+            EndpointKey::new(&acct("a"), big.id),
             update(Some(
                 EventFilter::parse(json!({"data.amount": {"$lt": 100}})).unwrap(),
             )),
@@ -283,7 +289,7 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     );
     let cleared = h
         .store
-        .endpoint_update(&acct("a"), big.id, update(None))
+        .endpoint_update(EndpointKey::new(&acct("a"), big.id), update(None))
         .await
         .unwrap();
     assert_eq!(cleared.filter, None);
@@ -307,8 +313,7 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     let d = h
         .store
         .endpoint_set_enabled(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             Enablement::Disabled {
                 reason: Some("maintenance".into()),
             },
@@ -328,7 +333,7 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     assert_eq!(get(&h, "a", during).await.state, DeliveryState::Pending);
     let d = h
         .store
-        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
+        .endpoint_set_enabled(EndpointKey::new(&acct("a"), e.id), Enablement::Enabled)
         .await
         .unwrap();
     assert_eq!((d.enabled, d.disabled_reason), (true, None));
@@ -447,10 +452,11 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
         .unwrap();
     h.store
         .endpoint_rotate_secret(
-            &a,
-            e.id,
-            Secret::new("whsec_bmV3"),
-            Duration::from_secs(3600),
+            EndpointKey::new(&a, e.id),
+            SecretRotation {
+                secret: Secret::new("whsec_bmV3"),
+                grace: Duration::from_secs(3600),
+            },
         )
         .await
         .unwrap();
@@ -534,12 +540,18 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
     };
     let r = h
         .store
-        .endpoint_update(&acct("a"), e.id, update(&[("Connection", "close")]))
+        .endpoint_update(
+            EndpointKey::new(&acct("a"), e.id),
+            update(&[("Connection", "close")]),
+        )
         .await;
     assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{r:?}");
     let changed = h
         .store
-        .endpoint_update(&acct("a"), e.id, update(&[("x-tenant", "t-9")]))
+        .endpoint_update(
+            EndpointKey::new(&acct("a"), e.id),
+            update(&[("x-tenant", "t-9")]),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -553,15 +565,14 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
     };
     invalid(
         h.store
-            .endpoint_update(&acct("a"), e.id, elsewhere.clone())
+            .endpoint_update(EndpointKey::new(&acct("a"), e.id), elsewhere.clone())
             .await,
         "\"headers\"",
     );
     let moved = h
         .store
         .endpoint_update(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             EndpointUpdateRequest {
                 headers: Some([("x-tenant".to_string(), "t-10".to_string())].into()),
                 ..elsewhere
@@ -572,7 +583,7 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
     assert_eq!(moved.url, "http://127.0.0.1:9/hook");
     let cleared = h
         .store
-        .endpoint_update(&acct("a"), e.id, update(&[]))
+        .endpoint_update(EndpointKey::new(&acct("a"), e.id), update(&[]))
         .await
         .unwrap();
     assert_eq!(cleared.headers, None);
@@ -605,10 +616,11 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
 
     h.store
         .endpoint_rotate_secret(
-            &acct("a"),
-            e.id,
-            Secret::new("whsec_bmV3"),
-            Duration::from_secs(60),
+            EndpointKey::new(&acct("a"), e.id),
+            SecretRotation {
+                secret: Secret::new("whsec_bmV3"),
+                grace: Duration::from_secs(60),
+            },
         )
         .await
         .unwrap();
@@ -626,7 +638,7 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
         ..EndpointUpdateRequest::default()
     };
     h.store
-        .endpoint_update(&acct("a"), e.id, update)
+        .endpoint_update(EndpointKey::new(&acct("a"), e.id), update)
         .await
         .unwrap();
     let c = next().await;
@@ -640,8 +652,7 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
     publish(&h, "a").await;
     h.store
         .endpoint_set_enabled(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             Enablement::Disabled {
                 reason: Some("paused".into()),
             },
@@ -653,7 +664,7 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
         "a disabled endpoint is skipped"
     );
     h.store
-        .endpoint_set_enabled(&acct("a"), e.id, Enablement::Enabled)
+        .endpoint_set_enabled(EndpointKey::new(&acct("a"), e.id), Enablement::Enabled)
         .await
         .unwrap();
     let c = claim(&h, 10).await;
@@ -707,8 +718,7 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     let kept = h
         .store
         .endpoint_update(
-            &acct("a"),
-            e.id,
+            EndpointKey::new(&acct("a"), e.id),
             EndpointUpdateRequest {
                 description: Some(Some("renamed".into())),
                 ..EndpointUpdateRequest::default()
@@ -723,13 +733,13 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     };
     invalid(
         h.store
-            .endpoint_update(&acct("a"), e.id, set(Some(creds("a\nb"))))
+            .endpoint_update(EndpointKey::new(&acct("a"), e.id), set(Some(creds("a\nb"))))
             .await,
         "oauth2.client_secret",
     );
     let changed = h
         .store
-        .endpoint_update(&acct("a"), e.id, set(Some(creds("s-2"))))
+        .endpoint_update(EndpointKey::new(&acct("a"), e.id), set(Some(creds("s-2"))))
         .await
         .unwrap();
     assert_eq!(changed.oauth2_client(), Some(creds("s-2")));
@@ -743,8 +753,7 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     invalid(
         h.store
             .endpoint_update(
-                &acct("a"),
-                e.id,
+                EndpointKey::new(&acct("a"), e.id),
                 moved("https://elsewhere.example/hook", None),
             )
             .await,
@@ -752,7 +761,10 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     );
     let same_origin = h
         .store
-        .endpoint_update(&acct("a"), e.id, moved("https://example.com/other", None))
+        .endpoint_update(
+            EndpointKey::new(&acct("a"), e.id),
+            moved("https://example.com/other", None),
+        )
         .await
         .unwrap();
     assert_eq!(same_origin.oauth2_client(), Some(creds("s-2")));
@@ -765,7 +777,7 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     assert_eq!(claimed, Some(creds("s-2")));
     let removed = h
         .store
-        .endpoint_update(&acct("a"), e.id, set(None))
+        .endpoint_update(EndpointKey::new(&acct("a"), e.id), set(None))
         .await
         .unwrap();
     assert_eq!(removed.oauth2, None);

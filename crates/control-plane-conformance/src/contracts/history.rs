@@ -368,7 +368,10 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
     let now = h.clock.now();
     let hour = h
         .store
-        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(3600)))
+        .attempt_stats(
+            EndpointKey::new(&acct("a"), e.id),
+            now.minus(Duration::from_secs(3600)),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -384,7 +387,10 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
     assert_eq!(hour.success_rate(), Some(0.75));
     let day = h
         .store
-        .attempt_stats(&acct("a"), e.id, now.minus(Duration::from_secs(86_400)))
+        .attempt_stats(
+            EndpointKey::new(&acct("a"), e.id),
+            now.minus(Duration::from_secs(86_400)),
+        )
         .await
         .unwrap();
     assert_eq!((day.delivered, day.failed), (4, 1));
@@ -394,13 +400,19 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
     );
     let none = h
         .store
-        .attempt_stats(&acct("a"), quiet.id, now.minus(Duration::from_secs(86_400)))
+        .attempt_stats(
+            EndpointKey::new(&acct("a"), quiet.id),
+            now.minus(Duration::from_secs(86_400)),
+        )
         .await
         .unwrap();
     assert_eq!(none, AttemptStats::default());
     let r = h
         .store
-        .attempt_stats(&acct("b"), e.id, now.minus(Duration::from_secs(86_400)))
+        .attempt_stats(
+            EndpointKey::new(&acct("b"), e.id),
+            now.minus(Duration::from_secs(86_400)),
+        )
         .await;
     assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
 }
@@ -533,7 +545,10 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     loop {
         let p = h
             .store
-            .attempt_list_for_endpoint(&acct("a"), e1.id, PageRequest { limit: 3, after })
+            .attempt_list_for_endpoint(
+                EndpointKey::new(&acct("a"), e1.id),
+                PageRequest { limit: 3, after },
+            )
             .await
             .unwrap();
         rows.extend(p.items);
@@ -548,13 +563,13 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     assert_eq!(rows[0].result, AttemptResult::Delivered);
     let e2_rows = h
         .store
-        .attempt_list_for_endpoint(&acct("a"), e2.id, PageRequest::first(100))
+        .attempt_list_for_endpoint(EndpointKey::new(&acct("a"), e2.id), PageRequest::first(100))
         .await
         .unwrap();
     assert_eq!(e2_rows.items.len(), 4);
     let other = h
         .store
-        .attempt_list_for_endpoint(&acct("b"), e1.id, PageRequest::first(10))
+        .attempt_list_for_endpoint(EndpointKey::new(&acct("b"), e1.id), PageRequest::first(10))
         .await;
     assert!(matches!(other, Err(StoreError::NotFound { .. })));
 }

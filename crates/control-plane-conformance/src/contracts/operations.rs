@@ -332,7 +332,13 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
     assert!(h.store.usage_record(more).await.unwrap());
     let rows = h
         .store
-        .usage_query(&acct("a"), t0, t0.plus(hour * 2))
+        .usage_query(
+            &acct("a"),
+            TimeRange {
+                from: t0,
+                to: t0.plus(hour * 2),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -352,7 +358,13 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
     );
     assert_eq!(
         h.store
-            .usage_query(&acct("a"), t0.plus(hour), t0.plus(hour * 2))
+            .usage_query(
+                &acct("a"),
+                TimeRange {
+                    from: t0.plus(hour),
+                    to: t0.plus(hour * 2)
+                }
+            )
             .await
             .unwrap()
             .len(),

@@ -11,8 +11,7 @@ pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     let disabled = endpoint(&h, "a", false).await;
     h.store
         .endpoint_set_enabled(
-            &acct("a"),
-            disabled.id,
+            EndpointKey::new(&acct("a"), disabled.id),
             Enablement::Disabled { reason: None },
         )
         .await
@@ -294,7 +293,10 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
         description: Some(Some("nul\u{0}".into())),
         ..EndpointUpdateRequest::default()
     };
-    let updated = h.store.endpoint_update(&acct("a"), e.id, update).await;
+    let updated = h
+        .store
+        .endpoint_update(EndpointKey::new(&acct("a"), e.id), update)
+        .await;
     assert!(
         matches!(updated, Err(StoreError::InvalidInput(_))),
         "{updated:?}"
@@ -356,7 +358,10 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
             ..EndpointUpdateRequest::default()
         },
     ] {
-        let updated = h.store.endpoint_update(&acct("a"), e.id, update).await;
+        let updated = h
+            .store
+            .endpoint_update(EndpointKey::new(&acct("a"), e.id), update)
+            .await;
         assert!(
             matches!(updated, Err(StoreError::InvalidInput(_))),
             "{updated:?}"
@@ -384,7 +389,11 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
         .map(|_| {
             let s = h.store.clone();
             let ev = p.event.id;
-            tokio::spawn(async move { s.delivery_enqueue(&acct("a"), e.id, ev).await.unwrap() })
+            tokio::spawn(async move {
+                s.delivery_enqueue(EndpointKey::new(&acct("a"), e.id), ev)
+                    .await
+                    .unwrap()
+            })
         })
         .collect();
     let mut results = Vec::new();
@@ -396,7 +405,7 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     assert!(results.iter().all(|r| r.delivery_id == id));
     let again = h
         .store
-        .delivery_enqueue(&acct("a"), e.id, p.event.id)
+        .delivery_enqueue(EndpointKey::new(&acct("a"), e.id), p.event.id)
         .await
         .unwrap();
     assert_eq!(
@@ -406,7 +415,10 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
             won: false
         }
     );
-    let nf = h.store.delivery_enqueue(&acct("b"), e.id, p.event.id).await;
+    let nf = h
+        .store
+        .delivery_enqueue(EndpointKey::new(&acct("b"), e.id), p.event.id)
+        .await;
     assert!(matches!(nf, Err(StoreError::NotFound { .. })));
 }
 

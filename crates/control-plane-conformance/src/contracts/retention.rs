@@ -270,7 +270,13 @@ pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
     assert_eq!(r.usage, 2, "one window and one batch id: {r:?}");
     let rows = h
         .store
-        .usage_query(&acct("a"), t0, h.clock.now().plus(hour))
+        .usage_query(
+            &acct("a"),
+            TimeRange {
+                from: t0,
+                to: h.clock.now().plus(hour),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "only the current window: {rows:?}");

@@ -146,9 +146,8 @@ pub trait CatalogueStore: Send + Sync {
     /// As [`EventStore::event_publish`].
     async fn event_type_send_example(
         &self,
-        account: &AccountId,
+        endpoint: EndpointKey<'_>,
         name: &str,
-        endpoint: EndpointId,
     ) -> StoreResult<Published>;
 }
 
@@ -175,8 +174,7 @@ pub trait DeliveryStore: Send + Sync {
     /// Cancelling may or may not create the delivery; a retry reports `won = false` then.
     async fn delivery_enqueue(
         &self,
-        account: &AccountId,
-        endpoint: EndpointId,
+        endpoint: EndpointKey<'_>,
         event: EventId,
     ) -> StoreResult<Enqueued>;
 
@@ -454,8 +452,7 @@ pub trait AttemptLogStore: Send + Sync {
     /// Safe.
     async fn attempt_list_for_endpoint(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>>;
 
@@ -474,8 +471,7 @@ pub trait AttemptLogStore: Send + Sync {
     /// Safe.
     async fn attempt_stats(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         since: Timestamp,
     ) -> StoreResult<AttemptStats>;
 }

@@ -54,8 +54,7 @@ pub trait EndpointStore: Send + Sync {
     /// Cancelling may or may not apply the change.
     async fn endpoint_update(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         req: EndpointUpdateRequest,
     ) -> StoreResult<Endpoint>;
 
@@ -71,10 +70,8 @@ pub trait EndpointStore: Send + Sync {
     /// Cancelling may or may not rotate.
     async fn endpoint_rotate_secret(
         &self,
-        account: &AccountId,
-        id: EndpointId,
-        secret: Secret,
-        grace: Duration,
+        endpoint: EndpointKey<'_>,
+        rotation: SecretRotation,
     ) -> StoreResult<Endpoint>;
 
     /// Seals the credentials of up to `limit` endpoints (deleted ones
@@ -107,8 +104,7 @@ pub trait EndpointStore: Send + Sync {
     /// Cancelling may or may not apply the change.
     async fn endpoint_set_enabled(
         &self,
-        account: &AccountId,
-        id: EndpointId,
+        endpoint: EndpointKey<'_>,
         enablement: Enablement,
     ) -> StoreResult<Endpoint>;
 

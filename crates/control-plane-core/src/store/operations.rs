@@ -26,8 +26,7 @@ pub trait UsageStore: Send + Sync {
     async fn usage_query(
         &self,
         account: &AccountId,
-        from: Timestamp,
-        to: Timestamp,
+        range: TimeRange,
     ) -> StoreResult<Vec<UsageRow>>;
 }
 

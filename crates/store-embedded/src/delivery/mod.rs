@@ -59,10 +59,10 @@ impl EventStore for EmbeddedStore {
 impl DeliveryStore for EmbeddedStore {
     async fn delivery_enqueue(
         &self,
-        account: &AccountId,
-        endpoint: EndpointId,
+        endpoint: EndpointKey<'_>,
         event: EventId,
     ) -> StoreResult<Enqueued> {
+        let (account, endpoint) = (endpoint.account, endpoint.id);
         let account = account.clone();
         let e = self
             .tx(move |t| enqueue(t, &account, endpoint, event))

@@ -99,10 +99,10 @@ impl EventStore for PostgresStore {
 impl DeliveryStore for PostgresStore {
     async fn delivery_enqueue(
         &self,
-        account: &AccountId,
-        endpoint: EndpointId,
+        endpoint: EndpointKey<'_>,
         event: EventId,
     ) -> StoreResult<Enqueued> {
+        let (account, endpoint) = (endpoint.account, endpoint.id);
         let out = in_tx!(self, |t| enqueue(&t, account, endpoint, event))?;
         self.wake().await;
         Ok(out)
