@@ -1,7 +1,7 @@
 //! Profile resolution: `CONTROLPLANE_*` variables to a [`Config`], failing
 //! closed. Parsing takes an iterator of variables, so it is tested without
-//! touching the process environment; `wiring` builds the service from the
-//! result.
+//! touching the process environment; `store` opens the store and `service`
+//! runs the process from the result.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -17,8 +17,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod config;
 mod logs;
 mod loops;
+mod service;
+mod store;
 mod tasks;
-mod wiring;
 
 /// The durable control plane for webhook delivery and leased work.
 #[derive(Parser)]
@@ -128,8 +129,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let checked = wiring::check_compiled(&config)
-        .and_then(|()| wiring::check_role(role, &config))
+    let checked = store::check_compiled(&config)
+        .and_then(|()| store::check_role(role, &config))
         .and_then(|()| logs::init(&config));
     let installed = match checked {
         Ok(installed) => installed,
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
 const RESEAL_BATCH: u32 = 500;
 
 async fn run(role: Role, config: Config) -> Result<(), String> {
-    let store: DynControlPlaneStore = wiring::open_store(role, &config).await?;
+    let store: DynControlPlaneStore = store::open_store(role, &config).await?;
     match role {
         Role::Migrate => {
             println!("schema of the {} store is up to date", store.backend_name());
@@ -200,7 +201,7 @@ async fn run(role: Role, config: Config) -> Result<(), String> {
         }
         Role::Serve | Role::Api | Role::Worker => {
             store.ping().await.map_err(|e| e.to_string())?;
-            wiring::run_service(role, &config, store).await
+            service::run_service(role, &config, store).await
         }
     }
 }

@@ -112,7 +112,7 @@ mod tests {
     use super::*;
 
     #[cfg(feature = "embedded")]
-    use crate::wiring::tests::embedded_store;
+    use crate::service::tests::embedded_store;
 
     /// The service's publish task: an id of the longest valid length still
     /// publishes (its key fits), exactly once; an operational event type is

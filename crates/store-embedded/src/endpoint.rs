@@ -450,13 +450,16 @@ fn read_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
          circuit_failing_since, circuit_probe FROM endpoints WHERE id = $1",
         params![id.to_string()],
         |r| {
+            // A mode or probe id that does not parse reads as closed / none:
+            // the circuit is read inside every claim, and one bad row must
+            // not stop the claims of every endpoint.
             Ok(Circuit {
-                mode: r.col(0)?,
+                mode: r.col(0).unwrap_or(CircuitMode::Closed),
                 consecutive_failures: r.get(1)?,
                 open_until: r.col(2)?,
                 reopen_count: r.get(3)?,
                 failing_since: r.col(4)?,
-                probe: r.col(5)?,
+                probe: r.col(5).unwrap_or(None),
             })
         },
     )

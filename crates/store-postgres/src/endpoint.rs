@@ -303,9 +303,12 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
     .db()
 }
 
+/// A stored circuit mode that does not parse reads as closed: the circuit
+/// is read inside every claim, and one bad row must not stop the claims of
+/// every endpoint.
 fn row_to_circuit(r: &Row) -> StoreResult<Circuit> {
     Ok(Circuit {
-        mode: r.col(0)?,
+        mode: r.col(0).unwrap_or(CircuitMode::Closed),
         consecutive_failures: r.col(1)?,
         open_until: r.col(2)?,
         reopen_count: r.col(3)?,
