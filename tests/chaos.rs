@@ -351,7 +351,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
             log.insert(d.id.to_string(), (attempts.len() as u32, expired));
         }
         match p.next {
-            Some(n) => page.after = Some(n),
+            Some(n) => page = PageRequest::new(page.limit(), Some(n)).unwrap(),
             None => break,
         }
     }

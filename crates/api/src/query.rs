@@ -32,10 +32,7 @@ pub fn page_request(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequ
             })
         })
         .transpose()?;
-    Ok(PageRequest {
-        limit: limit.unwrap_or(50),
-        after,
-    })
+    Ok(PageRequest::new(limit.unwrap_or(50), after)?)
 }
 
 /// An optional delivery state from a query parameter (empty means none).

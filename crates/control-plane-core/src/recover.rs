@@ -110,10 +110,7 @@ pub async fn recover(
                 event_type: None,
                 since: Some(Timestamp::from_millis(recovery.since_ms)),
                 until: Some(Timestamp::from_millis(recovery.until_ms)),
-                page: PageRequest {
-                    limit: PAGE,
-                    after: at.after,
-                },
+                page: PageRequest::new(PAGE, at.after)?,
             })
             .await?;
         let mut out = at.done;

@@ -106,23 +106,40 @@ impl AccountId {
 }
 
 /// Keyset pagination: at most `limit` items after `after` (exclusive).
+/// Built checked ([`PageRequest::new`]), so a store never sees a limit
+/// outside 1 to 1000.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageRequest {
-    /// 1 to 1000.
-    pub limit: u32,
-    /// The `next` of the previous page.
-    pub after: Option<i64>,
+    limit: u32,
+    after: Option<i64>,
 }
 
 impl PageRequest {
-    /// The first page of `limit` items.
-    pub fn first(limit: u32) -> Self {
-        PageRequest { limit, after: None }
+    /// Up to `limit` items after `after` (the `next` of the previous page).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit outside 1 to 1000.
+    pub fn new(limit: u32, after: Option<i64>) -> Result<Self, StoreError> {
+        validate_limit(limit)?;
+        Ok(PageRequest { limit, after })
     }
 
-    /// Validates the limit.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        validate_limit(self.limit)
+    /// The first page of `limit` items, `limit` brought into 1 to 1000.
+    pub fn first(limit: u32) -> Self {
+        PageRequest {
+            limit: limit.clamp(1, 1000),
+            after: None,
+        }
+    }
+
+    /// Items per page, 1 to 1000.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The `next` of the previous page; `None` for the first.
+    pub fn after(&self) -> Option<i64> {
+        self.after
     }
 }
 

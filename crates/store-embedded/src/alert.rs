@@ -28,7 +28,6 @@ pub(crate) fn insert(t: &mut Tx<'_>, alert: &NewAlert) -> StoreResult<()> {
 }
 
 pub(crate) fn list(t: &Tx<'_>, account: &AccountId, page: PageRequest) -> StoreResult<Page<Alert>> {
-    page.validate()?;
     let mut st = t
         .prepare(
             "SELECT id, account, kind, endpoint_id, delivery_id, message, created_at FROM alerts \
@@ -37,7 +36,7 @@ pub(crate) fn list(t: &Tx<'_>, account: &AccountId, page: PageRequest) -> StoreR
         .db()?;
     let rows = st
         .query_map(
-            params![account.as_str(), page.after, i64::from(page.limit) + 1],
+            params![account.as_str(), page.after(), i64::from(page.limit()) + 1],
             |r| {
                 Ok(Alert {
                     id: r.get(0)?,
@@ -52,7 +51,7 @@ pub(crate) fn list(t: &Tx<'_>, account: &AccountId, page: PageRequest) -> StoreR
         )
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
 }
 
 #[async_trait]

@@ -132,7 +132,6 @@ pub(crate) fn list_for_endpoint(
     id: EndpointId,
     page: PageRequest,
 ) -> StoreResult<Page<AttemptRecord>> {
-    page.validate()?;
     ensure_endpoint(t, account, id)?;
     let mut st = t
         .prepare(&format!(
@@ -142,12 +141,12 @@ pub(crate) fn list_for_endpoint(
         .db()?;
     let rows = st
         .query_map(
-            params![id.to_string(), page.after, i64::from(page.limit) + 1],
+            params![id.to_string(), page.after(), i64::from(page.limit()) + 1],
             row_to_attempt,
         )
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).

@@ -300,7 +300,6 @@ pub(crate) fn list_dead(
     account: &AccountId,
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
-    page.validate()?;
     let rows: Vec<TaskRow> = {
         let mut st = t
             .prepare(&format!(
@@ -310,13 +309,13 @@ pub(crate) fn list_dead(
             .db()?;
         let rows = st
             .query_map(
-                params![account.as_str(), page.after, i64::from(page.limit) + 1],
+                params![account.as_str(), page.after(), i64::from(page.limit()) + 1],
                 row_to_task,
             )
             .db()?;
         rows.collect::<Result<_, _>>().db()?
     };
-    Ok(Page::from_overfetch(rows, page.limit, |r| r.seq).map(|r| r.task))
+    Ok(Page::from_overfetch(rows, page.limit(), |r| r.seq).map(|r| r.task))
 }
 
 pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

@@ -29,12 +29,15 @@ pub(crate) async fn list(
     account: &AccountId,
     page: PageRequest,
 ) -> StoreResult<Page<Alert>> {
-    page.validate()?;
     let rows = t
         .query(
             "SELECT id, account, kind, endpoint_id, delivery_id, message, created_at FROM alerts \
              WHERE account = $1 AND ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
-            &[&account.as_str(), &page.after, &(i64::from(page.limit) + 1)],
+            &[
+                &account.as_str(),
+                &page.after(),
+                &(i64::from(page.limit()) + 1),
+            ],
         )
         .await
         .db()?;
@@ -52,7 +55,7 @@ pub(crate) async fn list(
             })
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
 }
 
 #[async_trait]

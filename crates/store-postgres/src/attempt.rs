@@ -85,7 +85,6 @@ pub(crate) async fn list_for_endpoint(
     id: EndpointId,
     page: PageRequest,
 ) -> StoreResult<Page<AttemptRecord>> {
-    page.validate()?;
     ensure_endpoint(t, account, id).await?;
     let rows = t
         .query(
@@ -93,7 +92,7 @@ pub(crate) async fn list_for_endpoint(
                 "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::bigint IS NULL OR id < $2) \
                  ORDER BY id DESC LIMIT $3"
             ),
-            &[&id.0, &page.after, &(i64::from(page.limit) + 1)],
+            &[&id.0, &page.after(), &(i64::from(page.limit()) + 1)],
         )
         .await
         .db()?;
@@ -101,7 +100,7 @@ pub(crate) async fn list_for_endpoint(
         .iter()
         .map(row_to_attempt)
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Page::from_overfetch(items, page.limit, |a| a.id))
+    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).

@@ -296,14 +296,17 @@ pub(crate) async fn list_dead(
     account: &AccountId,
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
-    page.validate()?;
     let rows = t
         .query(
             &format!(
                 "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
                  AND ($2::bigint IS NULL OR seq < $2) ORDER BY seq DESC LIMIT $3"
             ),
-            &[&account.as_str(), &page.after, &(i64::from(page.limit) + 1)],
+            &[
+                &account.as_str(),
+                &page.after(),
+                &(i64::from(page.limit()) + 1),
+            ],
         )
         .await
         .db()?;
@@ -311,7 +314,7 @@ pub(crate) async fn list_dead(
         .iter()
         .map(|r| Ok((r.col::<i64>(13)?, row_to_task(r)?)))
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Page::from_overfetch(items, page.limit, |(seq, _)| *seq).map(|(_, t)| t))
+    Ok(Page::from_overfetch(items, page.limit(), |(seq, _)| *seq).map(|(_, t)| t))
 }
 
 pub(crate) async fn retry_dead(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

@@ -32,10 +32,7 @@ async fn events_of(h: &Harness, account: &str) -> usize {
         event_type: None,
         since: None,
         until: None,
-        page: PageRequest {
-            limit: 1000,
-            after: None,
-        },
+        page: PageRequest::new(1000, None).unwrap(),
     };
     h.store.event_list(req).await.unwrap().items.len()
 }

@@ -438,7 +438,7 @@ pub async fn delivery_list_filters_and_paginates(f: &dyn StoreFactory) {
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let p = list(None, None, None, PageRequest { limit: 3, after })
+        let p = list(None, None, None, PageRequest::new(3, after).unwrap())
             .await
             .unwrap();
         assert!(p.items.len() <= 3);
@@ -482,8 +482,14 @@ pub async fn delivery_list_filters_and_paginates(f: &dyn StoreFactory) {
         vec![c.delivery.id]
     );
     assert_eq!(delivered.next, None);
-    let bad = list(None, None, None, PageRequest::first(0)).await;
-    assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
+    // A limit of 0 cannot be asked for: the page request refuses it when
+    // built (and `first` brings a limit into 1..=1000).
+    assert!(matches!(
+        PageRequest::new(0, None),
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert_eq!(PageRequest::first(0).limit(), 1);
+    assert_eq!(PageRequest::first(5000).limit(), 1000);
 }
 
 /// `AttemptLogStore::attempt_list_for_delivery`: oldest first.
@@ -547,7 +553,7 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
             .store
             .attempt_list_for_endpoint(
                 EndpointKey::new(&acct("a"), e1.id),
-                PageRequest { limit: 3, after },
+                PageRequest::new(3, after).unwrap(),
             )
             .await
             .unwrap();

@@ -554,7 +554,7 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
     loop {
         let p = h
             .store
-            .workflow_list_dead(&acct("a"), PageRequest { limit: 2, after })
+            .workflow_list_dead(&acct("a"), PageRequest::new(2, after).unwrap())
             .await
             .unwrap();
         seen.extend(p.items.iter().map(|t| t.id.to_string()));

@@ -86,9 +86,14 @@ pub(super) fn events_where(
 }
 
 pub(crate) fn event_list(t: &Tx<'_>, req: &EventListRequest) -> StoreResult<Page<Event>> {
-    req.page.validate()?;
-    let rows = events_where(t, req, req.page.after, None, i64::from(req.page.limit) + 1)?;
-    match cut_by_time(rows, req.page.limit, |e| e.created_at.as_millis()) {
+    let rows = events_where(
+        t,
+        req,
+        req.page.after(),
+        None,
+        i64::from(req.page.limit()) + 1,
+    )?;
+    match cut_by_time(rows, req.page.limit(), |e| e.created_at.as_millis()) {
         TimeCut::Last(items) => Ok(Page { items, next: None }),
         TimeCut::More {
             mut newer,
@@ -126,7 +131,6 @@ pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResul
 }
 
 pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-    req.page.validate()?;
     let mut st = t
         .prepare(&format!(
             "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
@@ -142,14 +146,14 @@ pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Del
                 req.state.map(DeliveryState::as_str),
                 req.endpoint_id.map(|e| e.to_string()),
                 req.event_id.map(|e| e.to_string()),
-                req.page.after,
-                i64::from(req.page.limit) + 1
+                req.page.after(),
+                i64::from(req.page.limit()) + 1
             ],
             row_to_delivery,
         )
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
+    Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
 }
 
 pub(crate) fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {

@@ -98,9 +98,15 @@ pub(super) async fn events_where(
 }
 
 pub(crate) async fn event_list(t: &Tx<'_>, req: &EventListRequest) -> StoreResult<Page<Event>> {
-    req.page.validate()?;
-    let rows = events_where(t, req, req.page.after, None, i64::from(req.page.limit) + 1).await?;
-    match cut_by_time(rows, req.page.limit, |e| e.created_at.as_millis()) {
+    let rows = events_where(
+        t,
+        req,
+        req.page.after(),
+        None,
+        i64::from(req.page.limit()) + 1,
+    )
+    .await?;
+    match cut_by_time(rows, req.page.limit(), |e| e.created_at.as_millis()) {
         TimeCut::Last(items) => Ok(Page { items, next: None }),
         TimeCut::More {
             mut newer,
@@ -146,7 +152,6 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> Stor
 }
 
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-    req.page.validate()?;
     let rows = t
         .query(
             &format!(
@@ -160,8 +165,8 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
                 &req.state.map(DeliveryState::as_str),
                 &req.endpoint_id.map(|e| e.0),
                 &req.event_id.map(|e| e.0),
-                &req.page.after,
-                &(i64::from(req.page.limit) + 1),
+                &req.page.after(),
+                &(i64::from(req.page.limit()) + 1),
             ],
         )
         .await
@@ -170,7 +175,7 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
         .iter()
         .map(row_to_delivery)
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Page::from_overfetch(items, req.page.limit, |d| d.seq))
+    Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
 }
 
 pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
