@@ -456,11 +456,7 @@ async fn dead_deliveries_are_replayed_in_bulk_once() {
         .unwrap();
     let c = api
         .store
-        .delivery_claim(ClaimRequest::new(
-            "w",
-            1,
-            std::time::Duration::from_secs(30),
-        ))
+        .delivery_claim(ClaimRequest::new("w", 1, std::time::Duration::from_secs(30)).unwrap())
         .await
         .unwrap();
     api.store
@@ -550,11 +546,8 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
     let e = create_endpoint(&api, "acme").await;
     let endpoint = e["id"].as_str().unwrap();
     let claim = || {
-        api.store.delivery_claim(ClaimRequest::new(
-            "w",
-            10,
-            std::time::Duration::from_secs(30),
-        ))
+        api.store
+            .delivery_claim(ClaimRequest::new("w", 10, std::time::Duration::from_secs(30)).unwrap())
     };
 
     // Disabled: deliveries are held, not dropped, until it is enabled.
@@ -655,12 +648,15 @@ async fn operators_disable_endpoints_read_events_and_retry_dead_tasks() {
         .await;
     let leased = api
         .store
-        .workflow_claim(TaskClaimRequest {
-            worker: "w".into(),
-            kinds: vec!["report".into()],
-            limit: 1,
-            lease_for: std::time::Duration::from_secs(30),
-        })
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                vec!["report".into()],
+                1,
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
         .await
         .unwrap();
     api.store

@@ -50,7 +50,7 @@ pub(crate) async fn growth(a: &Args) -> BenchResult<String> {
             prefill(&store, 1).await?;
             let t = Instant::now();
             let got = store
-                .delivery_claim(ClaimRequest::new("g", 1, Duration::from_secs(60)))
+                .delivery_claim(ClaimRequest::new("g", 1, Duration::from_secs(60)).map_err(fail)?)
                 .await
                 .map_err(fail)?;
             claim_ms.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -329,11 +329,10 @@ async fn drain_port(
             let mut idle = 0;
             loop {
                 let claimed = store
-                    .delivery_claim(ClaimRequest::new(
-                        format!("w{w}"),
-                        batch,
-                        Duration::from_secs(60),
-                    ))
+                    .delivery_claim(
+                        ClaimRequest::new(format!("w{w}"), batch, Duration::from_secs(60))
+                            .map_err(fail)?,
+                    )
                     .await
                     .map_err(fail)?;
                 if claimed.is_empty() {

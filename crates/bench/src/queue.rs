@@ -317,11 +317,9 @@ async fn claim_and_complete(
 ) -> BenchResult<()> {
     while !stop.load(Ordering::Relaxed) {
         let claimed = store
-            .delivery_claim(ClaimRequest::new(
-                format!("w{w}"),
-                100,
-                Duration::from_secs(60),
-            ))
+            .delivery_claim(
+                ClaimRequest::new(format!("w{w}"), 100, Duration::from_secs(60)).map_err(fail)?,
+            )
             .await
             .map_err(fail)?;
         if claimed.is_empty() {

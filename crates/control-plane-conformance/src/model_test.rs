@@ -176,7 +176,7 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let m = model.claim(limit, lease_for);
                 let r = h
                     .store
-                    .delivery_claim(ClaimRequest::new("m", limit, lease_for))
+                    .delivery_claim(ClaimRequest::new("m", limit, lease_for).unwrap())
                     .await
                     .map_err(|e| e.to_string())?;
                 let mv: Vec<_> = m
@@ -494,12 +494,15 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
                 let m = model.claim(&ks, limit, lease_for);
                 let r = h
                     .store
-                    .workflow_claim(TaskClaimRequest {
-                        worker: "m".into(),
-                        kinds: ks.iter().map(|k| k.to_string()).collect(),
-                        limit,
-                        lease_for,
-                    })
+                    .workflow_claim(
+                        TaskClaimRequest::new(
+                            "m",
+                            ks.iter().map(|k| k.to_string()).collect(),
+                            limit,
+                            lease_for,
+                        )
+                        .unwrap(),
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 let mv: Vec<_> = m

@@ -69,7 +69,7 @@ async fn publish_and_claim(store: &DynControlPlaneStore) -> Vec<ClaimedDelivery>
         .await
         .unwrap();
     store
-        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap())
         .await
         .unwrap()
 }

@@ -254,38 +254,68 @@ pub struct ClaimedDelivery {
     pub traceparent: Option<TraceParent>,
 }
 
-/// Asks for due deliveries.
+/// Asks for due deliveries. Built checked ([`ClaimRequest::new`]), so a
+/// store never sees a limit outside 1 to 1000, a zero lease or an oversized
+/// throttle.
 #[derive(Clone, Debug)]
 pub struct ClaimRequest {
-    /// Who claims (for operators; ownership is the token).
-    pub worker: String,
-    /// At most this many deliveries (1 to 1000).
-    pub limit: u32,
-    /// Lease length.
-    pub lease_for: std::time::Duration,
-    /// The claimer's lowered caps for endpoints it found slow or failing,
-    /// and how many of them this claim may hand out in all (ADR 0019).
-    pub throttle: crate::flow::Throttle,
+    worker: String,
+    limit: u32,
+    lease_for: std::time::Duration,
+    throttle: crate::flow::Throttle,
 }
 
 impl ClaimRequest {
     /// Up to `limit` deliveries for `worker`, leased for `lease_for`, with
     /// no endpoint throttled.
-    pub fn new(worker: impl Into<String>, limit: u32, lease_for: std::time::Duration) -> Self {
-        ClaimRequest {
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit outside 1 to 1000 or a zero lease.
+    pub fn new(
+        worker: impl Into<String>,
+        limit: u32,
+        lease_for: std::time::Duration,
+    ) -> Result<Self, StoreError> {
+        validate_limit(limit)?;
+        validate_lease(lease_for)?;
+        Ok(ClaimRequest {
             worker: worker.into(),
             limit,
             lease_for,
             throttle: crate::flow::Throttle::default(),
-        }
+        })
     }
 
-    /// `InvalidInput` for a limit outside 1 to 1000, a zero lease, or a
-    /// throttle listing more than [`crate::flow::MAX_THROTTLED`] endpoints.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        validate_limit(self.limit)?;
-        validate_lease(self.lease_for)?;
-        self.throttle.validate()
+    /// The same claim under the claimer's `throttle`: its lowered caps for
+    /// endpoints it found slow or failing, and how many of them this claim
+    /// may hand out in all (ADR 0019).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a throttle listing more than
+    /// [`crate::flow::MAX_THROTTLED`] endpoints.
+    pub fn throttled(self, throttle: crate::flow::Throttle) -> Result<Self, StoreError> {
+        throttle.validate()?;
+        Ok(ClaimRequest { throttle, ..self })
+    }
+
+    /// Who claims (for operators; ownership is the token).
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// At most this many deliveries.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How long each lease runs.
+    pub fn lease_for(&self) -> std::time::Duration {
+        self.lease_for
+    }
+
+    /// The claimer's throttle.
+    pub fn throttle(&self) -> &crate::flow::Throttle {
+        &self.throttle
     }
 }
 

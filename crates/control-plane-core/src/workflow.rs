@@ -129,29 +129,60 @@ pub struct TaskEnqueued {
     pub created: bool,
 }
 
-/// Asks for due tasks of some kinds.
+/// Asks for due tasks of some kinds. Built checked ([`TaskClaimRequest::new`]).
 #[derive(Clone, Debug)]
 pub struct TaskClaimRequest {
-    /// Who claims.
-    pub worker: String,
-    /// Kinds this worker handles (at least one).
-    pub kinds: Vec<String>,
-    /// At most this many (1 to 1000).
-    pub limit: u32,
-    /// Lease length.
-    pub lease_for: Duration,
+    worker: String,
+    kinds: Vec<String>,
+    limit: u32,
+    lease_for: Duration,
 }
 
 impl TaskClaimRequest {
+    /// Up to `limit` due tasks of `kinds` for `worker`, leased for
+    /// `lease_for`.
+    ///
+    /// # Errors
     /// `InvalidInput` for a limit outside 1 to 1000, no kinds, or a zero lease.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        validate_limit(self.limit)?;
-        if self.kinds.is_empty() {
+    pub fn new(
+        worker: impl Into<String>,
+        kinds: Vec<String>,
+        limit: u32,
+        lease_for: Duration,
+    ) -> Result<Self, StoreError> {
+        validate_limit(limit)?;
+        if kinds.is_empty() {
             return Err(StoreError::InvalidInput(
                 "claim at least one task kind".into(),
             ));
         }
-        validate_lease(self.lease_for)
+        validate_lease(lease_for)?;
+        Ok(TaskClaimRequest {
+            worker: worker.into(),
+            kinds,
+            limit,
+            lease_for,
+        })
+    }
+
+    /// Who claims.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// The kinds this worker handles.
+    pub fn kinds(&self) -> &[String] {
+        &self.kinds
+    }
+
+    /// At most this many tasks.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How long each lease runs.
+    pub fn lease_for(&self) -> Duration {
+        self.lease_for
     }
 }
 

@@ -249,7 +249,7 @@ mod tests {
             .await
             .unwrap();
         let c = store
-            .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)))
+            .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)).unwrap())
             .await
             .unwrap();
         let ok = DeliveryOutcome::Delivered(AttemptReport {

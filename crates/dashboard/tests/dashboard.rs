@@ -164,11 +164,7 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
     let deliver = || async {
         let c = api
             .store
-            .delivery_claim(ClaimRequest::new(
-                "w",
-                1,
-                std::time::Duration::from_secs(30),
-            ))
+            .delivery_claim(ClaimRequest::new("w", 1, std::time::Duration::from_secs(30)).unwrap())
             .await
             .unwrap();
         assert_eq!(c.len(), 1);
@@ -414,12 +410,15 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
     // on the dashboard (escaped).
     let claimed = api
         .store
-        .workflow_claim(TaskClaimRequest {
-            worker: "w".into(),
-            kinds: vec!["control-plane.recover".into()],
-            limit: 10,
-            lease_for: std::time::Duration::from_secs(30),
-        })
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                vec!["control-plane.recover".into()],
+                10,
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
         .await
         .unwrap();
     let running = claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
@@ -720,12 +719,15 @@ async fn every_action_checks_its_form_token_and_the_accounts_reach() {
     }
     let queued = api
         .store
-        .workflow_claim(TaskClaimRequest {
-            worker: "w".into(),
-            kinds: vec!["control-plane.recover".into()],
-            limit: 10,
-            lease_for: std::time::Duration::from_secs(30),
-        })
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                vec!["control-plane.recover".into()],
+                10,
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
         .await
         .unwrap();
     assert!(queued.is_empty(), "no recovery was queued");

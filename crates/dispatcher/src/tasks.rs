@@ -202,21 +202,21 @@ impl Work for Tasks<'_> {
     type Ended = Ended;
 
     fn claim(&self, limit: u32) -> impl Future<Output = Vec<ClaimedTask>> + Send {
-        let req = TaskClaimRequest {
-            worker: self.runner.config.worker.clone(),
-            kinds: self.kinds.clone(),
+        let req = TaskClaimRequest::new(
+            self.runner.config.worker.clone(),
+            self.kinds.clone(),
             limit,
-            lease_for: self.runner.config.lease,
-        };
+            self.runner.config.lease,
+        );
         async move {
-            self.runner
-                .store
-                .workflow_claim(req)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!("task claim failed: {e}");
-                    Vec::new()
-                })
+            let claimed = match req {
+                Ok(req) => self.runner.store.workflow_claim(req).await,
+                Err(e) => Err(e),
+            };
+            claimed.unwrap_or_else(|e| {
+                tracing::warn!("task claim failed: {e}");
+                Vec::new()
+            })
         }
     }
 

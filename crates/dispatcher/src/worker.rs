@@ -217,12 +217,14 @@ impl Work for Sends {
     type Ended = Sent;
 
     fn claim(&self, limit: u32) -> impl Future<Output = Vec<ClaimedDelivery>> + Send {
-        let req = ClaimRequest {
-            throttle: self.pace.throttle(Instant::now()),
-            ..ClaimRequest::new(self.worker.clone(), limit, self.lease)
-        };
+        let req = ClaimRequest::new(self.worker.clone(), limit, self.lease)
+            .and_then(|r| r.throttled(self.pace.throttle(Instant::now())));
         async move {
-            let claimed = self.store.delivery_claim(req).await.unwrap_or_else(|e| {
+            let claimed = match req {
+                Ok(req) => self.store.delivery_claim(req).await,
+                Err(e) => Err(e),
+            };
+            let claimed = claimed.unwrap_or_else(|e| {
                 tracing::warn!("claim failed: {e}");
                 Vec::new()
             });

@@ -154,12 +154,10 @@ async fn a_long_handler_keeps_its_lease_and_runs_once() {
     // Two and a half leases: only renewals keep the rival out.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let rival = store
-        .workflow_claim(TaskClaimRequest {
-            worker: "rival".into(),
-            kinds: vec!["long".into()],
-            limit: 10,
-            lease_for: Duration::from_secs(5),
-        })
+        .workflow_claim(
+            TaskClaimRequest::new("rival", vec!["long".into()], 10, Duration::from_secs(5))
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert!(

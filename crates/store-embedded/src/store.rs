@@ -635,7 +635,8 @@ pub(crate) mod tests {
         let event =
             |payload| PublishRequest::new(account.clone(), "order.paid".to_string(), payload);
         let built = || store.call(Lane::Work, |w| Ok(w.live.is_built()));
-        let claim = || store.delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)));
+        let claim =
+            || store.delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap());
 
         store
             .event_publish_batch(vec![event(serde_json::json!({"id": 1}))])

@@ -143,16 +143,15 @@ fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
 }
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-    req.validate()?;
     sweep_expired(t)?;
     let now = t.now.as_millis();
-    let placeholders: String = (0..req.kinds.len())
+    let placeholders: String = (0..req.kinds().len())
         .map(|i| format!("${}", i + 3))
         .collect::<Vec<_>>()
         .join(", ");
-    let mut values: Vec<duckdb::types::Value> = vec![now.into(), i64::from(req.limit).into()];
+    let mut values: Vec<duckdb::types::Value> = vec![now.into(), i64::from(req.limit()).into()];
     values.extend(
-        req.kinds
+        req.kinds()
             .iter()
             .map(|k| duckdb::types::Value::Text(k.clone())),
     );
@@ -170,14 +169,14 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<Cl
             .db()?;
         rows.collect::<Result<_, _>>().db()?
     };
-    let expires = t.now.plus(req.lease_for);
+    let expires = t.now.plus(req.lease_for());
     let mut out = Vec::with_capacity(ids.len());
     for (account, id) in ids {
         let token = LeaseToken::new();
         t.execute(
             "UPDATE tasks SET state = 'leased', attempts = attempts + 1, lease_token = $1, lease_expires_at = $2, \
              leased_by = $3, last_outcome = NULL, updated_at = $4 WHERE account = $5 AND id = $6",
-            params![token.to_string(), expires.as_millis(), req.worker, now, account, id],
+            params![token.to_string(), expires.as_millis(), req.worker(), now, account, id],
         )
         .db()?;
         let (account, task_id) = (AccountId::new(account)?, TaskId::new(id)?);

@@ -55,7 +55,7 @@ async fn committed_state_survives_close_and_reopen() {
         published.push(store.event_publish(publish_req(n)).await.unwrap());
     }
     let c = store
-        .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)))
+        .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)).unwrap())
         .await
         .unwrap();
     store
@@ -199,7 +199,7 @@ async fn sigkilled_loses_nothing(role: &str) {
         );
     }
     let claimed = store
-        .delivery_claim(ClaimRequest::new("w", 1000, Duration::from_secs(30)))
+        .delivery_claim(ClaimRequest::new("w", 1000, Duration::from_secs(30)).unwrap())
         .await
         .unwrap();
     assert!(

@@ -121,9 +121,8 @@ async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
 }
 
 pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<ClaimedTask>> {
-    req.validate()?;
     sweep_expired(t).await?;
-    let expires = t.now.plus(req.lease_for);
+    let expires = t.now.plus(req.lease_for());
     let rows = t
         .query(
             &format!(
@@ -133,7 +132,7 @@ pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<
                    lease_expires_at = $4, leased_by = $5, last_outcome = NULL, updated_at = $1 \
                  FROM c WHERE t.account = c.account AND t.id = c.id RETURNING {TASK_COLS_OF_T}"
             ),
-            &[&t.now.as_millis(), &req.kinds, &i64::from(req.limit), &expires.as_millis(), &req.worker],
+            &[&t.now.as_millis(), &req.kinds(), &i64::from(req.limit()), &expires.as_millis(), &req.worker()],
         )
         .await
         .db()?;

@@ -68,11 +68,10 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
             tasks.push(tokio::spawn(async move {
                 loop {
                     let claimed = store
-                        .delivery_claim(ClaimRequest::new(
-                            format!("r{r}w{w}"),
-                            50,
-                            Duration::from_secs(300),
-                        ))
+                        .delivery_claim(
+                            ClaimRequest::new(format!("r{r}w{w}"), 50, Duration::from_secs(300))
+                                .unwrap(),
+                        )
                         .await
                         .unwrap();
                     if claimed.is_empty() {
@@ -165,7 +164,7 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
             .unwrap();
         if round == 0 {
             let c = stores[1]
-                .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(60)))
+                .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(60)).unwrap())
                 .await
                 .unwrap();
             let fail = DeliveryOutcome::Retry {
@@ -182,11 +181,9 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
         for i in 0..8 {
             let s = stores[i % 4].clone();
             tasks.push(tokio::spawn(async move {
-                s.delivery_claim(ClaimRequest::new(
-                    format!("w{i}"),
-                    10,
-                    Duration::from_secs(60),
-                ))
+                s.delivery_claim(
+                    ClaimRequest::new(format!("w{i}"), 10, Duration::from_secs(60)).unwrap(),
+                )
                 .await
                 .unwrap()
             }));
@@ -291,7 +288,7 @@ async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
         Err(StoreError::NotFound { .. })
     ));
     let claimed = store
-        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -419,12 +416,13 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
             let seen = seen.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let req = TaskClaimRequest {
-                        worker: format!("r{r}w{w}"),
-                        kinds: vec!["a".into(), "b".into()],
-                        limit: 25,
-                        lease_for: Duration::from_secs(300),
-                    };
+                    let req = TaskClaimRequest::new(
+                        format!("r{r}w{w}"),
+                        vec!["a".into(), "b".into()],
+                        25,
+                        Duration::from_secs(300),
+                    )
+                    .unwrap();
                     let claimed = store.workflow_claim(req).await.unwrap();
                     if claimed.is_empty() {
                         return;
@@ -548,7 +546,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
             let mut at = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let claimed = store
-                    .delivery_claim(ClaimRequest::new("r", 10, lease))
+                    .delivery_claim(ClaimRequest::new("r", 10, lease).unwrap())
                     .await
                     .unwrap();
                 for c in &claimed {

@@ -315,7 +315,7 @@ async fn a_version_9_database_upgrades_without_losing_a_delivery() {
         .await
         .unwrap();
     let claimed = store
-        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)))
+        .delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap())
         .await
         .unwrap();
     let mut ids: Vec<Uuid> = claimed.iter().map(|c| c.delivery.id.0).collect();

@@ -69,7 +69,7 @@ pub async fn circuit_admits_exactly_one_probe_after_cooldown(f: &dyn StoreFactor
         .into_iter()
         .map(|s| {
             tokio::spawn(async move {
-                s.delivery_claim(ClaimRequest::new("w", 10, LEASE))
+                s.delivery_claim(ClaimRequest::new("w", 10, LEASE).unwrap())
                     .await
                     .unwrap()
             })

@@ -48,7 +48,7 @@ pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) 
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .delivery_claim(ClaimRequest::new(format!("w{w}"), 3, LEASE))
+                        .delivery_claim(ClaimRequest::new(format!("w{w}"), 3, LEASE).unwrap())
                         .await
                         .unwrap();
                     if c.is_empty() {
@@ -84,21 +84,30 @@ pub async fn claim_increments_attempt_number(f: &dyn StoreFactory) {
     assert_eq!(get(&h, "a", c[0].delivery.id).await.attempts, 2);
 }
 
-/// `DeliveryStore::delivery_claim`: limits outside 1..=1000 and empty leases are refused.
+/// `DeliveryStore::delivery_claim`: limits outside 1..=1000 and empty leases
+/// cannot be asked for (the request refuses them when built), and an
+/// oversized throttle is refused the same way.
 pub async fn claim_rejects_bad_limits(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
     publish(&h, "a").await;
     for (limit, lease_for) in [(0, LEASE), (1001, LEASE), (1, Duration::ZERO)] {
-        let r = h
-            .store
-            .delivery_claim(ClaimRequest::new("w", limit, lease_for))
-            .await;
+        let r = ClaimRequest::new("w", limit, lease_for);
         assert!(
             matches!(r, Err(StoreError::InvalidInput(_))),
             "{limit}: {r:?}"
         );
     }
+    let too_many = Throttle {
+        caps: (0..=control_plane_core::flow::MAX_THROTTLED)
+            .map(|_| (EndpointId::new(), 1))
+            .collect(),
+        budget: 1,
+    };
+    let r = ClaimRequest::new("w", 1, LEASE)
+        .unwrap()
+        .throttled(too_many);
+    assert!(matches!(r, Err(StoreError::InvalidInput(_))), "{r:?}");
     assert_eq!(
         claim(&h, 1).await.len(),
         1,

@@ -243,12 +243,14 @@ pub async fn a_throttled_endpoint_gets_its_lowered_cap_within_the_budget(f: &dyn
     for ty in ["x", "y", "z"] {
         publish_n(&h, "a", ty, 10).await;
     }
-    let throttled = |budget: u32| ClaimRequest {
-        throttle: Throttle {
-            caps: vec![(e1.id, 2), (e2.id, 3)],
-            budget,
-        },
-        ..ClaimRequest::new("w", 100, LEASE)
+    let throttled = |budget: u32| {
+        ClaimRequest::new("w", 100, LEASE)
+            .unwrap()
+            .throttled(Throttle {
+                caps: vec![(e1.id, 2), (e2.id, 3)],
+                budget,
+            })
+            .unwrap()
     };
     let c = h.store.delivery_claim(throttled(4)).await.unwrap();
     assert_eq!(

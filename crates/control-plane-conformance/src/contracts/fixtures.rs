@@ -79,7 +79,7 @@ pub(super) async fn claim_for(
     lease_for: Duration,
 ) -> Vec<ClaimedDelivery> {
     h.store
-        .delivery_claim(ClaimRequest::new("w", limit, lease_for))
+        .delivery_claim(ClaimRequest::new("w", limit, lease_for).unwrap())
         .await
         .unwrap()
 }
@@ -186,7 +186,7 @@ pub(super) async fn claim_until_empty(
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE))
+                        .delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE).unwrap())
                         .await
                         .unwrap();
                     if c.is_empty() {
@@ -235,12 +235,15 @@ pub(super) fn with_workflow(max_attempts: u32) -> StoreOptions {
 
 pub(super) async fn claim_kinds(h: &Harness, kinds: &[&str], limit: u32) -> Vec<ClaimedTask> {
     h.store
-        .workflow_claim(TaskClaimRequest {
-            worker: "w".into(),
-            kinds: kinds.iter().map(|k| k.to_string()).collect(),
-            limit,
-            lease_for: LEASE,
-        })
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                kinds.iter().map(|k| k.to_string()).collect(),
+                limit,
+                LEASE,
+            )
+            .unwrap(),
+        )
         .await
         .unwrap()
 }

@@ -398,7 +398,10 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
             .event_publish(PublishRequest::new(acct("a"), "t", json!(1)))
     };
     publish().await.unwrap();
-    let claim = || h.store.delivery_claim(ClaimRequest::new("w", 1, LEASE));
+    let claim = || {
+        h.store
+            .delivery_claim(ClaimRequest::new("w", 1, LEASE).unwrap())
+    };
     let c = claim().await.unwrap().remove(0);
     let fail = DeliveryOutcome::Retry {
         at: h.clock.now(),

@@ -122,15 +122,8 @@ pub async fn workflow_claim_takes_due_tasks_of_given_kinds(f: &dyn StoreFactory)
     h.clock.advance(Duration::from_secs(60));
     let c = claim_kinds(&h, &["email", "sms"], 1).await;
     assert_eq!(c[0].task.id, tid("late"));
-    let bad = h
-        .store
-        .workflow_claim(TaskClaimRequest {
-            worker: "w".into(),
-            kinds: vec![],
-            limit: 1,
-            lease_for: LEASE,
-        })
-        .await;
+    // A claim of no kinds cannot be asked for: the request refuses it.
+    let bad = TaskClaimRequest::new("w", vec![], 1, LEASE);
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
 }
 
@@ -150,12 +143,10 @@ pub async fn workflow_claim_is_exclusive_under_concurrent_claimers(f: &dyn Store
                 let mut mine = Vec::new();
                 loop {
                     let c = s
-                        .workflow_claim(TaskClaimRequest {
-                            worker: format!("w{w}"),
-                            kinds: vec!["k".into()],
-                            limit: 3,
-                            lease_for: LEASE,
-                        })
+                        .workflow_claim(
+                            TaskClaimRequest::new(format!("w{w}"), vec!["k".into()], 3, LEASE)
+                                .unwrap(),
+                        )
                         .await
                         .unwrap();
                     if c.is_empty() {

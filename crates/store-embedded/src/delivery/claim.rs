@@ -403,8 +403,7 @@ pub(super) fn any_endpoint(
 }
 
 pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-    req.validate()?;
-    let limit = i64::from(req.limit);
+    let limit = i64::from(req.limit());
     // Every few hundred milliseconds: free expired leases, then probes first
     // (one per circuit whose cooldown is over).
     let mut picks: Vec<(Candidate, bool)> = Vec::new();
@@ -420,7 +419,7 @@ pub(crate) fn claim(t: &mut Tx<'_>, req: ClaimRequest) -> StoreResult<Vec<Claime
     let rest = limit - picks.len() as i64;
     if rest > 0 {
         picks.extend(
-            fair_candidates(t, rest, &req.throttle)?
+            fair_candidates(t, rest, req.throttle())?
                 .into_iter()
                 .map(|c| (c, false)),
         );
@@ -467,7 +466,7 @@ pub(super) fn lease(
         leases.insert(*id, (token, *probe));
     }
     circuits.write(t)?;
-    let expires = t.now.plus(req.lease_for);
+    let expires = t.now.plus(req.lease_for());
     let seqs: Vec<i64> = picks.iter().map(|((.., seq), _)| *seq).collect();
     let (lo, hi) = seq_range(&seqs).unwrap_or_default();
     let seqs = || list::of(seqs.iter().copied());
@@ -475,7 +474,7 @@ pub(super) fn lease(
         seqs(),
         list::text(tokens),
         expires.as_millis(),
-        req.worker,
+        req.worker(),
         now,
         lo,
         hi
@@ -624,7 +623,7 @@ mod tests {
         let (store, account) = crate::store::tests::store_with_endpoint(&dir, false).await;
         let event = PublishRequest::new(account, "order.paid".to_string(), serde_json::json!({}));
         store.event_publish_batch(vec![event]).await.unwrap();
-        let req = ClaimRequest::new("w", 10, Duration::from_secs(30));
+        let req = ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap();
         let first = store.delivery_claim(req.clone()).await.unwrap();
         let d = first[0].delivery.clone();
         let again = store

@@ -365,7 +365,7 @@ pub(super) async fn claim(
         sweep_expired(t).await?;
     }
     let now_ms = t.now.as_millis();
-    let expires = t.now.plus(req.lease_for).as_millis();
+    let expires = t.now.plus(req.lease_for()).as_millis();
     let mut out = Vec::new();
 
     // Probes first. Locking the circuit row (skipping locked ones) makes
@@ -394,7 +394,7 @@ pub(super) async fn claim(
             }
         }
         candidates.sort();
-        candidates.truncate(req.limit as usize);
+        candidates.truncate(req.limit() as usize);
         for (_, seq, endpoint_id) in candidates {
             let rows = t
                 .query(
@@ -402,7 +402,7 @@ pub(super) async fn claim(
                         "WITH c AS (SELECT {SENDER_COLS} FROM delivery_queue x {SENDER_JOINS} \
                          WHERE x.endpoint_id = $2 AND x.seq = $5) {LEASE_AND_RETURN}"
                     ),
-                    &[&now_ms, &endpoint_id, &expires, &req.worker, &seq],
+                    &[&now_ms, &endpoint_id, &expires, &req.worker(), &seq],
                 )
                 .await
                 .db()?;
@@ -416,10 +416,10 @@ pub(super) async fn claim(
         }
     }
 
-    let rest = i64::from(req.limit) - out.len() as i64;
+    let rest = i64::from(req.limit()) - out.len() as i64;
     let mut state = ClaimTx::Open;
     if rest > 0 {
-        let (fair, fair_state) = claim_fair(t, rest, expires, &req.worker, &req.throttle).await?;
+        let (fair, fair_state) = claim_fair(t, rest, expires, req.worker(), req.throttle()).await?;
         out.extend(fair);
         state = fair_state;
     }

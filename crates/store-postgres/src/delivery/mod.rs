@@ -109,7 +109,6 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        req.validate()?;
         let tx = PipelinedTx::begin(self, CLAIM_SETTINGS).await?;
         let out = {
             let client = tx.client()?;
