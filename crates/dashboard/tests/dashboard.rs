@@ -18,6 +18,13 @@ async fn api() -> Api {
     api_with(dashboard::router()).await
 }
 
+/// Leases every queued endpoint recovery, as a task runner would.
+async fn claim_recoveries(api: &Api) -> Vec<control_plane_core::ClaimedTask> {
+    let kinds = vec![control_plane_core::RECOVER_TASK.to_string()];
+    let req = TaskClaimRequest::new("w", kinds, 10, std::time::Duration::from_secs(30)).unwrap();
+    api.store.workflow_claim(req).await.unwrap()
+}
+
 #[tokio::test]
 async fn endpoint_filters_are_checked_shown_and_applied() {
     let api = api().await;
@@ -408,19 +415,7 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
 
     // While a worker runs the recovery, its progress shows in the API and
     // on the dashboard (escaped).
-    let claimed = api
-        .store
-        .workflow_claim(
-            TaskClaimRequest::new(
-                "w",
-                vec!["control-plane.recover".into()],
-                10,
-                std::time::Duration::from_secs(30),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let claimed = claim_recoveries(&api).await;
     let running = claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
     let progress = json!({"events": 200, "matched": 3, "created": 1, "resent": 2, "in_queue": 0, "after": 17, "note": "<b>"});
     api.store
@@ -717,19 +712,7 @@ async fn every_action_checks_its_form_token_and_the_accounts_reach() {
         let (s, _, body) = ui(&api, "POST", path, Some(&other), form(&other_csrf)).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{path}: {body}");
     }
-    let queued = api
-        .store
-        .workflow_claim(
-            TaskClaimRequest::new(
-                "w",
-                vec!["control-plane.recover".into()],
-                10,
-                std::time::Duration::from_secs(30),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let queued = claim_recoveries(&api).await;
     assert!(queued.is_empty(), "no recovery was queued");
     let (s, v) = call("GET", "/v1/accounts/acme/deliveries").send(&api).await;
     assert_eq!(
