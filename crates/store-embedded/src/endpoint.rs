@@ -10,7 +10,7 @@ use duckdb::{params, OptionalExt, Row};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::RowExt;
+use crate::util::{conversion, RowExt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
@@ -43,9 +43,7 @@ fn opened(t: &Tx<'_>, e: Endpoint) -> StoreResult<Endpoint> {
 
 pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
     let types: String = r.get(6)?;
-    let event_types: Vec<String> = serde_json::from_str(&types).map_err(|e| {
-        duckdb::Error::FromSqlConversionFailure(6, duckdb::types::Type::Text, Box::new(e))
-    })?;
+    let event_types: Vec<String> = serde_json::from_str(&types).map_err(|e| conversion(6, e))?;
     Ok(Endpoint {
         id: r.col(0)?,
         account: r.col(1)?,
@@ -64,13 +62,7 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         created_at: r.col(12)?,
         updated_at: r.col(13)?,
         max_in_flight: r.get(14)?,
-        filter: r
-            .get::<_, Option<String>>(15)?
-            .map(|f| EventFilter::from_text(&f))
-            .transpose()
-            .map_err(|e| {
-                duckdb::Error::FromSqlConversionFailure(15, duckdb::types::Type::Text, Box::new(e))
-            })?,
+        filter: r.col(15)?,
         headers: r.col(16)?,
         oauth2: r.col(17)?,
     })

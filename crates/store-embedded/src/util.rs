@@ -2,8 +2,8 @@
 
 use control_plane_core::{
     AccountId, AlertKind, AttemptResult, CircuitMode, DeliveryId, DeliveryState, EndpointId,
-    EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState, Timestamp,
-    UsageMetric,
+    EventFilter, EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState,
+    Timestamp, UsageMetric,
 };
 use duckdb::types::Type;
 use duckdb::Row;
@@ -30,7 +30,10 @@ impl RowExt for Row<'_> {
 }
 
 /// Column `i` failed to convert: the error, with the column.
-fn conversion<E: std::error::Error + Send + Sync + 'static>(i: usize, e: E) -> duckdb::Error {
+pub(crate) fn conversion<E: std::error::Error + Send + Sync + 'static>(
+    i: usize,
+    e: E,
+) -> duckdb::Error {
     duckdb::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e))
 }
 
@@ -73,6 +76,7 @@ mapped_columns! {
     Secret: String => |v| Ok(Secret::new(v));
     AccountId: String => AccountId::new;
     TaskId: String => TaskId::new;
+    EventFilter: String => |v| EventFilter::from_text(&v);
     DeliveryState: String => |v| v.parse();
     AttemptResult: String => |v| v.parse();
     AlertKind: String => |v| v.parse();

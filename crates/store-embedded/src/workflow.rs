@@ -8,7 +8,7 @@ use duckdb::{params, OptionalExt, Row};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
-use crate::util::RowExt;
+use crate::util::{conversion, RowExt};
 
 const TASK_COLS: &str =
     "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
@@ -18,9 +18,7 @@ fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> 
     let v: Option<String> = r.get(i)?;
     v.map(|s| serde_json::from_str(&s))
         .transpose()
-        .map_err(|e| {
-            duckdb::Error::FromSqlConversionFailure(i, duckdb::types::Type::Text, Box::new(e))
-        })
+        .map_err(|e| conversion(i, e))
 }
 
 /// A task row with the columns the port does not show.

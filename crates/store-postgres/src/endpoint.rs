@@ -99,10 +99,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         created_at: r.col(12)?,
         updated_at: r.col(13)?,
         max_in_flight: r.col(14)?,
-        filter: r
-            .col::<Option<String>>(15)?
-            .map(|f| EventFilter::from_text(&f))
-            .transpose()?,
+        filter: r.col(15)?,
         headers: r.col(16)?,
         oauth2: r.col(17)?,
     })

@@ -6,8 +6,8 @@
 
 use control_plane_core::{
     AccountId, AlertKind, AttemptResult, CircuitMode, DeliveryId, DeliveryState, EndpointId,
-    EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState, Timestamp,
-    UsageMetric,
+    EventFilter, EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState,
+    Timestamp, UsageMetric,
 };
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
@@ -96,6 +96,7 @@ mapped_columns! {
     Secret: String => |v| Ok(Secret::new(v));
     AccountId: String => AccountId::new;
     TaskId: String => TaskId::new;
+    EventFilter: String => |v| EventFilter::from_text(&v);
     DeliveryState: String => |v| v.parse();
     AttemptResult: String => |v| v.parse();
     AlertKind: String => |v| v.parse();
