@@ -164,11 +164,15 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .unwrap();
     let account = AccountId::new("chaos").unwrap();
     store
-        .endpoint_create(EndpointCreateRequest::new(
-            account.clone(),
-            hook_url,
-            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(
+                account.clone(),
+                hook_url,
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            )
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
     let mut workers: Vec<Process> = (0..3).map(|_| spawn("worker", &env)).collect();
@@ -180,7 +184,9 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
             while left > 0 {
                 let n = left.min(200);
                 store
-                    .event_publish_batch(events(&account, "chaos", n))
+                    .event_publish_batch(
+                        control_plane_core::Checked::all(events(&account, "chaos", n)).unwrap(),
+                    )
                     .await
                     .unwrap();
                 left -= n;
@@ -265,15 +271,21 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
     {
         let store = open().await;
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                hook_url,
-                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    hook_url,
+                    Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
         store
-            .event_publish_batch(events(&account, "chaos", total))
+            .event_publish_batch(
+                control_plane_core::Checked::all(events(&account, "chaos", total)).unwrap(),
+            )
             .await
             .unwrap();
     }

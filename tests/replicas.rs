@@ -34,9 +34,14 @@ async fn three_worker_processes_keep_an_endpoints_rate_limit() {
         Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
     );
     create.rate_limit_per_s = Some(20);
-    store.endpoint_create(create).await.unwrap();
     store
-        .event_publish_batch(events(&account, "rate", 400))
+        .endpoint_create(create.checked().unwrap())
+        .await
+        .unwrap();
+    store
+        .event_publish_batch(
+            control_plane_core::Checked::all(events(&account, "rate", 400)).unwrap(),
+        )
         .await
         .unwrap();
     let mut env = schema.env(4);

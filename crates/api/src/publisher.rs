@@ -5,16 +5,17 @@
 //! A publish is answered only after the transaction holding it commits, so
 //! an answer still means the event is durable. Nothing waits for company: a
 //! publish that finds no other waiting is written alone at once, and a group
-//! only takes what is already queued. If a group's transaction fails (one
-//! caller's bad input fails the whole batch and stores nothing), each of
-//! its publishes is written alone, so only the bad one fails; any other
-//! error is every caller's answer, never retried here.
+//! only takes what is already queued. Requests arrive checked ([`Checked`]);
+//! if a group's transaction is still refused (one caller's payload fails its
+//! type's schema, and the whole batch stores nothing), each of its publishes
+//! is written alone, so only the refused one fails; any other error is every
+//! caller's answer, never retried here.
 
 use std::sync::OnceLock;
 
 use control_plane_core::group::GroupCommit;
 use control_plane_core::{
-    DynControlPlaneStore, PublishRequest, Published, StoreError, StoreResult,
+    Checked, DynControlPlaneStore, PublishRequest, Published, StoreError, StoreResult,
 };
 
 /// Most publishes written in one transaction. As many groups are in flight
@@ -29,7 +30,7 @@ const QUEUE: usize = 8192;
 pub(crate) struct Publisher {
     store: DynControlPlaneStore,
     /// Started on the first publish (inside the runtime that serves it).
-    group: OnceLock<GroupCommit<PublishRequest, Published>>,
+    group: OnceLock<GroupCommit<Checked<PublishRequest>, Published>>,
 }
 
 impl Publisher {
@@ -43,7 +44,7 @@ impl Publisher {
     }
 
     /// Publishes `req`, in a group when others are waiting.
-    pub(crate) async fn publish(&self, req: PublishRequest) -> StoreResult<Published> {
+    pub(crate) async fn publish(&self, req: Checked<PublishRequest>) -> StoreResult<Published> {
         let group = self.group.get_or_init(|| {
             let store = self.store.clone();
             let writers = store.write_concurrency();
@@ -61,13 +62,13 @@ impl Publisher {
 /// one by one when that transaction was refused for bad input.
 async fn write(
     store: &DynControlPlaneStore,
-    reqs: Vec<PublishRequest>,
+    reqs: Vec<Checked<PublishRequest>>,
 ) -> Vec<StoreResult<Published>> {
     if reqs.len() > 1 {
         match store.event_publish_batch(reqs.clone()).await {
             Ok(published) => return published.into_iter().map(Ok).collect(),
-            // A bad input fails the whole batch and stores nothing: write
-            // each alone, so only the bad one fails.
+            // A refused payload fails the whole batch and stores nothing:
+            // write each alone, so only the refused one fails.
             Err(StoreError::InvalidInput(_)) => {}
             // Anything else is every caller's answer (none is retried here:
             // a batch that failed after its commit must not be written twice).

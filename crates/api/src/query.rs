@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use control_plane_core::{
-    AccountId, Alert, AttemptRecord, AttemptStats, Circuit, CircuitMode, Delivery, DeliveryId,
-    DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint, EndpointId, Event,
-    EventType, Page, PageRequest, Published, Recovery, StoreError, Task, TaskEnqueueRequest,
+    AccountId, Alert, AttemptRecord, AttemptStats, Check, Circuit, CircuitMode, Delivery,
+    DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint, EndpointId,
+    Event, EventType, Page, PageRequest, Published, Recovery, StoreError, Task, TaskEnqueueRequest,
     TaskId, Timestamp, UsageMetric, RECOVER_TASK,
 };
 
@@ -62,13 +62,16 @@ pub async fn queue_recovery(
     let payload =
         serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
     let enqueued = store
-        .workflow_enqueue(TaskEnqueueRequest {
-            id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
-            account,
-            kind: RECOVER_TASK.into(),
-            payload,
-            run_at: None,
-        })
+        .workflow_enqueue(
+            TaskEnqueueRequest {
+                id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
+                account,
+                kind: RECOVER_TASK.into(),
+                payload,
+                run_at: None,
+            }
+            .checked()?,
+        )
         .await?;
     Ok(enqueued.task)
 }

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use control_plane_core::Check as _;
 use control_plane_core::*;
 use serde_json::{json, Map, Value};
 
@@ -73,14 +74,20 @@ async fn run_once(
             req.filter =
                 Some(EventFilter::parse(json!({"data.amount": {"$gte": 100}})).map_err(fail)?);
         }
-        store.endpoint_create(req).await.map_err(fail)?;
+        store
+            .endpoint_create(req.checked().map_err(fail)?)
+            .await
+            .map_err(fail)?;
     }
     if check == Check::Schema {
         let put = EventTypePut {
             schema: Some(schema()),
             ..EventTypePut::new(acct(), TYPE, "bench")
         };
-        store.event_type_put(put).await.map_err(fail)?;
+        store
+            .event_type_put(put.checked().map_err(fail)?)
+            .await
+            .map_err(fail)?;
     }
     let seconds = if a.quick { 1 } else { 5 };
     let until = Instant::now() + Duration::from_secs(seconds);
@@ -93,7 +100,11 @@ async fn run_once(
             while Instant::now() < until {
                 let t0 = Instant::now();
                 let p = store
-                    .event_publish(PublishRequest::new(acct(), TYPE, payload()))
+                    .event_publish(
+                        PublishRequest::new(acct(), TYPE, payload())
+                            .checked()
+                            .map_err(fail)?,
+                    )
                     .await
                     .map_err(fail)?;
                 if p.deliveries.len() != ENDPOINTS {

@@ -179,11 +179,11 @@ pub(crate) async fn fairness(a: &Args, dir: &std::path::Path) -> BenchResult<Str
             let mut sent = Vec::new();
             for i in 0..samples {
                 let p = store
-                    .event_publish(PublishRequest::new(
-                        acct(),
-                        "healthy",
-                        serde_json::json!({ "i": i }),
-                    ))
+                    .event_publish(
+                        PublishRequest::new(acct(), "healthy", serde_json::json!({ "i": i }))
+                            .checked()
+                            .map_err(fail)?,
+                    )
                     .await
                     .map_err(fail)?;
                 for id in p.deliveries {
@@ -267,13 +267,19 @@ async fn add_neighbours(
             Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
         );
         req.event_types = vec![ty.clone()];
-        store.endpoint_create(req).await.map_err(fail)?;
+        store
+            .endpoint_create(req.checked().map_err(fail)?)
+            .await
+            .map_err(fail)?;
         let reqs = (0..backlog)
             .map(|i| {
                 PublishRequest::new(account.clone(), ty.clone(), serde_json::json!({ "i": i }))
             })
             .collect();
-        store.event_publish_batch(reqs).await.map_err(fail)?;
+        store
+            .event_publish_batch(control_plane_core::Checked::all(reqs).map_err(fail)?)
+            .await
+            .map_err(fail)?;
     }
     Ok(noisy)
 }
@@ -326,11 +332,11 @@ pub(crate) async fn wakeup_latency(a: &Args) -> BenchResult<String> {
         for _ in 0..n {
             let t0 = Instant::now();
             let p = publisher
-                .event_publish(PublishRequest::new(
-                    acct(),
-                    "bench.latency",
-                    serde_json::json!({}),
-                ))
+                .event_publish(
+                    PublishRequest::new(acct(), "bench.latency", serde_json::json!({}))
+                        .checked()
+                        .map_err(fail)?,
+                )
                 .await
                 .map_err(fail)?;
             let id = p.deliveries.first().ok_or("no delivery")?.to_string();

@@ -244,7 +244,10 @@ async fn flow_endpoint(
     );
     req.event_types = types.iter().map(|t| t.to_string()).collect();
     req.max_in_flight = max_in_flight;
-    store.endpoint_create(req).await.map_err(fail)
+    store
+        .endpoint_create(req.checked().map_err(fail)?)
+        .await
+        .map_err(fail)
 }
 
 /// Publishes `n` events (one delivery each) in batches of 500.
@@ -255,7 +258,10 @@ async fn prefill(store: &dyn ControlPlaneStore, n: usize) -> BenchResult<()> {
         let reqs = (0..b)
             .map(|i| PublishRequest::new(acct(), "bench.event", serde_json::json!({"i": i})))
             .collect();
-        store.event_publish_batch(reqs).await.map_err(fail)?;
+        store
+            .event_publish_batch(control_plane_core::Checked::all(reqs).map_err(fail)?)
+            .await
+            .map_err(fail)?;
         left -= b;
     }
     Ok(())

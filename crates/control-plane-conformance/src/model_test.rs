@@ -117,7 +117,7 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
         req.ordered = i == 0;
         created.push((
             h.store
-                .endpoint_create(req)
+                .endpoint_create(req.checked().unwrap())
                 .await
                 .map_err(|e| e.to_string())?
                 .id,
@@ -140,11 +140,15 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
                 let expected = model.publish();
                 let p = h
                     .store
-                    .event_publish(PublishRequest::new(
-                        account.clone(),
-                        "t",
-                        serde_json::json!({"step": step}),
-                    ))
+                    .event_publish(
+                        PublishRequest::new(
+                            account.clone(),
+                            "t",
+                            serde_json::json!({"step": step}),
+                        )
+                        .checked()
+                        .unwrap(),
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 if p.deliveries.len() != expected.len() {
@@ -464,13 +468,17 @@ async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Resu
                 );
                 let r = h
                     .store
-                    .workflow_enqueue(TaskEnqueueRequest {
-                        id: task_id.clone(),
-                        account: account.clone(),
-                        kind: kinds[kind as usize].into(),
-                        payload: serde_json::json!(payload),
-                        run_at: None,
-                    })
+                    .workflow_enqueue(
+                        TaskEnqueueRequest {
+                            id: task_id.clone(),
+                            account: account.clone(),
+                            kind: kinds[kind as usize].into(),
+                            payload: serde_json::json!(payload),
+                            run_at: None,
+                        }
+                        .checked()
+                        .unwrap(),
+                    )
                     .await;
                 same(&format!("step {step} enqueue"), m, r, |m, r| {
                     m.1 == r.created

@@ -47,11 +47,11 @@ fn secret(n: u8) -> Secret {
 async fn endpoint(store: &DynControlPlaneStore, s: Secret) -> Endpoint {
     let acct = AccountId::new("sealed").unwrap();
     store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct,
-            "https://example.com/hook",
-            s,
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(acct, "https://example.com/hook", s)
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap()
 }
@@ -65,7 +65,11 @@ async fn read(store: &DynControlPlaneStore, id: EndpointId) -> SigningSecrets {
 async fn publish_and_claim(store: &DynControlPlaneStore) -> Vec<ClaimedDelivery> {
     let acct = AccountId::new("sealed").unwrap();
     store
-        .event_publish(PublishRequest::new(acct, "a.b", serde_json::json!({})))
+        .event_publish(
+            PublishRequest::new(acct, "a.b", serde_json::json!({}))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     store
@@ -104,7 +108,7 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
         );
         req.headers = [("X-Api-Key".to_string(), HEADER.to_string())].into();
         req.oauth2 = Some(client_credentials());
-        store.endpoint_create(req).await.unwrap()
+        store.endpoint_create(req.checked().unwrap()).await.unwrap()
     };
     store
         .endpoint_rotate_secret(

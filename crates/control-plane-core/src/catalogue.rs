@@ -61,14 +61,14 @@ impl EventType {
     ///
     /// # Errors
     /// `InvalidInput` when the type has no example.
-    pub fn example_request(self) -> Result<PublishRequest, StoreError> {
+    pub fn example_request(self) -> Result<crate::Checked<PublishRequest>, StoreError> {
         let Some(example) = self.example else {
             return Err(StoreError::InvalidInput(format!(
                 "event type {:?} has no example to send",
                 self.name
             )));
         };
-        Ok(PublishRequest::new(self.account, self.name, example))
+        crate::Check::checked(PublishRequest::new(self.account, self.name, example))
     }
 }
 
@@ -102,42 +102,6 @@ impl EventTypePut {
             schema: None,
             example: None,
         }
-    }
-
-    /// Checks every field; the schema must compile and the example match it.
-    ///
-    /// # Errors
-    /// `InvalidInput` naming the field (and, for the example, the path).
-    pub fn validate(&self) -> Result<(), StoreError> {
-        validate_type_name(&self.name)?;
-        validate_free_text("description", &self.description)?;
-        if self.description.len() > MAX_DESCRIPTION_BYTES {
-            return Err(StoreError::InvalidInput(format!(
-                "description must be at most {MAX_DESCRIPTION_BYTES} bytes, got {}",
-                self.description.len()
-            )));
-        }
-        let schema = self.schema_text()?;
-        if let Some(text) = &schema {
-            compiled(text)?;
-        }
-        if let Some(example) = &self.example {
-            let len = example.to_string().len();
-            if len > MAX_EXAMPLE_BYTES {
-                return Err(StoreError::InvalidInput(format!(
-                    "example must be at most {MAX_EXAMPLE_BYTES} bytes of JSON, got {len}"
-                )));
-            }
-            if let Some(text) = &schema {
-                check_payload(&self.name, text, example).map_err(|e| match e {
-                    StoreError::InvalidInput(m) => {
-                        StoreError::InvalidInput(format!("example: {m}"))
-                    }
-                    other => other,
-                })?;
-            }
-        }
-        Ok(())
     }
 
     /// The schema as the compact JSON text that is stored and cached.
@@ -174,6 +138,44 @@ impl EventTypePut {
             created_at,
             updated_at: at,
         }
+    }
+}
+
+impl crate::Check for EventTypePut {
+    /// Checks every field; the schema must compile and the example match it.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field (and, for the example, the path).
+    fn check(&self) -> Result<(), StoreError> {
+        validate_type_name(&self.name)?;
+        validate_free_text("description", &self.description)?;
+        if self.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "description must be at most {MAX_DESCRIPTION_BYTES} bytes, got {}",
+                self.description.len()
+            )));
+        }
+        let schema = self.schema_text()?;
+        if let Some(text) = &schema {
+            compiled(text)?;
+        }
+        if let Some(example) = &self.example {
+            let len = example.to_string().len();
+            if len > MAX_EXAMPLE_BYTES {
+                return Err(StoreError::InvalidInput(format!(
+                    "example must be at most {MAX_EXAMPLE_BYTES} bytes of JSON, got {len}"
+                )));
+            }
+            if let Some(text) = &schema {
+                check_payload(&self.name, text, example).map_err(|e| match e {
+                    StoreError::InvalidInput(m) => {
+                        StoreError::InvalidInput(format!("example: {m}"))
+                    }
+                    other => other,
+                })?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -369,6 +371,7 @@ fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Check;
     use serde_json::json;
 
     fn put(schema: Option<Value>, example: Option<Value>) -> EventTypePut {
@@ -425,11 +428,11 @@ mod tests {
     #[test]
     fn a_registration_needs_a_compiling_schema_and_a_matching_example() {
         put(Some(order_schema()), Some(json!({"id": "o1", "items": []})))
-            .validate()
+            .check()
             .unwrap();
-        put(None, Some(json!("anything"))).validate().unwrap();
+        put(None, Some(json!("anything"))).check().unwrap();
         let bad_example = put(Some(order_schema()), Some(json!({"id": 1, "items": []})))
-            .validate()
+            .check()
             .unwrap_err();
         assert!(
             bad_example
@@ -439,20 +442,20 @@ mod tests {
         );
         assert!(bad_example.to_string().contains("at /id"), "{bad_example}");
         let bad_schema = put(Some(json!({"type": "no-such-type"})), None)
-            .validate()
+            .check()
             .unwrap_err();
         assert!(
             bad_schema.to_string().contains("schema does not compile"),
             "{bad_schema}"
         );
         let remote = put(Some(json!({"$ref": "https://example.com/s.json"})), None)
-            .validate()
+            .check()
             .unwrap_err();
         assert!(remote.to_string().contains(REMOTE_REFUSED), "{remote}");
         // Patterns run on a linear-time engine, which has no look-around:
         // a schema that needs a backtracking engine does not compile.
         let lookahead = put(Some(json!({"type": "string", "pattern": "(?=a)"})), None)
-            .validate()
+            .check()
             .unwrap_err();
         assert!(
             lookahead.to_string().contains("schema does not compile"),
@@ -462,7 +465,7 @@ mod tests {
             Some(json!({"description": "x".repeat(MAX_SCHEMA_BYTES)})),
             None,
         )
-        .validate()
+        .check()
         .unwrap_err();
         assert!(
             huge.to_string().contains("schema must be at most"),
@@ -470,7 +473,7 @@ mod tests {
         );
         let mut long = put(None, None);
         long.description = "d".repeat(MAX_DESCRIPTION_BYTES + 1);
-        assert!(long.validate().is_err());
+        assert!(long.check().is_err());
     }
 
     #[test]

@@ -53,17 +53,6 @@ impl PublishRequest {
         }
     }
 
-    /// Validates the event type (see [`crate::catalogue::validate_type_name`]:
-    /// the types of operational events are the store's own, and `*` is for
-    /// subscriptions) and the key (see [`validate_short_text`]).
-    pub fn validate(&self) -> Result<(), StoreError> {
-        crate::catalogue::validate_type_name(&self.event_type)?;
-        if let Some(k) = &self.idempotency_key {
-            validate_short_text("idempotency key", k)?;
-        }
-        Ok(())
-    }
-
     /// The exact webhook body for this event published at `at`.
     pub fn body(&self, at: Timestamp) -> String {
         serde_json::json!({
@@ -108,6 +97,19 @@ impl PublishRequest {
             traceparent: self.traceparent.clone(),
             created_at: at,
         }
+    }
+}
+
+impl crate::Check for PublishRequest {
+    /// Validates the event type (see [`crate::catalogue::validate_type_name`]:
+    /// the types of operational events are the store's own, and `*` is for
+    /// subscriptions) and the key (see [`validate_short_text`]).
+    fn check(&self) -> Result<(), StoreError> {
+        crate::catalogue::validate_type_name(&self.event_type)?;
+        if let Some(k) = &self.idempotency_key {
+            validate_short_text("idempotency key", k)?;
+        }
+        Ok(())
     }
 }
 

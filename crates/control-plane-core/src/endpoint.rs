@@ -238,13 +238,15 @@ impl EndpointCreateRequest {
             description: None,
         }
     }
+}
 
+impl crate::Check for EndpointCreateRequest {
     /// Checks what every adapter must check before storing the endpoint.
     ///
     /// # Errors
     /// `InvalidInput` for a bad URL or event type, a limit out of range or a
     /// NUL in the description.
-    pub fn validate(&self) -> Result<(), StoreError> {
+    fn check(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
         validate_event_types(&self.event_types)?;
         custom_headers_text(&self.headers)?;

@@ -111,10 +111,10 @@ pub struct TaskEnqueueRequest {
     pub run_at: Option<Timestamp>,
 }
 
-impl TaskEnqueueRequest {
+impl crate::Check for TaskEnqueueRequest {
     /// `InvalidInput` for a kind that is empty, longer than 255 bytes or
     /// holds a control character, or a payload with a NUL in a string.
-    pub fn validate(&self) -> Result<(), StoreError> {
+    fn check(&self) -> Result<(), StoreError> {
         validate_short_text("task kind", &self.kind)?;
         validate_json_text("task payload", &self.payload)
     }

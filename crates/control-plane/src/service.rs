@@ -437,7 +437,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_component_makes_the_dispatcher_release_its_leases() {
         use control_plane_core::{
-            AccountId, DeliveryState, EndpointCreateRequest, PublishRequest, Secret,
+            AccountId, Check, DeliveryState, EndpointCreateRequest, PublishRequest, Secret,
         };
         let dir = tempfile::tempdir().unwrap();
         let store = embedded_store(dir.path()).await;
@@ -452,19 +452,19 @@ pub(crate) mod tests {
         });
         let account = AccountId::new("a").unwrap();
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                &url,
-                Secret::new("whsec_dGVzdA=="),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(account.clone(), &url, Secret::new("whsec_dGVzdA=="))
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         let published = store
-            .event_publish(PublishRequest::new(
-                account.clone(),
-                "t",
-                serde_json::json!({}),
-            ))
+            .event_publish(
+                PublishRequest::new(account.clone(), "t", serde_json::json!({}))
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         let id = published.deliveries[0];

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use control_plane_core::{
-    recover, DynControlPlaneStore, PublishRequest, RecoverProgress, Recovery, StoreError, TaskId,
-    UsageMeter, UsageMetric, RECOVER_TASK,
+    recover, Check, DynControlPlaneStore, PublishRequest, RecoverProgress, Recovery, StoreError,
+    TaskId, UsageMeter, UsageMetric, RECOVER_TASK,
 };
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use sha2::{Digest, Sha256};
@@ -52,7 +52,9 @@ pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskR
                 payload: task.payload["payload"].clone(),
                 idempotency_key: Some(publish_key(&task.id)),
                 traceparent: None,
-            };
+            }
+            .checked()
+            .map_err(|e| task_error(&e))?;
             match store.event_publish(req).await {
                 Ok(p) => {
                     if p.created {
@@ -128,24 +130,32 @@ mod tests {
         let store = embedded_store(dir.path()).await;
         let account = AccountId::new("a").unwrap();
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_dGVzdA=="),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    "https://example.com/hook",
+                    Secret::new("whsec_dGVzdA=="),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
         let long = TaskId::new("t".repeat(255)).unwrap();
         let reserved = TaskId::new("reserved").unwrap();
         for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
             store
-                .workflow_enqueue(TaskEnqueueRequest {
-                    id: id.clone(),
-                    account: account.clone(),
-                    kind: PUBLISH_TASK.into(),
-                    payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
-                    run_at: None,
-                })
+                .workflow_enqueue(
+                    TaskEnqueueRequest {
+                        id: id.clone(),
+                        account: account.clone(),
+                        kind: PUBLISH_TASK.into(),
+                        payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
+                        run_at: None,
+                    }
+                    .checked()
+                    .unwrap(),
+                )
                 .await
                 .unwrap();
         }
@@ -232,20 +242,24 @@ mod tests {
         let store = embedded_store(dir.path()).await;
         let account = AccountId::new("a").unwrap();
         let e = store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_dGVzdA=="),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    "https://example.com/hook",
+                    Secret::new("whsec_dGVzdA=="),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
         let since = SystemClock.now();
         let p = store
-            .event_publish(PublishRequest::new(
-                account.clone(),
-                "order.paid",
-                serde_json::json!({"n": 1}),
-            ))
+            .event_publish(
+                PublishRequest::new(account.clone(), "order.paid", serde_json::json!({"n": 1}))
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         let c = store
@@ -270,13 +284,17 @@ mod tests {
             (&bad, serde_json::json!({"endpoint": "nope"})),
         ] {
             store
-                .workflow_enqueue(TaskEnqueueRequest {
-                    id: id.clone(),
-                    account: account.clone(),
-                    kind: RECOVER_TASK.into(),
-                    payload,
-                    run_at: None,
-                })
+                .workflow_enqueue(
+                    TaskEnqueueRequest {
+                        id: id.clone(),
+                        account: account.clone(),
+                        kind: RECOVER_TASK.into(),
+                        payload,
+                        run_at: None,
+                    }
+                    .checked()
+                    .unwrap(),
+                )
                 .await
                 .unwrap();
         }

@@ -462,19 +462,19 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
         .unwrap();
         let acct = AccountId::new("acme").unwrap();
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                acct.clone(),
-                url,
-                secret.clone(),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(acct.clone(), url, secret.clone())
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         let p = store
-            .event_publish(PublishRequest::new(
-                acct,
-                "order.created",
-                serde_json::json!({"id": 7}),
-            ))
+            .event_publish(
+                PublishRequest::new(acct, "order.created", serde_json::json!({"id": 7}))
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         p.deliveries[0]
@@ -546,11 +546,15 @@ async fn the_key_file_is_created_and_rotate_key_seals_what_was_plain() {
         .unwrap();
         let acct = AccountId::new("acme").unwrap();
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                acct,
-                "https://example.com/hook",
-                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    acct,
+                    "https://example.com/hook",
+                    Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
     }

@@ -112,11 +112,11 @@ async fn setup(url: &str) -> Setup {
         .unwrap(),
     );
     let endpoint = store
-        .endpoint_create(EndpointCreateRequest::new(
-            AccountId::new("acme").unwrap(),
-            url,
-            generate_secret(),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(AccountId::new("acme").unwrap(), url, generate_secret())
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     Setup {
@@ -144,11 +144,15 @@ fn config(schedule_s: u64) -> DispatcherConfig {
 async fn publish(s: &Setup) -> DeliveryId {
     let p = s
         .store
-        .event_publish(PublishRequest::new(
-            AccountId::new("acme").unwrap(),
-            "invoice.paid",
-            serde_json::json!({"amount": 42}),
-        ))
+        .event_publish(
+            PublishRequest::new(
+                AccountId::new("acme").unwrap(),
+                "invoice.paid",
+                serde_json::json!({"amount": 42}),
+            )
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
     p.deliveries[0]

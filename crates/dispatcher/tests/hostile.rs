@@ -298,7 +298,7 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
             generate_secret(),
         );
         req.event_types = vec![path.to_string()];
-        let e = store.endpoint_create(req).await.unwrap();
+        let e = store.endpoint_create(req.checked().unwrap()).await.unwrap();
         by_endpoint.insert(e.id, (*path, *expect));
     }
     for _ in 0..CROWD {
@@ -308,17 +308,17 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
             generate_secret(),
         );
         req.event_types = vec!["crowd".to_string()];
-        let e = store.endpoint_create(req).await.unwrap();
+        let e = store.endpoint_create(req.checked().unwrap()).await.unwrap();
         by_endpoint.insert(e.id, ("silence (crowd)", Expect::Error("timed out")));
     }
     let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let healthy_url = healthy_server(arrivals.clone()).await;
     store
-        .endpoint_create(EndpointCreateRequest::new(
-            good.clone(),
-            healthy_url,
-            generate_secret(),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(good.clone(), healthy_url, generate_secret())
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     let mut hostile_deliveries = Vec::new();
@@ -333,18 +333,22 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
                 serde_json::json!({ "i": i })
             };
             let p = store
-                .event_publish(PublishRequest::new(hostile.clone(), *path, payload))
+                .event_publish(
+                    PublishRequest::new(hostile.clone(), *path, payload)
+                        .checked()
+                        .unwrap(),
+                )
                 .await
                 .unwrap();
             hostile_deliveries.extend(p.deliveries);
         }
     }
     let crowd = store
-        .event_publish(PublishRequest::new(
-            hostile.clone(),
-            "crowd",
-            serde_json::json!({}),
-        ))
+        .event_publish(
+            PublishRequest::new(hostile.clone(), "crowd", serde_json::json!({}))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(crowd.deliveries.len(), CROWD);
@@ -376,11 +380,11 @@ async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone(
     let mut sent = Vec::new();
     for i in 0..30 {
         let p = store
-            .event_publish(PublishRequest::new(
-                good.clone(),
-                "order.paid",
-                serde_json::json!({ "i": i }),
-            ))
+            .event_publish(
+                PublishRequest::new(good.clone(), "order.paid", serde_json::json!({ "i": i }))
+                    .checked()
+                    .unwrap(),
+            )
             .await
             .unwrap();
         sent.push((p.deliveries[0].to_string(), Instant::now()));

@@ -40,13 +40,17 @@ fn config(lease: Duration) -> TaskRunnerConfig {
 
 async fn enqueue(store: &DynControlPlaneStore, id: &str, kind: &str) {
     store
-        .workflow_enqueue(TaskEnqueueRequest {
-            id: TaskId::new(id).unwrap(),
-            account: AccountId::new("acme").unwrap(),
-            kind: kind.into(),
-            payload: json!({"n": id}),
-            run_at: None,
-        })
+        .workflow_enqueue(
+            TaskEnqueueRequest {
+                id: TaskId::new(id).unwrap(),
+                account: AccountId::new("acme").unwrap(),
+                kind: kind.into(),
+                payload: json!({"n": id}),
+                run_at: None,
+            }
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
 }

@@ -8,7 +8,7 @@ mod config;
 
 use config::parse_duration;
 use control_plane_core::{
-    validate_endpoint_url, AccountId, DeliveryId, DeliveryState, EndpointId, PublishRequest,
+    validate_endpoint_url, AccountId, Check, DeliveryId, DeliveryState, EndpointId, PublishRequest,
     TaskId, Timestamp,
 };
 use dispatcher::Cidr;
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
             idempotency_key: Some(s.to_string()),
             traceparent: None,
         };
-        if req.validate().is_ok() {
+        if let Ok(req) = req.checked() {
             let body = req.body(Timestamp::from_millis(0));
             assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok());
         }

@@ -56,8 +56,7 @@ fn type_from_row(
     })
 }
 
-pub(crate) fn put(t: &mut Tx<'_>, req: &EventTypePut) -> StoreResult<EventType> {
-    req.validate()?;
+pub(crate) fn put(t: &mut Tx<'_>, req: &Checked<EventTypePut>) -> StoreResult<EventType> {
     t.schemas.forget(&req.account, &req.name);
     let schema = req.schema_text()?;
     let example = req.example_text();
@@ -176,7 +175,7 @@ fn send_example(
 
 #[async_trait]
 impl CatalogueStore for EmbeddedStore {
-    async fn event_type_put(&self, req: EventTypePut) -> StoreResult<EventType> {
+    async fn event_type_put(&self, req: Checked<EventTypePut>) -> StoreResult<EventType> {
         self.tx(move |t| put(t, &req)).await
     }
 

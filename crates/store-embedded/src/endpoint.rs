@@ -72,8 +72,7 @@ fn types_json(types: &[String]) -> StoreResult<String> {
     serde_json::to_string(types).map_err(|e| StoreError::InvalidInput(format!("event types: {e}")))
 }
 
-pub(crate) fn create(t: &mut Tx<'_>, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
-    req.validate()?;
+pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> StoreResult<Endpoint> {
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
@@ -514,7 +513,7 @@ pub(crate) fn circuit_of(
 
 #[async_trait]
 impl EndpointStore for EmbeddedStore {
-    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+    async fn endpoint_create(&self, req: Checked<EndpointCreateRequest>) -> StoreResult<Endpoint> {
         self.tx(move |t| create(t, req)).await
     }
 

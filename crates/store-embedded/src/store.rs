@@ -543,6 +543,7 @@ impl Drop for EmbeddedStore {
 pub(crate) mod tests {
     use std::time::Duration;
 
+    use control_plane_core::Check;
     use duckdb::params;
 
     use super::*;
@@ -568,11 +569,11 @@ pub(crate) mod tests {
             "https://example.com/hook",
             Secret::new("whsec_dGVzdA=="),
         );
-        store.endpoint_create(req).await.unwrap();
+        store.endpoint_create(req.checked().unwrap()).await.unwrap();
         if schema {
             let mut put = EventTypePut::new(account.clone(), "order.paid", "Paid");
             put.schema = Some(serde_json::json!({"type": "object", "required": ["id"]}));
-            store.event_type_put(put).await.unwrap();
+            store.event_type_put(put.checked().unwrap()).await.unwrap();
         }
         (store, account)
     }
@@ -639,14 +640,20 @@ pub(crate) mod tests {
             || store.delivery_claim(ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap());
 
         store
-            .event_publish_batch(vec![event(serde_json::json!({"id": 1}))])
+            .event_publish_batch(
+                control_plane_core::Checked::all(vec![event(serde_json::json!({"id": 1}))])
+                    .unwrap(),
+            )
             .await
             .unwrap();
         assert_eq!(claim().await.unwrap().len(), 1);
         assert!(built().await.unwrap(), "the claim built the index");
 
         let refused = store
-            .event_publish_batch(vec![event(serde_json::json!({"no": "id"}))])
+            .event_publish_batch(
+                control_plane_core::Checked::all(vec![event(serde_json::json!({"no": "id"}))])
+                    .unwrap(),
+            )
             .await;
         assert!(refused.is_err());
         assert!(
@@ -655,10 +662,13 @@ pub(crate) mod tests {
         );
 
         let half = store
-            .event_publish_batch(vec![
-                event(serde_json::json!({"id": 2})),
-                event(serde_json::json!({"no": "id"})),
-            ])
+            .event_publish_batch(
+                control_plane_core::Checked::all(vec![
+                    event(serde_json::json!({"id": 2})),
+                    event(serde_json::json!({"no": "id"})),
+                ])
+                .unwrap(),
+            )
             .await;
         assert!(half.is_err());
         assert!(

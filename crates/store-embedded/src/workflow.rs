@@ -84,8 +84,10 @@ fn text(v: &serde_json::Value) -> String {
     v.to_string()
 }
 
-pub(crate) fn enqueue(t: &mut Tx<'_>, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
-    req.validate()?;
+pub(crate) fn enqueue(
+    t: &mut Tx<'_>,
+    req: Checked<TaskEnqueueRequest>,
+) -> StoreResult<TaskEnqueued> {
     if let Some(existing) = find(t, &req.account, &req.id)? {
         let e = existing.task;
         if e.kind != req.kind || e.payload != req.payload {
@@ -334,7 +336,10 @@ pub(crate) fn retry_dead(t: &mut Tx<'_>, account: &AccountId, id: &TaskId) -> St
 
 #[async_trait]
 impl WorkflowStore for EmbeddedStore {
-    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+    async fn workflow_enqueue(
+        &self,
+        req: Checked<TaskEnqueueRequest>,
+    ) -> StoreResult<TaskEnqueued> {
         self.tx(move |t| enqueue(t, req)).await
     }
 

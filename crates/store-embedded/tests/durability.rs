@@ -43,16 +43,21 @@ async fn committed_state_survives_close_and_reopen() {
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
     let e = store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct(),
-            "https://example.com/h",
-            Secret::new("whsec_eA=="),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     let mut published = Vec::new();
     for n in 0..3 {
-        published.push(store.event_publish(publish_req(n)).await.unwrap());
+        published.push(
+            store
+                .event_publish(publish_req(n).checked().unwrap())
+                .await
+                .unwrap(),
+        );
     }
     let c = store
         .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(30)).unwrap())
@@ -87,9 +92,15 @@ async fn committed_state_survives_close_and_reopen() {
             .len(),
         1
     );
-    let again = store.event_publish(publish_req(1)).await.unwrap();
+    let again = store
+        .event_publish(publish_req(1).checked().unwrap())
+        .await
+        .unwrap();
     assert!(!again.created, "idempotency keys survive a restart");
-    let next = store.event_publish(publish_req(99)).await.unwrap();
+    let next = store
+        .event_publish(publish_req(99).checked().unwrap())
+        .await
+        .unwrap();
     let seq = store
         .delivery_get(&acct(), next.deliveries[0])
         .await
@@ -105,11 +116,15 @@ async fn committed_state_survives_close_and_reopen() {
 async fn ensure_endpoint(store: &EmbeddedStore) {
     if store.endpoint_list(&acct()).await.unwrap().is_empty() {
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                acct(),
-                "https://example.com/h",
-                Secret::new("whsec_eA=="),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    acct(),
+                    "https://example.com/h",
+                    Secret::new("whsec_eA=="),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
     }
@@ -121,7 +136,7 @@ async fn child_writer(path: &Path, round: &str) {
     ensure_endpoint(&store).await;
     for n in 0usize.. {
         let p = store
-            .event_publish(keyed_req(format!("round{round}-{n}")))
+            .event_publish(keyed_req(format!("round{round}-{n}")).checked().unwrap())
             .await
             .unwrap();
         assert!(p.created);
@@ -144,7 +159,7 @@ async fn child_burst(path: &Path, round: &str) {
                     "t",
                     serde_json::json!({ "round": round, "task": task, "n": n }),
                 );
-                let p = store.event_publish(req).await.unwrap();
+                let p = store.event_publish(req.checked().unwrap()).await.unwrap();
                 println!("committed {} {}", p.event.id, p.deliveries[0]);
             }
         }));
@@ -237,14 +252,17 @@ async fn a_second_process_gets_a_clear_error_and_the_file_is_intact() {
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
     store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct(),
-            "https://example.com/h",
-            Secret::new("whsec_eA=="),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
-    let p = store.event_publish(publish_req(1)).await.unwrap();
+    let p = store
+        .event_publish(publish_req(1).checked().unwrap())
+        .await
+        .unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
         .arg("child-open")
         .arg(&path)
@@ -257,7 +275,10 @@ async fn a_second_process_gets_a_clear_error_and_the_file_is_intact() {
         text.contains("postgres"),
         "the error says what to do: {text}"
     );
-    store.event_publish(publish_req(2)).await.unwrap();
+    store
+        .event_publish(publish_req(2).checked().unwrap())
+        .await
+        .unwrap();
     drop(store);
     let store = open(&path).await.unwrap();
     assert_eq!(store.event_get(&acct(), p.event.id).await.unwrap(), p.event);

@@ -31,8 +31,7 @@ fn row_to_type(r: &tokio_postgres::Row) -> StoreResult<EventType> {
     })
 }
 
-pub(crate) async fn put(t: &Tx<'_>, req: &EventTypePut) -> StoreResult<EventType> {
-    req.validate()?;
+pub(crate) async fn put(t: &Tx<'_>, req: &Checked<EventTypePut>) -> StoreResult<EventType> {
     let schema = req.schema_text()?;
     let example = req.example_text();
     let row = t
@@ -133,7 +132,7 @@ async fn send_example(
 
 #[async_trait]
 impl CatalogueStore for PostgresStore {
-    async fn event_type_put(&self, req: EventTypePut) -> StoreResult<EventType> {
+    async fn event_type_put(&self, req: Checked<EventTypePut>) -> StoreResult<EventType> {
         in_tx!(self, |t| put(&t, &req))
     }
 

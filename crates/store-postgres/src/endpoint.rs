@@ -105,8 +105,10 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
     })
 }
 
-pub(crate) async fn create(t: &Tx<'_>, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
-    req.validate()?;
+pub(crate) async fn create(
+    t: &Tx<'_>,
+    req: Checked<EndpointCreateRequest>,
+) -> StoreResult<Endpoint> {
     let id = EndpointId::new();
     let types = serde_json::to_value(&req.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
@@ -382,7 +384,7 @@ pub(crate) async fn circuit_of(
 
 #[async_trait]
 impl EndpointStore for PostgresStore {
-    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint> {
+    async fn endpoint_create(&self, req: Checked<EndpointCreateRequest>) -> StoreResult<Endpoint> {
         in_tx!(self, |t| create(&t, req))
     }
 

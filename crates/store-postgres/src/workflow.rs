@@ -50,8 +50,10 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> StoreRe
     row_to_task(&row)
 }
 
-pub(crate) async fn enqueue(t: &Tx<'_>, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
-    req.validate()?;
+pub(crate) async fn enqueue(
+    t: &Tx<'_>,
+    req: Checked<TaskEnqueueRequest>,
+) -> StoreResult<TaskEnqueued> {
     let run_at = req.run_at.unwrap_or(t.now).as_millis();
     let inserted = t
         .query_opt(
@@ -336,7 +338,10 @@ pub(crate) async fn retry_dead(t: &Tx<'_>, account: &AccountId, id: &TaskId) -> 
 
 #[async_trait]
 impl WorkflowStore for PostgresStore {
-    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued> {
+    async fn workflow_enqueue(
+        &self,
+        req: Checked<TaskEnqueueRequest>,
+    ) -> StoreResult<TaskEnqueued> {
         in_tx!(self, |t| enqueue(&t, req))
     }
 

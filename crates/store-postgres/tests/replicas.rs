@@ -32,11 +32,11 @@ async fn replicas(
 
 async fn add_endpoint(store: &PostgresStore) -> Endpoint {
     store
-        .endpoint_create(EndpointCreateRequest::new(
-            acct(),
-            "https://example.com/r",
-            Secret::new("whsec_cg=="),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap()
 }
@@ -56,7 +56,10 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
     }
     for batch in 0..20 {
         let reqs = (0..100).map(|i| req(batch * 100 + i)).collect();
-        stores[batch % 4].event_publish_batch(reqs).await.unwrap();
+        stores[batch % 4]
+            .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+            .await
+            .unwrap();
     }
     let seen: Arc<Mutex<HashMap<DeliveryId, u32>>> = Arc::default();
     let started = Instant::now();
@@ -120,9 +123,17 @@ async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
     let mut filtered =
         EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
     filtered.event_types = vec!["never".into()];
-    let e = stores[0].endpoint_create(filtered).await.unwrap();
+    let e = stores[0]
+        .endpoint_create(filtered.checked().unwrap())
+        .await
+        .unwrap();
     for round in 0..10 {
-        let event = stores[0].event_publish(req(round)).await.unwrap().event.id;
+        let event = stores[0]
+            .event_publish(req(round).checked().unwrap())
+            .await
+            .unwrap()
+            .event
+            .id;
         let mut tasks = Vec::new();
         for i in 0..16 {
             let s = stores[i % 4].clone();
@@ -159,7 +170,9 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
     add_endpoint(&stores[0]).await;
     for round in 0..5 {
         stores[0]
-            .event_publish_batch((0..10).map(req).collect())
+            .event_publish_batch(
+                control_plane_core::Checked::all((0..10).map(req).collect()).unwrap(),
+            )
             .await
             .unwrap();
         if round == 0 {
@@ -264,7 +277,11 @@ async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
     tx.execute("INSERT INTO orders VALUES (1)", &[])
         .await
         .unwrap();
-    let kept = store.publish_in(&tx, vec![req(1)]).await.unwrap().remove(0);
+    let kept = store
+        .publish_in(&tx, control_plane_core::Checked::all(vec![req(1)]).unwrap())
+        .await
+        .unwrap()
+        .remove(0);
     tx.commit().await.unwrap();
     store.notify_committed().await.unwrap();
 
@@ -272,7 +289,11 @@ async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
     tx.execute("INSERT INTO orders VALUES (2)", &[])
         .await
         .unwrap();
-    let dropped = store.publish_in(&tx, vec![req(2)]).await.unwrap().remove(0);
+    let dropped = store
+        .publish_in(&tx, control_plane_core::Checked::all(vec![req(2)]).unwrap())
+        .await
+        .unwrap()
+        .remove(0);
     tx.rollback().await.unwrap();
 
     assert_eq!(
@@ -316,7 +337,9 @@ async fn a_publish_on_one_replica_wakes_a_worker_on_another() {
     // notification arrives, then measure.
     let mut up = false;
     for n in 0..10 {
-        b.event_publish(req(100 + n)).await.unwrap();
+        b.event_publish(req(100 + n).checked().unwrap())
+            .await
+            .unwrap();
         if tokio::time::timeout(Duration::from_secs(1), rx.changed())
             .await
             .is_ok()
@@ -331,7 +354,7 @@ async fn a_publish_on_one_replica_wakes_a_worker_on_another() {
     let mut latencies = Vec::new();
     for n in 0..5 {
         let started = Instant::now();
-        b.event_publish(req(n)).await.unwrap();
+        b.event_publish(req(n).checked().unwrap()).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), rx.changed())
             .await
             .expect("woken through NOTIFY")
@@ -406,7 +429,10 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
             payload: serde_json::json!(i),
             run_at: None,
         };
-        stores[i % 4].workflow_enqueue(req).await.unwrap();
+        stores[i % 4]
+            .workflow_enqueue(req.checked().unwrap())
+            .await
+            .unwrap();
     }
     let seen: Arc<Mutex<HashMap<TaskId, u32>>> = Arc::default();
     let mut tasks = Vec::new();
@@ -532,9 +558,12 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     let mut create =
         EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
     create.rate_limit_per_s = Some(20);
-    stores[0].endpoint_create(create).await.unwrap();
     stores[0]
-        .event_publish_batch((0..600).map(req).collect())
+        .endpoint_create(create.checked().unwrap())
+        .await
+        .unwrap();
+    stores[0]
+        .event_publish_batch(control_plane_core::Checked::all((0..600).map(req).collect()).unwrap())
         .await
         .unwrap();
     let lease = Duration::from_secs(3600);

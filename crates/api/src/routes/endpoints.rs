@@ -125,7 +125,7 @@ pub(crate) async fn endpoint_create(
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
     req.description = body.description;
-    let e = s.store.endpoint_create(req).await?;
+    let e = s.store.endpoint_create(req.checked()?).await?;
     ok(
         StatusCode::CREATED,
         EndpointWithSecret::new(&e, secret, false),

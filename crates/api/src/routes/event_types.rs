@@ -51,7 +51,7 @@ pub(crate) async fn event_type_put(
         example: body.example,
         ..EventTypePut::new(account, p.name, body.description)
     };
-    let t = s.store.event_type_put(req).await?;
+    let t = s.store.event_type_put(req.checked()?).await?;
     ok(StatusCode::OK, EventTypeView::from(&t))
 }
 

@@ -129,7 +129,8 @@ pub(crate) async fn event_publish(
         payload: body.payload,
         idempotency_key,
         traceparent: TraceParent::of(&span).or(caller),
-    };
+    }
+    .checked()?;
     // Keyed publishes go alone: the key's first answer is the one returned.
     let published = if req.idempotency_key.is_some() {
         s.store.event_publish(req).instrument(span).await?

@@ -13,9 +13,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId, EndpointUpdateRequest,
-    EventFilter, EventId, EventListRequest, EventTypePut, KeyId, PageRequest, PublishRequest,
-    Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
+    Check, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
+    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, EventTypePut, KeyId,
+    PageRequest, PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId,
+    Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

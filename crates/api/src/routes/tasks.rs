@@ -46,13 +46,16 @@ pub(crate) async fn task_enqueue(
         .map(|d| s.clock.now().plus(Duration::from_secs(u64::from(d))));
     let enqueued = s
         .store
-        .workflow_enqueue(TaskEnqueueRequest {
-            id: task_id,
-            account,
-            kind: body.kind,
-            payload: body.payload,
-            run_at,
-        })
+        .workflow_enqueue(
+            TaskEnqueueRequest {
+                id: task_id,
+                account,
+                kind: body.kind,
+                payload: body.payload,
+                run_at,
+            }
+            .checked()?,
+        )
         .await?;
     let status = if enqueued.created {
         StatusCode::CREATED

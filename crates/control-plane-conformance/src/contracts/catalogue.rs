@@ -39,7 +39,11 @@ async fn events_of(h: &Harness, account: &str) -> usize {
 
 pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactory) {
     let h = open(f).await;
-    let first = h.store.event_type_put(order_type("a")).await.unwrap();
+    let first = h
+        .store
+        .event_type_put(order_type("a").checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(first.name, "order.created");
     assert_eq!(first.schema, Some(order_schema()));
     assert_eq!(first.created_at, first.updated_at);
@@ -51,14 +55,22 @@ pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactor
         first
     );
     h.store
-        .event_type_put(EventTypePut::new(acct("a"), "invoice.paid", "Paid"))
+        .event_type_put(
+            EventTypePut::new(acct("a"), "invoice.paid", "Paid")
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
 
     h.clock.advance(Duration::from_secs(5));
     let replaced = h
         .store
-        .event_type_put(EventTypePut::new(acct("a"), "order.created", "Placed"))
+        .event_type_put(
+            EventTypePut::new(acct("a"), "order.created", "Placed")
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(replaced.description, "Placed");
@@ -90,18 +102,13 @@ pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactor
         schema: Some(json!({"type": 5})),
         ..EventTypePut::new(acct("a"), "bad.schema", "")
     };
-    invalid(h.store.event_type_put(bad_schema).await, "schema");
+    invalid(bad_schema.checked(), "schema");
     let bad_example = EventTypePut {
         example: Some(json!({"id": 7, "items": []})),
         ..order_type("a")
     };
-    invalid(h.store.event_type_put(bad_example).await, "/id");
-    invalid(
-        h.store
-            .event_type_put(EventTypePut::new(acct("a"), "order.*", ""))
-            .await,
-        "'*'",
-    );
+    invalid(bad_example.checked(), "/id");
+    invalid(EventTypePut::new(acct("a"), "order.*", "").checked(), "'*'");
     assert_eq!(
         h.store
             .event_type_get(&acct("a"), "order.created")
@@ -132,9 +139,18 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
     // Published before it is registered: not checked; registered since:
     // checked at once (an adapter that remembers schemas forgets on put).
     let early = PublishRequest::new(acct("a"), "order.created", json!({"id": 1}));
-    h.store.event_publish(early.clone()).await.unwrap();
-    h.store.event_type_put(order_type("a")).await.unwrap();
-    invalid(h.store.event_publish(early).await, "order.created");
+    h.store
+        .event_publish(early.clone().checked().unwrap())
+        .await
+        .unwrap();
+    h.store
+        .event_type_put(order_type("a").checked().unwrap())
+        .await
+        .unwrap();
+    invalid(
+        h.store.event_publish(early.checked().unwrap()).await,
+        "order.created",
+    );
     let good = || {
         PublishRequest::new(
             acct("a"),
@@ -149,15 +165,32 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
             json!({"id": "o-3", "items": [{"sku": "x"}, {"sku": 9}]}),
         )
     };
-    let published = h.store.event_publish(good()).await.unwrap();
+    let published = h
+        .store
+        .event_publish(good().checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(published.deliveries.len(), 1);
-    invalid(h.store.event_publish(bad()).await, "/items/1/sku");
+    invalid(
+        h.store.event_publish(bad().checked().unwrap()).await,
+        "/items/1/sku",
+    );
     let mut keyed = bad();
     keyed.idempotency_key = Some("k-1".into());
-    invalid(h.store.event_publish(keyed).await, "/items/1/sku");
+    invalid(
+        h.store.event_publish(keyed.checked().unwrap()).await,
+        "/items/1/sku",
+    );
     invalid(
         h.store
-            .event_publish_batch(vec![good(), publish_req("a", "invoice.paid"), bad()])
+            .event_publish_batch(
+                control_plane_core::Checked::all(vec![
+                    good(),
+                    publish_req("a", "invoice.paid"),
+                    bad(),
+                ])
+                .unwrap(),
+            )
             .await,
         "order.created",
     );
@@ -170,15 +203,27 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
     // A key published before its type had a schema repeats, not refused.
     let mut early = PublishRequest::new(acct("a"), "order.later", json!({"any": 1}));
     early.idempotency_key = Some("k-early".into());
-    let first = h.store.event_publish(early.clone()).await.unwrap();
-    h.store
-        .event_type_put(EventTypePut {
-            schema: Some(json!({"required": ["id"]})),
-            ..EventTypePut::new(acct("a"), "order.later", "later")
-        })
+    let first = h
+        .store
+        .event_publish(early.clone().checked().unwrap())
         .await
         .unwrap();
-    let again = h.store.event_publish(early).await.unwrap();
+    h.store
+        .event_type_put(
+            EventTypePut {
+                schema: Some(json!({"required": ["id"]})),
+                ..EventTypePut::new(acct("a"), "order.later", "later")
+            }
+            .checked()
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let again = h
+        .store
+        .event_publish(early.checked().unwrap())
+        .await
+        .unwrap();
     assert!(!again.created && again.event.id == first.event.id);
     h.store
         .event_type_delete(&acct("a"), "order.later")
@@ -187,32 +232,51 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
 
     // Unregistered types, and the same name in another account, are free.
     h.store
-        .event_publish(publish_req("a", "order.shipped"))
+        .event_publish(publish_req("a", "order.shipped").checked().unwrap())
         .await
         .unwrap();
     h.store
-        .event_publish(publish_req("b", "order.created"))
+        .event_publish(publish_req("b", "order.created").checked().unwrap())
         .await
         .unwrap();
     // Without a schema, or once removed, the type is free again.
     h.store
-        .event_type_put(EventTypePut::new(acct("a"), "order.created", "no schema"))
+        .event_type_put(
+            EventTypePut::new(acct("a"), "order.created", "no schema")
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
-    h.store.event_publish(bad()).await.unwrap();
-    h.store.event_type_put(order_type("a")).await.unwrap();
-    invalid(h.store.event_publish(bad()).await, "/items/1/sku");
+    h.store
+        .event_publish(bad().checked().unwrap())
+        .await
+        .unwrap();
+    h.store
+        .event_type_put(order_type("a").checked().unwrap())
+        .await
+        .unwrap();
+    invalid(
+        h.store.event_publish(bad().checked().unwrap()).await,
+        "/items/1/sku",
+    );
     h.store
         .event_type_delete(&acct("a"), "order.created")
         .await
         .unwrap();
-    h.store.event_publish(bad()).await.unwrap();
+    h.store
+        .event_publish(bad().checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(events_of(&h, "a").await, 6);
 }
 
 pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     let h = open(f).await;
-    h.store.event_type_put(order_type("a")).await.unwrap();
+    h.store
+        .event_type_put(order_type("a").checked().unwrap())
+        .await
+        .unwrap();
     let bystander = endpoint(&h, "a", false).await;
     let mut req = EndpointCreateRequest::new(
         acct("a"),
@@ -221,7 +285,11 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     );
     req.event_types = vec!["invoice.paid".into()];
     req.filter = Some(EventFilter::parse(json!({"data.amount": {"$gt": 0}})).unwrap());
-    let target = h.store.endpoint_create(req).await.unwrap();
+    let target = h
+        .store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap();
 
     let sent = h
         .store
@@ -270,7 +338,11 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
         Err(StoreError::NotFound { .. })
     ));
     h.store
-        .event_type_put(EventTypePut::new(acct("a"), "plain", "no example"))
+        .event_type_put(
+            EventTypePut::new(acct("a"), "plain", "no example")
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     invalid(
@@ -292,7 +364,11 @@ pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn S
         ("order", vec![everything.id]),
         ("orders.created", vec![everything.id]),
     ] {
-        let p = h.store.event_publish(publish_req("a", ty)).await.unwrap();
+        let p = h
+            .store
+            .event_publish(publish_req("a", ty).checked().unwrap())
+            .await
+            .unwrap();
         let mut reached = Vec::new();
         for id in &p.deliveries {
             reached.push(
@@ -308,17 +384,14 @@ pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn S
         reached.sort();
         assert_eq!(reached, to, "{ty}");
     }
-    invalid(
-        h.store.event_publish(publish_req("a", "order.*")).await,
-        "'*'",
-    );
+    invalid(publish_req("a", "order.*").checked(), "'*'");
     let mut bad = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/hook",
         Secret::new("whsec_dGVzdA=="),
     );
     bad.event_types = vec!["order*".into()];
-    invalid(h.store.endpoint_create(bad).await, "'*'");
+    invalid(bad.checked(), "'*'");
     // The subscriptions are stored as given, not widened or rewritten.
     let kept = h.store.endpoint_get(&acct("a"), orders.id).await.unwrap();
     assert_eq!(kept.event_types, ["order.*"]);

@@ -40,7 +40,10 @@ pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) 
     endpoint(&h, "a", false).await;
     endpoint(&h, "a", false).await;
     let reqs: Vec<_> = (0..30).map(|_| publish_req("a", "t")).collect();
-    h.store.event_publish_batch(reqs).await.unwrap();
+    h.store
+        .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+        .await
+        .unwrap();
     let tasks: Vec<_> = (0..8)
         .map(|w| {
             let s = h.store.clone();

@@ -15,7 +15,11 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     req.ordered = true;
     req.rate_limit_per_s = Some(7);
     req.description = Some("billing".into());
-    let e = h.store.endpoint_create(req).await.unwrap();
+    let e = h
+        .store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap();
     assert!(e.enabled);
     assert_eq!(e.secrets.current.expose(), "whsec_c2VjcmV0");
     assert_eq!(e.created_at, h.clock.now());
@@ -31,29 +35,21 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     );
 }
 
-/// `EndpointStore::endpoint_create`: a bad URL is `InvalidInput` and stores nothing.
-pub async fn endpoint_create_rejects_bad_url(f: &dyn StoreFactory) {
-    let h = open(f).await;
+/// `EndpointStore::endpoint_create`: a bad URL is `InvalidInput` when the
+/// request is sealed ([`Check::checked`]), so no adapter ever receives it.
+pub async fn endpoint_create_rejects_bad_url(_: &dyn StoreFactory) {
     for url in [
         "ftp://example.com",
         "example.com",
         "https://",
         "https://a b",
     ] {
-        let r = h
-            .store
-            .endpoint_create(EndpointCreateRequest::new(
-                acct("a"),
-                url,
-                Secret::new("whsec_eA=="),
-            ))
-            .await;
+        let r = EndpointCreateRequest::new(acct("a"), url, Secret::new("whsec_eA==")).checked();
         assert!(
             matches!(r, Err(StoreError::InvalidInput(_))),
             "{url}: {r:?}"
         );
     }
-    assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
 }
 
 /// `EndpointStore::endpoint_get`: another account's endpoint is `NotFound` everywhere.
@@ -106,7 +102,11 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     );
     req.description = Some("d".into());
     req.rate_limit_per_s = Some(5);
-    let e = h.store.endpoint_create(req).await.unwrap();
+    let e = h
+        .store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap();
     h.clock.advance(Duration::from_secs(1));
     let u = h
         .store
@@ -201,15 +201,23 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     };
     let big = h
         .store
-        .endpoint_create(filtered(json!({"data.amount": {"$gte": 100}})))
+        .endpoint_create(
+            filtered(json!({"data.amount": {"$gte": 100}}))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     let eur_or_void = h
         .store
-        .endpoint_create(filtered(json!({"$or": [
-            {"data.currency": "EUR"},
-            {"type": "invoice.void"}
-        ]})))
+        .endpoint_create(
+            filtered(json!({"$or": [
+                {"data.currency": "EUR"},
+                {"type": "invoice.void"}
+            ]}))
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
     let all = endpoint(&h, "a", false).await;
@@ -228,12 +236,15 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     };
     let published = h
         .store
-        .event_publish_batch(vec![
-            publish_payload("invoice.paid", json!({"amount": 150, "currency": "USD"})),
-            publish_payload("invoice.paid", json!({"amount": 50, "currency": "EUR"})),
-            publish_payload("invoice.void", json!({"amount": "a lot"})),
-            publish_payload("invoice.paid", json!(["not", "an", "object"])),
-        ])
+        .event_publish_batch(
+            control_plane_core::Checked::all(vec![
+                publish_payload("invoice.paid", json!({"amount": 150, "currency": "USD"})),
+                publish_payload("invoice.paid", json!({"amount": 50, "currency": "EUR"})),
+                publish_payload("invoice.void", json!({"amount": "a lot"})),
+                publish_payload("invoice.paid", json!(["not", "an", "object"])),
+            ])
+            .unwrap(),
+        )
         .await
         .unwrap();
     let mut reached = Vec::new();
@@ -279,7 +290,11 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     );
     let p = h
         .store
-        .event_publish(publish_payload("invoice.paid", json!({"amount": 50})))
+        .event_publish(
+            publish_payload("invoice.paid", json!({"amount": 50}))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -295,7 +310,11 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
     assert_eq!(cleared.filter, None);
     let p = h
         .store
-        .event_publish(publish_payload("invoice.paid", json!({"amount": 500})))
+        .event_publish(
+            publish_payload("invoice.paid", json!({"amount": 500}))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -443,11 +462,15 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
     let a = AccountId::new("a").unwrap();
     let e = h
         .store
-        .endpoint_create(EndpointCreateRequest::new(
-            a.clone(),
-            "https://example.com/hook",
-            Secret::new("whsec_b2xk"),
-        ))
+        .endpoint_create(
+            EndpointCreateRequest::new(
+                a.clone(),
+                "https://example.com/hook",
+                Secret::new("whsec_b2xk"),
+            )
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
     h.store
@@ -503,16 +526,19 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
         vec![("x-a", "")],
         vec![("X-Dup", "1"), ("x-dup", "2")],
     ] {
-        let r = h.store.endpoint_create(with(&bad)).await;
+        let r = with(&bad).checked();
         assert!(
             matches!(r, Err(StoreError::InvalidInput(_))),
             "{bad:?}: {r:?}"
         );
     }
-    assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
     let e = h
         .store
-        .endpoint_create(with(&[("X-Api-Key", "k-1"), ("authorization", "Bearer t")]))
+        .endpoint_create(
+            with(&[("X-Api-Key", "k-1"), ("authorization", "Bearer t")])
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     let pairs = |e: &Endpoint| e.headers.as_ref().map(|h| custom_header_pairs(h).unwrap());
@@ -705,13 +731,14 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
         token_url: "not a url".into(),
         ..creds("s")
     };
-    invalid(h.store.endpoint_create(with(bad)).await, "oauth2.token_url");
-    invalid(
-        h.store.endpoint_create(with(creds(""))).await,
-        "oauth2.client_secret",
-    );
+    invalid(with(bad).checked(), "oauth2.token_url");
+    invalid(with(creds("")).checked(), "oauth2.client_secret");
     assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
-    let e = h.store.endpoint_create(with(creds("s-1"))).await.unwrap();
+    let e = h
+        .store
+        .endpoint_create(with(creds("s-1")).checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(e.oauth2_client(), Some(creds("s-1")));
     let read = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(read.oauth2_client(), Some(creds("s-1")));

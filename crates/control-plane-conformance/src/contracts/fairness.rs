@@ -128,7 +128,7 @@ pub async fn quiet_endpoint_is_claimed_next_despite_a_backlog(f: &dyn StoreFacto
     h.clock.advance(Duration::from_secs(1));
     let rare = h
         .store
-        .event_publish(publish_req("a", "rare"))
+        .event_publish(publish_req("a", "rare").checked().unwrap())
         .await
         .unwrap()
         .deliveries[0];

@@ -45,7 +45,10 @@ pub(super) async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpo
         Secret::new("whsec_dGVzdA=="),
     );
     req.ordered = ordered;
-    h.store.endpoint_create(req).await.unwrap()
+    h.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
 }
 
 pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
@@ -55,7 +58,10 @@ pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> 
         Secret::new("whsec_dGVzdA=="),
     );
     req.event_types = types.iter().map(|s| s.to_string()).collect();
-    h.store.endpoint_create(req).await.unwrap()
+    h.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
 }
 
 pub(super) fn publish_req(account: &str, ty: &str) -> PublishRequest {
@@ -64,7 +70,7 @@ pub(super) fn publish_req(account: &str, ty: &str) -> PublishRequest {
 
 pub(super) async fn publish(h: &Harness, account: &str) -> Published {
     h.store
-        .event_publish(publish_req(account, "invoice.paid"))
+        .event_publish(publish_req(account, "invoice.paid").checked().unwrap())
         .await
         .unwrap()
 }
@@ -164,12 +170,18 @@ pub(super) async fn limited_endpoint(
     req.event_types = vec![ty.to_string()];
     req.max_in_flight = max_in_flight;
     req.rate_limit_per_s = rate_limit_per_s;
-    h.store.endpoint_create(req).await.unwrap()
+    h.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
 }
 
 pub(super) async fn publish_n(h: &Harness, account: &str, ty: &str, n: usize) {
     let reqs: Vec<_> = (0..n).map(|_| publish_req(account, ty)).collect();
-    h.store.event_publish_batch(reqs).await.unwrap();
+    h.store
+        .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+        .await
+        .unwrap();
 }
 
 /// Claims with `workers` concurrent claimers, `limit` each, until every one

@@ -110,7 +110,7 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
     let first = publish(&h, "a").await;
     let second = publish(&h, "a").await;
     h.store
-        .event_publish(publish_req("a", "invoice.void"))
+        .event_publish(publish_req("a", "invoice.void").checked().unwrap())
         .await
         .unwrap();
     for c in claim(&h, 10).await {
@@ -702,7 +702,10 @@ pub async fn a_recovery_goes_on_from_its_last_reported_page(f: &dyn StoreFactory
     // 25 milliseconds of 10 events each: pages are cut between milliseconds.
     for ms in 0..25 {
         let reqs: Vec<PublishRequest> = (0..10).map(|n| event("a", ms * 10 + n)).collect();
-        h.store.event_publish_batch(reqs).await.unwrap();
+        h.store
+            .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+            .await
+            .unwrap();
         h.clock.advance(Duration::from_millis(1));
     }
     h.clock.advance(Duration::from_secs(1));

@@ -394,8 +394,11 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
     let h = f.open(opts).await;
     let e = endpoint_for(&h, "a", &[]).await;
     let publish = || {
-        h.store
-            .event_publish(PublishRequest::new(acct("a"), "t", json!(1)))
+        h.store.event_publish(
+            PublishRequest::new(acct("a"), "t", json!(1))
+                .checked()
+                .unwrap(),
+        )
     };
     publish().await.unwrap();
     let claim = || {
@@ -479,7 +482,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
             Secret::new("whsec_eA=="),
         );
         req.event_types = types.into_iter().map(String::from).collect();
-        h.store.endpoint_create(req)
+        h.store.endpoint_create(req.checked().unwrap())
     };
     let failing = create("a", vec!["order.paid", "delivery.dead"])
         .await
@@ -489,7 +492,11 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
     let other_account = create("b", vec!["delivery.dead"]).await.unwrap();
     let p = h
         .store
-        .event_publish(PublishRequest::new(acct("a"), "order.paid", json!(1)))
+        .event_publish(
+            PublishRequest::new(acct("a"), "order.paid", json!(1))
+                .checked()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(p.deliveries.len(), 2, "failing + catch-all");

@@ -60,11 +60,21 @@ pub async fn the_trace_context_of_a_publish_reaches_its_deliveries(f: &dyn Store
         idempotency_key: key.map(str::to_string),
         ..publish_req("a", "invoice.paid")
     };
-    let one = h.store.event_publish(traced(1, None)).await.unwrap();
-    let keyed = h.store.event_publish(traced(2, Some("k"))).await.unwrap();
+    let one = h
+        .store
+        .event_publish(traced(1, None).checked().unwrap())
+        .await
+        .unwrap();
+    let keyed = h
+        .store
+        .event_publish(traced(2, Some("k")).checked().unwrap())
+        .await
+        .unwrap();
     let batch = h
         .store
-        .event_publish_batch(vec![traced(3, None), publish_req("a", "invoice.paid")])
+        .event_publish_batch(
+            Checked::all(vec![traced(3, None), publish_req("a", "invoice.paid")]).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(one.event.traceparent, Some(trace(1)));
@@ -91,9 +101,17 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     endpoint(&h, "b", false).await;
     let mut req = publish_req("a", "invoice.paid");
     req.idempotency_key = Some("key-1".into());
-    let first = h.store.event_publish(req.clone()).await.unwrap();
+    let first = h
+        .store
+        .event_publish(req.clone().checked().unwrap())
+        .await
+        .unwrap();
     h.clock.advance(Duration::from_secs(5));
-    let again = h.store.event_publish(req.clone()).await.unwrap();
+    let again = h
+        .store
+        .event_publish(req.clone().checked().unwrap())
+        .await
+        .unwrap();
     assert!(first.created);
     assert!(!again.created);
     assert_eq!(again.event, first.event);
@@ -106,7 +124,11 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_eq!(page.items.len(), 1);
     let mut other = req.clone();
     other.account = acct("b");
-    let b = h.store.event_publish(other).await.unwrap();
+    let b = h
+        .store
+        .event_publish(other.checked().unwrap())
+        .await
+        .unwrap();
     assert!(b.created, "keys are scoped by account");
     assert_ne!(b.event.id, first.event.id);
 }
@@ -120,19 +142,25 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
     endpoint(&h, "a", false).await;
     let mut req = publish_req("a", "invoice.paid");
     req.idempotency_key = Some("key-1".into());
-    let first = h.store.event_publish(req.clone()).await.unwrap();
+    let first = h
+        .store
+        .event_publish(req.clone().checked().unwrap())
+        .await
+        .unwrap();
     let mut other_payload = req.clone();
     other_payload.payload = json!({"n": 2});
     let mut other_type = req.clone();
     other_type.event_type = "invoice.voided".into();
     for bad in [other_payload.clone(), other_type] {
-        let e = h.store.event_publish(bad).await;
+        let e = h.store.event_publish(bad.checked().unwrap()).await;
         assert!(matches!(e, Err(StoreError::InvalidInput(_))), "{e:?}");
     }
     // In a batch, beside a new event: the whole batch stores nothing.
     let batch = h
         .store
-        .event_publish_batch(vec![publish_req("a", "fresh"), other_payload.clone()])
+        .event_publish_batch(
+            Checked::all(vec![publish_req("a", "fresh"), other_payload.clone()]).unwrap(),
+        )
         .await;
     assert!(
         matches!(batch, Err(StoreError::InvalidInput(_))),
@@ -143,7 +171,10 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
     twice.idempotency_key = Some("key-2".into());
     let mut twice_other = twice.clone();
     twice_other.payload = json!({"n": 3});
-    let within = h.store.event_publish_batch(vec![twice, twice_other]).await;
+    let within = h
+        .store
+        .event_publish_batch(Checked::all(vec![twice, twice_other]).unwrap())
+        .await;
     assert!(
         matches!(within, Err(StoreError::InvalidInput(_))),
         "{within:?}"
@@ -154,7 +185,7 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
         .await
         .unwrap();
     assert_eq!(page.items.len(), 1, "nothing stored beside the first event");
-    let again = h.store.event_publish(req).await.unwrap();
+    let again = h.store.event_publish(req.checked().unwrap()).await.unwrap();
     assert!(!again.created);
     assert_eq!(again.event, first.event);
 }
@@ -163,19 +194,31 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
 pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
+    // The store's own refusal (a key reused within the batch for another
+    // request) fails the whole batch.
+    let keyed = |ty: &str| {
+        let mut r = publish_req("a", ty);
+        r.idempotency_key = Some("reused".into());
+        r
+    };
     let bad = h
         .store
-        .event_publish_batch(vec![publish_req("a", "ok"), publish_req("a", "")])
+        .event_publish_batch(
+            Checked::all(vec![publish_req("a", "ok"), keyed("one"), keyed("two")]).unwrap(),
+        )
         .await;
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))), "{bad:?}");
     assert!(claim(&h, 10).await.is_empty());
     let good = h
         .store
-        .event_publish_batch(vec![
-            publish_req("a", "x"),
-            publish_req("a", "y"),
-            publish_req("a", "z"),
-        ])
+        .event_publish_batch(
+            Checked::all(vec![
+                publish_req("a", "x"),
+                publish_req("a", "y"),
+                publish_req("a", "z"),
+            ])
+            .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(good.len(), 3);
@@ -194,7 +237,7 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     let again = first.clone();
     let both = h
         .store
-        .event_publish_batch(vec![first, again, publish_req("a", "k.other")])
+        .event_publish_batch(Checked::all(vec![first, again, publish_req("a", "k.other")]).unwrap())
         .await
         .unwrap();
     assert!(both[0].created && !both[1].created && both[2].created);
@@ -206,73 +249,56 @@ pub async fn publish_batch_is_all_or_nothing(f: &dyn StoreFactory) {
     assert_eq!(order, ["k.first", "k.other"]);
 }
 
-/// `EventStore::event_publish`: text an adapter cannot store is refused
-/// alike by every adapter, before anything is stored (PostgreSQL cannot
-/// store NUL in text; DuckDB can).
 /// Only the store publishes operational events: a caller's publish of one of
-/// their types is bad input, alone, in a batch or by the outbox path, and
-/// stores nothing.
+/// their types is bad input, alone or in a batch, refused when the request
+/// is sealed ([`Check::checked`]), so no adapter ever receives it.
 pub async fn reserved_event_types_are_invalid_input(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
     for kind in AlertKind::ALL {
-        let single = h.store.event_publish(publish_req("a", kind.as_str())).await;
+        let single = publish_req("a", kind.as_str()).checked();
         assert!(
             matches!(single, Err(StoreError::InvalidInput(_))),
             "{kind:?}: {single:?}"
         );
     }
-    let batch = h
-        .store
-        .event_publish_batch(vec![
-            publish_req("a", "ok"),
-            publish_req("a", "delivery.dead"),
-        ])
-        .await;
+    let batch = Checked::all(vec![
+        publish_req("a", "ok"),
+        publish_req("a", "delivery.dead"),
+    ]);
     assert!(
         matches!(batch, Err(StoreError::InvalidInput(_))),
         "{batch:?}"
     );
-    assert!(
-        claim(&h, 10).await.is_empty(),
-        "a refused publish stored nothing"
-    );
     // A type that only starts like one is the caller's.
     h.store
-        .event_publish(publish_req("a", "delivery.dead.custom"))
+        .event_publish(publish_req("a", "delivery.dead.custom").checked().unwrap())
         .await
         .unwrap();
 }
 
+/// Text an adapter cannot store (PostgreSQL cannot store NUL in text;
+/// DuckDB can) is refused alike for every adapter: by the request's seal
+/// ([`Check::checked`]) on create and publish, by the store on update.
 pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
     let h = open(f).await;
     endpoint(&h, "a", false).await;
-    let single = h
-        .store
-        .event_publish(publish_req("a", "bad\u{0}type"))
-        .await;
+    let single = publish_req("a", "bad\u{0}type").checked();
     assert!(
         matches!(single, Err(StoreError::InvalidInput(_))),
         "{single:?}"
     );
-    let batch = h
-        .store
-        .event_publish_batch(vec![publish_req("a", "ok"), publish_req("a", "tab\there")])
-        .await;
+    let batch = Checked::all(vec![publish_req("a", "ok"), publish_req("a", "tab\there")]);
     assert!(
         matches!(batch, Err(StoreError::InvalidInput(_))),
         "{batch:?}"
     );
     let mut keyed = publish_req("a", "ok");
     keyed.idempotency_key = Some("key\u{0}".into());
-    let keyed = h.store.event_publish(keyed).await;
+    let keyed = keyed.checked();
     assert!(
         matches!(keyed, Err(StoreError::InvalidInput(_))),
         "{keyed:?}"
-    );
-    assert!(
-        claim(&h, 10).await.is_empty(),
-        "a refused publish stored nothing"
     );
     // A description may hold line breaks, never NUL.
     let mut req = EndpointCreateRequest::new(
@@ -281,10 +307,14 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
         Secret::new("whsec_dGVzdA=="),
     );
     req.description = Some("line one\nline two".into());
-    let e = h.store.endpoint_create(req.clone()).await.unwrap();
+    let e = h
+        .store
+        .endpoint_create(req.clone().checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(e.description.as_deref(), Some("line one\nline two"));
     req.description = Some("nul\u{0}".into());
-    let created = h.store.endpoint_create(req).await;
+    let created = req.checked();
     assert!(
         matches!(created, Err(StoreError::InvalidInput(_))),
         "{created:?}"
@@ -311,39 +341,30 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
         ("kind", json!({"note": "nul\u{0}"})),
         ("kind", json!({"a": ["x", {"nul\u{0}": 1}]})),
     ] {
-        let task = h
-            .store
-            .workflow_enqueue(TaskEnqueueRequest {
-                id: TaskId::new("t2").unwrap(),
-                account: acct("a"),
-                kind: kind.into(),
-                payload,
-                run_at: None,
-            })
-            .await;
+        let task = TaskEnqueueRequest {
+            id: TaskId::new("t2").unwrap(),
+            account: acct("a"),
+            kind: kind.into(),
+            payload,
+            run_at: None,
+        }
+        .checked();
         assert!(matches!(task, Err(StoreError::InvalidInput(_))), "{task:?}");
     }
-    assert!(
-        h.store
-            .workflow_get(&acct("a"), &TaskId::new("t2").unwrap())
-            .await
-            .is_err(),
-        "a refused task was not stored"
-    );
     // An endpoint's URL and event types, on create and on update.
     let mut bad_url = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/nul\u{0}",
         Secret::new("whsec_dGVzdA=="),
     );
-    let created = h.store.endpoint_create(bad_url.clone()).await;
+    let created = bad_url.clone().checked();
     assert!(
         matches!(created, Err(StoreError::InvalidInput(_))),
         "{created:?}"
     );
     bad_url.url = "https://example.com/hook".into();
     bad_url.event_types = vec!["order.paid".into(), "nul\u{0}".into()];
-    let created = h.store.endpoint_create(bad_url).await;
+    let created = bad_url.checked();
     assert!(
         matches!(created, Err(StoreError::InvalidInput(_))),
         "{created:?}"
@@ -381,7 +402,7 @@ pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     let e = endpoint_for(&h, "a", &["only.this"]).await;
     let p = h
         .store
-        .event_publish(publish_req("a", "not.that"))
+        .event_publish(publish_req("a", "not.that").checked().unwrap())
         .await
         .unwrap();
     assert!(p.deliveries.is_empty());
@@ -439,7 +460,11 @@ pub async fn sequence_numbers_strictly_increase_per_endpoint(f: &dyn StoreFactor
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let s = h.store.clone();
-            tokio::spawn(async move { s.event_publish(publish_req("a", "t")).await.unwrap() })
+            tokio::spawn(async move {
+                s.event_publish(publish_req("a", "t").checked().unwrap())
+                    .await
+                    .unwrap()
+            })
         })
         .collect();
     for t in tasks {
@@ -472,7 +497,7 @@ pub async fn event_list_filters_and_pages_newest_first(f: &dyn StoreFactory) {
     for ty in ["a.one", "a.two", "a.one"] {
         published.push(
             h.store
-                .event_publish(publish_req("a", ty))
+                .event_publish(publish_req("a", ty).checked().unwrap())
                 .await
                 .unwrap()
                 .event,
@@ -483,14 +508,14 @@ pub async fn event_list_filters_and_pages_newest_first(f: &dyn StoreFactory) {
         h.clock.advance(Duration::from_secs(1));
         published.push(
             h.store
-                .event_publish(publish_req("a", ty))
+                .event_publish(publish_req("a", ty).checked().unwrap())
                 .await
                 .unwrap()
                 .event,
         );
     }
     h.store
-        .event_publish(publish_req("b", "a.one"))
+        .event_publish(publish_req("b", "a.one").checked().unwrap())
         .await
         .unwrap();
     let list = |event_type: Option<&str>, since, until, page| {

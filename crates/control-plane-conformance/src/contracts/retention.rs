@@ -9,7 +9,10 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
     let reqs = (0..5)
         .map(|i| PublishRequest::new(acct("a"), "t", json!(i)))
         .collect();
-    h.store.event_publish_batch(reqs).await.unwrap();
+    h.store
+        .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+        .await
+        .unwrap();
     let claimed = claim(&h, 4).await;
     for c in &claimed[..3] {
         let ok = DeliveryOutcome::Delivered(AttemptReport::default());
@@ -96,11 +99,23 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
 pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactory) {
     let h = &f.open(StoreOptions::default()).await;
     let retention = Duration::from_secs(3600);
-    let orphan = h.store.event_publish(event("a", 0)).await.unwrap();
+    let orphan = h
+        .store
+        .event_publish(event("a", 0).checked().unwrap())
+        .await
+        .unwrap();
     assert!(orphan.deliveries.is_empty(), "no endpoint yet");
     endpoint_for(h, "a", &[]).await;
-    let delivered = h.store.event_publish(event("a", 1)).await.unwrap();
-    let waiting = h.store.event_publish(event("a", 2)).await.unwrap();
+    let delivered = h
+        .store
+        .event_publish(event("a", 1).checked().unwrap())
+        .await
+        .unwrap();
+    let waiting = h
+        .store
+        .event_publish(event("a", 2).checked().unwrap())
+        .await
+        .unwrap();
     let c = claim(h, 1).await.remove(0);
     assert_eq!(c.delivery.event_id, delivered.event.id);
     h.store
@@ -111,7 +126,11 @@ pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactor
         .await
         .unwrap();
     h.clock.advance(retention);
-    let recent = h.store.event_publish(event("a", 3)).await.unwrap();
+    let recent = h
+        .store
+        .event_publish(event("a", 3).checked().unwrap())
+        .await
+        .unwrap();
     let r = purge_all(h, retention).await;
     assert_eq!((r.events, r.deliveries), (2, 1), "{r:?}");
     let exists = |id| async move { h.store.event_get(&acct("a"), id).await.is_ok() };
@@ -129,7 +148,11 @@ pub async fn retention_purges_dead_deliveries_of_deleted_endpoints(f: &dyn Store
     let retention = Duration::from_secs(3600);
     let kept = endpoint_for(h, "a", &[]).await;
     let deleted = endpoint_for(h, "a", &[]).await;
-    let published = h.store.event_publish(event("a", 1)).await.unwrap();
+    let published = h
+        .store
+        .event_publish(event("a", 1).checked().unwrap())
+        .await
+        .unwrap();
     assert_eq!(published.deliveries.len(), 2);
     for c in claim(h, 2).await {
         let give_up = DeliveryOutcome::GiveUp(AttemptReport::default());
@@ -182,7 +205,10 @@ pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {
     let h = &f.open(with_workflow(1)).await;
     let retention = Duration::from_secs(3600);
     for id in ["done", "dead", "leased", "pending"] {
-        h.store.workflow_enqueue(task(id, "a", "k")).await.unwrap();
+        h.store
+            .workflow_enqueue(task(id, "a", "k").checked().unwrap())
+            .await
+            .unwrap();
     }
     let claimed = claim_kinds(h, &["k"], 3).await;
     let by_id = |id: &str| claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
@@ -217,7 +243,10 @@ pub async fn retention_purges_old_alerts(f: &dyn StoreFactory) {
     let retention = Duration::from_secs(3600);
     endpoint_for(h, "a", &[]).await;
     let dead_letter = |n| async move {
-        h.store.event_publish(event("a", n)).await.unwrap();
+        h.store
+            .event_publish(event("a", n).checked().unwrap())
+            .await
+            .unwrap();
         let c = claim(h, 1).await.remove(0);
         let fail = DeliveryOutcome::GiveUp(AttemptReport::default());
         h.store

@@ -8,7 +8,7 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
     let h = f.open(StoreOptions::default()).await;
     let first = h
         .store
-        .workflow_enqueue(task("t1", "a", "email"))
+        .workflow_enqueue(task("t1", "a", "email").checked().unwrap())
         .await
         .unwrap();
     assert!(first.created);
@@ -16,7 +16,7 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
     assert_eq!(first.task.run_at, h.clock.now());
     let again = h
         .store
-        .workflow_enqueue(task("t1", "a", "email"))
+        .workflow_enqueue(task("t1", "a", "email").checked().unwrap())
         .await
         .unwrap();
     assert!(!again.created);
@@ -25,7 +25,7 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
     // no hint that account "a" has one.
     let theirs = h
         .store
-        .workflow_enqueue(task("t1", "b", "sms"))
+        .workflow_enqueue(task("t1", "b", "sms").checked().unwrap())
         .await
         .unwrap();
     assert!(theirs.created, "{theirs:?}");
@@ -43,10 +43,10 @@ pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn 
             ..task("t1", "a", "email")
         },
     ] {
-        let r = h.store.workflow_enqueue(other).await;
+        let r = h.store.workflow_enqueue(other.checked().unwrap()).await;
         assert!(matches!(r, Err(StoreError::Conflict(_))), "{r:?}");
     }
-    let bad = h.store.workflow_enqueue(task("t2", "a", "")).await;
+    let bad = task("t2", "a", "").checked();
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
     // Both tasks named t1 are claimable, each leased under its own account,
     // and completing one leaves the other leased.
@@ -84,24 +84,28 @@ pub async fn workflow_claim_takes_due_tasks_of_given_kinds(f: &dyn StoreFactory)
     let h = f.open(StoreOptions::default()).await;
     let later = h.clock.now().plus(Duration::from_secs(60));
     h.store
-        .workflow_enqueue(TaskEnqueueRequest {
-            run_at: Some(later),
-            ..task("late", "a", "email")
-        })
+        .workflow_enqueue(
+            TaskEnqueueRequest {
+                run_at: Some(later),
+                ..task("late", "a", "email")
+            }
+            .checked()
+            .unwrap(),
+        )
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(1));
     h.store
-        .workflow_enqueue(task("e1", "a", "email"))
+        .workflow_enqueue(task("e1", "a", "email").checked().unwrap())
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(1));
     h.store
-        .workflow_enqueue(task("s1", "a", "sms"))
+        .workflow_enqueue(task("s1", "a", "sms").checked().unwrap())
         .await
         .unwrap();
     h.store
-        .workflow_enqueue(task("e2", "a", "email"))
+        .workflow_enqueue(task("e2", "a", "email").checked().unwrap())
         .await
         .unwrap();
     let c = claim_kinds(&h, &["email"], 10).await;
@@ -132,7 +136,7 @@ pub async fn workflow_claim_is_exclusive_under_concurrent_claimers(f: &dyn Store
     let h = f.open(StoreOptions::default()).await;
     for i in 0..40 {
         h.store
-            .workflow_enqueue(task(&format!("t{i}"), "a", "k"))
+            .workflow_enqueue(task(&format!("t{i}"), "a", "k").checked().unwrap())
             .await
             .unwrap();
     }
@@ -171,7 +175,10 @@ pub async fn workflow_claim_is_exclusive_under_concurrent_claimers(f: &dyn Store
 /// `WorkflowStore::workflow_fail`: backoff grows, then the task is dead-lettered with the last error.
 pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(3)).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let policy = with_workflow(3).workflow;
     for attempt in 1..=2 {
         let c = claim_kinds(&h, &["k"], 1).await.remove(0);
@@ -220,7 +227,10 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
 /// `WorkflowStore::workflow_fail`: a non-retryable failure dead-letters at once.
 pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(5)).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
@@ -235,8 +245,14 @@ pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFa
 /// `WorkflowStore::workflow_claim`: a staged result is finalized without running the handler again.
 pub async fn workflow_staged_result_is_finalized_without_rerun(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
-    h.store.workflow_enqueue(task("u", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
+    h.store
+        .workflow_enqueue(task("u", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let c = claim_kinds(&h, &["k"], 2).await;
     h.store
         .workflow_stage_result(&c[0].lease, json!({"charged": true}))
@@ -258,7 +274,10 @@ pub async fn workflow_staged_result_is_finalized_without_rerun(f: &dyn StoreFact
 /// `WorkflowStore::workflow_complete`: another account's lease or read is refused.
 pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let forged = TaskLease {
         account: acct("b"),
@@ -315,7 +334,10 @@ pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
 pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     for a in ["a", "b"] {
-        h.store.workflow_enqueue(task("t", a, "k")).await.unwrap();
+        h.store
+            .workflow_enqueue(task("t", a, "k").checked().unwrap())
+            .await
+            .unwrap();
     }
     let claimed = claim_kinds(&h, &["k"], 2).await;
     assert_eq!(claimed.len(), 2);
@@ -375,7 +397,10 @@ pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) 
 /// `WorkflowStore::workflow_release`: release keeps the attempt budget.
 pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     for _ in 0..3 {
         let c = claim_kinds(&h, &["k"], 1).await.remove(0);
         assert_eq!(c.lease.attempt, 1);
@@ -395,7 +420,10 @@ pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
 /// another account's reader does not see the task.
 pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     assert_eq!(c.task.progress, None);
     let id = TaskId::new("t").unwrap();
@@ -473,7 +501,10 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
 /// `WorkflowStore::workflow_heartbeat`: extends a live lease; stale and expired leases are lost.
 pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     h.clock.advance(Duration::from_secs(20));
     let l = h
@@ -509,7 +540,10 @@ pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFac
 /// `WorkflowStore::workflow_claim`: an expired lease makes the task claimable again, and spends an attempt.
 pub async fn workflow_expired_lease_is_claimable_again(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(2)).await;
-    h.store.workflow_enqueue(task("t", "a", "k")).await.unwrap();
+    h.store
+        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
+        .await
+        .unwrap();
     claim_kinds(&h, &["k"], 1).await.remove(0);
     h.clock.advance(LEASE);
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
@@ -525,10 +559,13 @@ pub async fn workflow_expired_lease_is_claimable_again(f: &dyn StoreFactory) {
 pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;
     for id in ["t1", "t2", "t3"] {
-        h.store.workflow_enqueue(task(id, "a", "k")).await.unwrap();
+        h.store
+            .workflow_enqueue(task(id, "a", "k").checked().unwrap())
+            .await
+            .unwrap();
     }
     h.store
-        .workflow_enqueue(task("other", "b", "k"))
+        .workflow_enqueue(task("other", "b", "k").checked().unwrap())
         .await
         .unwrap();
     for c in claim_kinds(&h, &["k"], 10).await {

@@ -31,15 +31,17 @@ pub trait EventStore: Send + Sync {
     ///   `the_trace_context_of_a_publish_reaches_its_deliveries`).
     ///
     /// # Errors
-    /// `InvalidInput` for an empty or oversized event type or key, or one
-    /// holding a control character, alike on every adapter
-    /// (`control_characters_are_invalid_input`); for the types of
+    /// `InvalidInput` for a key reused for another request, or a payload
+    /// its registered schema refuses. An empty or oversized event type or
+    /// key, one holding a control character
+    /// (`control_characters_are_invalid_input`), and the types of
     /// operational events, which only the store publishes
-    /// (`reserved_event_types_are_invalid_input`).
+    /// (`reserved_event_types_are_invalid_input`), are refused when the
+    /// request is sealed ([`crate::Check::checked`]).
     ///
     /// # Cancellation safety
     /// Cancelling may or may not publish; never half (all deliveries or none).
-    async fn event_publish(&self, req: PublishRequest) -> StoreResult<Published> {
+    async fn event_publish(&self, req: Checked<PublishRequest>) -> StoreResult<Published> {
         let mut one = self.event_publish_batch(vec![req]).await?;
         one.pop()
             .ok_or_else(|| StoreError::Backend("publish returned no event".into()))
@@ -53,7 +55,10 @@ pub trait EventStore: Send + Sync {
     ///
     /// # Cancellation safety
     /// As [`EventStore::event_publish`].
-    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>>;
+    async fn event_publish_batch(
+        &self,
+        reqs: Vec<Checked<PublishRequest>>,
+    ) -> StoreResult<Vec<Published>>;
 
     /// Reads an event of `account`.
     ///
@@ -97,13 +102,14 @@ pub trait CatalogueStore: Send + Sync {
     ///   (`a_publish_of_a_registered_type_is_checked_against_its_schema`).
     ///
     /// # Errors
-    /// `InvalidInput` as [`crate::EventTypePut::validate`] says: a bad name
+    /// None of its own: sealing the request ([`crate::Check::checked`])
+    /// refuses a bad name
     /// (with `*`, or reserved), a schema that does not compile, an example
     /// that does not match it, or a field too large.
     ///
     /// # Cancellation safety
     /// Cancelling may or may not store it.
-    async fn event_type_put(&self, req: EventTypePut) -> StoreResult<EventType>;
+    async fn event_type_put(&self, req: Checked<EventTypePut>) -> StoreResult<EventType>;
 
     /// One registered type of `account`.
     ///
@@ -220,8 +226,8 @@ pub trait DeliveryStore: Send + Sync {
     ///   yet final (`ordered_endpoint_has_one_delivery_in_flight_lowest_first`).
     ///
     /// # Errors
-    /// `InvalidInput` for a limit outside 1..=1000 or a zero lease
-    /// (`claim_rejects_bad_limits`).
+    /// None of its own: [`ClaimRequest::new`] refuses a limit outside
+    /// 1..=1000 or a zero lease (`claim_rejects_bad_limits`).
     ///
     /// # Cancellation safety
     /// Cancelling after the claim committed leaves the leases to expire.

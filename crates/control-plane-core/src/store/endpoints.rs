@@ -11,11 +11,13 @@ pub trait EndpointStore: Send + Sync {
     /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
     ///
     /// # Errors
-    /// `InvalidInput` for a URL that is not absolute `http(s)` (`endpoint_create_rejects_bad_url`).
+    /// None of its own: the request was checked when it was sealed
+    /// ([`crate::Check::checked`]), which refuses a URL that is not absolute
+    /// `http(s)` (`endpoint_create_rejects_bad_url`).
     ///
     /// # Cancellation safety
     /// Cancelling may or may not create the endpoint.
-    async fn endpoint_create(&self, req: EndpointCreateRequest) -> StoreResult<Endpoint>;
+    async fn endpoint_create(&self, req: Checked<EndpointCreateRequest>) -> StoreResult<Endpoint>;
 
     /// Reads an endpoint of `account`.
     ///

@@ -19,11 +19,13 @@ pub trait WorkflowStore: Send + Sync {
     ///   (`workflow_enqueue_is_idempotent_and_conflicts_on_difference`).
     ///
     /// # Errors
-    /// `Conflict`; `InvalidInput` for an empty or oversized kind.
+    /// `Conflict`. An empty or oversized kind is refused when the request is
+    /// sealed ([`crate::Check::checked`]).
     ///
     /// # Cancellation safety
     /// Safe to retry.
-    async fn workflow_enqueue(&self, req: TaskEnqueueRequest) -> StoreResult<TaskEnqueued>;
+    async fn workflow_enqueue(&self, req: Checked<TaskEnqueueRequest>)
+        -> StoreResult<TaskEnqueued>;
 
     /// Leases up to `limit` due tasks of the given kinds, oldest due first.
     ///
@@ -36,7 +38,8 @@ pub trait WorkflowStore: Send + Sync {
     ///   (`workflow_staged_result_is_finalized_without_rerun`).
     ///
     /// # Errors
-    /// `InvalidInput` for no kinds, a limit outside 1..=1000 or a zero lease.
+    /// None of its own: [`TaskClaimRequest::new`] refuses no kinds, a limit
+    /// outside 1..=1000 or a zero lease.
     ///
     /// # Cancellation safety
     /// Leases of a claim cancelled after its commit expire.

@@ -622,7 +622,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, account) = crate::store::tests::store_with_endpoint(&dir, false).await;
         let event = PublishRequest::new(account, "order.paid".to_string(), serde_json::json!({}));
-        store.event_publish_batch(vec![event]).await.unwrap();
+        store
+            .event_publish_batch(control_plane_core::Checked::all(vec![event]).unwrap())
+            .await
+            .unwrap();
         let req = ClaimRequest::new("w", 10, Duration::from_secs(30)).unwrap();
         let first = store.delivery_claim(req.clone()).await.unwrap();
         let d = first[0].delivery.clone();

@@ -39,7 +39,11 @@ pub(crate) use transition::{row_to_lease_row, LEASE_COLS};
 
 #[async_trait]
 impl EventStore for EmbeddedStore {
-    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+    async fn event_publish_batch(
+        &self,
+        reqs: Vec<Checked<PublishRequest>>,
+    ) -> StoreResult<Vec<Published>> {
+        let reqs = reqs.into_iter().map(Checked::into_inner).collect();
         let published = self.tx(move |t| publish(t, reqs)).await?;
         self.wakeup.notify();
         Ok(published)

@@ -118,12 +118,10 @@ impl NewRows {
     }
 }
 
-/// Publishes every request in the one transaction `t` belongs to. A key
-/// repeated within the batch answers with the event its first use created.
+/// Publishes every request (checked when sealed, [`Checked`]) in the one
+/// transaction `t` belongs to. A key repeated within the batch answers with
+/// the event its first use created.
 pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-    for r in &reqs {
-        r.validate()?;
-    }
     // Checked only for the events this call creates: a repeated key answers
     // with its first event whatever a schema registered since says.
     let schemas = crate::catalogue::schemas(t, &reqs)?;
@@ -174,10 +172,9 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
 /// filter say ("send example").
 pub(crate) fn publish_to(
     t: &mut Tx<'_>,
-    req: PublishRequest,
+    req: Checked<PublishRequest>,
     to: EndpointId,
 ) -> StoreResult<Published> {
-    req.validate()?;
     endpoint::get(t, &req.account, to)?;
     let mut rows = NewRows::default();
     let mut published = rows.event(t, &req, &[], None);

@@ -51,8 +51,9 @@ impl PostgresStore {
     pub async fn publish_in(
         &self,
         tx: &tokio_postgres::Transaction<'_>,
-        reqs: Vec<PublishRequest>,
+        reqs: Vec<Checked<PublishRequest>>,
     ) -> StoreResult<Vec<Published>> {
+        let reqs = reqs.into_iter().map(Checked::into_inner).collect();
         publish(&Tx::new(tx.client(), None, self, self.now()), reqs).await
     }
 
@@ -74,10 +75,14 @@ impl PostgresStore {
 
 #[async_trait]
 impl EventStore for PostgresStore {
-    async fn event_publish_batch(&self, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
+    async fn event_publish_batch(
+        &self,
+        reqs: Vec<Checked<PublishRequest>>,
+    ) -> StoreResult<Vec<Published>> {
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
+        let reqs: Vec<PublishRequest> = reqs.into_iter().map(Checked::into_inner).collect();
         if reqs.iter().all(|r| r.idempotency_key.is_none()) {
             return publish_keyless(self, &reqs).await;
         }
@@ -249,11 +254,15 @@ mod tests {
         let schema = store.schema().to_string();
         let account = AccountId::new("a").unwrap();
         store
-            .endpoint_create(EndpointCreateRequest::new(
-                account.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_dGVzdA=="),
-            ))
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    "https://example.com/hook",
+                    Secret::new("whsec_dGVzdA=="),
+                )
+                .checked()
+                .unwrap(),
+            )
             .await
             .unwrap();
         admin
@@ -268,7 +277,9 @@ mod tests {
         let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
         let events = format!("SELECT count(*) FROM {schema}.events");
         let failed = store
-            .event_publish_batch(vec![req.clone(), req.clone()])
+            .event_publish_batch(
+                control_plane_core::Checked::all(vec![req.clone(), req.clone()]).unwrap(),
+            )
             .await;
         assert!(failed.is_err(), "{failed:?}");
         let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
@@ -278,7 +289,10 @@ mod tests {
             .batch_execute(&format!("DROP TRIGGER refuse ON {schema}.deliveries"))
             .await
             .unwrap();
-        let published = store.event_publish_batch(vec![req]).await.unwrap();
+        let published = store
+            .event_publish_batch(control_plane_core::Checked::all(vec![req]).unwrap())
+            .await
+            .unwrap();
         assert_eq!(published[0].deliveries.len(), 1);
         let stored: i64 = admin.query_one(&events, &[]).await.unwrap().get(0);
         assert_eq!(stored, 1);

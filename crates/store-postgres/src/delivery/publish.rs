@@ -208,12 +208,9 @@ pub(super) fn accounts_of(reqs: &[PublishRequest]) -> Vec<&AccountId> {
     accounts
 }
 
-/// Publishes every request inside `tx`: the caller's transaction for the
-/// outbox, or one from the pool.
+/// Publishes every request (checked when sealed, [`Checked`]) inside `tx`:
+/// the caller's transaction for the outbox, or one from the pool.
 pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-    for r in &reqs {
-        r.validate()?;
-    }
     let schemas = crate::catalogue::schemas(t, &reqs).await?;
     // Each account's endpoints, read once: the batch fans out as of its
     // start (it commits at once).
@@ -270,9 +267,6 @@ pub(super) async fn publish_keyless(
     store: &PostgresStore,
     reqs: &[PublishRequest],
 ) -> StoreResult<Vec<Published>> {
-    for r in reqs {
-        r.validate()?;
-    }
     let tx = PipelinedTx::connect(store).await?;
     let out = {
         let client = tx.client()?;
@@ -382,12 +376,11 @@ pub(super) async fn publish_new(
 /// filter say ("send example").
 pub(crate) async fn publish_to(
     t: &Tx<'_>,
-    req: PublishRequest,
+    req: Checked<PublishRequest>,
     to: EndpointId,
 ) -> StoreResult<Published> {
-    req.validate()?;
     endpoint::get(t, &req.account, to).await?;
-    publish_new(t, &[req], |_| vec![to])
+    publish_new(t, &[req.into_inner()], |_| vec![to])
         .await?
         .pop()
         .flatten()
