@@ -116,6 +116,27 @@ mod tests {
     #[cfg(feature = "embedded")]
     use crate::service::tests::embedded_store;
 
+    /// An embedded store in `dir` with one endpoint of account `a`.
+    #[cfg(feature = "embedded")]
+    async fn store_with_endpoint(
+        dir: &std::path::Path,
+    ) -> (
+        DynControlPlaneStore,
+        control_plane_core::AccountId,
+        control_plane_core::Endpoint,
+    ) {
+        use control_plane_core::{AccountId, EndpointCreateRequest, Secret};
+        let store = embedded_store(dir).await;
+        let account = AccountId::new("a").unwrap();
+        let req = EndpointCreateRequest::new(
+            account.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdA=="),
+        );
+        let e = store.endpoint_create(req.checked().unwrap()).await.unwrap();
+        (store, account, e)
+    }
+
     /// The service's publish task: an id of the longest valid length still
     /// publishes (its key fits), exactly once; an operational event type is
     /// refused as fatal, publishing nothing.
@@ -123,24 +144,10 @@ mod tests {
     #[tokio::test]
     async fn the_publish_task_publishes_once_and_never_an_operational_type() {
         use control_plane_core::{
-            AccountId, EndpointCreateRequest, EventListRequest, PageRequest, Secret,
-            TaskEnqueueRequest, TaskId, TaskState,
+            EventListRequest, PageRequest, TaskEnqueueRequest, TaskId, TaskState,
         };
         let dir = tempfile::tempdir().unwrap();
-        let store = embedded_store(dir.path()).await;
-        let account = AccountId::new("a").unwrap();
-        store
-            .endpoint_create(
-                EndpointCreateRequest::new(
-                    account.clone(),
-                    "https://example.com/hook",
-                    Secret::new("whsec_dGVzdA=="),
-                )
-                .checked()
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        let (store, account, _) = store_with_endpoint(dir.path()).await;
         let long = TaskId::new("t".repeat(255)).unwrap();
         let reserved = TaskId::new("reserved").unwrap();
         for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
@@ -235,24 +242,11 @@ mod tests {
     #[tokio::test]
     async fn the_recover_task_resends_its_window_and_reports() {
         use control_plane_core::{
-            AccountId, AttemptReport, ClaimRequest, DeliveryOutcome, DeliveryState,
-            EndpointCreateRequest, Secret, TaskEnqueueRequest, TaskState,
+            AttemptReport, ClaimRequest, DeliveryOutcome, DeliveryState, TaskEnqueueRequest,
+            TaskState,
         };
         let dir = tempfile::tempdir().unwrap();
-        let store = embedded_store(dir.path()).await;
-        let account = AccountId::new("a").unwrap();
-        let e = store
-            .endpoint_create(
-                EndpointCreateRequest::new(
-                    account.clone(),
-                    "https://example.com/hook",
-                    Secret::new("whsec_dGVzdA=="),
-                )
-                .checked()
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        let (store, account, e) = store_with_endpoint(dir.path()).await;
         let since = SystemClock.now();
         let p = store
             .event_publish(

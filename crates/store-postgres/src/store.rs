@@ -318,17 +318,6 @@ pub(crate) struct PipelinedTx {
 }
 
 impl PipelinedTx {
-    /// A connection from the pool with `BEGIN` and `settings` sent in one
-    /// round trip.
-    pub(crate) async fn begin(store: &PostgresStore, settings: &str) -> StoreResult<Self> {
-        let tx = PipelinedTx::connect(store).await?;
-        tx.client()?
-            .batch_execute(&format!("BEGIN; {settings}"))
-            .await
-            .map_err(crate::error::map)?;
-        Ok(tx)
-    }
-
     /// A connection from the pool on which its user sends `BEGIN`, to
     /// pipeline it with the transaction's first statements.
     pub(crate) async fn connect(store: &PostgresStore) -> StoreResult<Self> {
@@ -446,9 +435,13 @@ pub(crate) mod tests {
             "a fresh connection has the claim's setting already: this check could not fail"
         );
         let key = i64::from(uuid::Uuid::new_v4().as_fields().0);
-        let tx = PipelinedTx::begin(&store, CLAIM_SETTINGS).await.unwrap();
-        tx.client()
-            .unwrap()
+        let tx = PipelinedTx::connect(&store).await.unwrap();
+        let client = tx.client().unwrap();
+        client
+            .batch_execute(&format!("BEGIN; {CLAIM_SETTINGS}"))
+            .await
+            .unwrap();
+        client
             .execute("SELECT pg_advisory_xact_lock($1)", &[&key])
             .await
             .unwrap();

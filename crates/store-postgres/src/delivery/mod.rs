@@ -114,7 +114,8 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn delivery_claim(&self, req: ClaimRequest) -> StoreResult<Vec<ClaimedDelivery>> {
-        let tx = PipelinedTx::begin(self, CLAIM_SETTINGS).await?;
+        // `claim` sends the `BEGIN` itself, with its first statement.
+        let tx = PipelinedTx::connect(self).await?;
         let out = {
             let client = tx.client()?;
             let t = Tx::new(client, Some(&client.statement_cache), self, self.now());
