@@ -58,6 +58,17 @@ fn answer_after_a_while() -> Answer {
     })
 }
 
+/// The chaos account's endpoint, receiving at `url`.
+fn hook(account: &AccountId, url: &str) -> Checked<EndpointCreateRequest> {
+    EndpointCreateRequest::new(
+        account.clone(),
+        url,
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    )
+    .checked()
+    .unwrap()
+}
+
 /// A `control-plane` process with the chaos settings (3 s leases, 1 s
 /// retries, seven of them).
 fn spawn(role: &str, env: &[(&str, String)]) -> Process {
@@ -164,15 +175,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .unwrap();
     let account = AccountId::new("chaos").unwrap();
     store
-        .endpoint_create(
-            EndpointCreateRequest::new(
-                account.clone(),
-                hook_url,
-                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            )
-            .checked()
-            .unwrap(),
-        )
+        .endpoint_create(hook(&account, &hook_url))
         .await
         .unwrap();
     let mut workers: Vec<Process> = (0..3).map(|_| spawn("worker", &env)).collect();
@@ -271,15 +274,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
     {
         let store = open().await;
         store
-            .endpoint_create(
-                EndpointCreateRequest::new(
-                    account.clone(),
-                    hook_url,
-                    Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-                )
-                .checked()
-                .unwrap(),
-            )
+            .endpoint_create(hook(&account, &hook_url))
             .await
             .unwrap();
         store

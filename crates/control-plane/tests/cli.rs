@@ -254,14 +254,8 @@ fn serve_raises_its_open_files_limit() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    // The first start also logs the key file it created, before it is ready.
-    let ready = lines
-        .by_ref()
-        .map(Result::unwrap)
-        .find(|l| l.contains("ready on"))
-        .unwrap();
-    assert!(ready.contains("ready on the embedded store"), "{ready}");
+    // Kept open to the end: the child logs to it.
+    let _stderr = ready_on_the_embedded_store(&mut child);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     let _ = child.kill();
     let _ = child.wait();
@@ -278,6 +272,22 @@ fn serve_raises_its_open_files_limit() {
     );
 }
 
+/// The "ready on" line `child` logs, which must name the embedded store (the
+/// first start logs the key file it created before it), and its log lines
+/// after it.
+fn ready_on_the_embedded_store(
+    child: &mut std::process::Child,
+) -> (String, std::io::Lines<BufReader<std::process::ChildStderr>>) {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("ready on"))
+        .unwrap();
+    assert!(ready.contains("ready on the embedded store"), "{ready}");
+    (ready, lines)
+}
+
 #[test]
 fn serve_runs_until_sigterm_and_releases_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -289,14 +299,7 @@ fn serve_runs_until_sigterm_and_releases_the_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    // The first start also logs the key file it created, before it is ready.
-    let ready = lines
-        .by_ref()
-        .map(Result::unwrap)
-        .find(|l| l.contains("ready on"))
-        .unwrap();
-    assert!(ready.contains("ready on the embedded store"), "{ready}");
+    let (ready, mut lines) = ready_on_the_embedded_store(&mut child);
     // No CONTROLPLANE_ADMIN_TOKEN: the generated token is in a file of this
     // user's only, beside the store (also 0600), and the log names the file.
     let told = lines

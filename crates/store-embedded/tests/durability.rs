@@ -18,6 +18,13 @@ fn acct() -> AccountId {
 
 /// A store whose endpoints may have every delivery in flight at once, so
 /// one claim can show that nothing acknowledged was lost.
+/// The account's one endpoint.
+fn hook() -> Checked<EndpointCreateRequest> {
+    EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
+        .checked()
+        .unwrap()
+}
+
 async fn open(path: &Path) -> StoreResult<EmbeddedStore> {
     let mut config = EmbeddedConfig::new(path);
     config.options.endpoint_concurrency = 10_000;
@@ -42,14 +49,7 @@ async fn committed_state_survives_close_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
-    let e = store
-        .endpoint_create(
-            EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let e = store.endpoint_create(hook()).await.unwrap();
     let mut published = Vec::new();
     for n in 0..3 {
         published.push(
@@ -115,18 +115,7 @@ async fn committed_state_survives_close_and_reopen() {
 /// Creates the account's endpoint unless an earlier round did.
 async fn ensure_endpoint(store: &EmbeddedStore) {
     if store.endpoint_list(&acct()).await.unwrap().is_empty() {
-        store
-            .endpoint_create(
-                EndpointCreateRequest::new(
-                    acct(),
-                    "https://example.com/h",
-                    Secret::new("whsec_eA=="),
-                )
-                .checked()
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        store.endpoint_create(hook()).await.unwrap();
     }
 }
 
@@ -251,14 +240,7 @@ async fn a_second_process_gets_a_clear_error_and_the_file_is_intact() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.duckdb");
     let store = open(&path).await.unwrap();
-    store
-        .endpoint_create(
-            EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    store.endpoint_create(hook()).await.unwrap();
     let p = store
         .event_publish(publish_req(1).checked().unwrap())
         .await

@@ -3,30 +3,27 @@
 
 use super::*;
 
+/// Begins `(scope, key)` with a request hash and a ttl on the store of `h`.
+async fn begin(h: &Harness, scope: &str, key: &str, hash: &str, ttl: Duration) -> IdempotencyBegin {
+    h.store
+        .idempotency_begin(&IdempotencyBeginRequest::new(scope, key, hash, ttl).unwrap())
+        .await
+        .unwrap()
+}
+
 /// `IdempotencyStore::idempotency_begin`: started, in progress, replay, mismatch.
 pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let ttl = Duration::from_secs(3600);
-    let IdempotencyBegin::Started(token) = h
-        .store
-        .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
-        .await
-        .unwrap()
-    else {
+    let IdempotencyBegin::Started(token) = begin(&h, "a:/events", "k1", "h1", ttl).await else {
         panic!("expected Started");
     };
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "a:/events", "k1", "h1", ttl).await,
         IdempotencyBegin::InProgress
     );
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h2", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "a:/events", "k1", "h2", ttl).await,
         IdempotencyBegin::Mismatch
     );
     let resp = StoredResponse {
@@ -38,27 +35,16 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
         .await
         .unwrap();
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h1", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "a:/events", "k1", "h1", ttl).await,
         IdempotencyBegin::Replay(resp)
     );
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("a:/events", "k1", "h2", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "a:/events", "k1", "h2", ttl).await,
         IdempotencyBegin::Mismatch
     );
     assert!(
         matches!(
-            h.store
-                .idempotency_begin(
-                    &IdempotencyBeginRequest::new("b:/events", "k1", "h2", ttl).unwrap()
-                )
-                .await
-                .unwrap(),
+            begin(&h, "b:/events", "k1", "h2", ttl).await,
             IdempotencyBegin::Started(_)
         ),
         "scopes are separate"
@@ -74,12 +60,7 @@ pub async fn idempotency_begin_reports_every_outcome(f: &dyn StoreFactory) {
 pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let ttl = Duration::from_secs(60);
-    let IdempotencyBegin::Started(t) = h
-        .store
-        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
-        .await
-        .unwrap()
-    else {
+    let IdempotencyBegin::Started(t) = begin(&h, "s", "k", "h", ttl).await else {
         panic!("expected Started");
     };
     h.store.idempotency_abandon(&t).await.unwrap();
@@ -88,10 +69,7 @@ pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
         Err(StoreError::LeaseLost)
     );
     assert!(matches!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "other", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "s", "k", "other", ttl).await,
         IdempotencyBegin::Started(_)
     ));
 }
@@ -100,21 +78,11 @@ pub async fn idempotency_abandon_frees_the_key(f: &dyn StoreFactory) {
 pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let ttl = Duration::from_secs(60);
-    let IdempotencyBegin::Started(old) = h
-        .store
-        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
-        .await
-        .unwrap()
-    else {
+    let IdempotencyBegin::Started(old) = begin(&h, "s", "k", "h", ttl).await else {
         panic!("expected Started");
     };
     h.clock.advance(ttl);
-    let IdempotencyBegin::Started(new) = h
-        .store
-        .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
-        .await
-        .unwrap()
-    else {
+    let IdempotencyBegin::Started(new) = begin(&h, "s", "k", "h", ttl).await else {
         panic!("an expired record is free again");
     };
     let resp = StoredResponse {
@@ -126,10 +94,7 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
         Err(StoreError::LeaseLost)
     );
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "s", "k", "h", ttl).await,
         IdempotencyBegin::InProgress
     );
     h.store
@@ -137,10 +102,7 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
         .await
         .unwrap();
     assert_eq!(
-        h.store
-            .idempotency_begin(&IdempotencyBeginRequest::new("s", "k", "h", ttl).unwrap())
-            .await
-            .unwrap(),
+        begin(&h, "s", "k", "h", ttl).await,
         IdempotencyBegin::Replay(resp)
     );
 }
@@ -149,19 +111,9 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
 pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     for k in ["a", "b", "c"] {
-        h.store
-            .idempotency_begin(
-                &IdempotencyBeginRequest::new("s", k, "h", Duration::from_secs(10)).unwrap(),
-            )
-            .await
-            .unwrap();
+        begin(&h, "s", k, "h", Duration::from_secs(10)).await;
     }
-    h.store
-        .idempotency_begin(
-            &IdempotencyBeginRequest::new("s", "keep", "h", Duration::from_secs(100)).unwrap(),
-        )
-        .await
-        .unwrap();
+    begin(&h, "s", "keep", "h", Duration::from_secs(100)).await;
     h.clock.advance(Duration::from_secs(10));
     let r = h
         .store
@@ -184,12 +136,7 @@ pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
         0
     );
     assert_eq!(
-        h.store
-            .idempotency_begin(
-                &IdempotencyBeginRequest::new("s", "keep", "h", Duration::from_secs(100)).unwrap()
-            )
-            .await
-            .unwrap(),
+        begin(&h, "s", "keep", "h", Duration::from_secs(100)).await,
         IdempotencyBegin::InProgress
     );
 }
