@@ -2,6 +2,25 @@
 
 use crate::*;
 
+string_id! {
+    /// The hash of an account key, as the store keeps it: 1 to 255
+    /// characters, no control character. Built checked ([`KeyHash::new`]), so
+    /// an adapter never checks it again.
+    pub struct KeyHash;
+}
+
+impl KeyHash {
+    /// Validates `s` as a key hash.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized hash, or a control character.
+    pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {
+        let s = s.into();
+        validate_short_text("key hash", &s)?;
+        Ok(KeyHash(s))
+    }
+}
+
 /// An account API key as stored: only the hash of the key is kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccountKey {

@@ -127,7 +127,7 @@ pub use error::{StoreError, StoreResult};
 pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::*;
-pub use maintenance::PurgeReport;
+pub use maintenance::{PurgeBatch, PurgeReport};
 pub use oauth2::ClientCredentials;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
 pub use recover::{recover, RecoverProgress, Recovered, Recovery, RECOVER_TASK};

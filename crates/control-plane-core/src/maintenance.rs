@@ -20,7 +20,7 @@ pub const MAINTENANCE_TICK: &str = "maintenance";
 pub async fn run_maintenance(
     store: &dyn ControlPlaneStore,
     retention: Duration,
-    batch: u32,
+    batch: PurgeBatch,
     every: Duration,
 ) -> StoreResult<Option<PurgeReport>> {
     let Some(lease) = store
@@ -89,14 +89,32 @@ impl Purged {
     }
 }
 
-/// Checks a purge batch size: 1 to 10,000 rows per table and call.
-pub fn validate_purge_batch(batch: u32) -> StoreResult<()> {
-    if !(1..=10_000).contains(&batch) {
-        return Err(StoreError::InvalidInput(format!(
-            "purge batch must be 1 to 10000, got {batch}"
-        )));
+/// How many rows one purge removes at most, per table: 1 to 10,000, built
+/// checked ([`PurgeBatch::new`]), so an adapter never checks it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PurgeBatch(u32);
+
+impl PurgeBatch {
+    /// What the service's maintenance loop purges per table and batch.
+    pub const DEFAULT: PurgeBatch = PurgeBatch(500);
+
+    /// A batch of `rows` rows per table.
+    ///
+    /// # Errors
+    /// `InvalidInput` outside 1..=10000.
+    pub fn new(rows: u32) -> StoreResult<Self> {
+        if !(1..=10_000).contains(&rows) {
+            return Err(StoreError::InvalidInput(format!(
+                "purge batch must be 1 to 10000, got {rows}"
+            )));
+        }
+        Ok(PurgeBatch(rows))
     }
-    Ok(())
+
+    /// Its rows per table.
+    pub fn rows(self) -> u32 {
+        self.0
+    }
 }
 
 /// Rows removed by one maintenance batch, per table.

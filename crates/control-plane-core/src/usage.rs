@@ -49,6 +49,12 @@ pub struct UsageBatch {
     pub entries: Vec<UsageEntry>,
 }
 
+impl crate::Check for UsageBatch {
+    fn check(&self) -> Result<(), crate::StoreError> {
+        crate::validate_short_text("usage batch id", &self.batch_id)
+    }
+}
+
 impl UsageBatch {
     /// The batch summed per (account, metric, window start), so that
     /// recording it writes each counter row once.
@@ -137,7 +143,10 @@ impl UsageMeter {
             }
         };
         let n = batch.entries.len();
-        match store.usage_record(batch.clone()).await {
+        match store
+            .usage_record(crate::Check::checked(batch.clone())?)
+            .await
+        {
             Ok(_) => Ok(n),
             Err(e) => {
                 if let Ok(mut u) = self.unsent.lock() {

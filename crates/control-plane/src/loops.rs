@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;
-use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, UsageMeter};
+use control_plane_core::{Clock, DynControlPlaneStore, PurgeBatch, SystemClock, UsageMeter};
 use tokio_util::sync::CancellationToken;
 
 /// Runs maintenance on its tick every minute (a single replica does the
@@ -17,7 +17,7 @@ pub async fn maintenance_loop(
 ) {
     let every = Duration::from_secs(60);
     while !stop.is_cancelled() {
-        match run_maintenance(store.as_ref(), retention, 500, every).await {
+        match run_maintenance(store.as_ref(), retention, PurgeBatch::DEFAULT, every).await {
             Ok(Some(report)) if report.total() > 0 => {
                 tracing::info!(?report, "maintenance purged finished history");
             }

@@ -23,9 +23,9 @@ fn key_from_row((id, account, created_at): (String, String, i64)) -> StoreResult
 pub(crate) fn create(
     t: &mut Tx<'_>,
     account: &AccountId,
-    key_hash: &str,
+    key_hash: &KeyHash,
 ) -> StoreResult<AccountKey> {
-    validate_short_text("key hash", key_hash)?;
+    let key_hash = key_hash.as_str();
     let taken: Option<i64> = t
         .query_row(
             "SELECT 1 FROM account_keys WHERE key_hash = $1",
@@ -87,10 +87,10 @@ impl AccountKeyStore for EmbeddedStore {
     async fn account_key_create(
         &self,
         account: &AccountId,
-        key_hash: &str,
+        key_hash: &KeyHash,
     ) -> StoreResult<AccountKey> {
         let account = account.clone();
-        let key_hash = key_hash.to_string();
+        let key_hash = key_hash.clone();
         self.tx(move |t| create(t, &account, &key_hash)).await
     }
 

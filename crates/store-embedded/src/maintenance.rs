@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::maintenance::{validate_purge_batch, Purged};
+use control_plane_core::maintenance::Purged;
 use control_plane_core::*;
 use duckdb::params;
 
@@ -72,14 +72,17 @@ const PURGES: &[(Purged, &str)] = &[
 
 /// One small batch per table. The embedded store has one writer, so the
 /// batch bounds how long that writer is busy.
-pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-    validate_purge_batch(batch)?;
+pub(crate) fn purge(
+    t: &mut Tx<'_>,
+    retention: Duration,
+    batch: PurgeBatch,
+) -> StoreResult<PurgeReport> {
     let mut report = PurgeReport::default();
     for (what, sql) in PURGES {
         let n = t
             .execute(
                 sql,
-                params![what.cutoff(t.now, retention), i64::from(batch)],
+                params![what.cutoff(t.now, retention), i64::from(batch.rows())],
             )
             .db()?;
         report.count(*what, n as u64);
@@ -92,7 +95,11 @@ pub(crate) fn purge(t: &mut Tx<'_>, retention: Duration, batch: u32) -> StoreRes
 
 #[async_trait]
 impl MaintenanceStore for EmbeddedStore {
-    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
+    async fn maintenance_purge(
+        &self,
+        retention: Duration,
+        batch: PurgeBatch,
+    ) -> StoreResult<PurgeReport> {
         self.work_tx(move |t| purge(t, retention, batch)).await
     }
 }

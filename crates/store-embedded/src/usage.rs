@@ -10,7 +10,6 @@ use crate::store::Tx;
 use crate::util::RowExt;
 
 pub(crate) fn record(t: &mut Tx<'_>, batch: UsageBatch) -> StoreResult<bool> {
-    validate_short_text("usage batch id", &batch.batch_id)?;
     let seen: i64 = t
         .query_row(
             "SELECT count(*) FROM usage_batches WHERE batch_id = $1",
@@ -78,7 +77,8 @@ pub(crate) fn query(
 
 #[async_trait]
 impl UsageStore for EmbeddedStore {
-    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
+    async fn usage_record(&self, batch: Checked<UsageBatch>) -> StoreResult<bool> {
+        let batch = batch.into_inner();
         self.work_tx(move |t| record(t, batch)).await
     }
 

@@ -18,9 +18,9 @@ fn row_to_key(r: &tokio_postgres::Row) -> StoreResult<AccountKey> {
 pub(crate) async fn create(
     t: &Tx<'_>,
     account: &AccountId,
-    key_hash: &str,
+    key_hash: &KeyHash,
 ) -> StoreResult<AccountKey> {
-    validate_short_text("key hash", key_hash)?;
+    let key_hash = key_hash.as_str();
     let id = KeyId::new();
     let row = t
         .query_opt(
@@ -65,7 +65,7 @@ impl AccountKeyStore for PostgresStore {
     async fn account_key_create(
         &self,
         account: &AccountId,
-        key_hash: &str,
+        key_hash: &KeyHash,
     ) -> StoreResult<AccountKey> {
         in_tx!(self, |t| create(&t, account, key_hash))
     }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::maintenance::{validate_purge_batch, Purged};
+use control_plane_core::maintenance::Purged;
 use control_plane_core::*;
 
 use crate::error::PgResultExt;
@@ -80,9 +80,12 @@ const PURGES: &[(Purged, &str)] = &[
 ];
 
 /// One batch per table, in one short transaction.
-pub(crate) async fn purge(t: &Tx<'_>, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
-    validate_purge_batch(batch)?;
-    let n = i64::from(batch);
+pub(crate) async fn purge(
+    t: &Tx<'_>,
+    retention: Duration,
+    batch: PurgeBatch,
+) -> StoreResult<PurgeReport> {
+    let n = i64::from(batch.rows());
     let mut report = PurgeReport::default();
     for (what, sql) in PURGES {
         let cutoff = what.cutoff(t.now, retention);
@@ -93,7 +96,11 @@ pub(crate) async fn purge(t: &Tx<'_>, retention: Duration, batch: u32) -> StoreR
 
 #[async_trait]
 impl MaintenanceStore for PostgresStore {
-    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport> {
+    async fn maintenance_purge(
+        &self,
+        retention: Duration,
+        batch: PurgeBatch,
+    ) -> StoreResult<PurgeReport> {
         in_tx!(self, |t| purge(&t, retention, batch))
     }
 }

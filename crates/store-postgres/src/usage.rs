@@ -8,7 +8,6 @@ use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 
 pub(crate) async fn record(t: &Tx<'_>, batch: UsageBatch) -> StoreResult<bool> {
-    validate_short_text("usage batch id", &batch.batch_id)?;
     let fresh = t
         .query_opt(
             "INSERT INTO usage_batches (batch_id, recorded_at) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING batch_id",
@@ -63,7 +62,8 @@ pub(crate) async fn query(
 
 #[async_trait]
 impl UsageStore for PostgresStore {
-    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool> {
+    async fn usage_record(&self, batch: Checked<UsageBatch>) -> StoreResult<bool> {
+        let batch = batch.into_inner();
         in_tx!(self, |t| record(&t, batch))
     }
 

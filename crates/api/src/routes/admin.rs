@@ -1,6 +1,7 @@
 //! Admin routes: account keys and dashboard sessions.
 
 use super::*;
+use control_plane_core::KeyHash;
 
 /// Creates an account key (admin only); the key is shown this once.
 #[utoipa::path(
@@ -14,7 +15,7 @@ pub(crate) async fn key_create(State(s): Shared, AdminScope(account): AdminScope
     let token = generate_token("cpk_");
     let key = s
         .store
-        .account_key_create(&account, &hash_token(&token))
+        .account_key_create(&account, &KeyHash::new(hash_token(&token))?)
         .await?;
     ok(
         StatusCode::CREATED,

@@ -409,17 +409,17 @@ pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let k1 = h
         .store
-        .account_key_create(&acct("a"), "hash-1")
+        .account_key_create(&acct("a"), &key_hash("hash-1"))
         .await
         .unwrap();
     let k2 = h
         .store
-        .account_key_create(&acct("a"), "hash-2")
+        .account_key_create(&acct("a"), &key_hash("hash-2"))
         .await
         .unwrap();
     let k3 = h
         .store
-        .account_key_create(&acct("b"), "hash-3")
+        .account_key_create(&acct("b"), &key_hash("hash-3"))
         .await
         .unwrap();
     assert_ne!(k1.id, k2.id);
@@ -433,13 +433,17 @@ pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
     );
     assert_eq!(h.store.account_key_find("hash-x").await.unwrap(), None);
     assert!(matches!(
-        h.store.account_key_create(&acct("b"), "hash-1").await,
+        h.store
+            .account_key_create(&acct("b"), &key_hash("hash-1"))
+            .await,
         Err(StoreError::Conflict(_))
     ));
-    assert!(matches!(
-        h.store.account_key_create(&acct("b"), "").await,
-        Err(StoreError::InvalidInput(_))
-    ));
+    for bad in [String::new(), "h".repeat(256), "hash\u{0}".to_string()] {
+        assert!(
+            matches!(KeyHash::new(bad), Err(StoreError::InvalidInput(_))),
+            "a bad key hash is refused before any store sees it"
+        );
+    }
     assert!(matches!(
         h.store.account_key_revoke(&acct("b"), k1.id).await,
         Err(StoreError::NotFound { .. })

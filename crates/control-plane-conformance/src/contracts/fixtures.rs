@@ -9,6 +9,15 @@ pub(super) fn acct(s: &str) -> AccountId {
     AccountId::new(s).unwrap()
 }
 
+/// A purge batch of `n` rows per table.
+pub(super) fn rows(n: u32) -> PurgeBatch {
+    PurgeBatch::new(n).unwrap()
+}
+
+pub(super) fn key_hash(s: &str) -> KeyHash {
+    KeyHash::new(s).unwrap()
+}
+
 pub(super) async fn open(f: &dyn StoreFactory) -> Harness {
     f.open(StoreOptions::default()).await
 }
@@ -264,7 +273,7 @@ pub(super) async fn claim_kinds(h: &Harness, kinds: &[&str], limit: u32) -> Vec<
 pub(super) async fn purge_all(h: &Harness, retention: Duration) -> PurgeReport {
     let mut total = PurgeReport::default();
     loop {
-        let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+        let r = h.store.maintenance_purge(retention, rows(2)).await.unwrap();
         if r.total() == 0 {
             return total;
         }

@@ -117,19 +117,19 @@ pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
     h.clock.advance(Duration::from_secs(10));
     let r = h
         .store
-        .maintenance_purge(Duration::from_secs(86_400), 2)
+        .maintenance_purge(Duration::from_secs(86_400), rows(2))
         .await
         .unwrap();
     assert_eq!(r.idempotency_records, 2, "batches are bounded");
     let r = h
         .store
-        .maintenance_purge(Duration::from_secs(86_400), 2)
+        .maintenance_purge(Duration::from_secs(86_400), rows(2))
         .await
         .unwrap();
     assert_eq!(r.idempotency_records, 1);
     assert_eq!(
         h.store
-            .maintenance_purge(Duration::from_secs(86_400), 2)
+            .maintenance_purge(Duration::from_secs(86_400), rows(2))
             .await
             .unwrap()
             .idempotency_records,
@@ -267,6 +267,7 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
             entry("b", UsageMetric::Attempts, t0, 7),
         ],
     };
+    let batch = batch.checked().unwrap();
     assert!(h.store.usage_record(batch.clone()).await.unwrap());
     assert!(
         !h.store.usage_record(batch).await.unwrap(),
@@ -276,7 +277,7 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
         batch_id: "b2".into(),
         entries: vec![entry("a", UsageMetric::EventsPublished, t0, 1)],
     };
-    assert!(h.store.usage_record(more).await.unwrap());
+    assert!(h.store.usage_record(more.checked().unwrap()).await.unwrap());
     let rows = h
         .store
         .usage_query(
@@ -317,14 +318,16 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
             .len(),
         1
     );
-    let bad = h
-        .store
-        .usage_record(UsageBatch {
-            batch_id: String::new(),
+    for id in [String::new(), "b".repeat(256), "b\n1".to_string()] {
+        let bad = UsageBatch {
+            batch_id: id,
             entries: vec![],
-        })
-        .await;
-    assert!(matches!(bad, Err(StoreError::InvalidInput(_))));
+        };
+        assert!(
+            matches!(bad.checked(), Err(StoreError::InvalidInput(_))),
+            "a bad batch id is refused before any store sees it"
+        );
+    }
 }
 
 /// `AlertStore::alert_list`: alerts come with the transitions that raise them.
@@ -559,7 +562,7 @@ pub async fn a_session_lives_until_it_expires_or_ends(f: &dyn StoreFactory) {
     );
     let purged = h
         .store
-        .maintenance_purge(Duration::from_secs(30 * 86_400), 100)
+        .maintenance_purge(Duration::from_secs(30 * 86_400), rows(100))
         .await
         .unwrap();
     assert_eq!(purged.sessions, 1, "only the expired one goes");

@@ -28,17 +28,17 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
         .unwrap();
     let retention = Duration::from_secs(3600);
     assert_eq!(
-        h.store.maintenance_purge(retention, 2).await.unwrap(),
+        h.store.maintenance_purge(retention, rows(2)).await.unwrap(),
         PurgeReport::default(),
         "nothing is old yet"
     );
     h.clock.advance(retention);
-    let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+    let r = h.store.maintenance_purge(retention, rows(2)).await.unwrap();
     assert_eq!((r.deliveries, r.attempts), (2, 2));
-    let r = h.store.maintenance_purge(retention, 2).await.unwrap();
+    let r = h.store.maintenance_purge(retention, rows(2)).await.unwrap();
     assert_eq!((r.deliveries, r.attempts), (1, 2));
     assert_eq!(
-        h.store.maintenance_purge(retention, 2).await.unwrap(),
+        h.store.maintenance_purge(retention, rows(2)).await.unwrap(),
         PurgeReport::default()
     );
     let mut counts = h.store.delivery_count_by_state().await.unwrap();
@@ -48,10 +48,12 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
         vec![(DeliveryState::Pending, 2)],
         "live deliveries stay"
     );
-    assert!(matches!(
-        h.store.maintenance_purge(retention, 0).await,
-        Err(StoreError::InvalidInput(_))
-    ));
+    for refused in [0, 10_001] {
+        assert!(
+            matches!(PurgeBatch::new(refused), Err(StoreError::InvalidInput(_))),
+            "a purge batch of {refused} rows is refused before any store sees it"
+        );
+    }
 }
 
 /// `maintenance::run_maintenance`: one replica runs it per interval, on a tick.
@@ -69,7 +71,7 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
     h.clock.advance(Duration::from_secs(1));
     let every = Duration::from_secs(600);
     let day = Duration::from_secs(86_400);
-    let report = run_maintenance(h.store.as_ref(), day, 2, every)
+    let report = run_maintenance(h.store.as_ref(), day, rows(2), every)
         .await
         .unwrap()
         .expect("first run");
@@ -78,7 +80,7 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
         "batches continue until nothing is left"
     );
     assert!(
-        run_maintenance(h.store.as_ref(), day, 2, every)
+        run_maintenance(h.store.as_ref(), day, rows(2), every)
             .await
             .unwrap()
             .is_none(),
@@ -86,7 +88,7 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
     );
     h.clock.advance(every);
     assert_eq!(
-        run_maintenance(h.store.as_ref(), day, 2, every)
+        run_maintenance(h.store.as_ref(), day, rows(2), every)
             .await
             .unwrap(),
         Some(PurgeReport::default())
@@ -289,7 +291,10 @@ pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
                 amount: 1,
             }],
         };
-        h.store.usage_record(batch).await.unwrap()
+        h.store
+            .usage_record(batch.checked().unwrap())
+            .await
+            .unwrap()
     };
     let t0 = usage_window(h.clock.now());
     assert!(record("old").await);

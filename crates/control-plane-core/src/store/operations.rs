@@ -12,12 +12,12 @@ pub trait UsageStore: Send + Sync {
     /// - Idempotent by batch id; totals by hour window
     ///   (`usage_batches_are_idempotent_and_queryable_by_window`).
     ///
-    /// # Errors
-    /// `InvalidInput` for an empty or oversized batch id.
+    /// The batch id (1 to 255 characters) was checked when the batch was
+    /// sealed ([`Check::checked`]).
     ///
     /// # Cancellation safety
     /// Safe to retry.
-    async fn usage_record(&self, batch: UsageBatch) -> StoreResult<bool>;
+    async fn usage_record(&self, batch: Checked<UsageBatch>) -> StoreResult<bool>;
 
     /// Totals of `account` in the windows starting in `[from, to)`, by window then metric.
     ///
@@ -60,15 +60,15 @@ pub trait AccountKeyStore: Send + Sync {
     ///   nothing (`account_keys_are_found_by_hash_and_revoked`).
     ///
     /// # Errors
-    /// `Conflict` when the hash is already stored; `InvalidInput` for an empty
-    /// or oversized hash.
+    /// `Conflict` when the hash is already stored (the hash itself was
+    /// checked when it was built, [`KeyHash::new`]).
     ///
     /// # Cancellation safety
     /// A cancelled call may or may not have stored the key.
     async fn account_key_create(
         &self,
         account: &AccountId,
-        key_hash: &str,
+        key_hash: &KeyHash,
     ) -> StoreResult<AccountKey>;
 
     /// The key whose hash is `key_hash`, if stored and not revoked.
@@ -168,10 +168,14 @@ pub trait MaintenanceStore: Send + Sync {
     /// - `maintenance::run_maintenance` runs it on one replica per interval,
     ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).
     ///
-    /// # Errors
-    /// `InvalidInput` for a batch outside 1..=10000.
+    /// The batch size (1 to 10,000) was checked when it was built
+    /// ([`PurgeBatch::new`]).
     ///
     /// # Cancellation safety
     /// Safe: each batch commits on its own.
-    async fn maintenance_purge(&self, retention: Duration, batch: u32) -> StoreResult<PurgeReport>;
+    async fn maintenance_purge(
+        &self,
+        retention: Duration,
+        batch: PurgeBatch,
+    ) -> StoreResult<PurgeReport>;
 }
