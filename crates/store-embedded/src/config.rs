@@ -15,14 +15,15 @@ pub struct EmbeddedConfig {
     /// default (plain text).
     pub keys: SecretKeys,
     /// Live (pending or leased) deliveries the writer indexes in memory at
-    /// most, about 100 bytes each (ADR 0028); past it, claims scan the
-    /// table instead. `0` never keeps the index.
+    /// most, about 450 bytes each with their rows (ADR 0028); past it,
+    /// claims scan the table and read their rows back instead. `0` never
+    /// keeps the index.
     pub live_index_limit: usize,
 }
 
-/// The default [`EmbeddedConfig::live_index_limit`]: a million live
-/// deliveries, about 100 MB.
-pub const DEFAULT_LIVE_INDEX_LIMIT: usize = 1_000_000;
+/// The default [`EmbeddedConfig::live_index_limit`]: a quarter of a million
+/// live deliveries, about 110 MB.
+pub const DEFAULT_LIVE_INDEX_LIMIT: usize = 250_000;
 
 impl EmbeddedConfig {
     /// Default options at `path`.

@@ -4,8 +4,9 @@
 //! instead of scanning and grouping every live row of `deliveries`, which
 //! was a third of each claim and grew with the backlog.
 //!
-//! It also keeps the row of every leased delivery, as the lease check reads
-//! it ([`LeaseRow`]), so recording an outcome reads nothing from the table.
+//! It also keeps the row of every live delivery ([`LiveRow`]): as the lease
+//! check reads it, so recording an outcome reads nothing from the table, and
+//! with the columns a claim returns, so a claim reads nothing back either.
 //!
 //! DuckDB stays the truth. The index is built from it at its first use,
 //! follows every write of the hot paths (publish, lease, extend, release,
@@ -19,12 +20,39 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use control_plane_core::lease::LeaseRow;
 use control_plane_core::{
-    DeliveryId, DeliveryState, EndpointId, StoreError, StoreResult, Timestamp,
+    DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult, Timestamp,
 };
 use duckdb::params;
 
 use crate::delivery::{row_to_lease_row, LEASE_COLS};
 use crate::error::DuckResultExt;
+use crate::util::RowExt;
+
+/// A live delivery as the index keeps it: its row as the lease check reads
+/// it, and the columns beside it that a claim hands out, so that a claim
+/// reads nothing back from the table. Equal to what the table holds after
+/// every write (debug builds check).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LiveRow {
+    pub row: LeaseRow,
+    pub event_id: EventId,
+    pub created_at: Timestamp,
+    pub last_error: Option<String>,
+}
+
+/// The columns a [`LiveRow`] is read from: [`LEASE_COLS`], then these.
+const LIVE_EXTRA_COLS: &str = "event_id, created_at, last_error";
+
+impl LiveRow {
+    fn read(r: &duckdb::Row<'_>) -> duckdb::Result<Self> {
+        Ok(LiveRow {
+            row: row_to_lease_row(r)?,
+            event_id: r.col(11)?,
+            created_at: r.col(12)?,
+            last_error: r.get(13)?,
+        })
+    }
+}
 
 /// One endpoint's live deliveries.
 #[derive(Default, Debug, PartialEq)]
@@ -81,8 +109,8 @@ pub(crate) enum LiveIndex {
     /// In step with the table.
     Built {
         queues: HashMap<EndpointId, EndpointQueue>,
-        /// The row of each leased delivery.
-        leased: HashMap<DeliveryId, LeaseRow>,
+        /// The row of each live delivery.
+        rows: HashMap<DeliveryId, LiveRow>,
         len: usize,
         /// Live deliveries kept at most.
         limit: usize,
@@ -99,54 +127,64 @@ impl LiveIndex {
         *self = LiveIndex::Stale;
     }
 
-    /// Records that delivery `seq` of `endpoint` is now pending and due at
-    /// `due_at` (`Some`), or finished (`None`).
-    pub fn set(&mut self, endpoint: EndpointId, seq: i64, id: DeliveryId, due_at: Option<i64>) {
-        self.change(endpoint, seq, id, |q| {
-            if let Some(due_at) = due_at {
-                q.pending.insert(seq, (due_at, id));
-                q.due.insert((due_at, seq, id));
-            }
-            None
-        });
+    /// Records `live` as its row now says: pending, leased, or finished
+    /// (then it leaves the index).
+    pub fn put(&mut self, live: LiveRow) {
+        let (endpoint, seq, id) = (live.row.endpoint_id, live.row.seq, live.row.id);
+        self.change(endpoint, seq, id, Some(live));
     }
 
-    /// Records that `row`'s delivery is leased, as `row` says.
-    pub fn lease(&mut self, row: LeaseRow) {
-        let expires_at = row.lease_expires_at.map_or(0, Timestamp::as_millis);
-        let (endpoint, seq, id) = (row.endpoint_id, row.seq, row.id);
-        self.change(endpoint, seq, id, |q| {
-            q.leased.insert(seq, expires_at);
-            Some(row)
-        });
+    /// Records that `row`'s delivery moved to the state `row` says, keeping
+    /// what the index holds beside it; `last_error` is its new last error
+    /// (`None`: unchanged). A delivery the kept index does not hold means it
+    /// is out of step: it is rebuilt before its next use.
+    pub fn moved(&mut self, row: &LeaseRow, last_error: Option<Option<String>>) {
+        let LiveIndex::Built { rows, .. } = self else {
+            return;
+        };
+        let Some(kept) = rows.get(&row.id) else {
+            self.forget();
+            return;
+        };
+        let live = LiveRow {
+            row: row.clone(),
+            event_id: kept.event_id,
+            created_at: kept.created_at,
+            last_error: last_error.unwrap_or_else(|| kept.last_error.clone()),
+        };
+        self.put(live);
     }
 
     /// The row of leased delivery `id`; `None` when it is not leased, or
     /// the index is not kept.
     pub fn leased(&self, id: DeliveryId) -> Option<&LeaseRow> {
+        self.row(id, DeliveryState::Leased).map(|l| &l.row)
+    }
+
+    /// The row of pending delivery `id`; `None` when it is not pending, or
+    /// the index is not kept.
+    pub fn pending(&self, id: DeliveryId) -> Option<&LiveRow> {
+        self.row(id, DeliveryState::Pending)
+    }
+
+    fn row(&self, id: DeliveryId, state: DeliveryState) -> Option<&LiveRow> {
         match self {
-            LiveIndex::Built { leased, .. } => leased.get(&id),
+            LiveIndex::Built { rows, .. } => rows.get(&id).filter(|l| l.row.state == state),
             _ => None,
         }
     }
 
-    /// Whether the index is kept (and so holds every leased row).
+    /// Whether the index is kept (and so holds every live row).
     pub fn is_built(&self) -> bool {
         matches!(self, LiveIndex::Built { .. })
     }
 
-    /// Takes delivery `seq` of `endpoint` out of the index, then puts it
-    /// back as `put` says (its leased row, when it is leased).
-    fn change(
-        &mut self,
-        endpoint: EndpointId,
-        seq: i64,
-        id: DeliveryId,
-        put: impl FnOnce(&mut EndpointQueue) -> Option<LeaseRow>,
-    ) {
+    /// Takes delivery `seq` of `endpoint` out of the index, then puts `live`
+    /// back in when it is pending or leased.
+    fn change(&mut self, endpoint: EndpointId, seq: i64, id: DeliveryId, live: Option<LiveRow>) {
         let LiveIndex::Built {
             queues,
-            leased,
+            rows,
             len,
             limit,
         } = self
@@ -156,9 +194,25 @@ impl LiveIndex {
         let q = queues.entry(endpoint).or_default();
         let before = q.pending.len() + q.leased.len();
         q.remove(seq);
-        leased.remove(&id);
-        if let Some(row) = put(q) {
-            leased.insert(id, row);
+        rows.remove(&id);
+        if let Some(live) = live {
+            let kept = match live.row.state {
+                DeliveryState::Pending => {
+                    let due_at = live.row.due_at.as_millis();
+                    q.pending.insert(seq, (due_at, id));
+                    q.due.insert((due_at, seq, id));
+                    true
+                }
+                DeliveryState::Leased => {
+                    let expires_at = live.row.lease_expires_at.map_or(0, Timestamp::as_millis);
+                    q.leased.insert(seq, expires_at);
+                    true
+                }
+                _ => false,
+            };
+            if kept {
+                rows.insert(id, live);
+            }
         }
         let after = q.pending.len() + q.leased.len();
         if q.is_empty() {
@@ -172,8 +226,8 @@ impl LiveIndex {
 
     /// The lease of delivery `id` now runs until `expires_at`.
     pub fn extend(&mut self, id: DeliveryId, expires_at: Timestamp) {
-        if let LiveIndex::Built { queues, leased, .. } = self {
-            if let Some(row) = leased.get_mut(&id) {
+        if let LiveIndex::Built { queues, rows, .. } = self {
+            if let Some(row) = rows.get_mut(&id).map(|l| &mut l.row) {
                 row.lease_expires_at = Some(expires_at);
                 if let Some(exp) = queues
                     .get_mut(&row.endpoint_id)
@@ -244,24 +298,18 @@ impl LiveIndex {
     fn build(conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<LiveIndex> {
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT {LEASE_COLS} FROM deliveries WHERE state IN ('pending', 'leased')"
+                "SELECT {LEASE_COLS}, {LIVE_EXTRA_COLS} FROM deliveries WHERE state IN ('pending', 'leased')"
             ))
             .db()?;
         let mut rows = st.query(params![]).db()?;
         let mut index = LiveIndex::Built {
             queues: HashMap::new(),
-            leased: HashMap::new(),
+            rows: HashMap::new(),
             len: 0,
             limit,
         };
         while let Some(r) = rows.next().db()? {
-            let row = row_to_lease_row(r).db()?;
-            if row.state == DeliveryState::Leased {
-                index.lease(row);
-            } else {
-                let due = Some(row.due_at.as_millis());
-                index.set(row.endpoint_id, row.seq, row.id, due);
-            }
+            index.put(LiveRow::read(r).db()?);
             if let LiveIndex::TooBig { .. } = index {
                 return Ok(LiveIndex::TooBig {
                     retry_at: now.saturating_add(Self::RETRY_MS),
@@ -281,7 +329,7 @@ mod tests {
     fn built() -> LiveIndex {
         LiveIndex::Built {
             queues: HashMap::new(),
-            leased: HashMap::new(),
+            rows: HashMap::new(),
             len: 0,
             limit: 1_000,
         }
@@ -292,6 +340,31 @@ mod tests {
             LiveIndex::Built { queues, .. } => queues.get(&e),
             _ => None,
         }
+    }
+
+    fn live(row: LeaseRow) -> LiveRow {
+        LiveRow {
+            row,
+            event_id: EventId::new(),
+            created_at: Timestamp::from_millis(0),
+            last_error: None,
+        }
+    }
+
+    fn pending_row(e: EndpointId, seq: i64, id: DeliveryId, due: i64) -> LiveRow {
+        live(LeaseRow {
+            id,
+            seq,
+            account: AccountId::new("a").unwrap(),
+            endpoint_id: e,
+            attempts: 0,
+            max_attempts: 8,
+            due_at: Timestamp::from_millis(due),
+            state: DeliveryState::Pending,
+            lease_token: None,
+            lease_expires_at: None,
+            last_outcome: None,
+        })
     }
 
     fn leased_row(e: EndpointId, seq: i64, id: DeliveryId, expires: i64) -> LeaseRow {
@@ -319,9 +392,15 @@ mod tests {
         let e = EndpointId::new();
         let (a, b, c) = (DeliveryId::new(), DeliveryId::new(), DeliveryId::new());
         let mut index = built();
-        index.set(e, 1, a, Some(100));
-        index.set(e, 2, b, Some(50));
-        index.set(e, 3, c, Some(500));
+        let first = pending_row(e, 1, a, 100);
+        index.put(first.clone());
+        index.put(pending_row(e, 2, b, 50));
+        index.put(pending_row(e, 3, c, 500));
+        assert_eq!(
+            index.pending(a),
+            Some(&first),
+            "a pending row is kept whole"
+        );
         let q = queue(&index, e).unwrap();
         let due: Vec<i64> = q.due_at(100).map(|(_, seq, _)| *seq).collect();
         assert_eq!(due, [2, 1], "due by time, the later one not yet");
@@ -332,8 +411,9 @@ mod tests {
         );
 
         let row = leased_row(e, 1, a, 1_000);
-        index.lease(row.clone());
+        index.moved(&row, None);
         assert_eq!(index.leased(a), Some(&row));
+        assert_eq!(index.pending(a), None);
         let q = queue(&index, e).unwrap();
         assert_eq!(q.due_at(100).count(), 1);
         assert_eq!(q.in_flight(999), 1);
@@ -353,15 +433,26 @@ mod tests {
             Some(Timestamp::from_millis(2_000))
         );
 
-        index.set(e, 1, a, Some(700));
+        let mut retry = row.clone();
+        retry.state = DeliveryState::Pending;
+        retry.due_at = Timestamp::from_millis(700);
+        index.moved(&retry, Some(Some("503".to_string())));
+        let kept = index.pending(a).expect("pending again");
+        assert_eq!(
+            (kept.event_id, kept.last_error.as_deref()),
+            (first.event_id, Some("503")),
+            "a move keeps the event and takes the new error"
+        );
         assert_eq!(
             queue(&index, e).unwrap().in_flight(0),
             0,
             "a retry frees the lease"
         );
         assert_eq!(index.leased(a), None);
-        for (seq, id) in [(1, a), (2, b), (3, c)] {
-            index.set(e, seq, id, None);
+        for id in [a, b, c] {
+            let mut done = index.pending(id).expect("pending").row.clone();
+            done.state = DeliveryState::Delivered;
+            index.moved(&done, None);
         }
         assert!(queue(&index, e).is_none());
         let LiveIndex::Built { len, .. } = index else {
@@ -376,10 +467,20 @@ mod tests {
         let mut index = built();
         index.forget();
         let (e, id) = (EndpointId::new(), DeliveryId::new());
-        index.set(e, 1, id, Some(0));
-        index.lease(leased_row(e, 2, DeliveryId::new(), 10));
+        index.put(pending_row(e, 1, id, 0));
+        index.put(live(leased_row(e, 2, DeliveryId::new(), 10)));
         assert_eq!(index, LiveIndex::Stale);
         assert!(!index.is_built());
         assert!(index.may_have_expired(Timestamp::from_millis(0)));
+    }
+
+    /// A move of a delivery the kept index does not hold means it is out of
+    /// step: it is dropped, to be rebuilt from the table.
+    #[test]
+    fn a_move_of_an_unknown_delivery_drops_the_index() {
+        let mut index = built();
+        let row = leased_row(EndpointId::new(), 1, DeliveryId::new(), 10);
+        index.moved(&row, None);
+        assert_eq!(index, LiveIndex::Stale);
     }
 }

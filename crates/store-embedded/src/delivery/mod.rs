@@ -17,6 +17,7 @@ use crate::attempt;
 use crate::cache::SentEvent;
 use crate::endpoint;
 use crate::error::DuckResultExt;
+use crate::live::LiveRow;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{list, RowExt};

@@ -39,7 +39,7 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
 }
 
 pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
-    let row = fenced_row(t, lease, FencedWrite::Within)?;
+    let mut row = fenced_row(t, lease, FencedWrite::Within)?;
     let mut circuit = endpoint::load_circuit(t, row.endpoint_id)?;
     if circuit.is_probe(row.id) {
         circuit.cancel_probe(row.id);
@@ -51,9 +51,12 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
         params![t.now.as_millis(), row.id.to_string()],
     )
     .db()?;
-    let now = t.now.as_millis();
-    t.live_mut()
-        .set(row.endpoint_id, row.seq, row.id, Some(now));
+    row.state = DeliveryState::Pending;
+    row.attempts = row.attempts.saturating_sub(1);
+    row.due_at = t.now;
+    row.lease_token = None;
+    row.lease_expires_at = None;
+    t.live_mut().moved(&row, None);
     Ok(())
 }
 

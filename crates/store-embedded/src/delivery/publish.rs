@@ -29,8 +29,26 @@ impl NewRows {
     ) -> DeliveryId {
         let id = DeliveryId::new();
         let seq = t.next_seq();
-        let now = t.now.as_millis();
-        t.live_mut().set(endpoint, seq, id, Some(now));
+        let row = LeaseRow {
+            id,
+            seq,
+            account: account.clone(),
+            endpoint_id: endpoint,
+            attempts: 0,
+            max_attempts: t.options.max_attempts,
+            due_at: t.now,
+            state: DeliveryState::Pending,
+            lease_token: None,
+            lease_expires_at: None,
+            last_outcome: None,
+        };
+        let live = LiveRow {
+            row,
+            event_id: event,
+            created_at: t.now,
+            last_error: None,
+        };
+        t.live_mut().put(live);
         self.d_id.push(id.to_string());
         self.d_account.push(account.as_str().to_string());
         self.d_endpoint.push(endpoint.to_string());

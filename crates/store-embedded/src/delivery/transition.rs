@@ -111,13 +111,12 @@ impl Transitions {
             row.attempts,
             &tr.attempt,
         );
-        let due = (tr.state == DeliveryState::Pending).then(|| tr.due_at.as_millis());
-        t.live_mut().set(row.endpoint_id, row.seq, row.id, due);
         row.state = tr.state;
         row.due_at = tr.due_at;
         row.lease_token = keep_token;
         row.lease_expires_at = None;
         row.last_outcome = outcome_kind.map(str::to_string);
+        t.live_mut().moved(row, Some(tr.last_error.clone()));
         let mut disabled = false;
         if let Some(reason) = &tr.disable_reason {
             disabled = endpoint::disable(t, row.endpoint_id, reason)?;
