@@ -87,8 +87,8 @@ impl AttemptRows {
             &format!(
                 "INSERT INTO attempts ({ATTEMPT_COLS}) SELECT unnest($1::BIGINT[]), unnest($2::VARCHAR[]), \
                  unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), unnest($6::VARCHAR[]), \
-                 unnest($7::BIGINT[]), unnest($8::VARCHAR[]), unnest($9::BIGINT[]), unnest($10::BOOLEAN[]), \
-                 unnest($11::BIGINT[]), $12, unnest($13::VARCHAR[])"
+                 unnest($7::VARCHAR[])::BIGINT, unnest($8::VARCHAR[]), unnest($9::BIGINT[]), \
+                 unnest($10::BOOLEAN[]), unnest($11::VARCHAR[])::BIGINT, $12::BIGINT, unnest($13::VARCHAR[])"
             ),
             params![
                 list::of(self.id),
@@ -97,11 +97,11 @@ impl AttemptRows {
                 list::text(self.account),
                 list::of(self.attempt),
                 list::text(self.result),
-                list::of(self.status_code),
+                list::nullable_ints(self.status_code),
                 list::of(self.error),
                 list::of(self.latency_ms),
                 list::of(self.will_retry),
-                list::of(self.next_attempt_at),
+                list::nullable_ints(self.next_attempt_at),
                 t.now.as_millis(),
                 list::of(self.response_body)
             ],

@@ -465,9 +465,9 @@ pub(crate) fn save_circuit(t: &mut Tx<'_>, id: EndpointId, c: &Circuit) -> Store
          circuit_reopen_count = $4, circuit_failing_since = $5, circuit_probe = $6 WHERE id = $7",
         params![
             c.mode.as_str(),
-            c.consecutive_failures,
+            i64::from(c.consecutive_failures),
             c.open_until.map(Timestamp::as_millis),
-            c.reopen_count,
+            i64::from(c.reopen_count),
             c.failing_since.map(Timestamp::as_millis),
             c.probe.map(|p| p.to_string()),
             id.to_string()

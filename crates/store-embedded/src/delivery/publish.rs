@@ -102,7 +102,7 @@ impl NewRows {
             t.execute(
                 "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at, traceparent) \
                  SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::VARCHAR[]), \
-                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6, unnest($7::VARCHAR[])",
+                 unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), $6::BIGINT, unnest($7::VARCHAR[])",
                 params![
                     list::text(self.ev_id),
                     list::text(self.ev_account),
@@ -119,14 +119,15 @@ impl NewRows {
             t.execute(
                 "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
                  due_at, created_at, updated_at) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), \
-                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6, $7, $7, $7",
+                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6::BIGINT, \
+                 $7::BIGINT, $7::BIGINT, $7::BIGINT",
                 params![
                     list::text(self.d_id),
                     list::text(self.d_account),
                     list::text(self.d_endpoint),
                     list::text(self.d_event),
                     list::of(self.d_seq),
-                    t.options.max_attempts,
+                    i64::from(t.options.max_attempts),
                     t.now.as_millis()
                 ],
             )
