@@ -7,18 +7,7 @@ string_id! {
     /// characters, no control character. Built checked ([`KeyHash::new`]), so
     /// an adapter never checks it again.
     pub struct KeyHash;
-}
-
-impl KeyHash {
-    /// Validates `s` as a key hash.
-    ///
-    /// # Errors
-    /// `InvalidInput` for an empty or oversized hash, or a control character.
-    pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {
-        let s = s.into();
-        validate_short_text("key hash", &s)?;
-        Ok(KeyHash(s))
-    }
+    short_text "key hash";
 }
 
 /// An account API key as stored: only the hash of the key is kept.

@@ -45,8 +45,26 @@ macro_rules! named_enum {
 
 /// Defines a validated string newtype: the struct, `as_str`, `Display`, and
 /// serde through `String` with `new` (written beside each type) as the
-/// check, so a value that fails `new` cannot be deserialized either.
+/// check, so a value that fails `new` cannot be deserialized either. With
+/// `short_text "what";` after it, `new` is written here too: 1 to 255
+/// characters, no control character ([`validate_short_text`]).
 macro_rules! string_id {
+    ($(#[$doc:meta])* pub struct $name:ident; short_text $what:literal;) => {
+        string_id! { $(#[$doc])* pub struct $name; }
+
+        impl $name {
+            #[doc = concat!("Validates `s` as a ", $what, ".")]
+            ///
+            /// # Errors
+            /// `InvalidInput` when it is empty, longer than 255 characters,
+            /// or holds a control character.
+            pub fn new(s: impl Into<String>) -> Result<Self, $crate::StoreError> {
+                let s = s.into();
+                $crate::validate_short_text($what, &s)?;
+                Ok($name(s))
+            }
+        }
+    };
     ($(#[$doc:meta])* pub struct $name:ident;) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

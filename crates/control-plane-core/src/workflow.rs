@@ -11,15 +11,7 @@ use crate::{
 string_id! {
     /// A caller-chosen task id: 1 to 255 characters, no control characters.
     pub struct TaskId;
-}
-
-impl TaskId {
-    /// Validates `s` as a task id.
-    pub fn new(s: impl Into<String>) -> Result<Self, StoreError> {
-        let s = s.into();
-        validate_short_text("task id", &s)?;
-        Ok(TaskId(s))
-    }
+    short_text "task id";
 }
 
 named_enum! {
