@@ -143,10 +143,13 @@ impl UsageMeter {
             }
         };
         let n = batch.entries.len();
-        match store
-            .usage_record(crate::Check::checked(batch.clone())?)
-            .await
-        {
+        // A batch refused by its seal is kept for the next flush, as one the
+        // store refused.
+        let recorded = match crate::Check::checked(batch.clone()) {
+            Ok(sealed) => store.usage_record(sealed).await,
+            Err(e) => Err(e),
+        };
+        match recorded {
             Ok(_) => Ok(n),
             Err(e) => {
                 if let Ok(mut u) = self.unsent.lock() {
