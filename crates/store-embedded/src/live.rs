@@ -146,13 +146,14 @@ impl LiveIndex {
             self.forget();
             return;
         };
-        let live = LiveRow {
+        // A finished delivery only leaves: nothing of it is copied.
+        let live = (!row.state.is_final()).then(|| LiveRow {
             row: row.clone(),
             event_id: kept.event_id,
             created_at: kept.created_at,
             last_error: last_error.unwrap_or_else(|| kept.last_error.clone()),
-        };
-        self.put(live);
+        });
+        self.change(row.endpoint_id, row.seq, row.id, live);
     }
 
     /// The row of leased delivery `id`; `None` when it is not leased, or
