@@ -39,11 +39,7 @@ async fn events_of(h: &Harness, account: &str) -> usize {
 
 pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactory) {
     let h = open(f).await;
-    let first = h
-        .store
-        .event_type_put(order_type("a").checked().unwrap())
-        .await
-        .unwrap();
+    let first = put_type(&h, order_type("a")).await;
     assert_eq!(first.name, "order.created");
     assert_eq!(first.schema, Some(order_schema()));
     assert_eq!(first.created_at, first.updated_at);
@@ -54,25 +50,10 @@ pub async fn event_types_are_registered_replaced_and_deleted(f: &dyn StoreFactor
             .unwrap(),
         first
     );
-    h.store
-        .event_type_put(
-            EventTypePut::new(acct("a"), "invoice.paid", "Paid")
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    put_type(&h, EventTypePut::new(acct("a"), "invoice.paid", "Paid")).await;
 
     h.clock.advance(Duration::from_secs(5));
-    let replaced = h
-        .store
-        .event_type_put(
-            EventTypePut::new(acct("a"), "order.created", "Placed")
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let replaced = put_type(&h, EventTypePut::new(acct("a"), "order.created", "Placed")).await;
     assert_eq!(replaced.description, "Placed");
     assert_eq!(replaced.schema, None, "a registration replaces every field");
     assert_eq!(replaced.example, None);
@@ -139,14 +120,8 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
     // Published before it is registered: not checked; registered since:
     // checked at once (an adapter that remembers schemas forgets on put).
     let early = PublishRequest::new(acct("a"), "order.created", json!({"id": 1}));
-    h.store
-        .event_publish(early.clone().checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .event_type_put(order_type("a").checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, early.clone()).await;
+    put_type(&h, order_type("a")).await;
     invalid(
         h.store.event_publish(early.checked().unwrap()).await,
         "order.created",
@@ -165,11 +140,7 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
             json!({"id": "o-3", "items": [{"sku": "x"}, {"sku": 9}]}),
         )
     };
-    let published = h
-        .store
-        .event_publish(good().checked().unwrap())
-        .await
-        .unwrap();
+    let published = publish_ok(&h, good()).await;
     assert_eq!(published.deliveries.len(), 1);
     invalid(
         h.store.event_publish(bad().checked().unwrap()).await,
@@ -203,27 +174,16 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
     // A key published before its type had a schema repeats, not refused.
     let mut early = PublishRequest::new(acct("a"), "order.later", json!({"any": 1}));
     early.idempotency_key = Some("k-early".into());
-    let first = h
-        .store
-        .event_publish(early.clone().checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .event_type_put(
-            EventTypePut {
-                schema: Some(json!({"required": ["id"]})),
-                ..EventTypePut::new(acct("a"), "order.later", "later")
-            }
-            .checked()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let again = h
-        .store
-        .event_publish(early.checked().unwrap())
-        .await
-        .unwrap();
+    let first = publish_ok(&h, early.clone()).await;
+    put_type(
+        &h,
+        EventTypePut {
+            schema: Some(json!({"required": ["id"]})),
+            ..EventTypePut::new(acct("a"), "order.later", "later")
+        },
+    )
+    .await;
+    let again = publish_ok(&h, early).await;
     assert!(!again.created && again.event.id == first.event.id);
     h.store
         .event_type_delete(&acct("a"), "order.later")
@@ -231,31 +191,16 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
         .unwrap();
 
     // Unregistered types, and the same name in another account, are free.
-    h.store
-        .event_publish(publish_req("a", "order.shipped").checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .event_publish(publish_req("b", "order.created").checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, publish_req("a", "order.shipped")).await;
+    publish_ok(&h, publish_req("b", "order.created")).await;
     // Without a schema, or once removed, the type is free again.
-    h.store
-        .event_type_put(
-            EventTypePut::new(acct("a"), "order.created", "no schema")
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    h.store
-        .event_publish(bad().checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .event_type_put(order_type("a").checked().unwrap())
-        .await
-        .unwrap();
+    put_type(
+        &h,
+        EventTypePut::new(acct("a"), "order.created", "no schema"),
+    )
+    .await;
+    publish_ok(&h, bad()).await;
+    put_type(&h, order_type("a")).await;
     invalid(
         h.store.event_publish(bad().checked().unwrap()).await,
         "/items/1/sku",
@@ -264,19 +209,13 @@ pub async fn a_publish_of_a_registered_type_is_checked_against_its_schema(f: &dy
         .event_type_delete(&acct("a"), "order.created")
         .await
         .unwrap();
-    h.store
-        .event_publish(bad().checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, bad()).await;
     assert_eq!(events_of(&h, "a").await, 6);
 }
 
 pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     let h = open(f).await;
-    h.store
-        .event_type_put(order_type("a").checked().unwrap())
-        .await
-        .unwrap();
+    put_type(&h, order_type("a")).await;
     let bystander = endpoint(&h, "a", false).await;
     let mut req = EndpointCreateRequest::new(
         acct("a"),
@@ -285,11 +224,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     );
     req.event_types = vec!["invoice.paid".into()];
     req.filter = Some(EventFilter::parse(json!({"data.amount": {"$gt": 0}})).unwrap());
-    let target = h
-        .store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap();
+    let target = create_endpoint(&h, req).await;
 
     let sent = h
         .store
@@ -337,14 +272,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
             .await,
         Err(StoreError::NotFound { .. })
     ));
-    h.store
-        .event_type_put(
-            EventTypePut::new(acct("a"), "plain", "no example")
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    put_type(&h, EventTypePut::new(acct("a"), "plain", "no example")).await;
     invalid(
         h.store
             .event_type_send_example(EndpointKey::new(&acct("a"), target.id), "plain")
@@ -364,20 +292,10 @@ pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn S
         ("order", vec![everything.id]),
         ("orders.created", vec![everything.id]),
     ] {
-        let p = h
-            .store
-            .event_publish(publish_req("a", ty).checked().unwrap())
-            .await
-            .unwrap();
+        let p = publish_ok(&h, publish_req("a", ty)).await;
         let mut reached = Vec::new();
         for id in &p.deliveries {
-            reached.push(
-                h.store
-                    .delivery_get(&acct("a"), *id)
-                    .await
-                    .unwrap()
-                    .endpoint_id,
-            );
+            reached.push(get(&h, "a", *id).await.endpoint_id);
         }
         let mut to = to;
         to.sort();

@@ -44,28 +44,11 @@ pub async fn claim_is_exclusive_under_concurrent_claimers(f: &dyn StoreFactory) 
         .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
         .await
         .unwrap();
-    let tasks: Vec<_> = (0..8)
-        .map(|w| {
-            let s = h.store.clone();
-            tokio::spawn(async move {
-                let mut mine = Vec::new();
-                loop {
-                    let c = s
-                        .delivery_claim(ClaimRequest::new(format!("w{w}"), 3, LEASE).unwrap())
-                        .await
-                        .unwrap();
-                    if c.is_empty() {
-                        return mine;
-                    }
-                    mine.extend(c.into_iter().map(|c| c.delivery.id));
-                }
-            })
-        })
+    let all: Vec<DeliveryId> = claim_until_empty(&h, 8, 3)
+        .await
+        .into_iter()
+        .map(|c| c.delivery.id)
         .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
     let unique: HashSet<_> = all.iter().collect();
     assert_eq!(all.len(), 60, "every delivery claimed");
     assert_eq!(unique.len(), 60, "no delivery claimed twice");
@@ -131,11 +114,7 @@ pub async fn expired_lease_is_claimable_again_and_logged(f: &dyn StoreFactory) {
     assert_eq!(ids(&second), vec![id]);
     assert_eq!(second[0].lease.attempt, 2);
     assert_ne!(second[0].lease.token, first[0].lease.token);
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", id).await;
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].attempt, 1);
     assert_eq!(log[0].result, AttemptResult::LeaseExpired);
@@ -157,11 +136,7 @@ pub async fn worker_crashing_every_attempt_still_runs_out_of_attempts(f: &dyn St
     let d = get(&h, "a", id).await;
     assert_eq!(d.state, DeliveryState::Dead);
     assert_eq!(d.attempts, 3);
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", id).await;
     assert_eq!(
         log.iter().map(|a| a.attempt).collect::<Vec<_>>(),
         vec![1, 2, 3]
@@ -200,14 +175,7 @@ pub async fn stale_lease_token_gets_lease_lost_and_changes_nothing(f: &dyn Store
         Err(StoreError::LeaseLost)
     );
     assert_eq!(get(&h, "a", id).await, before);
-    assert_eq!(
-        h.store
-            .attempt_list_for_delivery(&acct("a"), id)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(attempts(&h, "a", id).await.len(), 1);
     assert_eq!(record(&h, &new, ok()).await.state, DeliveryState::Delivered);
 }
 
@@ -234,14 +202,7 @@ pub async fn repeated_outcome_is_a_noop(f: &dyn StoreFactory) {
         }
     );
     assert_eq!(get(&h, "a", id).await, after);
-    assert_eq!(
-        h.store
-            .attempt_list_for_delivery(&acct("a"), id)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(attempts(&h, "a", id).await.len(), 1);
     let other = h
         .store
         .delivery_record_outcome(&c.lease, fail_at(h.clock.now()))
@@ -276,11 +237,7 @@ pub async fn outcomes_move_the_delivery(f: &dyn StoreFactory) {
     assert_eq!(d1.last_error.as_deref(), Some("HTTP 500"));
     assert_eq!(d2.state, DeliveryState::Dead);
     assert_eq!(d2.last_error.as_deref(), Some("bad request"));
-    let a1 = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), d1.id)
-        .await
-        .unwrap();
+    let a1 = attempts(&h, "a", d1.id).await;
     assert_eq!(a1.len(), 1);
     assert_eq!(
         (a1[0].result, a1[0].status_code, a1[0].latency_ms),
@@ -288,20 +245,12 @@ pub async fn outcomes_move_the_delivery(f: &dyn StoreFactory) {
     );
     assert!(a1[0].will_retry);
     assert_eq!(a1[0].next_attempt_at, Some(later));
-    let a0 = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), d0.id)
-        .await
-        .unwrap();
+    let a0 = attempts(&h, "a", d0.id).await;
     assert_eq!(
         (a0[0].result, a0[0].will_retry),
         (AttemptResult::Delivered, false)
     );
-    let a2 = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), d2.id)
-        .await
-        .unwrap();
+    let a2 = attempts(&h, "a", d2.id).await;
     assert!(!a2[0].will_retry);
 }
 
@@ -320,11 +269,7 @@ pub async fn exhausted_attempts_end_dead(f: &dyn StoreFactory) {
         record(&h, &c, fail_at(h.clock.now())).await.state,
         DeliveryState::Dead
     );
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", id).await;
     assert_eq!(
         log.iter().map(|a| a.will_retry).collect::<Vec<_>>(),
         vec![true, false]
@@ -376,11 +321,8 @@ pub async fn a_retried_delivery_keeps_its_place_and_its_log(f: &dyn StoreFactory
         record(&h, &again[0], ok()).await.state,
         DeliveryState::Delivered
     );
-    let log: Vec<(u32, AttemptResult)> = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), first)
+    let log: Vec<(u32, AttemptResult)> = attempts(&h, "a", first)
         .await
-        .unwrap()
         .iter()
         .map(|a| (a.attempt, a.result))
         .collect();
@@ -415,12 +357,7 @@ pub async fn release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
             Err(StoreError::LeaseLost)
         );
     }
-    assert!(h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(attempts(&h, "a", id).await.is_empty());
 }
 
 /// `DeliveryStore::delivery_extend`: a live lease is renewed; an expired one is lost.
@@ -506,28 +443,16 @@ pub async fn outcome_batches_agree_with_single_outcomes(f: &dyn StoreFactory) {
         "a repeat in the same batch"
     );
     assert!(matches!(got[4], Err(StoreError::Conflict(_))));
-    let d1 = h
-        .store
-        .delivery_get(&acct("a"), claimed[1].delivery.id)
-        .await
-        .unwrap();
+    let d1 = get(&h, "a", claimed[1].delivery.id).await;
     assert_eq!(d1.due_at, h.clock.now().plus(Duration::from_secs(60)));
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), claimed[0].delivery.id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", claimed[0].delivery.id).await;
     assert_eq!(log.len(), 1, "one attempt, however often it is repeated");
     let c = h.store.circuit_get(&acct("a"), ok.id).await.unwrap();
     assert_eq!(
         c.consecutive_failures, 1,
         "the failure counted on the circuit"
     );
-    let still = h
-        .store
-        .delivery_get(&acct("a"), claimed[2].delivery.id)
-        .await
-        .unwrap();
+    let still = get(&h, "a", claimed[2].delivery.id).await;
     assert_eq!(
         still.state,
         DeliveryState::Leased,
@@ -622,16 +547,8 @@ pub async fn a_success_is_recorded_alike_on_every_path(f: &dyn StoreFactory) {
             d.updated_at,
         )
     };
-    let d0 = h
-        .store
-        .delivery_get(&acct("a"), c[0].delivery.id)
-        .await
-        .unwrap();
-    let d1 = h
-        .store
-        .delivery_get(&acct("a"), c[1].delivery.id)
-        .await
-        .unwrap();
+    let d0 = get(&h, "a", c[0].delivery.id).await;
+    let d1 = get(&h, "a", c[1].delivery.id).await;
     assert_eq!(d0.state, DeliveryState::Delivered);
     assert_eq!(shape(d0), shape(d1), "the same delivery row");
     let log = |a: Vec<AttemptRecord>| -> Vec<_> {
@@ -650,16 +567,8 @@ pub async fn a_success_is_recorded_alike_on_every_path(f: &dyn StoreFactory) {
             })
             .collect()
     };
-    let l0 = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), c[0].delivery.id)
-        .await
-        .unwrap();
-    let l1 = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), c[1].delivery.id)
-        .await
-        .unwrap();
+    let l0 = attempts(&h, "a", c[0].delivery.id).await;
+    let l1 = attempts(&h, "a", c[1].delivery.id).await;
     assert_eq!(l0.len(), 1);
     assert_eq!(log(l0), log(l1), "the same attempt-log row");
     assert_eq!(

@@ -15,11 +15,7 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     req.ordered = true;
     req.rate_limit_per_s = Some(7);
     req.description = Some("billing".into());
-    let e = h
-        .store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap();
+    let e = create_endpoint(&h, req).await;
     assert!(e.enabled);
     assert_eq!(e.secrets.current.expose(), "whsec_c2VjcmV0");
     assert_eq!(e.created_at, h.clock.now());
@@ -102,11 +98,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     );
     req.description = Some("d".into());
     req.rate_limit_per_s = Some(5);
-    let e = h
-        .store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap();
+    let e = create_endpoint(&h, req).await;
     h.clock.advance(Duration::from_secs(1));
     let u = h
         .store
@@ -155,17 +147,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
 pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e = endpoint(&h, "a", false).await;
-    let r = h
-        .store
-        .endpoint_rotate_secret(
-            EndpointKey::new(&acct("a"), e.id),
-            SecretRotation {
-                secret: Secret::new("whsec_bmV3"),
-                grace: Duration::from_secs(60),
-            },
-        )
-        .await
-        .unwrap();
+    let r = rotate(&h, "a", &e, Duration::from_secs(60)).await;
     assert_eq!(r.secrets.current.expose(), "whsec_bmV3");
     assert_eq!(
         r.secrets.previous.as_ref().map(Secret::expose),
@@ -199,27 +181,15 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
         req.filter = Some(EventFilter::parse(v).unwrap());
         req
     };
-    let big = h
-        .store
-        .endpoint_create(
-            filtered(json!({"data.amount": {"$gte": 100}}))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let eur_or_void = h
-        .store
-        .endpoint_create(
-            filtered(json!({"$or": [
-                {"data.currency": "EUR"},
-                {"type": "invoice.void"}
-            ]}))
-            .checked()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let big = create_endpoint(&h, filtered(json!({"data.amount": {"$gte": 100}}))).await;
+    let eur_or_void = create_endpoint(
+        &h,
+        filtered(json!({"$or": [
+            {"data.currency": "EUR"},
+            {"type": "invoice.void"}
+        ]})),
+    )
+    .await;
     let all = endpoint(&h, "a", false).await;
     assert_eq!(
         h.store
@@ -288,15 +258,7 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
         changed.filter.map(|f| f.to_json()),
         Some(json!({"data.amount": {"$lt": 100}}))
     );
-    let p = h
-        .store
-        .event_publish(
-            publish_payload("invoice.paid", json!({"amount": 50}))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let p = publish_ok(&h, publish_payload("invoice.paid", json!({"amount": 50}))).await;
     assert_eq!(
         p.deliveries.len(),
         2,
@@ -308,15 +270,7 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
         .await
         .unwrap();
     assert_eq!(cleared.filter, None);
-    let p = h
-        .store
-        .event_publish(
-            publish_payload("invoice.paid", json!({"amount": 500}))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let p = publish_ok(&h, publish_payload("invoice.paid", json!({"amount": 500}))).await;
     assert_eq!(
         p.deliveries.len(),
         2,
@@ -464,29 +418,16 @@ pub async fn account_keys_are_found_by_hash_and_revoked(f: &dyn StoreFactory) {
 pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let a = AccountId::new("a").unwrap();
-    let e = h
-        .store
-        .endpoint_create(
-            EndpointCreateRequest::new(
-                a.clone(),
-                "https://example.com/hook",
-                Secret::new("whsec_b2xk"),
-            )
-            .checked()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    h.store
-        .endpoint_rotate_secret(
-            EndpointKey::new(&a, e.id),
-            SecretRotation {
-                secret: Secret::new("whsec_bmV3"),
-                grace: Duration::from_secs(3600),
-            },
-        )
-        .await
-        .unwrap();
+    let e = create_endpoint(
+        &h,
+        EndpointCreateRequest::new(
+            a.clone(),
+            "https://example.com/hook",
+            Secret::new("whsec_b2xk"),
+        ),
+    )
+    .await;
+    rotate(&h, "a", &e, Duration::from_secs(3600)).await;
     let r = purge_all(&h, Duration::from_secs(86_400)).await;
     assert_eq!(r.previous_secrets, 0, "still in its grace");
     let kept = h.store.endpoint_get(&a, e.id).await.unwrap();
@@ -536,15 +477,11 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
             "{bad:?}: {r:?}"
         );
     }
-    let e = h
-        .store
-        .endpoint_create(
-            with(&[("X-Api-Key", "k-1"), ("authorization", "Bearer t")])
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let e = create_endpoint(
+        &h,
+        with(&[("X-Api-Key", "k-1"), ("authorization", "Bearer t")]),
+    )
+    .await;
     let pairs = |e: &Endpoint| e.headers.as_ref().map(|h| custom_header_pairs(h).unwrap());
     let want = vec![
         ("authorization".to_string(), "Bearer t".to_string()),
@@ -644,16 +581,7 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
     );
     finish(c).await;
 
-    h.store
-        .endpoint_rotate_secret(
-            EndpointKey::new(&acct("a"), e.id),
-            SecretRotation {
-                secret: Secret::new("whsec_bmV3"),
-                grace: Duration::from_secs(60),
-            },
-        )
-        .await
-        .unwrap();
+    rotate(&h, "a", &e, Duration::from_secs(60)).await;
     let c = next().await;
     assert_eq!(c.secrets.current.expose(), "whsec_bmV3");
     assert_eq!(
@@ -738,11 +666,7 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     invalid(with(bad).checked(), "oauth2.token_url");
     invalid(with(creds("")).checked(), "oauth2.client_secret");
     assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
-    let e = h
-        .store
-        .endpoint_create(with(creds("s-1")).checked().unwrap())
-        .await
-        .unwrap();
+    let e = create_endpoint(&h, with(creds("s-1"))).await;
     assert_eq!(e.oauth2_client(), Some(creds("s-1")));
     let read = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
     assert_eq!(read.oauth2_client(), Some(creds("s-1")));

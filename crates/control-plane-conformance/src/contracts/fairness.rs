@@ -126,12 +126,7 @@ pub async fn quiet_endpoint_is_claimed_next_despite_a_backlog(f: &dyn StoreFacto
         publish_n(&h, "a", "flood", 200).await;
     }
     h.clock.advance(Duration::from_secs(1));
-    let rare = h
-        .store
-        .event_publish(publish_req("a", "rare").checked().unwrap())
-        .await
-        .unwrap()
-        .deliveries[0];
+    let rare = publish_ok(&h, publish_req("a", "rare")).await.deliveries[0];
     let c = claim(&h, 10).await;
     assert_eq!(c.len(), 10);
     assert!(
@@ -187,10 +182,7 @@ pub async fn a_freed_slot_goes_to_the_quiet_endpoint_not_the_slow_backlogs(f: &d
         .iter()
         .find(|d| d.delivery.endpoint_id == slow[0].id)
         .unwrap();
-    h.store
-        .delivery_record_outcome(&first_slow.lease, ok())
-        .await
-        .unwrap();
+    record(&h, first_slow, ok()).await;
     let next = claim(&h, 1).await;
     assert_eq!(next.len(), 1);
     assert_eq!(

@@ -54,10 +54,7 @@ pub(super) async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpo
         Secret::new("whsec_dGVzdA=="),
     );
     req.ordered = ordered;
-    h.store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap()
+    create_endpoint(h, req).await
 }
 
 pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
@@ -67,10 +64,7 @@ pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> 
         Secret::new("whsec_dGVzdA=="),
     );
     req.event_types = types.iter().map(|s| s.to_string()).collect();
-    h.store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap()
+    create_endpoint(h, req).await
 }
 
 pub(super) fn publish_req(account: &str, ty: &str) -> PublishRequest {
@@ -78,10 +72,7 @@ pub(super) fn publish_req(account: &str, ty: &str) -> PublishRequest {
 }
 
 pub(super) async fn publish(h: &Harness, account: &str) -> Published {
-    h.store
-        .event_publish(publish_req(account, "invoice.paid").checked().unwrap())
-        .await
-        .unwrap()
+    publish_ok(h, publish_req(account, "invoice.paid")).await
 }
 
 pub(super) async fn claim(h: &Harness, limit: u32) -> Vec<ClaimedDelivery> {
@@ -136,6 +127,14 @@ pub(super) async fn get(h: &Harness, account: &str, id: DeliveryId) -> Delivery 
     h.store.delivery_get(&acct(account), id).await.unwrap()
 }
 
+/// The attempt log of delivery `id` of `account`.
+pub(super) async fn attempts(h: &Harness, account: &str, id: DeliveryId) -> Vec<AttemptRecord> {
+    h.store
+        .attempt_list_for_delivery(&acct(account), id)
+        .await
+        .unwrap()
+}
+
 /// Claims every due delivery and fails it for good (one attempt each);
 /// returns (delivery, endpoint) pairs.
 pub(super) async fn kill_all(h: &Harness) -> Vec<(DeliveryId, EndpointId)> {
@@ -179,10 +178,7 @@ pub(super) async fn limited_endpoint(
     req.event_types = vec![ty.to_string()];
     req.max_in_flight = max_in_flight;
     req.rate_limit_per_s = rate_limit_per_s;
-    h.store
-        .endpoint_create(req.checked().unwrap())
-        .await
-        .unwrap()
+    create_endpoint(h, req).await
 }
 
 pub(super) async fn publish_n(h: &Harness, account: &str, ty: &str, n: usize) {
@@ -291,4 +287,60 @@ pub(super) fn invalid(r: StoreResult<impl std::fmt::Debug>, needle: &str) {
         Err(StoreError::InvalidInput(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
         other => panic!("expected InvalidInput about {needle:?}, got {other:?}"),
     }
+}
+
+/// Enqueues [`task`]`(id, account, kind)`.
+pub(super) async fn enqueue(h: &Harness, id: &str, account: &str, kind: &str) -> TaskEnqueued {
+    h.store
+        .workflow_enqueue(task(id, account, kind).checked().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Publishes `req`, which must pass its checks.
+pub(super) async fn publish_ok(h: &Harness, req: PublishRequest) -> Published {
+    h.store.event_publish(req.checked().unwrap()).await.unwrap()
+}
+
+/// Registers `req`, which must pass its checks.
+pub(super) async fn put_type(h: &Harness, req: EventTypePut) -> EventType {
+    h.store
+        .event_type_put(req.checked().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Creates the endpoint `req` asks for, which must pass its checks.
+pub(super) async fn create_endpoint(h: &Harness, req: EndpointCreateRequest) -> Endpoint {
+    h.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Rotates `e`'s secret to `whsec_bmV3`, the old one kept for `grace`.
+pub(super) async fn rotate(h: &Harness, account: &str, e: &Endpoint, grace: Duration) -> Endpoint {
+    h.store
+        .endpoint_rotate_secret(
+            EndpointKey::new(&acct(account), e.id),
+            SecretRotation {
+                secret: Secret::new("whsec_bmV3"),
+                grace,
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// Claims the tick `name` with `lease`, due every `every`.
+pub(super) async fn tick(
+    h: &Harness,
+    name: &str,
+    lease: Duration,
+    every: Duration,
+) -> Option<TickLease> {
+    h.store
+        .tick_claim(&TickClaimRequest::new(name, lease, every).unwrap())
+        .await
+        .unwrap()
 }

@@ -68,11 +68,7 @@ pub async fn a_finished_delivery_is_resent_under_its_id(f: &dyn StoreFactory) {
     assert_eq!(again.delivery.id, id);
     assert_eq!(again.lease.attempt, 2);
     assert_eq!(again.body, p.event.body, "the same message");
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", id).await;
     assert_eq!(log.len(), 1, "the first attempt stays in the log");
     // Dead ones are resent too.
     assert_eq!(
@@ -109,10 +105,7 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
     let since = h.clock.now();
     let first = publish(&h, "a").await;
     let second = publish(&h, "a").await;
-    h.store
-        .event_publish(publish_req("a", "invoice.void").checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, publish_req("a", "invoice.void")).await;
     for c in claim(&h, 10).await {
         record(&h, &c, ok()).await;
     }
@@ -236,14 +229,7 @@ pub async fn a_replayed_delivery_keeps_its_place_and_fences_its_old_lease(f: &dy
         record(&h, &again[0], ok()).await.state,
         DeliveryState::Delivered
     );
-    assert_eq!(
-        h.store
-            .attempt_list_for_delivery(&acct("a"), first)
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(attempts(&h, "a", first).await.len(), 2);
 }
 
 /// `DeliveryStore::delivery_replay_dead`: the filter's dead deliveries, once.
@@ -504,11 +490,7 @@ pub async fn attempt_log_lists_by_delivery_oldest_first(f: &dyn StoreFactory) {
     }
     let c = claim(&h, 1).await.remove(0);
     record(&h, &c, ok()).await;
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), id)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", id).await;
     assert_eq!(
         log.iter().map(|a| a.attempt).collect::<Vec<_>>(),
         vec![1, 2, 3]
@@ -668,11 +650,7 @@ pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
     let bodies = |log: Vec<AttemptRecord>| -> Vec<Option<String>> {
         log.into_iter().map(|a| a.response_body).collect()
     };
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), first)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", first).await;
     assert_eq!(
         bodies(log),
         [
@@ -680,11 +658,7 @@ pub async fn attempts_keep_the_start_of_each_answer(f: &dyn StoreFactory) {
             Some("{\"ok\":true}".to_string())
         ]
     );
-    let log = h
-        .store
-        .attempt_list_for_delivery(&acct("a"), second)
-        .await
-        .unwrap();
+    let log = attempts(&h, "a", second).await;
     assert_eq!(
         bodies(log),
         [None, None],

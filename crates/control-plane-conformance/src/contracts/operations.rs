@@ -163,43 +163,23 @@ pub async fn tick_is_single_flight_until_completed_or_expired(f: &dyn StoreFacto
     }
     assert_eq!(held.len(), 1, "single flight");
     h.clock.advance(Duration::from_secs(29));
-    assert!(h
-        .store
-        .tick_claim(
-            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap()
-        )
+    assert!(tick(&h, "sweep", Duration::from_secs(30), Duration::ZERO)
         .await
-        .unwrap()
         .is_none());
-    assert!(h
-        .store
-        .tick_claim(
-            &TickClaimRequest::new("other", Duration::from_secs(30), Duration::ZERO).unwrap()
-        )
+    assert!(tick(&h, "other", Duration::from_secs(30), Duration::ZERO)
         .await
-        .unwrap()
         .is_some());
     h.clock.advance(Duration::from_secs(1));
-    let next = h
-        .store
-        .tick_claim(
-            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap(),
-        )
+    let next = tick(&h, "sweep", Duration::from_secs(30), Duration::ZERO)
         .await
-        .unwrap()
         .expect("expired lease");
     assert_eq!(
         h.store.tick_complete(&held[0], json!(1)).await,
         Err(StoreError::LeaseLost)
     );
     h.store.tick_complete(&next, json!(2)).await.unwrap();
-    assert!(h
-        .store
-        .tick_claim(
-            &TickClaimRequest::new("sweep", Duration::from_secs(30), Duration::ZERO).unwrap()
-        )
+    assert!(tick(&h, "sweep", Duration::from_secs(30), Duration::ZERO)
         .await
-        .unwrap()
         .is_some());
     // An empty name cannot be asked for: the request refuses it when built.
     assert!(matches!(
@@ -212,33 +192,16 @@ pub async fn tick_is_single_flight_until_completed_or_expired(f: &dyn StoreFacto
 pub async fn tick_state_is_kept_and_interval_respected(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let every = Duration::from_secs(60);
-    let t = h
-        .store
-        .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let t = tick(&h, "t", LEASE, every).await.unwrap();
     assert_eq!(t.state, None);
     h.store
         .tick_complete(&t, json!({"cursor": 42}))
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(59));
-    assert!(
-        h.store
-            .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
-            .await
-            .unwrap()
-            .is_none(),
-        "not due yet"
-    );
+    assert!(tick(&h, "t", LEASE, every).await.is_none(), "not due yet");
     h.clock.advance(Duration::from_secs(1));
-    let t = h
-        .store
-        .tick_claim(&TickClaimRequest::new("t", LEASE, every).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    let t = tick(&h, "t", LEASE, every).await.unwrap();
     assert_eq!(t.state, Some(json!({"cursor": 42})));
 }
 
@@ -365,10 +328,7 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
             response_body: None,
         },
     };
-    h.store
-        .delivery_record_outcome(&c.lease, fail)
-        .await
-        .unwrap();
+    record(&h, &c, fail).await;
     let kinds = |p: Page<Alert>| p.items.iter().map(|a| a.kind).collect::<Vec<_>>();
     let first = h
         .store
@@ -388,10 +348,7 @@ pub async fn alerts_are_recorded_with_their_transitions(f: &dyn StoreFactory) {
         latency_ms: 1,
         response_body: None,
     });
-    h.store
-        .delivery_record_outcome(&probe.lease, gone)
-        .await
-        .unwrap();
+    record(&h, &probe, gone).await;
     let all = h
         .store
         .alert_list(&acct("a"), PageRequest::first(10))
@@ -440,15 +397,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
     let watcher = create("a", vec!["delivery.dead"]).await.unwrap();
     let catch_all = create("a", vec![]).await.unwrap();
     let other_account = create("b", vec!["delivery.dead"]).await.unwrap();
-    let p = h
-        .store
-        .event_publish(
-            PublishRequest::new(acct("a"), "order.paid", json!(1))
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let p = publish_ok(&h, PublishRequest::new(acct("a"), "order.paid", json!(1))).await;
     assert_eq!(p.deliveries.len(), 2, "failing + catch-all");
     let mut claimed = claim(&h, 10).await;
     let c = claimed
@@ -456,18 +405,17 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         .position(|c| c.delivery.endpoint_id == failing.id)
         .map(|i| claimed.remove(i))
         .unwrap();
-    h.store
-        .delivery_record_outcome(
-            &c.lease,
-            DeliveryOutcome::GiveUp(AttemptReport {
-                status_code: Some(400),
-                error: None,
-                latency_ms: 1,
-                response_body: None,
-            }),
-        )
-        .await
-        .unwrap();
+    record(
+        &h,
+        &c,
+        DeliveryOutcome::GiveUp(AttemptReport {
+            status_code: Some(400),
+            error: None,
+            latency_ms: 1,
+            response_body: None,
+        }),
+    )
+    .await;
     let to = |e: &Endpoint| {
         let id = e.id;
         let account = e.account.clone();

@@ -60,16 +60,8 @@ pub async fn the_trace_context_of_a_publish_reaches_its_deliveries(f: &dyn Store
         idempotency_key: key.map(str::to_string),
         ..publish_req("a", "invoice.paid")
     };
-    let one = h
-        .store
-        .event_publish(traced(1, None).checked().unwrap())
-        .await
-        .unwrap();
-    let keyed = h
-        .store
-        .event_publish(traced(2, Some("k")).checked().unwrap())
-        .await
-        .unwrap();
+    let one = publish_ok(&h, traced(1, None)).await;
+    let keyed = publish_ok(&h, traced(2, Some("k"))).await;
     let batch = h
         .store
         .event_publish_batch(
@@ -101,17 +93,9 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     endpoint(&h, "b", false).await;
     let mut req = publish_req("a", "invoice.paid");
     req.idempotency_key = Some("key-1".into());
-    let first = h
-        .store
-        .event_publish(req.clone().checked().unwrap())
-        .await
-        .unwrap();
+    let first = publish_ok(&h, req.clone()).await;
     h.clock.advance(Duration::from_secs(5));
-    let again = h
-        .store
-        .event_publish(req.clone().checked().unwrap())
-        .await
-        .unwrap();
+    let again = publish_ok(&h, req.clone()).await;
     assert!(first.created);
     assert!(!again.created);
     assert_eq!(again.event, first.event);
@@ -124,11 +108,7 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_eq!(page.items.len(), 1);
     let mut other = req.clone();
     other.account = acct("b");
-    let b = h
-        .store
-        .event_publish(other.checked().unwrap())
-        .await
-        .unwrap();
+    let b = publish_ok(&h, other).await;
     assert!(b.created, "keys are scoped by account");
     assert_ne!(b.event.id, first.event.id);
 }
@@ -142,11 +122,7 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
     endpoint(&h, "a", false).await;
     let mut req = publish_req("a", "invoice.paid");
     req.idempotency_key = Some("key-1".into());
-    let first = h
-        .store
-        .event_publish(req.clone().checked().unwrap())
-        .await
-        .unwrap();
+    let first = publish_ok(&h, req.clone()).await;
     let mut other_payload = req.clone();
     other_payload.payload = json!({"n": 2});
     let mut other_type = req.clone();
@@ -185,7 +161,7 @@ pub async fn an_idempotency_key_reused_for_another_request_is_refused(f: &dyn St
         .await
         .unwrap();
     assert_eq!(page.items.len(), 1, "nothing stored beside the first event");
-    let again = h.store.event_publish(req.checked().unwrap()).await.unwrap();
+    let again = publish_ok(&h, req).await;
     assert!(!again.created);
     assert_eq!(again.event, first.event);
 }
@@ -271,10 +247,7 @@ pub async fn reserved_event_types_are_invalid_input(f: &dyn StoreFactory) {
         "{batch:?}"
     );
     // A type that only starts like one is the caller's.
-    h.store
-        .event_publish(publish_req("a", "delivery.dead.custom").checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, publish_req("a", "delivery.dead.custom")).await;
 }
 
 /// Text an adapter cannot store (PostgreSQL cannot store NUL in text;
@@ -307,11 +280,7 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
         Secret::new("whsec_dGVzdA=="),
     );
     req.description = Some("line one\nline two".into());
-    let e = h
-        .store
-        .endpoint_create(req.clone().checked().unwrap())
-        .await
-        .unwrap();
+    let e = create_endpoint(&h, req.clone()).await;
     assert_eq!(e.description.as_deref(), Some("line one\nline two"));
     req.description = Some("nul\u{0}".into());
     let created = req.checked();
@@ -400,11 +369,7 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
 pub async fn enqueue_is_insert_wins_under_concurrency(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e = endpoint_for(&h, "a", &["only.this"]).await;
-    let p = h
-        .store
-        .event_publish(publish_req("a", "not.that").checked().unwrap())
-        .await
-        .unwrap();
+    let p = publish_ok(&h, publish_req("a", "not.that")).await;
     assert!(p.deliveries.is_empty());
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -495,29 +460,14 @@ pub async fn event_list_filters_and_pages_newest_first(f: &dyn StoreFactory) {
     // Seven events: three in one millisecond, then one a second for four seconds.
     let mut published = Vec::new();
     for ty in ["a.one", "a.two", "a.one"] {
-        published.push(
-            h.store
-                .event_publish(publish_req("a", ty).checked().unwrap())
-                .await
-                .unwrap()
-                .event,
-        );
+        published.push(publish_ok(&h, publish_req("a", ty)).await.event);
     }
     let start = h.clock.now();
     for ty in ["a.two", "a.one", "a.two", "a.one"] {
         h.clock.advance(Duration::from_secs(1));
-        published.push(
-            h.store
-                .event_publish(publish_req("a", ty).checked().unwrap())
-                .await
-                .unwrap()
-                .event,
-        );
+        published.push(publish_ok(&h, publish_req("a", ty)).await.event);
     }
-    h.store
-        .event_publish(publish_req("b", "a.one").checked().unwrap())
-        .await
-        .unwrap();
+    publish_ok(&h, publish_req("b", "a.one")).await;
     let list = |event_type: Option<&str>, since, until, page| {
         h.store.event_list(EventListRequest {
             account: acct("a"),

@@ -16,16 +16,13 @@ pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {
     let claimed = claim(&h, 4).await;
     for c in &claimed[..3] {
         let ok = DeliveryOutcome::Delivered(AttemptReport::default());
-        h.store.delivery_record_outcome(&c.lease, ok).await.unwrap();
+        record(&h, c, ok).await;
     }
     let fail = DeliveryOutcome::Retry {
         at: h.clock.now().plus(Duration::from_secs(7200)),
         report: AttemptReport::default(),
     };
-    h.store
-        .delivery_record_outcome(&claimed[3].lease, fail)
-        .await
-        .unwrap();
+    record(&h, &claimed[3], fail).await;
     let retention = Duration::from_secs(3600);
     assert_eq!(
         h.store.maintenance_purge(retention, rows(2)).await.unwrap(),
@@ -101,38 +98,16 @@ pub async fn maintenance_runs_on_a_single_flight_tick(f: &dyn StoreFactory) {
 pub async fn retention_purges_events_left_without_deliveries(f: &dyn StoreFactory) {
     let h = &f.open(StoreOptions::default()).await;
     let retention = Duration::from_secs(3600);
-    let orphan = h
-        .store
-        .event_publish(event("a", 0).checked().unwrap())
-        .await
-        .unwrap();
+    let orphan = publish_ok(h, event("a", 0)).await;
     assert!(orphan.deliveries.is_empty(), "no endpoint yet");
     endpoint_for(h, "a", &[]).await;
-    let delivered = h
-        .store
-        .event_publish(event("a", 1).checked().unwrap())
-        .await
-        .unwrap();
-    let waiting = h
-        .store
-        .event_publish(event("a", 2).checked().unwrap())
-        .await
-        .unwrap();
+    let delivered = publish_ok(h, event("a", 1)).await;
+    let waiting = publish_ok(h, event("a", 2)).await;
     let c = claim(h, 1).await.remove(0);
     assert_eq!(c.delivery.event_id, delivered.event.id);
-    h.store
-        .delivery_record_outcome(
-            &c.lease,
-            DeliveryOutcome::Delivered(AttemptReport::default()),
-        )
-        .await
-        .unwrap();
+    record(h, &c, DeliveryOutcome::Delivered(AttemptReport::default())).await;
     h.clock.advance(retention);
-    let recent = h
-        .store
-        .event_publish(event("a", 3).checked().unwrap())
-        .await
-        .unwrap();
+    let recent = publish_ok(h, event("a", 3)).await;
     let r = purge_all(h, retention).await;
     assert_eq!((r.events, r.deliveries), (2, 1), "{r:?}");
     let exists = |id| async move { h.store.event_get(&acct("a"), id).await.is_ok() };
@@ -150,18 +125,11 @@ pub async fn retention_purges_dead_deliveries_of_deleted_endpoints(f: &dyn Store
     let retention = Duration::from_secs(3600);
     let kept = endpoint_for(h, "a", &[]).await;
     let deleted = endpoint_for(h, "a", &[]).await;
-    let published = h
-        .store
-        .event_publish(event("a", 1).checked().unwrap())
-        .await
-        .unwrap();
+    let published = publish_ok(h, event("a", 1)).await;
     assert_eq!(published.deliveries.len(), 2);
     for c in claim(h, 2).await {
         let give_up = DeliveryOutcome::GiveUp(AttemptReport::default());
-        h.store
-            .delivery_record_outcome(&c.lease, give_up)
-            .await
-            .unwrap();
+        record(h, &c, give_up).await;
     }
     h.store
         .endpoint_delete(&acct("a"), deleted.id)
@@ -207,10 +175,7 @@ pub async fn retention_purges_completed_tasks_only(f: &dyn StoreFactory) {
     let h = &f.open(with_workflow(1)).await;
     let retention = Duration::from_secs(3600);
     for id in ["done", "dead", "leased", "pending"] {
-        h.store
-            .workflow_enqueue(task(id, "a", "k").checked().unwrap())
-            .await
-            .unwrap();
+        enqueue(h, id, "a", "k").await;
     }
     let claimed = claim_kinds(h, &["k"], 3).await;
     let by_id = |id: &str| claimed.iter().find(|c| c.task.id.as_str() == id).unwrap();
@@ -245,16 +210,10 @@ pub async fn retention_purges_old_alerts(f: &dyn StoreFactory) {
     let retention = Duration::from_secs(3600);
     endpoint_for(h, "a", &[]).await;
     let dead_letter = |n| async move {
-        h.store
-            .event_publish(event("a", n).checked().unwrap())
-            .await
-            .unwrap();
+        publish_ok(h, event("a", n)).await;
         let c = claim(h, 1).await.remove(0);
         let fail = DeliveryOutcome::GiveUp(AttemptReport::default());
-        h.store
-            .delivery_record_outcome(&c.lease, fail)
-            .await
-            .unwrap();
+        record(h, &c, fail).await;
     };
     dead_letter(1).await;
     let alerts = || async {

@@ -6,28 +6,16 @@ use super::*;
 /// different kind or payload conflicts; another account's same id is its own task.
 pub async fn workflow_enqueue_is_idempotent_and_conflicts_on_difference(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    let first = h
-        .store
-        .workflow_enqueue(task("t1", "a", "email").checked().unwrap())
-        .await
-        .unwrap();
+    let first = enqueue(&h, "t1", "a", "email").await;
     assert!(first.created);
     assert_eq!(first.task.state, TaskState::Pending);
     assert_eq!(first.task.run_at, h.clock.now());
-    let again = h
-        .store
-        .workflow_enqueue(task("t1", "a", "email").checked().unwrap())
-        .await
-        .unwrap();
+    let again = enqueue(&h, "t1", "a", "email").await;
     assert!(!again.created);
     assert_eq!(again.task, first.task);
     // Another account may use the same id: a task of its own, created, and
     // no hint that account "a" has one.
-    let theirs = h
-        .store
-        .workflow_enqueue(task("t1", "b", "sms").checked().unwrap())
-        .await
-        .unwrap();
+    let theirs = enqueue(&h, "t1", "b", "sms").await;
     assert!(theirs.created, "{theirs:?}");
     assert_eq!(theirs.task.account, acct("b"));
     assert_eq!(theirs.task.kind, "sms");
@@ -95,19 +83,10 @@ pub async fn workflow_claim_takes_due_tasks_of_given_kinds(f: &dyn StoreFactory)
         .await
         .unwrap();
     h.clock.advance(Duration::from_secs(1));
-    h.store
-        .workflow_enqueue(task("e1", "a", "email").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "e1", "a", "email").await;
     h.clock.advance(Duration::from_secs(1));
-    h.store
-        .workflow_enqueue(task("s1", "a", "sms").checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .workflow_enqueue(task("e2", "a", "email").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "s1", "a", "sms").await;
+    enqueue(&h, "e2", "a", "email").await;
     let c = claim_kinds(&h, &["email"], 10).await;
     assert_eq!(
         c.iter().map(|c| c.task.id.as_str()).collect::<Vec<_>>(),
@@ -175,10 +154,7 @@ pub async fn workflow_claim_is_exclusive_under_concurrent_claimers(f: &dyn Store
 /// `WorkflowStore::workflow_fail`: backoff grows, then the task is dead-lettered with the last error.
 pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(3)).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     let policy = with_workflow(3).workflow;
     for attempt in 1..=2 {
         let c = claim_kinds(&h, &["k"], 1).await.remove(0);
@@ -227,10 +203,7 @@ pub async fn workflow_fail_backs_off_then_dead_letters(f: &dyn StoreFactory) {
 /// `WorkflowStore::workflow_fail`: a non-retryable failure dead-letters at once.
 pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(5)).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let t = h
         .store
@@ -245,14 +218,8 @@ pub async fn workflow_non_retryable_failure_dead_letters_at_once(f: &dyn StoreFa
 /// `WorkflowStore::workflow_claim`: a staged result is finalized without running the handler again.
 pub async fn workflow_staged_result_is_finalized_without_rerun(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
-    h.store
-        .workflow_enqueue(task("u", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
+    enqueue(&h, "u", "a", "k").await;
     let c = claim_kinds(&h, &["k"], 2).await;
     h.store
         .workflow_stage_result(&c[0].lease, json!({"charged": true}))
@@ -274,10 +241,7 @@ pub async fn workflow_staged_result_is_finalized_without_rerun(f: &dyn StoreFact
 /// `WorkflowStore::workflow_complete`: another account's lease or read is refused.
 pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     let forged = TaskLease {
         account: acct("b"),
@@ -334,10 +298,7 @@ pub async fn workflow_account_scoping_fails_closed(f: &dyn StoreFactory) {
 pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     for a in ["a", "b"] {
-        h.store
-            .workflow_enqueue(task("t", a, "k").checked().unwrap())
-            .await
-            .unwrap();
+        enqueue(&h, "t", a, "k").await;
     }
     let claimed = claim_kinds(&h, &["k"], 2).await;
     assert_eq!(claimed.len(), 2);
@@ -397,10 +358,7 @@ pub async fn workflow_same_id_in_two_accounts_stays_apart(f: &dyn StoreFactory) 
 /// `WorkflowStore::workflow_release`: release keeps the attempt budget.
 pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     for _ in 0..3 {
         let c = claim_kinds(&h, &["k"], 1).await.remove(0);
         assert_eq!(c.lease.attempt, 1);
@@ -420,10 +378,7 @@ pub async fn workflow_release_keeps_the_attempt_budget(f: &dyn StoreFactory) {
 /// another account's reader does not see the task.
 pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     assert_eq!(c.task.progress, None);
     let id = TaskId::new("t").unwrap();
@@ -501,10 +456,7 @@ pub async fn workflow_heartbeat_stores_progress_for_readers_and_the_next_run(f: 
 /// `WorkflowStore::workflow_heartbeat`: extends a live lease; stale and expired leases are lost.
 pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
     h.clock.advance(Duration::from_secs(20));
     let l = h
@@ -540,10 +492,7 @@ pub async fn workflow_heartbeat_extends_and_stale_lease_is_lost(f: &dyn StoreFac
 /// `WorkflowStore::workflow_claim`: an expired lease makes the task claimable again, and spends an attempt.
 pub async fn workflow_expired_lease_is_claimable_again(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(2)).await;
-    h.store
-        .workflow_enqueue(task("t", "a", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "t", "a", "k").await;
     claim_kinds(&h, &["k"], 1).await.remove(0);
     h.clock.advance(LEASE);
     let c = claim_kinds(&h, &["k"], 1).await.remove(0);
@@ -559,15 +508,9 @@ pub async fn workflow_expired_lease_is_claimable_again(f: &dyn StoreFactory) {
 pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;
     for id in ["t1", "t2", "t3"] {
-        h.store
-            .workflow_enqueue(task(id, "a", "k").checked().unwrap())
-            .await
-            .unwrap();
+        enqueue(&h, id, "a", "k").await;
     }
-    h.store
-        .workflow_enqueue(task("other", "b", "k").checked().unwrap())
-        .await
-        .unwrap();
+    enqueue(&h, "other", "b", "k").await;
     for c in claim_kinds(&h, &["k"], 10).await {
         h.store
             .workflow_fail(
