@@ -605,3 +605,93 @@ fn port_methods_take_at_most_two_arguments_besides_self() {
         "port methods of three or more arguments: {found:?}"
     );
 }
+
+/// DuckDB plans an `INSERT` once and reuses the plan, unless a placeholder
+/// stands in it twice: the second `$n` marks the statement for planning
+/// again at every execution (DuckDB's `BoundParameterMap`; measured: twice
+/// the time of the deliveries insert of a publish, ADR 0028). So the
+/// embedded adapter's inserts bind a value once per place it is used.
+/// (`UPDATE`s, `DELETE`s and `SELECT`s read a table, which DuckDB 2.0
+/// plans again at every execution whatever their placeholders.)
+#[test]
+fn embedded_inserts_use_each_placeholder_once() {
+    let src = workspace_tests::workspace_root().join("crates/store-embedded/src");
+    let mut files = vec![src];
+    let mut violations = Vec::new();
+    let mut inserts = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                files.push(entry.unwrap().path());
+            }
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for literal in string_literals(&text) {
+            if !literal.trim_start().starts_with("INSERT") {
+                continue;
+            }
+            inserts += 1;
+            let mut seen = std::collections::HashSet::new();
+            for n in placeholders(&literal) {
+                if !seen.insert(n) {
+                    violations.push(format!("{}: ${n} twice in {literal:?}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(inserts >= 10, "found only {inserts} inserts");
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+#[test]
+fn the_placeholder_scan_sees_a_repeat() {
+    let text = "t.execute(\"INSERT INTO t (a, b) VALUES ($1, $12)\", p); x(\"INSERT INTO u VALUES ($2, \\\"$2\\\")\")";
+    let lits = string_literals(text);
+    assert_eq!(lits.len(), 2, "{lits:?}");
+    assert_eq!(placeholders(&lits[0]), vec![1, 12]);
+    assert_eq!(placeholders(&lits[1]), vec![2, 2]);
+}
+
+/// Every `"..."` literal of `text` (escapes kept as written).
+fn string_literals(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut lit = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    lit.push(c);
+                    if let Some(n) = chars.next() {
+                        lit.push(n);
+                    }
+                }
+                '"' => break,
+                _ => lit.push(c),
+            }
+        }
+        out.push(lit);
+    }
+    out
+}
+
+/// The numbers of the `$n` placeholders in `sql`, in order.
+fn placeholders(sql: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut rest = sql;
+    while let Some(i) = rest.find('$') {
+        rest = &rest[i + 1..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(n) = digits.parse() {
+            out.push(n);
+        }
+    }
+    out
+}

@@ -71,8 +71,16 @@ pub(crate) fn put(t: &mut Tx<'_>, req: &Checked<EventTypePut>) -> StoreResult<Ev
         .db()?;
     if changed == 0 {
         t.execute(
-            &format!("INSERT INTO event_types ({TYPE_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $6)"),
-            params![account, req.name, req.description, schema, example, now],
+            &format!("INSERT INTO event_types ({TYPE_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+            params![
+                account,
+                req.name,
+                req.description,
+                schema,
+                example,
+                now,
+                now
+            ],
         )
         .db()?;
     }

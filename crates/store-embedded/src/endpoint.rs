@@ -77,7 +77,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
          description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, 'closed', 0, 0, $10, $11, $12, $13)",
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -100,6 +100,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
                 Slot::OAuth2,
                 req.oauth2.as_ref().map(ClientCredentials::to_text).transpose()?.as_ref()
             )?,
+            t.now.as_millis(),
         ],
     )
     .db()?;

@@ -105,15 +105,16 @@ pub(crate) fn enqueue(
     let now = t.now.as_millis();
     t.execute(
         "INSERT INTO tasks (id, account, kind, payload, state, attempts, max_attempts, run_at, seq, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $7, $8, $8)",
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5::BIGINT, $6::BIGINT, $7::BIGINT, $8::BIGINT, $9::BIGINT)",
         params![
             req.id.as_str(),
             req.account.as_str(),
             req.kind,
             text(&req.payload),
-            t.options.workflow.max_attempts,
+            i64::from(t.options.workflow.max_attempts),
             req.run_at.map_or(now, Timestamp::as_millis),
             seq,
+            now,
             now
         ],
     )

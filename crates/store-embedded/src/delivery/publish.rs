@@ -120,7 +120,7 @@ impl NewRows {
                 "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
                  due_at, created_at, updated_at) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), \
                  unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6::BIGINT, \
-                 $7::BIGINT, $7::BIGINT, $7::BIGINT",
+                 $7::BIGINT, $8::BIGINT, $9::BIGINT",
                 params![
                     list::text(self.d_id),
                     list::text(self.d_account),
@@ -128,6 +128,8 @@ impl NewRows {
                     list::text(self.d_event),
                     list::of(self.d_seq),
                     i64::from(t.options.max_attempts),
+                    t.now.as_millis(),
+                    t.now.as_millis(),
                     t.now.as_millis()
                 ],
             )
