@@ -109,6 +109,11 @@ pub(crate) mod list {
     /// (measured: twice the time of the execution). A list of nothing but
     /// NULLs binds as `VARCHAR[]`, so nullable numbers go as
     /// [`nullable_ints`] instead.
+    ///
+    /// Only inserts of parameters are planned once at all: a statement that
+    /// reads a table is planned at every execution, and so is one that uses
+    /// a placeholder twice (each use gets its own `$n`; the architecture
+    /// test `embedded_inserts_use_each_placeholder_once` checks the inserts).
     pub(crate) fn of<T: Into<Value>>(items: impl IntoIterator<Item = T>) -> Value {
         Value::List(items.into_iter().map(Into::into).collect())
     }
