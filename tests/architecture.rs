@@ -437,6 +437,51 @@ fn every_contract_the_port_cites_is_stamped_and_every_stamped_one_cited() {
     );
 }
 
+/// Issue 36's one lease check: no adapter describes a lease's row to the
+/// check itself (`Held { .. }`) or calls the check directly; each reads its
+/// row into core's `LeaseRow`, `FinishedRow` or `TaskRow` and asks through
+/// their methods, so the rule and its inputs are written once.
+#[test]
+fn adapters_ask_the_lease_check_through_core_rows() {
+    let mut found = Vec::new();
+    for (path, text) in source_files() {
+        if !path.contains("crates/store-") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("Held {") || calls_fence_directly(line) {
+                found.push(format!("{path}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "ask through core's rows (lease::LeaseRow, FinishedRow, TaskRow) instead:\n{}",
+        found.join("\n")
+    );
+}
+
+/// A call of the free function `fence(`, not of a method `.fence(`.
+fn calls_fence_directly(line: &str) -> bool {
+    line.match_indices("fence(").any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        !before.is_some_and(|c| c == '.' || c == '_' || c.is_alphanumeric())
+    })
+}
+
+#[test]
+fn the_direct_fence_scan_tells_a_call_from_a_method() {
+    assert!(calls_fence_directly(
+        "    fence(Some(&held), token, write)?;"
+    ));
+    assert!(calls_fence_directly("if fence(x)? == Verdict::Repeat {"));
+    assert!(!calls_fence_directly("    row.fence(&lease.token, end)?;"));
+    assert!(!calls_fence_directly(
+        "    let row = fenced_row(t, lease, w)?;"
+    ));
+    assert!(!calls_fence_directly("    lease_fence(x)"));
+}
+
 /// Contract names are snake case sentences: at least four words.
 fn is_contract_name(s: &str) -> bool {
     s.matches('_').count() >= 3

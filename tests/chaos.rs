@@ -15,7 +15,8 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use control_plane_core::*;
 use workspace_tests::{
-    database_url, events, pg_client, secret_keys, Answer, Process, Received, Receiver, Schema,
+    api_call, database_url, events, pg_client, secret_keys, text_of, wait_until, Answer, Process,
+    Received, Receiver, Schema,
 };
 
 const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
@@ -209,22 +210,20 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .batch_execute(&format!("SET search_path TO {}", schema.0))
         .await
         .unwrap();
-    let start = Instant::now();
-    loop {
-        let open: i64 = client
-            .query_one("SELECT count(*) FROM delivery_queue", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if open == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "{open} deliveries still open after 5 min"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_until(
+        "deliveries still open",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || async {
+            let open: i64 = client
+                .query_one("SELECT count(*) FROM delivery_queue", &[])
+                .await
+                .unwrap()
+                .get(0);
+            open == 0
+        },
+    )
+    .await;
     for w in &mut workers {
         w.kill();
     }
@@ -302,33 +301,21 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
         serve = spawn("serve", &env);
         serve.api()
     };
-    let start = Instant::now();
-    loop {
-        let mut open = 0;
-        for state in ["pending", "leased"] {
-            let body = http
-                .get(format!(
-                    "{base}/v1/accounts/chaos/deliveries?state={state}&limit=1"
-                ))
-                .bearer_auth(ADMIN)
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            open += v["items"].as_array().unwrap().len();
-        }
-        if open == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "deliveries still open after 5 min"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_until(
+        "deliveries still open",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || async {
+            let mut open = 0;
+            for state in ["pending", "leased"] {
+                let path = format!("/v1/accounts/chaos/deliveries?state={state}&limit=1");
+                let (_, v) = api_call(&http, &base, ADMIN, "GET", &path, None).await;
+                open += v["items"].as_array().unwrap().len();
+            }
+            open == 0
+        },
+    )
+    .await;
     serve.terminate();
     let store = open().await;
     let mut states = HashMap::new();
@@ -492,24 +479,16 @@ async fn the_service_survives_a_database_outage() {
     published.extend(publish(20).await);
     assert_eq!(readyz(&http, &base).await, 200);
     px.cut();
-    let start = Instant::now();
-    while readyz(&http, &base).await != 503 {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "/readyz stayed ready with the database gone"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "/readyz stayed ready with the database gone",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async { readyz(&http, &base).await == 503 },
+    )
+    .await;
     // The unauthenticated answer says the store is down, not why: the
     // driver's error (hosts, users) goes to the service's log only.
-    let body = http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = text_of(http.get(format!("{base}/readyz"))).await;
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(
         [
@@ -536,27 +515,24 @@ async fn the_service_survives_a_database_outage() {
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     px.restore();
-    let start = Instant::now();
-    while readyz(&http, &base).await != 200 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "/readyz did not come back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "/readyz did not come back",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async { readyz(&http, &base).await == 200 },
+    )
+    .await;
     published.extend(publish(20).await);
-    let start = Instant::now();
-    loop {
-        let heard = rx.hits_by_id();
-        if published.iter().all(|id| heard.contains_key(id)) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "not every delivery arrived after the outage"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "not every delivery arrived after the outage",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let heard = rx.hits_by_id();
+            published.iter().all(|id| heard.contains_key(id))
+        },
+    )
+    .await;
     assert!(child.is_running(), "the service kept running");
     let status = child.terminate();
     assert!(status.success(), "{}", child.log());
@@ -696,46 +672,30 @@ async fn a_failing_neighbour_opens_its_circuit_and_healthy_endpoints_keep_flowin
         beside.0,
         alone.0
     );
-    let circuit = |_: &()| call_circuit(&http, &base, &failing_id);
-    let start = Instant::now();
-    loop {
-        let (mode, _) = circuit(&()).await;
-        if mode == "open" || mode == "half_open" {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the circuit did not open"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the circuit did not open",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let (mode, _) = call_circuit(&http, &base, &failing_id).await;
+            mode == "open" || mode == "half_open"
+        },
+    )
+    .await;
     state.failing.store(false, Ordering::SeqCst);
-    let start = Instant::now();
-    loop {
-        let (mode, failures) = circuit(&()).await;
-        if mode == "closed" && failures == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "the circuit did not close after recovery: {mode}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_until(
+        "the circuit did not close after recovery",
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || async { call_circuit(&http, &base, &failing_id).await == ("closed".into(), 0) },
+    )
+    .await;
     child.kill();
 }
 
 async fn call_circuit(http: &reqwest::Client, base: &str, endpoint: &str) -> (String, u64) {
-    let body = http
-        .get(format!("{base}/v1/accounts/acme/endpoints/{endpoint}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let path = format!("/v1/accounts/acme/endpoints/{endpoint}");
+    let (_, v) = api_call(http, base, ADMIN, "GET", &path, None).await;
     (
         v["circuit"]["mode"].as_str().unwrap_or("").to_string(),
         v["circuit"]["consecutive_failures"].as_u64().unwrap_or(0),

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
 use workspace_tests::{
-    api_call, signature_is_valid as verify, Answer, Process, Received, Receiver, Schema,
+    api_call, signature_is_valid as verify, text_of, Answer, Process, Received, Receiver, Schema,
 };
 
 const ADMIN: &str = "cpa_e2e_admin_token_0123456789abcdef";
@@ -383,16 +383,12 @@ async fn every_case(profile: Profile, logs: Logs) {
         assert!(start.elapsed() < long, "usage not recorded: {u}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let metrics = svc
-        .http
-        .get(format!("{}/metrics", svc.base))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = text_of(
+        svc.http
+            .get(format!("{}/metrics", svc.base))
+            .bearer_auth(ADMIN),
+    )
+    .await;
     assert!(
         metrics.contains("controlplane_deliveries{state=\"delivered\"}"),
         "{metrics}"

@@ -20,6 +20,27 @@ use base64::Engine;
 use control_plane_core::{AccountId, PublishRequest};
 use hmac::{Hmac, Mac};
 
+// ---------------------------------------------------------------- waiting
+
+/// Asks `done` every `every` until it says yes; fails with `what` once
+/// `within` has passed without a yes.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, every: Duration, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !done().await {
+        assert!(start.elapsed() < within, "{what} (waited {within:?})");
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Sends `request` and returns the text of its answer.
+pub async fn text_of(request: reqwest::RequestBuilder) -> String {
+    request.send().await.unwrap().text().await.unwrap()
+}
+
 // ---------------------------------------------------------------- api calls
 
 /// One call to the service's API at `base` with bearer `token`: the status

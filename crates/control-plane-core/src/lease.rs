@@ -2,11 +2,16 @@
 //!
 //! Every write a lease fences (extending it, staging a result, releasing it,
 //! recording the outcome that ends it) reads its row, describes what it
-//! found as a [`Held`], and asks [`fence`] whether it may write. Deliveries
-//! and tasks on both adapters and the reference model
-//! ([`crate::model`]) all ask here; ticks fence in their single
-//! `UPDATE ... WHERE token = $n` instead, since a tick has no outcome to
-//! repeat.
+//! found as a [`Held`], and asks [`fence`] whether it may write. The
+//! adapters read their rows into the types of this module and ask through
+//! them, with the same names on both: [`LeaseRow::fence`] and
+//! [`LeaseRow::fenced`] for live deliveries, [`FinishedRow::fence`] for a
+//! delivery kept apart once finished, [`TaskRow::fence`] and
+//! [`TaskRow::fail_to`] for tasks (the architecture test
+//! `adapters_ask_the_lease_check_through_core_rows` keeps it so). The
+//! reference model ([`crate::model`]) asks [`fence`] directly; ticks fence
+//! in their single `UPDATE ... WHERE token = $n` instead, since a tick has
+//! no outcome to repeat.
 //!
 //! Its tests: the unit tests below pin each rule; on both adapters, the
 //! conformance contracts `stale_lease_token_gets_lease_lost_and_changes_nothing`,
@@ -15,7 +20,7 @@
 //! and the reference model's comparison (`model_test.rs`).
 
 use crate::policy::AttemptState;
-use crate::workflow::{Task, TaskState};
+use crate::workflow::{Task, TaskFailure, TaskState, WorkflowPolicy};
 use crate::{AccountId, DeliveryId, DeliveryState, EndpointId, LeaseToken, StoreError, Timestamp};
 
 /// What a fenced write found on its row. `T` is the token's type: the
@@ -87,8 +92,8 @@ impl From<Refused> for StoreError {
 }
 
 /// A live delivery as every transition reads it, on both adapters: the
-/// adapter maps its row into this, asks [`fence`] with [`LeaseRow::held`],
-/// and plans with [`LeaseRow::state_for_plan`].
+/// adapter maps its row into this, asks [`LeaseRow::fenced`] (or [`fence`]
+/// with [`LeaseRow::held`]), and plans with [`LeaseRow::state_for_plan`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseRow {
     /// The delivery.
@@ -126,6 +131,29 @@ impl LeaseRow {
         }
     }
 
+    /// The lease check ([`fence`]) on this delivery for `write` under
+    /// `token`.
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
+        fence(Some(&self.held()), token, write)
+    }
+
+    /// `row` when `write` may go ahead under `token` ([`fence`]); a missing
+    /// row is a lost lease.
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fenced(
+        row: Option<LeaseRow>,
+        token: &LeaseToken,
+        write: FencedWrite<'_>,
+    ) -> Result<LeaseRow, Refused> {
+        fence(row.as_ref().map(LeaseRow::held).as_ref(), token, write)?;
+        row.ok_or(Refused::Lost)
+    }
+
     /// What the transition planners (`crate::policy`) need of it.
     pub fn state_for_plan(&self) -> AttemptState {
         AttemptState {
@@ -136,16 +164,83 @@ impl LeaseRow {
     }
 }
 
-impl<'a> Held<'a, LeaseToken> {
-    /// What the lease check sees of a task, given its row's token and last
-    /// outcome (columns the port's [`Task`] does not show).
-    pub fn task(task: &Task, token: Option<LeaseToken>, last_outcome: Option<&'a str>) -> Self {
-        Held {
-            leased: task.state == TaskState::Leased,
-            token,
-            expires_at: task.lease_expires_at,
-            last_outcome,
+/// A delivery that has left the live queue, as an adapter that keeps
+/// finished deliveries apart (postgres) reads it: how it ended, the token
+/// of its last lease and the outcome recorded under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedRow {
+    /// Its final state.
+    pub state: DeliveryState,
+    /// The token of the lease that ended it.
+    pub lease_token: Option<LeaseToken>,
+    /// The outcome kind that lease ended with.
+    pub last_outcome: Option<String>,
+}
+
+impl FinishedRow {
+    /// The lease check ([`fence`]) on a finished delivery: no lease holds
+    /// it, so only its last outcome again, under its last lease, passes (as
+    /// a repeat).
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
+        let held = Held {
+            leased: false,
+            token: self.lease_token,
+            expires_at: None,
+            last_outcome: self.last_outcome.as_deref(),
+        };
+        fence(Some(&held), token, write)
+    }
+}
+
+/// A task as every fenced write reads it, on both adapters: the port's
+/// [`Task`] with the columns it does not show.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRow {
+    /// The task.
+    pub task: Task,
+    /// Its sequence number (listing order).
+    pub seq: i64,
+    /// The current lease's token, or the last one's.
+    pub token: Option<LeaseToken>,
+    /// The outcome kind the last lease ended with.
+    pub last_outcome: Option<String>,
+}
+
+impl TaskRow {
+    /// The lease check ([`fence`]) on this task for `write` under `token`.
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
+        let held = Held {
+            leased: self.task.state == TaskState::Leased,
+            token: self.token,
+            expires_at: self.task.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        };
+        fence(Some(&held), token, write)
+    }
+
+    /// Where failing this task under `token` at `now` takes it
+    /// ([`TaskFailure::next`]), or `None` when that lease already ended
+    /// with a failure (a repeat: answer with the task as it is).
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fail_to(
+        &self,
+        token: &LeaseToken,
+        failure: TaskFailure,
+        now: Timestamp,
+        policy: &WorkflowPolicy,
+    ) -> Result<Option<(TaskState, Timestamp)>, Refused> {
+        if self.fence(token, FencedWrite::End { kind: "fail" })? == Verdict::Repeat {
+            return Ok(None);
         }
+        Ok(Some(failure.next(&self.task, now, policy)))
     }
 }
 

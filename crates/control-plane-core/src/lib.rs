@@ -99,6 +99,28 @@ macro_rules! string_id {
     };
 }
 
+/// Hands `$m!` every type of the port that both adapters store as text,
+/// one `Type: String => make;` line each, where `make` turns the stored
+/// text back into the type (`fn(String) -> StoreResult<Type>`): the one
+/// list that each adapter's column mapping expands with its own macro.
+#[macro_export]
+macro_rules! text_columns {
+    ($m:ident) => {
+        $m! {
+            $crate::Secret: String => |v| Ok($crate::Secret::new(v));
+            $crate::AccountId: String => $crate::AccountId::new;
+            $crate::TaskId: String => $crate::TaskId::new;
+            $crate::EventFilter: String => |v| $crate::EventFilter::from_text(&v);
+            $crate::DeliveryState: String => |v| v.parse();
+            $crate::AttemptResult: String => |v| v.parse();
+            $crate::AlertKind: String => |v| v.parse();
+            $crate::CircuitMode: String => |v| v.parse();
+            $crate::TaskState: String => |v| v.parse();
+            $crate::UsageMetric: String => |v| v.parse();
+        }
+    };
+}
+
 pub mod account_key;
 pub mod alert;
 pub mod attempt;

@@ -126,33 +126,34 @@ fn read_key(path: &std::path::Path) -> Result<SecretKey, String> {
     SecretKey::parse(&text).map_err(|e| format!("the secret key file {shown}: {e}"))
 }
 
-#[cfg(feature = "embedded")]
+/// The embedded store at `path`; an error when the binary was built
+/// without it.
 async fn open_embedded(
     path: &std::path::Path,
     options: StoreOptions,
     keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
-    let cfg = store_embedded::EmbeddedConfig {
-        options,
-        keys,
-        ..store_embedded::EmbeddedConfig::new(path)
-    };
-    let store = store_embedded::EmbeddedStore::open(cfg, Arc::new(SystemClock))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Arc::new(store))
+    #[cfg(feature = "embedded")]
+    {
+        let cfg = store_embedded::EmbeddedConfig {
+            options,
+            keys,
+            ..store_embedded::EmbeddedConfig::new(path)
+        };
+        let store = store_embedded::EmbeddedStore::open(cfg, Arc::new(SystemClock))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "embedded"))]
+    {
+        let _ = (path, options, keys);
+        Err("built without the `embedded` feature".into())
+    }
 }
 
-#[cfg(not(feature = "embedded"))]
-async fn open_embedded(
-    _: &std::path::Path,
-    _: StoreOptions,
-    _: SecretKeys,
-) -> Result<DynControlPlaneStore, String> {
-    Err("built without the `embedded` feature".into())
-}
-
-#[cfg(feature = "postgres")]
+/// The postgres store at `url` in `schema`; an error when the binary was
+/// built without it.
 async fn open_postgres(
     url: &control_plane_core::DatabaseUrl,
     pool_size: u32,
@@ -160,26 +161,23 @@ async fn open_postgres(
     options: StoreOptions,
     keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
-    let mut cfg = store_postgres::PostgresConfig::new(url.clone());
-    cfg.pool_size = pool_size;
-    cfg.schema = Some(schema.to_string());
-    cfg.options = options;
-    cfg.keys = keys;
-    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
-        .await
-        .map_err(|e| format!("cannot open the postgres store at {}: {e}", url.redacted()))?;
-    Ok(Arc::new(store))
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn open_postgres(
-    _: &control_plane_core::DatabaseUrl,
-    _: u32,
-    _: &str,
-    _: StoreOptions,
-    _: SecretKeys,
-) -> Result<DynControlPlaneStore, String> {
-    Err("built without the `postgres` feature".into())
+    #[cfg(feature = "postgres")]
+    {
+        let mut cfg = store_postgres::PostgresConfig::new(url.clone());
+        cfg.pool_size = pool_size;
+        cfg.schema = Some(schema.to_string());
+        cfg.options = options;
+        cfg.keys = keys;
+        let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+            .await
+            .map_err(|e| format!("cannot open the postgres store at {}: {e}", url.redacted()))?;
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (url, pool_size, schema, options, keys);
+        Err("built without the `postgres` feature".into())
+    }
 }
 
 /// Writes `text` to `path`, readable and writable by this user only (mode

@@ -137,61 +137,83 @@ mod tests {
         (store, account, e)
     }
 
+    /// Enqueues `tasks` (id, kind, payload) for `account`, runs the
+    /// service's task runner until every one of them has ended, and returns
+    /// them as they ended.
+    #[cfg(feature = "embedded")]
+    async fn run_to_the_end(
+        store: &DynControlPlaneStore,
+        usage: Arc<UsageMeter>,
+        account: &control_plane_core::AccountId,
+        tasks: Vec<(control_plane_core::TaskId, &str, serde_json::Value)>,
+    ) -> Vec<control_plane_core::Task> {
+        use control_plane_core::{TaskEnqueueRequest, TaskState};
+        for (id, kind, payload) in &tasks {
+            let req = TaskEnqueueRequest {
+                id: id.clone(),
+                account: account.clone(),
+                kind: (*kind).into(),
+                payload: payload.clone(),
+                run_at: None,
+            };
+            store
+                .workflow_enqueue(req.checked().unwrap())
+                .await
+                .unwrap();
+        }
+        let stop = CancellationToken::new();
+        let runner = task_runner(store.clone(), usage);
+        let run = tokio::spawn({
+            let stop = stop.clone();
+            async move { runner.run(stop).await }
+        });
+        let ended = async {
+            loop {
+                let mut now = Vec::new();
+                for (id, _, _) in &tasks {
+                    now.push(store.workflow_get(account, id).await.unwrap());
+                }
+                if now
+                    .iter()
+                    .all(|t| t.state != TaskState::Pending && t.state != TaskState::Leased)
+                {
+                    return now;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let ended = tokio::time::timeout(Duration::from_secs(20), ended)
+            .await
+            .expect("every task ends");
+        stop.cancel();
+        run.await.unwrap();
+        ended
+    }
+
     /// The service's publish task: an id of the longest valid length still
     /// publishes (its key fits), exactly once; an operational event type is
     /// refused as fatal, publishing nothing.
     #[cfg(feature = "embedded")]
     #[tokio::test]
     async fn the_publish_task_publishes_once_and_never_an_operational_type() {
-        use control_plane_core::{
-            EventListRequest, PageRequest, TaskEnqueueRequest, TaskId, TaskState,
-        };
+        use control_plane_core::{EventListRequest, PageRequest, TaskId, TaskState};
         let dir = tempfile::tempdir().unwrap();
         let (store, account, _) = store_with_endpoint(dir.path()).await;
         let long = TaskId::new("t".repeat(255)).unwrap();
         let reserved = TaskId::new("reserved").unwrap();
-        for (id, event_type) in [(&long, "order.paid"), (&reserved, "delivery.dead")] {
-            store
-                .workflow_enqueue(
-                    TaskEnqueueRequest {
-                        id: id.clone(),
-                        account: account.clone(),
-                        kind: PUBLISH_TASK.into(),
-                        payload: serde_json::json!({"type": event_type, "payload": {"n": 1}}),
-                        run_at: None,
-                    }
-                    .checked()
-                    .unwrap(),
-                )
-                .await
-                .unwrap();
-        }
-        let stop = CancellationToken::new();
         let usage = Arc::new(UsageMeter::default());
-        let runner = task_runner(store.clone(), usage.clone());
-        let run = tokio::spawn({
-            let stop = stop.clone();
-            async move { runner.run(stop).await }
-        });
-        let states = async {
-            loop {
-                let a = store.workflow_get(&account, &long).await.unwrap().state;
-                let b = store.workflow_get(&account, &reserved).await.unwrap().state;
-                if a != TaskState::Pending
-                    && a != TaskState::Leased
-                    && b != TaskState::Pending
-                    && b != TaskState::Leased
-                {
-                    return (a, b);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        let task = |id: &TaskId, event_type: &str| {
+            let payload = serde_json::json!({"type": event_type, "payload": {"n": 1}});
+            (id.clone(), PUBLISH_TASK, payload)
         };
-        let states = tokio::time::timeout(Duration::from_secs(20), states)
-            .await
-            .expect("both tasks end");
-        stop.cancel();
-        run.await.unwrap();
+        let ended = run_to_the_end(
+            &store,
+            usage.clone(),
+            &account,
+            vec![task(&long, "order.paid"), task(&reserved, "delivery.dead")],
+        )
+        .await;
+        let states = (ended[0].state, ended[1].state);
         assert_eq!(states, (TaskState::Completed, TaskState::DeadLettered));
         let events = store
             .event_list(EventListRequest {
@@ -242,8 +264,7 @@ mod tests {
     #[tokio::test]
     async fn the_recover_task_resends_its_window_and_reports() {
         use control_plane_core::{
-            AttemptReport, ClaimRequest, DeliveryOutcome, DeliveryState, TaskEnqueueRequest,
-            TaskState,
+            AttemptReport, ClaimRequest, DeliveryOutcome, DeliveryState, TaskState,
         };
         let dir = tempfile::tempdir().unwrap();
         let (store, account, e) = store_with_endpoint(dir.path()).await;
@@ -273,47 +294,17 @@ mod tests {
         let recovery =
             Recovery::new(e.id, since, SystemClock.now().plus(Duration::from_secs(1))).unwrap();
         let (good, bad) = (TaskId::new("r1").unwrap(), TaskId::new("r2").unwrap());
-        for (id, payload) in [
-            (&good, serde_json::to_value(&recovery).unwrap()),
-            (&bad, serde_json::json!({"endpoint": "nope"})),
-        ] {
-            store
-                .workflow_enqueue(
-                    TaskEnqueueRequest {
-                        id: id.clone(),
-                        account: account.clone(),
-                        kind: RECOVER_TASK.into(),
-                        payload,
-                        run_at: None,
-                    }
-                    .checked()
-                    .unwrap(),
-                )
-                .await
-                .unwrap();
-        }
-        let stop = CancellationToken::new();
-        let runner = task_runner(store.clone(), Arc::new(UsageMeter::default()));
-        let run = tokio::spawn({
-            let stop = stop.clone();
-            async move { runner.run(stop).await }
-        });
-        let ended = async {
-            loop {
-                let a = store.workflow_get(&account, &good).await.unwrap();
-                let b = store.workflow_get(&account, &bad).await.unwrap();
-                let done = |s: TaskState| s != TaskState::Pending && s != TaskState::Leased;
-                if done(a.state) && done(b.state) {
-                    return (a, b);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        let (a, b) = tokio::time::timeout(Duration::from_secs(20), ended)
-            .await
-            .expect("both tasks end");
-        stop.cancel();
-        run.await.unwrap();
+        let ended = run_to_the_end(
+            &store,
+            Arc::new(UsageMeter::default()),
+            &account,
+            vec![
+                (good, RECOVER_TASK, serde_json::to_value(&recovery).unwrap()),
+                (bad, RECOVER_TASK, serde_json::json!({"endpoint": "nope"})),
+            ],
+        )
+        .await;
+        let (a, b) = (&ended[0], &ended[1]);
         assert_eq!(a.state, TaskState::Completed, "{a:?}");
         assert_eq!(
             a.result,

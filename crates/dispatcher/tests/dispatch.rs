@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod common;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,7 +11,6 @@ use std::time::{Duration, Instant};
 use control_plane_core::*;
 use dispatcher::signing::{generate_secret, verify};
 use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
-use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -103,14 +104,7 @@ struct Setup {
 
 async fn setup(url: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let store: DynControlPlaneStore = Arc::new(
-        EmbeddedStore::open(
-            EmbeddedConfig::new(dir.path().join("s.duckdb")),
-            Arc::new(SystemClock),
-        )
-        .await
-        .unwrap(),
-    );
+    let store = common::embedded_store(&dir, |_| {}).await;
     let endpoint = store
         .endpoint_create(
             EndpointCreateRequest::new(AccountId::new("acme").unwrap(), url, generate_secret())

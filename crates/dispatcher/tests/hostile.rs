@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +18,6 @@ use std::time::{Duration, Instant};
 use control_plane_core::*;
 use dispatcher::signing::generate_secret;
 use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
-use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -279,14 +280,7 @@ async fn healthy_server(arrivals: Arc<Mutex<HashMap<String, Instant>>>) -> Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_receivers_get_their_outcomes_and_leave_a_healthy_account_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let store: DynControlPlaneStore = Arc::new(
-        EmbeddedStore::open(
-            EmbeddedConfig::new(dir.path().join("s.duckdb")),
-            Arc::new(SystemClock),
-        )
-        .await
-        .unwrap(),
-    );
+    let store = common::embedded_store(&dir, |_| {}).await;
     let hostile = AccountId::new("hostile").unwrap();
     let good = AccountId::new("good").unwrap();
     let base = hostile_server().await;

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,21 +13,17 @@ use std::time::{Duration, Instant};
 use control_plane_core::*;
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use serde_json::json;
-use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use tokio_util::sync::CancellationToken;
 
 async fn store(dir: &tempfile::TempDir, max_attempts: u32) -> DynControlPlaneStore {
-    let mut cfg = EmbeddedConfig::new(dir.path().join("tasks.duckdb"));
-    cfg.options.workflow = WorkflowPolicy {
-        max_attempts,
-        backoff_base: Duration::from_millis(10),
-        backoff_max: Duration::from_millis(20),
-    };
-    Arc::new(
-        EmbeddedStore::open(cfg, Arc::new(SystemClock))
-            .await
-            .unwrap(),
-    )
+    common::embedded_store(dir, |cfg| {
+        cfg.options.workflow = WorkflowPolicy {
+            max_attempts,
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(20),
+        };
+    })
+    .await
 }
 
 fn config(lease: Duration) -> TaskRunnerConfig {

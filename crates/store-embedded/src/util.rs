@@ -1,9 +1,7 @@
 //! Column helpers shared by the area modules.
 
 use control_plane_core::{
-    AccountId, AlertKind, AttemptResult, CircuitMode, DeliveryId, DeliveryState, EndpointId,
-    EventFilter, EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState,
-    Timestamp, UsageMetric,
+    DeliveryId, EndpointId, EventId, KeyId, LeaseToken, StoreError, StoreResult, Timestamp,
 };
 use duckdb::types::Type;
 use duckdb::Row;
@@ -73,17 +71,9 @@ mapped_columns! {
     LeaseToken: String => |s| uuid(s).map(LeaseToken);
     KeyId: String => |s| uuid(s).map(KeyId);
     Timestamp: i64 => |v| Ok(Timestamp::from_millis(v));
-    Secret: String => |v| Ok(Secret::new(v));
-    AccountId: String => AccountId::new;
-    TaskId: String => TaskId::new;
-    EventFilter: String => |v| EventFilter::from_text(&v);
-    DeliveryState: String => |v| v.parse();
-    AttemptResult: String => |v| v.parse();
-    AlertKind: String => |v| v.parse();
-    CircuitMode: String => |v| v.parse();
-    TaskState: String => |v| v.parse();
-    UsageMetric: String => |v| v.parse();
 }
+
+control_plane_core::text_columns!(mapped_columns);
 
 /// List parameters: a batch is bound as one list per column and expanded
 /// with `unnest` in SQL, so one statement writes or reads the whole batch.
@@ -135,6 +125,7 @@ pub(crate) mod list {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use control_plane_core::DeliveryState;
 
     /// A stored id that is not a UUID, a `NULL` where a value must be, and a
     /// stored name that no longer parses are errors naming the column.

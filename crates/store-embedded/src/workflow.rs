@@ -1,7 +1,7 @@
 //! The workflow handoff queue.
 
 use async_trait::async_trait;
-use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
+use control_plane_core::lease::{FencedWrite, TaskRow, Verdict};
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};
 
@@ -19,21 +19,6 @@ fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> 
     v.map(|s| serde_json::from_str(&s))
         .transpose()
         .map_err(|e| conversion(i, e))
-}
-
-/// A task row with the columns the port does not show.
-struct TaskRow {
-    task: Task,
-    seq: i64,
-    token: Option<LeaseToken>,
-    last_outcome: Option<String>,
-}
-
-impl TaskRow {
-    /// What the lease check sees (`control_plane_core::lease`).
-    fn held(&self) -> Held<'_, LeaseToken> {
-        Held::task(&self.task, self.token, self.last_outcome.as_deref())
-    }
 }
 
 fn row_to_task(r: &Row<'_>) -> duckdb::Result<TaskRow> {
@@ -203,11 +188,7 @@ pub(crate) fn heartbeat(
 ) -> StoreResult<TaskLease> {
     let (lease_for, progress) = (beat.lease_for(), beat.progress());
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    fence(
-        Some(&r.held()),
-        &lease.token,
-        FencedWrite::Keep { now: t.now },
-    )?;
+    r.fence(&lease.token, FencedWrite::Keep { now: t.now })?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE tasks SET lease_expires_at = $1, updated_at = $2, progress = coalesce($5::VARCHAR, progress) \
@@ -233,7 +214,7 @@ pub(crate) fn stage(
     result: serde_json::Value,
 ) -> StoreResult<()> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    fence(Some(&r.held()), &lease.token, FencedWrite::Within)?;
+    r.fence(&lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         params![
@@ -254,7 +235,7 @@ pub(crate) fn complete(
 ) -> StoreResult<Task> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
     let end = FencedWrite::End { kind: "complete" };
-    if fence(Some(&r.held()), &lease.token, end)? == Verdict::Repeat {
+    if r.fence(&lease.token, end)? == Verdict::Repeat {
         return Ok(r.task);
     }
     t.execute(
@@ -269,11 +250,10 @@ pub(crate) fn complete(
 pub(crate) fn fail(t: &mut Tx<'_>, lease: &TaskLease, failed: TaskFailed) -> StoreResult<Task> {
     let TaskFailed { error, failure } = failed;
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    let end = FencedWrite::End { kind: "fail" };
-    if fence(Some(&r.held()), &lease.token, end)? == Verdict::Repeat {
+    let Some((state, run_at)) = r.fail_to(&lease.token, failure, t.now, &t.options.workflow)?
+    else {
         return Ok(r.task);
-    }
-    let (state, run_at) = failure.next(&r.task, t.now, &t.options.workflow);
+    };
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
          leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $5 AND id = $6",
@@ -285,7 +265,7 @@ pub(crate) fn fail(t: &mut Tx<'_>, lease: &TaskLease, failed: TaskFailed) -> Sto
 
 pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     let r = scoped(t, &lease.account, &lease.task_id)?;
-    fence(Some(&r.held()), &lease.token, FencedWrite::Within)?;
+    r.fence(&lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $2 AND id = $3",

@@ -5,9 +5,7 @@
 //! longer parses, is an error naming the column, never a panic.
 
 use control_plane_core::{
-    AccountId, AlertKind, AttemptResult, CircuitMode, DeliveryId, DeliveryState, EndpointId,
-    EventFilter, EventId, KeyId, LeaseToken, Secret, StoreError, StoreResult, TaskId, TaskState,
-    Timestamp, UsageMetric,
+    DeliveryId, EndpointId, EventId, KeyId, LeaseToken, StoreError, StoreResult, Timestamp,
 };
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
@@ -93,17 +91,9 @@ mapped_columns! {
     Timestamp: i64 => |v| Ok(Timestamp::from_millis(v));
     u32: i64 => |v| Ok(u32_of(v));
     u64: i64 => |v| Ok(u64::try_from(v).unwrap_or(0));
-    Secret: String => |v| Ok(Secret::new(v));
-    AccountId: String => AccountId::new;
-    TaskId: String => TaskId::new;
-    EventFilter: String => |v| EventFilter::from_text(&v);
-    DeliveryState: String => |v| v.parse();
-    AttemptResult: String => |v| v.parse();
-    AlertKind: String => |v| v.parse();
-    CircuitMode: String => |v| v.parse();
-    TaskState: String => |v| v.parse();
-    UsageMetric: String => |v| v.parse();
 }
+
+control_plane_core::text_columns!(mapped_columns);
 
 /// A stored count or limit as `u32`: negative as 0, too large as the most.
 pub(crate) fn u32_of(v: i64) -> u32 {
@@ -114,6 +104,7 @@ pub(crate) fn u32_of(v: i64) -> u32 {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use control_plane_core::DeliveryState;
 
     /// A column of an unexpected SQL type, a `NULL` where a value must be,
     /// and a stored name that no longer parses are errors naming the

@@ -1,7 +1,7 @@
 //! The workflow handoff queue.
 
 use async_trait::async_trait;
-use control_plane_core::lease::{fence, FencedWrite, Held, Verdict};
+use control_plane_core::lease::{FencedWrite, TaskRow, Verdict};
 use control_plane_core::*;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -159,19 +159,6 @@ pub(crate) async fn claim(t: &Tx<'_>, req: TaskClaimRequest) -> StoreResult<Vec<
 }
 
 /// The locked row of a lease's task, scoped to the lease's account.
-struct TaskRow {
-    task: Task,
-    token: Option<LeaseToken>,
-    last_outcome: Option<String>,
-}
-
-impl TaskRow {
-    /// What the lease check sees (`control_plane_core::lease`).
-    fn held(&self) -> Held<'_, LeaseToken> {
-        Held::task(&self.task, self.token, self.last_outcome.as_deref())
-    }
-}
-
 async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
     let row = t
         .query_opt(
@@ -183,6 +170,7 @@ async fn lock(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<TaskRow> {
         .ok_or_else(|| StoreError::not_found("task", &lease.task_id))?;
     Ok(TaskRow {
         task: row_to_task(&row)?,
+        seq: row.col(13)?,
         token: row.col(14)?,
         last_outcome: row.col(15)?,
     })
@@ -195,11 +183,7 @@ pub(crate) async fn heartbeat(
 ) -> StoreResult<TaskLease> {
     let (lease_for, progress) = (beat.lease_for(), beat.progress());
     let l = lock(t, lease).await?;
-    fence(
-        Some(&l.held()),
-        &lease.token,
-        FencedWrite::Keep { now: t.now },
-    )?;
+    l.fence(&lease.token, FencedWrite::Keep { now: t.now })?;
     let expires_at = t.now.plus(lease_for);
     t.execute(
         "UPDATE tasks SET lease_expires_at = $1, updated_at = $2, progress = coalesce($5::jsonb, progress) \
@@ -226,7 +210,7 @@ pub(crate) async fn stage(
     result: serde_json::Value,
 ) -> StoreResult<()> {
     let l = lock(t, lease).await?;
-    fence(Some(&l.held()), &lease.token, FencedWrite::Within)?;
+    l.fence(&lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET staged_result = $1, updated_at = $2 WHERE account = $3 AND id = $4",
         &[
@@ -248,7 +232,7 @@ pub(crate) async fn complete(
 ) -> StoreResult<Task> {
     let l = lock(t, lease).await?;
     let end = FencedWrite::End { kind: "complete" };
-    if fence(Some(&l.held()), &lease.token, end)? == Verdict::Repeat {
+    if l.fence(&lease.token, end)? == Verdict::Repeat {
         return Ok(l.task);
     }
     t.execute(
@@ -264,11 +248,10 @@ pub(crate) async fn complete(
 pub(crate) async fn fail(t: &Tx<'_>, lease: &TaskLease, failed: &TaskFailed) -> StoreResult<Task> {
     let TaskFailed { error, failure } = failed;
     let l = lock(t, lease).await?;
-    let end = FencedWrite::End { kind: "fail" };
-    if fence(Some(&l.held()), &lease.token, end)? == Verdict::Repeat {
+    let Some((state, run_at)) = l.fail_to(&lease.token, *failure, t.now, &t.options.workflow)?
+    else {
         return Ok(l.task);
-    }
-    let (state, run_at) = failure.next(&l.task, t.now, &t.options.workflow);
+    };
     t.execute(
         "UPDATE tasks SET state = $1, run_at = $2, last_error = $3, staged_result = NULL, lease_expires_at = NULL, \
          leased_by = NULL, last_outcome = 'fail', updated_at = $4 WHERE account = $5 AND id = $6",
@@ -281,7 +264,7 @@ pub(crate) async fn fail(t: &Tx<'_>, lease: &TaskLease, failed: &TaskFailed) -> 
 
 pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     let l = lock(t, lease).await?;
-    fence(Some(&l.held()), &lease.token, FencedWrite::Within)?;
+    l.fence(&lease.token, FencedWrite::Within)?;
     t.execute(
         "UPDATE tasks SET state = 'pending', attempts = attempts - 1, run_at = $1, lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, staged_result = NULL, updated_at = $1 WHERE account = $2 AND id = $3",

@@ -17,17 +17,28 @@ fn acct() -> AccountId {
     AccountId::new("replicas").unwrap()
 }
 
-async fn replicas(
-    schema: &str,
-    n: usize,
-    options: StoreOptions,
-    clock: Arc<ManualClock>,
-) -> Vec<PostgresStore> {
-    let mut out = Vec::new();
+/// `n` replicas of a fresh schema, with `options`, on one manual clock.
+async fn replicas(n: usize, options: StoreOptions) -> Replicas {
+    let schema = fresh_schema();
+    let guard = SchemaGuard(schema.clone());
+    let clock = Arc::new(ManualClock::default());
+    let mut stores = Vec::new();
     for _ in 0..n {
-        out.push(open_in(schema, options, clock.clone(), 4).await);
+        stores.push(open_in(&schema, options, clock.clone(), 4).await);
     }
-    out
+    Replicas {
+        _guard: guard,
+        clock,
+        stores,
+    }
+}
+
+/// Replicas of one fresh schema on one manual clock; the schema is dropped
+/// with them.
+struct Replicas {
+    _guard: SchemaGuard,
+    clock: Arc<ManualClock>,
+    stores: Vec<PostgresStore>,
 }
 
 async fn add_endpoint(store: &PostgresStore) -> Endpoint {
@@ -47,10 +58,7 @@ fn req(n: usize) -> PublishRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() {
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
-    let stores = replicas(&schema, 4, StoreOptions::default(), clock.clone()).await;
+    let Replicas { stores, .. } = &replicas(4, StoreOptions::default()).await;
     for _ in 0..10 {
         add_endpoint(&stores[0]).await;
     }
@@ -116,10 +124,7 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
-    let stores = replicas(&schema, 4, StoreOptions::default(), clock).await;
+    let Replicas { stores, .. } = &replicas(4, StoreOptions::default()).await;
     let mut filtered =
         EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
     filtered.event_types = vec!["never".into()];
@@ -156,9 +161,6 @@ async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
     let options = StoreOptions {
         breaker: BreakerPolicy {
             failure_threshold: 1,
@@ -166,8 +168,12 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
         },
         ..StoreOptions::default()
     };
-    let stores = replicas(&schema, 4, options, clock.clone()).await;
+    let Replicas { clock, stores, .. } = &replicas(4, options).await;
     add_endpoint(&stores[0]).await;
+    let retry_now = || DeliveryOutcome::Retry {
+        at: clock.now(),
+        report: AttemptReport::default(),
+    };
     for round in 0..5 {
         stores[0]
             .event_publish_batch(
@@ -180,12 +186,8 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
                 .delivery_claim(ClaimRequest::new("w", 1, Duration::from_secs(60)).unwrap())
                 .await
                 .unwrap();
-            let fail = DeliveryOutcome::Retry {
-                at: clock.now(),
-                report: AttemptReport::default(),
-            };
             stores[1]
-                .delivery_record_outcome(&c[0].lease, fail)
+                .delivery_record_outcome(&c[0].lease, retry_now())
                 .await
                 .unwrap();
         }
@@ -211,12 +213,8 @@ async fn after_the_cooldown_exactly_one_replica_gets_the_probe() {
             "round {round}: exactly one probe across replicas"
         );
         assert!(got[0].probe);
-        let fail = DeliveryOutcome::Retry {
-            at: clock.now(),
-            report: AttemptReport::default(),
-        };
         stores[2]
-            .delivery_record_outcome(&got[0].lease, fail)
+            .delivery_record_outcome(&got[0].lease, retry_now())
             .await
             .unwrap();
     }
@@ -273,28 +271,34 @@ async fn outbox_publish_commits_and_rolls_back_with_the_callers_transaction() {
         .await
         .unwrap();
 
-    let tx = client.transaction().await.unwrap();
-    tx.execute("INSERT INTO orders VALUES (1)", &[])
+    // The same publish twice: the first transaction commits, the second
+    // rolls back.
+    let mut published = Vec::new();
+    for (order, commit) in [(1, true), (2, false)] {
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            "INSERT INTO orders VALUES ($1)",
+            &[&i32::try_from(order).unwrap()],
+        )
         .await
         .unwrap();
-    let kept = store
-        .publish_in(&tx, control_plane_core::Checked::all(vec![req(1)]).unwrap())
-        .await
-        .unwrap()
-        .remove(0);
-    tx.commit().await.unwrap();
-    store.notify_committed().await.unwrap();
-
-    let tx = client.transaction().await.unwrap();
-    tx.execute("INSERT INTO orders VALUES (2)", &[])
-        .await
-        .unwrap();
-    let dropped = store
-        .publish_in(&tx, control_plane_core::Checked::all(vec![req(2)]).unwrap())
-        .await
-        .unwrap()
-        .remove(0);
-    tx.rollback().await.unwrap();
+        let p = store
+            .publish_in(
+                &tx,
+                control_plane_core::Checked::all(vec![req(order)]).unwrap(),
+            )
+            .await
+            .unwrap()
+            .remove(0);
+        if commit {
+            tx.commit().await.unwrap();
+            store.notify_committed().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+        published.push(p);
+    }
+    let (kept, dropped) = (&published[0], &published[1]);
 
     assert_eq!(
         store.event_get(&acct(), kept.event.id).await.unwrap(),
@@ -417,10 +421,7 @@ async fn the_pool_recovers_after_its_connections_are_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
-    let stores = replicas(&schema, 4, StoreOptions::default(), clock).await;
+    let Replicas { stores, .. } = &replicas(4, StoreOptions::default()).await;
     for i in 0..4000 {
         let req = TaskEnqueueRequest {
             id: TaskId::new(format!("task-{i}")).unwrap(),
@@ -479,10 +480,7 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_has_one_holder_across_replicas() {
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
-    let stores = replicas(&schema, 4, StoreOptions::default(), clock.clone()).await;
+    let Replicas { stores, .. } = &replicas(4, StoreOptions::default()).await;
     for round in 0..10 {
         let mut tasks = Vec::new();
         for i in 0..16 {
@@ -547,14 +545,11 @@ async fn errors_are_classified_by_sqlstate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let schema = fresh_schema();
-    let _guard = SchemaGuard(schema.clone());
-    let clock = Arc::new(ManualClock::default());
     let options = StoreOptions {
         endpoint_concurrency: 1000,
         ..StoreOptions::default()
     };
-    let stores = replicas(&schema, 3, options, clock.clone()).await;
+    let Replicas { clock, stores, .. } = &replicas(3, options).await;
     let mut create =
         EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
     create.rate_limit_per_s = Some(20);
@@ -570,7 +565,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for store in stores {
-        let stop = stop.clone();
+        let (store, stop) = (store.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut at = Vec::new();
             while !stop.load(Ordering::Relaxed) {

@@ -15,7 +15,7 @@ pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {
         response_body: None,
     });
     assert_eq!(record(&h, &c, gone).await.state, DeliveryState::Pending);
-    let ep = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    let ep = reread(&h, &e).await;
     assert!(!ep.enabled);
     assert!(ep.disabled_reason.unwrap_or_default().contains("410"));
     assert!(claim(&h, 1).await.is_empty());
@@ -148,16 +148,10 @@ pub async fn endpoint_is_disabled_after_failing_for_the_window(f: &dyn StoreFact
     open_circuit(&h, &e, 1).await;
     h.clock.advance(Duration::from_secs(1800));
     open_circuit(&h, &e, 1).await;
-    assert!(
-        h.store
-            .endpoint_get(&acct("a"), e.id)
-            .await
-            .unwrap()
-            .enabled
-    );
+    assert!(reread(&h, &e).await.enabled);
     h.clock.advance(Duration::from_secs(1800));
     open_circuit(&h, &e, 1).await;
-    let ep = h.store.endpoint_get(&acct("a"), e.id).await.unwrap();
+    let ep = reread(&h, &e).await;
     assert!(!ep.enabled);
     assert!(ep.disabled_reason.is_some());
 }

@@ -189,27 +189,29 @@ pub(super) async fn publish_n(h: &Harness, account: &str, ty: &str, n: usize) {
         .unwrap();
 }
 
-/// Claims with `workers` concurrent claimers, `limit` each, until every one
-/// gets nothing; returns everything claimed.
-pub(super) async fn claim_until_empty(
+/// Runs `workers` concurrent claimers, each calling `claim_once(store,
+/// worker)` until it gets nothing; returns everything they got.
+pub(super) async fn drain_concurrently<T, F, Fut>(
     h: &Harness,
     workers: usize,
-    limit: u32,
-) -> Vec<ClaimedDelivery> {
+    claim_once: F,
+) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(DynControlPlaneStore, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Vec<T>> + Send,
+{
     let tasks: Vec<_> = (0..workers)
         .map(|w| {
-            let s = h.store.clone();
+            let (s, claim_once) = (h.store.clone(), claim_once.clone());
             tokio::spawn(async move {
                 let mut mine = Vec::new();
                 loop {
-                    let c = s
-                        .delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE).unwrap())
-                        .await
-                        .unwrap();
-                    if c.is_empty() {
+                    let got = claim_once(s.clone(), w).await;
+                    if got.is_empty() {
                         return mine;
                     }
-                    mine.extend(c);
+                    mine.extend(got);
                 }
             })
         })
@@ -219,6 +221,21 @@ pub(super) async fn claim_until_empty(
         all.extend(t.await.unwrap());
     }
     all
+}
+
+/// Claims with `workers` concurrent claimers, `limit` each, until every one
+/// gets nothing; returns everything claimed.
+pub(super) async fn claim_until_empty(
+    h: &Harness,
+    workers: usize,
+    limit: u32,
+) -> Vec<ClaimedDelivery> {
+    drain_concurrently(h, workers, move |s, w| async move {
+        s.delivery_claim(ClaimRequest::new(format!("w{w}"), limit, LEASE).unwrap())
+            .await
+            .unwrap()
+    })
+    .await
 }
 
 pub(super) fn count_for(c: &[ClaimedDelivery], e: &Endpoint) -> usize {
@@ -287,6 +304,36 @@ pub(super) fn invalid(r: StoreResult<impl std::fmt::Debug>, needle: &str) {
         Err(StoreError::InvalidInput(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
         other => panic!("expected InvalidInput about {needle:?}, got {other:?}"),
     }
+}
+
+/// Endpoint `e` as the store has it now, read under its own account.
+pub(super) async fn reread(h: &Harness, e: &Endpoint) -> Endpoint {
+    h.store.endpoint_get(&e.account, e.id).await.unwrap()
+}
+
+/// Claims, and checks that the one delivery claimed is `first`'s again:
+/// its second attempt, in its place (the sequence number of `first`).
+pub(super) async fn claim_second_attempt(h: &Harness, first: &ClaimedDelivery) -> ClaimedDelivery {
+    let again = claim(h, 10).await;
+    assert_eq!(ids(&again), vec![first.delivery.id]);
+    assert_eq!(
+        (again[0].lease.attempt, again[0].delivery.seq),
+        (2, first.delivery.seq)
+    );
+    again.into_iter().next().unwrap()
+}
+
+/// Account `a`'s usage rows of windows from `from` to `to`.
+pub(super) async fn usage_of_a(h: &Harness, from: Timestamp, to: Timestamp) -> Vec<UsageRow> {
+    h.store
+        .usage_query(&acct("a"), TimeRange { from, to })
+        .await
+        .unwrap()
+}
+
+/// `r` is `InvalidInput`, whatever its message.
+pub(super) fn is_invalid(r: StoreResult<impl std::fmt::Debug>) {
+    invalid(r, "");
 }
 
 /// Enqueues [`task`]`(id, account, kind)`.

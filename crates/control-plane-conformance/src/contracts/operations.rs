@@ -241,17 +241,7 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
         entries: vec![entry("a", UsageMetric::EventsPublished, t0, 1)],
     };
     assert!(h.store.usage_record(more.checked().unwrap()).await.unwrap());
-    let rows = h
-        .store
-        .usage_query(
-            &acct("a"),
-            TimeRange {
-                from: t0,
-                to: t0.plus(hour * 2),
-            },
-        )
-        .await
-        .unwrap();
+    let rows = usage_of_a(&h, t0, t0.plus(hour * 2)).await;
     assert_eq!(
         rows,
         vec![
@@ -268,17 +258,7 @@ pub async fn usage_batches_are_idempotent_and_queryable_by_window(f: &dyn StoreF
         ]
     );
     assert_eq!(
-        h.store
-            .usage_query(
-                &acct("a"),
-                TimeRange {
-                    from: t0.plus(hour),
-                    to: t0.plus(hour * 2)
-                }
-            )
-            .await
-            .unwrap()
-            .len(),
+        usage_of_a(&h, t0.plus(hour), t0.plus(hour * 2)).await.len(),
         1
     );
     for id in [String::new(), "b".repeat(256), "b\n1".to_string()] {

@@ -261,17 +261,7 @@ pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
     assert!(record("new").await);
     let r = purge_all(h, retention).await;
     assert_eq!(r.usage, 2, "one window and one batch id: {r:?}");
-    let rows = h
-        .store
-        .usage_query(
-            &acct("a"),
-            TimeRange {
-                from: t0,
-                to: h.clock.now().plus(hour),
-            },
-        )
-        .await
-        .unwrap();
+    let rows = usage_of_a(h, t0, h.clock.now().plus(hour)).await;
     assert_eq!(rows.len(), 1, "only the current window: {rows:?}");
     assert!(
         record("old").await,

@@ -161,9 +161,10 @@ pub trait CatalogueStore: Send + Sync {
 ///
 /// Every write under a [`Lease`] (`delivery_extend`, `delivery_release`,
 /// `delivery_record_outcome(s)`) is decided by the one lease check,
-/// [`crate::lease::fence`] (ADR 0002); in both adapters it is called from
-/// `delivery/outcome.rs` (`fenced_row` and `record_outcome(s)`), on what
-/// `LeaseRow::held` reads off the row.
+/// [`crate::lease::fence`] (ADR 0002); in both adapters it is asked from
+/// `delivery/outcome.rs` (`fenced_row` and `record_outcome(s)`) through
+/// [`crate::lease::LeaseRow::fence`] and [`crate::lease::LeaseRow::fenced`]
+/// (postgres also [`crate::lease::FinishedRow::fence`]).
 #[async_trait]
 pub trait DeliveryStore: Send + Sync {
     /// Creates the delivery of `(endpoint, event)` if it does not exist.

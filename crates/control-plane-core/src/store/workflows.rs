@@ -6,7 +6,8 @@ use super::*;
 ///
 /// Heartbeats, staged results, completions, failures and releases are
 /// decided by the same lease check as deliveries, [`crate::lease::fence`],
-/// on what `TaskRow::held` reads off the row in each adapter's `workflow.rs`.
+/// asked through [`crate::lease::TaskRow::fence`] and
+/// [`crate::lease::TaskRow::fail_to`] in each adapter's `workflow.rs`.
 #[async_trait]
 pub trait WorkflowStore: Send + Sync {
     /// Enqueues a task, idempotent on its id within its account.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::lease::{fence, FencedWrite, Refused, Verdict};
+use control_plane_core::lease::{FencedWrite, Refused, Verdict};
 use control_plane_core::policy::{alerts_for, plan_lease_expiry, plan_outcome, Transition};
 use control_plane_core::*;
 use duckdb::{params, OptionalExt, Row};

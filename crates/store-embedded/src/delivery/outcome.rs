@@ -10,13 +10,11 @@ pub(super) fn fenced_row(
     lease: &Lease,
     write: FencedWrite<'_>,
 ) -> StoreResult<LeaseRow> {
-    let row = lease_row(t, lease.delivery_id)?;
-    fence(
-        row.as_ref().map(LeaseRow::held).as_ref(),
+    Ok(LeaseRow::fenced(
+        lease_row(t, lease.delivery_id)?,
         &lease.token,
         write,
-    )?;
-    row.ok_or(StoreError::LeaseLost)
+    )?)
 }
 
 pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -144,7 +142,7 @@ pub(crate) fn record_outcomes(
             out.push(Err(Refused::Lost.into()));
             continue;
         };
-        match fence(Some(&row.held()), &lease.token, end) {
+        match row.fence(&lease.token, end) {
             Err(refused) => {
                 out.push(Err(refused.into()));
                 continue;

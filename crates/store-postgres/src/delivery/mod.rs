@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
+use control_plane_core::lease::{FencedWrite, Refused, Verdict};
 use control_plane_core::policy::{alerts_for, plan_lease_expiry, plan_outcome, Transition};
 use control_plane_core::*;
 use tokio_postgres::types::ToSql;

@@ -11,13 +11,11 @@ pub(super) async fn fenced_row(
     lease: &Lease,
     write: FencedWrite<'_>,
 ) -> StoreResult<LeaseRow> {
-    let row = lock_live(t, lease.delivery_id).await?;
-    fence(
-        row.as_ref().map(LeaseRow::held).as_ref(),
+    Ok(LeaseRow::fenced(
+        lock_live(t, lease.delivery_id).await?,
         &lease.token,
         write,
-    )?;
-    row.ok_or(StoreError::LeaseLost)
+    )?)
 }
 
 pub(crate) async fn extend(t: &Tx<'_>, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -139,13 +137,13 @@ pub(crate) async fn record_outcome(
         let Some(done) = finished(t, lease.delivery_id).await? else {
             return Err(Refused::Lost.into());
         };
-        fence(Some(&done.held()), &lease.token, end)?;
+        done.fence(&lease.token, end)?;
         return Ok(OutcomeRecorded {
             state: done.state,
             duplicate: true,
         });
     };
-    if fence(Some(&row.held()), &lease.token, end)? == Verdict::Repeat {
+    if row.fence(&lease.token, end)? == Verdict::Repeat {
         return Ok(OutcomeRecorded {
             state: row.state,
             duplicate: true,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub(super) use control_plane_core::lease::LeaseRow;
+pub(super) use control_plane_core::lease::{FinishedRow, LeaseRow};
 
 pub(super) const LEASE_COLS: &str =
     "l.delivery_id, l.account, l.endpoint_id, l.seq, l.attempts, l.max_attempts, l.due_at, l.state, \
@@ -44,27 +44,7 @@ pub(super) async fn lock_live(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<
     .transpose()
 }
 
-/// How a finished delivery ended: its state, the token of its last lease
-/// and the outcome recorded under it.
-pub(super) struct Finished {
-    pub(super) state: DeliveryState,
-    pub(super) lease_token: Option<LeaseToken>,
-    pub(super) last_outcome: Option<String>,
-}
-
-impl Finished {
-    /// What the lease check sees: no lease holds a finished delivery.
-    pub(super) fn held(&self) -> Held<'_, LeaseToken> {
-        Held {
-            leased: false,
-            token: self.lease_token,
-            expires_at: None,
-            last_outcome: self.last_outcome.as_deref(),
-        }
-    }
-}
-
-pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<Finished>> {
+pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<FinishedRow>> {
     let row = t
         .query_opt(
             "SELECT state, lease_token, last_outcome FROM delivery_done WHERE delivery_id = $1",
@@ -73,7 +53,7 @@ pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<F
         .await
         .db()?;
     row.map(|r| {
-        Ok(Finished {
+        Ok(FinishedRow {
             state: r.col(0)?,
             lease_token: r.col(1)?,
             last_outcome: r.col(2)?,
@@ -93,57 +73,35 @@ pub(super) async fn apply(
 ) -> StoreResult<()> {
     let keep_token = keep_token.map(|k| k.0);
     let now = t.now.as_millis();
-    if tr.state.is_final() {
-        let finish = t
-            .prepare_cached(
-                "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
-                 RETURNING delivery_id, attempts, max_attempts) \
-                 INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
-                 lease_token, last_outcome, finished_at) \
-                 SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g",
-            )
-            .await
-            .db()?;
-        t.execute(
-            &finish,
-            &[
-                &row.endpoint_id.0,
-                &row.seq,
-                &tr.state.as_str(),
-                &tr.due_at.as_millis(),
-                &tr.last_error,
-                &keep_token,
-                &outcome_kind,
-                &now,
-            ],
-        )
-        .await
-        .db()?;
+    // Both statements take the same parameters: the row, then what it
+    // becomes.
+    let sql = if tr.state.is_final() {
+        "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
+         RETURNING delivery_id, attempts, max_attempts) \
+         INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+         lease_token, last_outcome, finished_at) \
+         SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g"
     } else {
-        let retry = t
-            .prepare_cached(
-                "UPDATE delivery_queue SET state = $1, due_at = $2, last_error = $3, lease_expires_at = NULL, \
-                 leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 \
-                 WHERE endpoint_id = $7 AND seq = $8",
-            )
-            .await
-            .db()?;
-        t.execute(
-            &retry,
-            &[
-                &tr.state.as_str(),
-                &tr.due_at.as_millis(),
-                &tr.last_error,
-                &keep_token,
-                &outcome_kind,
-                &now,
-                &row.endpoint_id.0,
-                &row.seq,
-            ],
-        )
-        .await
-        .db()?;
-    }
+        "UPDATE delivery_queue SET state = $3, due_at = $4, last_error = $5, lease_expires_at = NULL, \
+         leased_by = NULL, lease_token = $6, last_outcome = $7, updated_at = $8 \
+         WHERE endpoint_id = $1 AND seq = $2"
+    };
+    let statement = t.prepare_cached(sql).await.db()?;
+    t.execute(
+        &statement,
+        &[
+            &row.endpoint_id.0,
+            &row.seq,
+            &tr.state.as_str(),
+            &tr.due_at.as_millis(),
+            &tr.last_error,
+            &keep_token,
+            &outcome_kind,
+            &now,
+        ],
+    )
+    .await
+    .db()?;
     attempt::insert(
         t,
         row.id,
