@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{database_url, fresh_schema, open_in, SchemaGuard};
@@ -41,6 +41,43 @@ struct Replicas {
     stores: Vec<PostgresStore>,
 }
 
+/// Runs `workers` claimers on every replica, each calling `claim(store,
+/// name)` until it gets nothing; returns how often each id was claimed.
+async fn claim_on_every_replica<K, F, Fut>(
+    stores: &[PostgresStore],
+    workers: usize,
+    claim: F,
+) -> HashMap<K, u32>
+where
+    K: std::hash::Hash + Eq + Send + 'static,
+    F: Fn(PostgresStore, String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Vec<K>> + Send,
+{
+    let mut tasks = Vec::new();
+    for (r, store) in stores.iter().enumerate() {
+        for w in 0..workers {
+            let (store, claim) = (store.clone(), claim.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let got = claim(store.clone(), format!("r{r}w{w}")).await;
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got);
+                }
+            }));
+        }
+    }
+    let mut seen = HashMap::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    seen
+}
+
 async fn add_endpoint(store: &PostgresStore) -> Endpoint {
     store
         .endpoint_create(
@@ -69,44 +106,24 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
             .await
             .unwrap();
     }
-    let seen: Arc<Mutex<HashMap<DeliveryId, u32>>> = Arc::default();
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for (r, store) in stores.iter().enumerate() {
-        for w in 0..4 {
-            let store = store.clone();
-            let seen = seen.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let claimed = store
-                        .delivery_claim(
-                            ClaimRequest::new(format!("r{r}w{w}"), 50, Duration::from_secs(300))
-                                .unwrap(),
-                        )
-                        .await
-                        .unwrap();
-                    if claimed.is_empty() {
-                        return;
-                    }
-                    for c in claimed {
-                        *seen.lock().unwrap().entry(c.delivery.id).or_default() += 1;
-                        let r = store
-                            .delivery_record_outcome(
-                                &c.lease,
-                                DeliveryOutcome::Delivered(AttemptReport::default()),
-                            )
-                            .await;
-                        assert_eq!(r.unwrap().state, DeliveryState::Delivered);
-                    }
-                }
-            }));
+    let seen = claim_on_every_replica(stores, 4, |store, name| async move {
+        let claim = ClaimRequest::new(name, 50, Duration::from_secs(300)).unwrap();
+        let mut ids = Vec::new();
+        for c in store.delivery_claim(claim).await.unwrap() {
+            let r = store
+                .delivery_record_outcome(
+                    &c.lease,
+                    DeliveryOutcome::Delivered(AttemptReport::default()),
+                )
+                .await;
+            assert_eq!(r.unwrap().state, DeliveryState::Delivered);
+            ids.push(c.delivery.id);
         }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+        ids
+    })
+    .await;
     let counts = stores[0].delivery_count_by_state().await.unwrap();
-    let seen = seen.lock().unwrap();
     let doubles = seen.values().filter(|n| **n > 1).count();
     println!(
         "replicas: 4 stores x 4 workers, {} deliveries claimed in {:?}, double claims: {doubles}",
@@ -435,40 +452,25 @@ async fn four_replicas_claim_4000_tasks_without_double_claims_or_losses() {
             .await
             .unwrap();
     }
-    let seen: Arc<Mutex<HashMap<TaskId, u32>>> = Arc::default();
-    let mut tasks = Vec::new();
-    for (r, store) in stores.iter().enumerate() {
-        for w in 0..4 {
-            let store = store.clone();
-            let seen = seen.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let req = TaskClaimRequest::new(
-                        format!("r{r}w{w}"),
-                        vec!["a".into(), "b".into()],
-                        25,
-                        Duration::from_secs(300),
-                    )
-                    .unwrap();
-                    let claimed = store.workflow_claim(req).await.unwrap();
-                    if claimed.is_empty() {
-                        return;
-                    }
-                    for c in claimed {
-                        *seen.lock().unwrap().entry(c.task.id.clone()).or_default() += 1;
-                        store
-                            .workflow_complete(&c.lease, serde_json::json!("done"))
-                            .await
-                            .unwrap();
-                    }
-                }
-            }));
+    let seen = claim_on_every_replica(stores, 4, |store, name| async move {
+        let claim = TaskClaimRequest::new(
+            name,
+            vec!["a".into(), "b".into()],
+            25,
+            Duration::from_secs(300),
+        )
+        .unwrap();
+        let mut ids = Vec::new();
+        for c in store.workflow_claim(claim).await.unwrap() {
+            store
+                .workflow_complete(&c.lease, serde_json::json!("done"))
+                .await
+                .unwrap();
+            ids.push(c.task.id);
         }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let seen = seen.lock().unwrap();
+        ids
+    })
+    .await;
     let doubles = seen.values().filter(|n| **n > 1).count();
     println!(
         "workflow replicas: {} tasks claimed by 4 stores x 4 workers, double claims: {doubles}",
