@@ -660,21 +660,12 @@ fn port_methods_take_at_most_two_arguments_besides_self() {
 /// plans again at every execution whatever their placeholders.)
 #[test]
 fn embedded_inserts_use_each_placeholder_once() {
-    let src = workspace_tests::workspace_root().join("crates/store-embedded/src");
-    let mut files = vec![src];
     let mut violations = Vec::new();
     let mut inserts = 0;
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            for entry in std::fs::read_dir(&path).unwrap() {
-                files.push(entry.unwrap().path());
-            }
+    for (path, text) in source_files() {
+        if !path.starts_with("crates/store-embedded/src") {
             continue;
         }
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
         for literal in string_literals(&text) {
             if !literal.trim_start().starts_with("INSERT") {
                 continue;
@@ -683,7 +674,7 @@ fn embedded_inserts_use_each_placeholder_once() {
             let mut seen = std::collections::HashSet::new();
             for n in placeholders(&literal) {
                 if !seen.insert(n) {
-                    violations.push(format!("{}: ${n} twice in {literal:?}", path.display()));
+                    violations.push(format!("{path}: ${n} twice in {literal:?}"));
                 }
             }
         }

@@ -150,8 +150,9 @@ impl LeaseRow {
         token: &LeaseToken,
         write: FencedWrite<'_>,
     ) -> Result<LeaseRow, Refused> {
-        fence(row.as_ref().map(LeaseRow::held).as_ref(), token, write)?;
-        row.ok_or(Refused::Lost)
+        let row = row.ok_or(Refused::Lost)?;
+        row.fence(token, write)?;
+        Ok(row)
     }
 
     /// What the transition planners (`crate::policy`) need of it.
@@ -178,20 +179,25 @@ pub struct FinishedRow {
 }
 
 impl FinishedRow {
-    /// The lease check ([`fence`]) on a finished delivery: no lease holds
-    /// it, so only its last outcome again, under its last lease, passes (as
-    /// a repeat).
-    ///
-    /// # Errors
-    /// Why the write is refused.
-    pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
-        let held = Held {
+    /// What the lease check sees: no lease holds a finished delivery, so
+    /// only its last outcome again, under its last lease, passes (as a
+    /// repeat).
+    pub fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
             leased: false,
             token: self.lease_token,
             expires_at: None,
             last_outcome: self.last_outcome.as_deref(),
-        };
-        fence(Some(&held), token, write)
+        }
+    }
+
+    /// The lease check ([`fence`]) on this finished delivery for `write`
+    /// under `token`.
+    ///
+    /// # Errors
+    /// Why the write is refused.
+    pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
+        fence(Some(&self.held()), token, write)
     }
 }
 
@@ -210,18 +216,22 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
+    /// What the lease check sees.
+    pub fn held(&self) -> Held<'_, LeaseToken> {
+        Held {
+            leased: self.task.state == TaskState::Leased,
+            token: self.token,
+            expires_at: self.task.lease_expires_at,
+            last_outcome: self.last_outcome.as_deref(),
+        }
+    }
+
     /// The lease check ([`fence`]) on this task for `write` under `token`.
     ///
     /// # Errors
     /// Why the write is refused.
     pub fn fence(&self, token: &LeaseToken, write: FencedWrite<'_>) -> Result<Verdict, Refused> {
-        let held = Held {
-            leased: self.task.state == TaskState::Leased,
-            token: self.token,
-            expires_at: self.task.lease_expires_at,
-            last_outcome: self.last_outcome.as_deref(),
-        };
-        fence(Some(&held), token, write)
+        fence(Some(&self.held()), token, write)
     }
 
     /// Where failing this task under `token` at `now` takes it
