@@ -327,6 +327,9 @@ fn both_adapters_migrate_to_the_same_tables() {
         // The write-once shape (ADR 0020), postgres only so far (issue 35).
         "delivery_done",
         "delivery_queue",
+        // The finished counts (ADR 0032): the embedded writer keeps them in
+        // its memory beside the live index.
+        "delivery_tallies",
     ];
     let mut postgres_only = postgres_only.to_vec();
     postgres_only.sort_unstable();
@@ -730,4 +733,31 @@ fn placeholders(sql: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// The migrations that roll up the attempt log already written compute each
+/// latency's bucket in SQL from a literal list of bucket bounds: the list
+/// must be the core's rule, bound for bound (ADR 0032).
+#[test]
+fn the_rollup_migrations_use_the_cores_latency_buckets() {
+    let want: Vec<u64> = (0..control_plane_core::LATENCY_BUCKETS - 1)
+        .map(control_plane_core::latency_bucket_bound)
+        .collect();
+    for path in [
+        "crates/store-postgres/src/migrations/0017_counts_and_rollups.sql",
+        "crates/store-embedded/src/migrations/0012_attempt_rollup.sql",
+    ] {
+        let sql = std::fs::read_to_string(workspace_root().join(path)).unwrap();
+        // The bounds are the one long run of numbers and separators.
+        let run = sql
+            .split(|c: char| !(c.is_ascii_digit() || ",() ".contains(c)))
+            .max_by_key(|s| s.len())
+            .unwrap_or_default();
+        let got: Vec<u64> = run
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(got, want, "{path}");
+    }
 }

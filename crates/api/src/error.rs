@@ -67,6 +67,7 @@ pub fn code_for(status: StatusCode) -> &'static str {
         403 => "forbidden",
         404 => "not_found",
         405 => "method_not_allowed",
+        408 => "request_timeout",
         409 => "conflict",
         413 => "payload_too_large",
         415 => "unsupported_media_type",
@@ -135,16 +136,47 @@ impl From<StoreError> for ApiError {
             StoreError::LeaseLost => {
                 ApiError::new(StatusCode::CONFLICT, "the lease was lost to another worker")
             }
-            StoreError::Unavailable(m) | StoreError::Busy(m) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m)
-            }
-            other => {
-                tracing::error!("store error: {other}");
+            // The store's own text (a connection error naming a variable, a
+            // constraint name) goes to the log only; the caller gets a fixed
+            // message and the id of the log line.
+            StoreError::Unavailable(_) | StoreError::Busy(_) => {
+                let id = uuid::Uuid::now_v7();
+                tracing::warn!(error_id = %id, "store unavailable: {e}");
                 ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the store failed; the details are in the service log",
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the store is unavailable; try again shortly (error id {id} in the service log)"),
                 )
             }
+            other => {
+                let id = uuid::Uuid::now_v7();
+                tracing::error!(error_id = %id, "store error: {other}");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the store failed (error id {id} in the service log)"),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn store_failures_answer_a_fixed_message_with_an_id_never_the_stores_text() {
+        let secret = "password authentication failed for user \"cp\" at db.internal:5432";
+        for e in [
+            StoreError::Unavailable(secret.into()),
+            StoreError::Busy(secret.into()),
+            StoreError::Backend(secret.into()),
+        ] {
+            let a = ApiError::from(e);
+            assert!(a.status.is_server_error(), "{a:?}");
+            assert!(!a.message.contains("db.internal"), "{a:?}");
+            assert!(!a.message.contains("password"), "{a:?}");
+            assert!(a.message.contains("error id "), "{a:?}");
         }
     }
 }

@@ -18,6 +18,7 @@ mod openapi;
 mod publisher;
 pub mod query;
 mod routes;
+pub mod server;
 mod views;
 
 use std::sync::Arc;
@@ -30,12 +31,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, Timestamp, UsageMeter};
-use tokio_util::sync::CancellationToken;
 
 pub use auth::{generate_secret, generate_token, hash_token, Caller, MAX_TOKEN_BYTES};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use openapi::document as openapi_document;
+pub use server::{serve, ServerLimits};
 
 /// How the API runs.
 #[derive(Clone, Debug)]
@@ -44,6 +45,8 @@ pub struct ApiConfig {
     pub admin_token: String,
     /// Largest request body accepted, in bytes (`413` above).
     pub body_limit: usize,
+    /// Time a request's whole body may take to arrive (`408` past it).
+    pub body_timeout: Duration,
     /// How long a rotated-out secret keeps signing.
     pub rotation_grace: Duration,
     /// The service's default in-flight cap per endpoint
@@ -53,11 +56,12 @@ pub struct ApiConfig {
 }
 
 impl ApiConfig {
-    /// Defaults (1 MiB bodies, 24 h rotation grace) with this admin token.
+    /// Defaults (1 MiB bodies within 30 s, 24 h rotation grace) with this admin token.
     pub fn new(admin_token: impl Into<String>) -> Self {
         ApiConfig {
             admin_token: admin_token.into(),
             body_limit: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             rotation_grace: Duration::from_secs(24 * 3600),
             endpoint_concurrency: control_plane_core::policy::DEFAULT_ENDPOINT_CONCURRENCY,
         }
@@ -119,24 +123,12 @@ pub fn router(
         .merge(pages)
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            (config.body_timeout, config.body_limit),
+            server::read_body_within,
+        ))
         .layer(axum::middleware::from_fn(uniform_errors))
         .with_state(state)
-}
-
-/// Serves `router` on `listener` until `stop` is cancelled; requests in
-/// progress finish.
-///
-/// # Errors
-/// When the server fails.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
 }
 
 /// Gives the framework's own rejections (malformed JSON, wrong content type,

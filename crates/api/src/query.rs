@@ -9,11 +9,12 @@ use control_plane_core::EndpointKey;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use control_plane_core::attempt::rollup_minute;
 use control_plane_core::{
-    AccountId, Alert, AttemptRecord, AttemptStats, Check, Circuit, CircuitMode, Delivery,
-    DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint, EndpointId,
-    Event, EventType, Page, PageRequest, Published, Recovery, StoreError, Task, TaskEnqueueRequest,
-    TaskId, Timestamp, UsageMetric, RECOVER_TASK,
+    AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
+    Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,
+    EndpointId, Event, EventType, Page, PageRequest, Published, Recovery, RollupRow, StoreError,
+    Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK, ROLLUP_MINUTE_MS,
 };
 
 use crate::error::ApiError;
@@ -118,7 +119,7 @@ pub struct Overview {
     /// Deliveries by state.
     pub counts: HashMap<DeliveryState, u64>,
     /// Deliveries delivered in each of the last 30 minutes, oldest first
-    /// (from the newest 1,000 delivered).
+    /// (delivered attempts, from the attempt rollup).
     pub per_minute: [u64; 30],
     /// Endpoints whose circuit is not closed (of the first 500), with it.
     pub open_circuits: Vec<(Endpoint, Circuit)>,
@@ -150,31 +151,33 @@ pub async fn overview(
             counts.insert(state, n);
         }
     }
-    let delivered = store
-        .delivery_list(DeliveryListRequest {
-            state: Some(DeliveryState::Delivered),
-            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
-        })
-        .await?;
+    // Delivered attempts per minute, from the attempt rollup (ADR 0032).
+    let first_minute = rollup_minute(now) - 29 * ROLLUP_MINUTE_MS;
     let mut per_minute = [0u64; 30];
-    for d in &delivered.items {
-        let age = now.since(d.updated_at).as_secs() / 60;
-        if let Some(slot) = usize::try_from(age)
-            .ok()
-            .and_then(|a| 29usize.checked_sub(a))
-        {
-            per_minute[slot] += 1;
+    let since = Timestamp::from_millis(first_minute);
+    for r in store.attempt_rollup_of_account(account, since).await? {
+        let slot = (r.minute - first_minute) / ROLLUP_MINUTE_MS;
+        if let (Some(n), AttemptResult::Delivered) = (
+            usize::try_from(slot)
+                .ok()
+                .and_then(|i| per_minute.get_mut(i)),
+            r.result,
+        ) {
+            *n += u64::try_from(r.n).unwrap_or(0);
         }
     }
     let mut open_circuits = Vec::new();
     let mut disabled = Vec::new();
+    let mut circuits: HashMap<EndpointId, Circuit> =
+        store.circuit_list(account).await?.into_iter().collect();
     for e in store.endpoint_list(account).await?.into_iter().take(500) {
-        let c = store.circuit_get(account, e.id).await?;
         if !e.enabled {
             disabled.push(e.clone());
         }
-        if c.mode != CircuitMode::Closed {
-            open_circuits.push((e, c));
+        if let Some(c) = circuits.remove(&e.id) {
+            if c.mode != CircuitMode::Closed {
+                open_circuits.push((e, c));
+            }
         }
     }
     let alerts = store
@@ -201,11 +204,14 @@ pub struct EndpointHealth {
     pub in_flight: u64,
     /// Its attempts of the last hour.
     pub last_hour: AttemptStats,
-    /// The response times of its last 30 attempts, oldest first, in ms.
+    /// The median response time of each of the last 30 minutes, oldest
+    /// first, in ms (0 for a minute without attempts).
     pub latencies: Vec<u64>,
 }
 
-/// The health of the account's first 200 endpoints at `now`.
+/// The health of the account's first 200 endpoints at `now`, from four
+/// reads whatever the number of endpoints: the leased deliveries, the
+/// endpoints, their circuits and the attempt rollup of the last hour.
 ///
 /// # Errors
 /// The store's.
@@ -225,23 +231,36 @@ pub async fn endpoint_health(
         *in_flight.entry(d.endpoint_id).or_default() += 1;
     }
     let hour_ago = now.minus(Duration::from_secs(3600));
+    let mut circuits: HashMap<EndpointId, Circuit> =
+        store.circuit_list(account).await?.into_iter().collect();
+    let mut rollup: HashMap<EndpointId, Vec<RollupRow>> = HashMap::new();
+    for row in store.attempt_rollup_of_account(account, hour_ago).await? {
+        rollup.entry(row.endpoint_id).or_default().push(row);
+    }
+    let first_minute = rollup_minute(now) - 29 * ROLLUP_MINUTE_MS;
     let mut out = Vec::new();
     for endpoint in store.endpoint_list(account).await?.into_iter().take(200) {
-        let circuit = store.circuit_get(account, endpoint.id).await?;
-        let last_hour = store
-            .attempt_stats(EndpointKey::new(account, endpoint.id), hour_ago)
-            .await?;
-        let recent = store
-            .attempt_list_for_endpoint(
-                EndpointKey::new(account, endpoint.id),
-                PageRequest::first(30),
+        let rows = rollup.remove(&endpoint.id).unwrap_or_default();
+        let counts = |rows: &mut dyn Iterator<Item = &RollupRow>| {
+            AttemptStats::from_rollup(
+                rows.map(|r| (r.result, r.bucket, u64::try_from(r.n).unwrap_or(0)))
+                    .collect::<Vec<_>>(),
             )
-            .await?;
+        };
+        let last_hour = counts(&mut rows.iter());
+        let latencies = (0..30)
+            .map(|i| {
+                let minute = first_minute + i * ROLLUP_MINUTE_MS;
+                counts(&mut rows.iter().filter(|r| r.minute == minute))
+                    .p50_latency_ms
+                    .unwrap_or(0)
+            })
+            .collect();
         out.push(EndpointHealth {
             in_flight: in_flight.get(&endpoint.id).copied().unwrap_or(0),
-            latencies: recent.items.iter().rev().map(|a| a.latency_ms).collect(),
+            circuit: circuits.remove(&endpoint.id).unwrap_or_default(),
+            latencies,
             endpoint,
-            circuit,
             last_hour,
         });
     }

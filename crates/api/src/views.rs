@@ -170,9 +170,10 @@ pub(crate) struct StatsWindow {
     attempts: AttemptCounts,
     /// Delivered over all attempts; `null` without attempts.
     success_rate: Option<f64>,
-    /// Nearest-rank median response time, in milliseconds.
+    /// Median response time, in milliseconds: the upper bound of the latency
+    /// bucket holding the nearest rank (at most 25 % above it).
     p50_latency_ms: Option<u64>,
-    /// Nearest-rank 95th percentile response time, in milliseconds.
+    /// 95th percentile response time, in milliseconds, by the same rule.
     p95_latency_ms: Option<u64>,
 }
 

@@ -22,6 +22,7 @@ use workspace_tests::{answer_after, api_call, Receiver};
 mod checks;
 mod delivery;
 mod growth;
+mod history;
 mod queue;
 mod serve;
 
@@ -49,6 +50,9 @@ struct Args {
     /// The larger history of the growth section (issue 35's target: ten
     /// million rows).
     growth_rows: i64,
+    /// The larger history of the history section, postgres (issue 54's
+    /// target: twenty million; the embedded store gets a quarter of it).
+    history_rows: i64,
 }
 
 fn args() -> BenchResult<Args> {
@@ -61,6 +65,7 @@ fn args() -> BenchResult<Args> {
         serve_bin: None,
         peers_bin: None,
         growth_rows: 10_000_000,
+        history_rows: 20_000_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -93,6 +98,13 @@ fn args() -> BenchResult<Args> {
                     .and_then(|v| v.parse().ok())
                     .filter(|n| *n > 10_000)
                     .ok_or("--growth-rows needs a number above 10000")?
+            }
+            "--history-rows" => {
+                a.history_rows = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n >= 400_000)
+                    .ok_or("--history-rows needs a number of at least 400000")?
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -459,30 +471,37 @@ async fn raw_worker(
             continue;
         }
         idle = 0;
-        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
-        // Column 19 of the claim is the lease token.
-        let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(19)).collect();
-        let errors: Vec<Option<String>> = vec![None; ids.len()];
-        let codes: Vec<Option<i64>> = vec![Some(200); ids.len()];
-        let latencies: Vec<i64> = vec![1; ids.len()];
-        let bodies: Vec<Option<String>> = vec![None; ids.len()];
-        let n = client
-            .execute(
-                &complete,
-                &[
-                    &ids,
-                    &tokens,
-                    &errors,
-                    &codes,
-                    &latencies,
-                    &now_ms(),
-                    &bodies,
-                ],
-            )
-            .await
-            .map_err(fail)?;
+        let n = complete_raw(client, &complete, &rows).await?;
         done.fetch_add(n, Ordering::Relaxed);
     }
+}
+
+/// Records the claimed `rows` delivered in 1 ms with the adapter's own
+/// statement; how many it recorded.
+async fn complete_raw(
+    client: &tokio_postgres::Client,
+    complete: &tokio_postgres::Statement,
+    rows: &[tokio_postgres::Row],
+) -> BenchResult<u64> {
+    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(0)).collect();
+    // Column 19 of the claim is the lease token.
+    let tokens: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(19)).collect();
+    let errors: Vec<Option<String>> = vec![None; ids.len()];
+    let codes: Vec<Option<i64>> = vec![Some(200); ids.len()];
+    let latencies: Vec<i64> = vec![1; ids.len()];
+    let bodies: Vec<Option<String>> = vec![None; ids.len()];
+    let buckets: Vec<i16> = vec![control_plane_core::latency_bucket(1); ids.len()];
+    let at = now_ms();
+    let minute = control_plane_core::rollup_minute(control_plane_core::Timestamp::from_millis(at));
+    client
+        .execute(
+            complete,
+            &[
+                &ids, &tokens, &errors, &codes, &latencies, &at, &bodies, &buckets, &minute,
+            ],
+        )
+        .await
+        .map_err(fail)
 }
 
 // ----------------------------------------------------------------- sections
@@ -618,12 +637,30 @@ async fn run(a: &Args) -> BenchResult<String> {
             wakeup_latency(a).await?
         );
     }
+    out.push_str(&sizes(a, &dir, &want).await?);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+/// The sections about size: growth, history and memory.
+async fn sizes(
+    a: &Args,
+    dir: &std::path::Path,
+    want: &dyn Fn(&str) -> bool,
+) -> BenchResult<String> {
+    let mut out = String::new();
     if want("growth") {
         let _ = writeln!(out, "## Growth (postgres; one run)\n\n{}", growth(a).await?);
     }
-    if want("memory") {
-        let _ = writeln!(out, "## Memory (one run)\n\n{}", memory(a, &dir).await?);
+    if want("history") {
+        let _ = writeln!(
+            out,
+            "## Reads and the size of the history (issue 54; one run each)\n{}",
+            history::history(a, dir).await?
+        );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if want("memory") {
+        let _ = writeln!(out, "## Memory (one run)\n\n{}", memory(a, dir).await?);
+    }
     Ok(out)
 }

@@ -26,11 +26,18 @@ pub const MAX_SCHEMA_BYTES: usize = 65_536;
 pub const MAX_EXAMPLE_BYTES: usize = 65_536;
 /// The longest description.
 pub const MAX_DESCRIPTION_BYTES: usize = 1_024;
-/// How many compiled schemas the process keeps before it starts over.
-const CACHE_LIMIT: usize = 1_024;
-/// The largest compiled form of one `pattern`, in bytes: patterns run on
-/// the `regex` engine (linear time, no backtracking), bounded in size.
-const PATTERN_BYTES: usize = 1 << 20;
+/// The most regular expressions one schema may hold (`pattern` values and
+/// `patternProperties` keys): each compiles to a program of up to
+/// [`PATTERN_BYTES`] and a lazy DFA of as much, so this bounds what one
+/// registration can make the process keep (issue 54: 1,829 patterns took
+/// 190 MiB).
+pub const MAX_SCHEMA_PATTERNS: usize = 32;
+/// The largest compiled form of one `pattern`, in bytes, and of its lazy
+/// DFA: patterns run on the `regex` engine (linear time, no backtracking).
+const PATTERN_BYTES: usize = 64 * 1024;
+/// What the process keeps of compiled schemas, by their cost as
+/// [`schema_cost`] bounds it, before it starts over.
+const CACHE_BYTES: usize = 64 << 20;
 /// The longest 422 message about a payload: the failing value and its path
 /// are quoted in it, and a long message is cut.
 const MAX_MESSAGE_BYTES: usize = 400;
@@ -320,7 +327,36 @@ pub fn check_publishes(
     Ok(())
 }
 
-type Cache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+/// The compiled schemas by their text, and their summed cost.
+type Cache = Mutex<(HashMap<String, Arc<jsonschema::Validator>>, usize)>;
+
+/// How many regular expressions `schema` holds: `pattern` strings and the
+/// keys of `patternProperties`, at any depth.
+fn patterns_in(schema: &Value) -> usize {
+    match schema {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                let here = match (k.as_str(), v) {
+                    ("pattern", Value::String(_)) => 1,
+                    ("patternProperties", Value::Object(props)) => props.len(),
+                    _ => 0,
+                };
+                here + patterns_in(v)
+            })
+            .sum(),
+        Value::Array(items) => items.iter().map(patterns_in).sum(),
+        _ => 0,
+    }
+}
+
+/// An upper bound of what the compiled form of a schema of `text_len`
+/// bytes with `patterns` regular expressions keeps in memory: its patterns
+/// at their limits, and the validator's tree at a generous 32 bytes per
+/// byte of text.
+fn schema_cost(text_len: usize, patterns: usize) -> usize {
+    text_len * 32 + patterns * 2 * PATTERN_BYTES
+}
 
 /// Answers every remote `$ref` with [`REMOTE_REFUSED`]: a schema never makes
 /// the service fetch a URL (the crate's HTTP features are off as well).
@@ -335,19 +371,30 @@ impl jsonschema::Retrieve for RefuseRemote {
     }
 }
 
-/// The compiled schema of `text`, from the cache or compiled now.
+/// The compiled schema of `text`, from the cache or compiled now. A schema
+/// with more than [`MAX_SCHEMA_PATTERNS`] regular expressions is refused
+/// before anything is compiled; the cache keeps at most [`CACHE_BYTES`] of
+/// compiled schemas by [`schema_cost`].
 fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Cache::default);
     if let Some(v) = cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .0
         .get(text)
     {
         return Ok(v.clone());
     }
     let schema: Value = serde_json::from_str(text)
         .map_err(|e| StoreError::InvalidInput(format!("schema is not JSON: {e}")))?;
+    let patterns = patterns_in(&schema);
+    if patterns > MAX_SCHEMA_PATTERNS {
+        return Err(StoreError::InvalidInput(format!(
+            "schema holds {patterns} regular expressions (pattern, patternProperties); \
+             at most {MAX_SCHEMA_PATTERNS} are accepted"
+        )));
+    }
     let validator = jsonschema::options()
         .with_retriever(RefuseRemote)
         .with_pattern_options(
@@ -358,13 +405,16 @@ fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
         .build(&schema)
         .map(Arc::new)
         .map_err(|e| StoreError::InvalidInput(format!("schema does not compile: {e}")))?;
+    let cost = schema_cost(text.len(), patterns);
     let mut kept = cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if kept.len() >= CACHE_LIMIT {
-        kept.clear();
+    if kept.1 + cost > CACHE_BYTES {
+        kept.0.clear();
+        kept.1 = 0;
     }
-    kept.insert(text.to_string(), validator.clone());
+    kept.0.insert(text.to_string(), validator.clone());
+    kept.1 += cost;
     Ok(validator)
 }
 
@@ -423,6 +473,35 @@ mod tests {
         let cut = check_payload("t", &strings, &Value::Object(long_key)).unwrap_err();
         assert!(cut.to_string().len() < MAX_MESSAGE_BYTES + 200, "{cut}");
         assert!(cut.to_string().ends_with("..."), "{cut}");
+    }
+
+    #[test]
+    fn a_schema_with_too_many_patterns_is_refused_before_it_compiles() {
+        let props: serde_json::Map<String, Value> = (0..=MAX_SCHEMA_PATTERNS)
+            .map(|i| {
+                (
+                    format!("f{i}"),
+                    json!({"type": "string", "pattern": format!("^[ab]{{0,900}}c{i}$")}),
+                )
+            })
+            .collect();
+        let many = json!({"type": "object", "properties": props});
+        assert_eq!(patterns_in(&many), MAX_SCHEMA_PATTERNS + 1);
+        let err = put(Some(many), None).check().unwrap_err();
+        assert!(err.to_string().contains("regular expressions"), "{err}");
+        let keys = json!({"patternProperties": {"^a": {}, "^b": {"pattern": "x"}}});
+        assert_eq!(patterns_in(&keys), 3);
+        let fewer: serde_json::Map<String, Value> = (0..MAX_SCHEMA_PATTERNS)
+            .map(|i| {
+                (
+                    format!("f{i}"),
+                    json!({"type": "string", "pattern": format!("^[ab]{{0,90}}c{i}$")}),
+                )
+            })
+            .collect();
+        put(Some(json!({"type": "object", "properties": fewer})), None)
+            .check()
+            .unwrap();
     }
 
     #[test]

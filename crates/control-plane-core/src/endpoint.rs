@@ -254,7 +254,7 @@ impl crate::Check for EndpointCreateRequest {
             o.validate()?;
         }
         if let Some(d) = &self.description {
-            validate_free_text("description", d)?;
+            validate_description(d)?;
         }
         validate_flow_limits(self.rate_limit_per_s, self.max_in_flight)
     }
@@ -334,7 +334,7 @@ impl EndpointUpdateRequest {
             None => None,
         };
         if let Some(Some(d)) = &self.description {
-            validate_free_text("description", d)?;
+            validate_description(d)?;
         }
         validate_flow_limits(
             self.rate_limit_per_s.flatten(),
@@ -489,9 +489,87 @@ pub fn validate_flow_limits(
 /// 255 characters, no control characters), `*`, or a prefix wildcard such
 /// as `order.*` (see [`crate::catalogue::validate_subscription`]).
 pub fn validate_event_types(types: &[String]) -> Result<(), StoreError> {
+    if types.len() > MAX_ENDPOINT_EVENT_TYPES {
+        return Err(StoreError::InvalidInput(format!(
+            "event_types may name at most {MAX_ENDPOINT_EVENT_TYPES} types or patterns, got {}",
+            types.len()
+        )));
+    }
     types
         .iter()
         .try_for_each(|t| crate::catalogue::validate_subscription(t))
+}
+
+/// The most entries of an endpoint's `event_types`.
+pub const MAX_ENDPOINT_EVENT_TYPES: usize = 100;
+
+/// The longest endpoint description, in bytes.
+pub const MAX_ENDPOINT_DESCRIPTION_BYTES: usize = 1_024;
+
+/// Checks an endpoint's description: no NUL, at most
+/// [`MAX_ENDPOINT_DESCRIPTION_BYTES`].
+pub fn validate_description(d: &str) -> Result<(), StoreError> {
+    validate_free_text("description", d)?;
+    if d.len() > MAX_ENDPOINT_DESCRIPTION_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "description must be at most {MAX_ENDPOINT_DESCRIPTION_BYTES} bytes, got {}",
+            d.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Query parameter names that carry a credential: the end of the name
+/// (lower case, `-` as `_`) is one of these.
+const CREDENTIAL_PARAMS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "key",
+    "auth",
+    "authorization",
+    "signature",
+    "sig",
+    "credential",
+    "credentials",
+];
+
+/// Refuses a URL that carries a credential in the clear: a user or password
+/// before the host, or a query parameter named like one. A URL is shown by
+/// every read and on the dashboard, so a credential belongs in a custom
+/// header, which is sealed at rest and never shown again.
+fn refuse_credentials_in(url: &str, rest: &str) -> Result<(), StoreError> {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(StoreError::InvalidInput(format!(
+            "endpoint url must not carry a user or password ({}); send credentials in a custom header \
+             (headers are sealed and never shown again), e.g. \"headers\": {{\"authorization\": \"Basic ...\"}}",
+            url.split('@').next_back().map_or("", |h| h)
+        )));
+    }
+    let query = rest.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split('#').next().unwrap_or_default();
+    for pair in query.split('&') {
+        let name = pair
+            .split('=')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+            .replace('-', "_");
+        if let Some(c) = CREDENTIAL_PARAMS
+            .iter()
+            .find(|c| name == **c || name.ends_with(&format!("_{c}")))
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "endpoint url must not carry a credential in its query (parameter {name:?} looks like a {c}); \
+                 send it in a custom header instead: headers are sealed and never shown again"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a URL the way every adapter must before storing it.
@@ -506,7 +584,7 @@ pub fn validate_endpoint_url(url: &str) -> Result<(), StoreError> {
                 && url.len() <= 2048
                 && !url.chars().any(|c| c.is_whitespace() || c.is_control()) =>
         {
-            Ok(())
+            refuse_credentials_in(url, r)
         }
         _ => Err(StoreError::InvalidInput(format!(
             "endpoint url must be an absolute http:// or https:// URL of at most 2048 characters without spaces or control characters, got {url:?}"
@@ -531,6 +609,43 @@ mod tests {
         assert!(validate_endpoint_url("ftp://x").is_err());
         assert!(validate_endpoint_url("https://").is_err());
         assert!(validate_endpoint_url("https://a b").is_err());
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_refused_pointing_to_headers() {
+        for url in [
+            "https://user:pass@example.com/hook",
+            "https://user@example.com/hook",
+            "https://example.com/hook?token=abc",
+            "https://example.com/hook?a=1&API-KEY=abc",
+            "https://example.com/hook?x_secret=abc#frag",
+            "http://example.com?password=x",
+        ] {
+            let e = validate_endpoint_url(url).unwrap_err().to_string();
+            assert!(e.contains("header"), "{url}: {e}");
+            assert!(
+                !e.contains("pass@") && !e.contains("abc"),
+                "{url} echoes the secret: {e}"
+            );
+        }
+        for url in [
+            "https://example.com/hook?tenant=7&monkey=1",
+            "https://example.com/a@b",
+            "https://example.com/hook?x=a@b",
+        ] {
+            assert!(validate_endpoint_url(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn endpoint_strings_and_lists_have_a_length() {
+        let many: Vec<String> = (0..=MAX_ENDPOINT_EVENT_TYPES)
+            .map(|i| format!("t{i}"))
+            .collect();
+        assert!(validate_event_types(&many).is_err());
+        assert!(validate_event_types(&many[..MAX_ENDPOINT_EVENT_TYPES]).is_ok());
+        assert!(validate_description(&"d".repeat(MAX_ENDPOINT_DESCRIPTION_BYTES)).is_ok());
+        assert!(validate_description(&"d".repeat(MAX_ENDPOINT_DESCRIPTION_BYTES + 1)).is_err());
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub enum Purged {
     Deliveries,
     /// Attempt-log rows, by when they were recorded.
     Attempts,
+    /// Attempt rollup rows, by their minute: kept for the retention or
+    /// [`crate::ROLLUP_HORIZON`], whichever is shorter.
+    AttemptRollups,
     /// Events that no delivery refers to, by creation.
     Events,
     /// Completed workflow tasks, by their last update.
@@ -84,6 +87,10 @@ impl Purged {
                 now.as_millis()
             }
             Purged::UsageWindows => age.saturating_sub(3_600_000),
+            Purged::AttemptRollups => now
+                .minus(retention.min(crate::ROLLUP_HORIZON))
+                .as_millis()
+                .saturating_sub(crate::ROLLUP_MINUTE_MS),
             _ => age,
         }
     }
@@ -124,6 +131,8 @@ pub struct PurgeReport {
     pub deliveries: u64,
     /// Attempt-log rows older than the retention.
     pub attempts: u64,
+    /// Attempt rollup rows past the rollup's horizon or the retention.
+    pub rollups: u64,
     /// Events older than the retention that no delivery refers to.
     pub events: u64,
     /// Completed workflow tasks older than the retention.
@@ -146,6 +155,7 @@ impl PurgeReport {
     pub fn total(&self) -> u64 {
         self.deliveries
             + self.attempts
+            + self.rollups
             + self.events
             + self.tasks
             + self.alerts
@@ -160,6 +170,7 @@ impl PurgeReport {
         let field = match what {
             Purged::Deliveries => &mut self.deliveries,
             Purged::Attempts => &mut self.attempts,
+            Purged::AttemptRollups => &mut self.rollups,
             Purged::Events => &mut self.events,
             Purged::Tasks => &mut self.tasks,
             Purged::Alerts => &mut self.alerts,
@@ -175,6 +186,7 @@ impl PurgeReport {
     pub fn add(&mut self, other: &PurgeReport) {
         self.deliveries += other.deliveries;
         self.attempts += other.attempts;
+        self.rollups += other.rollups;
         self.events += other.events;
         self.tasks += other.tasks;
         self.alerts += other.alerts;

@@ -221,6 +221,7 @@ async fn spawn_api(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let api_config = api::ApiConfig {
         endpoint_concurrency: config.endpoint_concurrency,
+        body_timeout: config.body_timeout,
         ..api::ApiConfig::new(token)
     };
     let router = api::router(
@@ -231,8 +232,9 @@ async fn spawn_api(
         dashboard::router(),
     );
     let stop = supervisor.token();
+    let limits = config.server;
     supervisor.spawn("api", async move {
-        match api::serve(listener, router, stop).await {
+        match api::serve(listener, router, stop, limits).await {
             Ok(()) => "api".to_string(),
             Err(e) => format!("api (failed: {e})"),
         }

@@ -175,7 +175,7 @@ fn overview_body(account: &AccountId, o: &Overview) -> Markup {
 }
 
 /// Every endpoint with its circuit, flow limits, last hour's success rate
-/// and response times, and a chart of its last 30 response times.
+/// and response times, and a chart of its median response time per minute.
 pub(crate) async fn endpoints(
     State(s): Shared,
     AccountPage { session, account }: AccountPage,
@@ -229,7 +229,10 @@ fn endpoint_row(h: &EndpointHealth, csrf: &str) -> Vec<Markup> {
             }
         },
         html! { (ms(h.last_hour.p50_latency_ms)) " / " (ms(h.last_hour.p95_latency_ms)) },
-        bars("response times of the last 30 attempts, ms", &h.latencies),
+        bars(
+            "median response time of each of the last 30 minutes, ms",
+            &h.latencies,
+        ),
         crate::recover::form(e, csrf),
     ]
 }

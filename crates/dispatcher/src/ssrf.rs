@@ -30,8 +30,8 @@ fn private_v4(ip: Ipv4Addr) -> bool {
 
 /// The IPv4 address an IPv6 address carries to an IPv4 host, where it is
 /// one of the forms that reach one: IPv4-mapped `::ffff:0:0/96`,
-/// IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` (RFC 6052) and 6to4
-/// `2002::/16` (RFC 3056).
+/// IPv4-compatible `::/96`, IPv4-translated (SIIT) `::ffff:0:0:0/96`
+/// (RFC 2765), NAT64 `64:ff9b::/96` (RFC 6052) and 6to4 `2002::/16` (RFC 3056).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return Some(v4);
@@ -46,6 +46,7 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
         [0, 0, 0, 0, 0, 0, hi, lo] if !ip.is_loopback() && !ip.is_unspecified() => {
             Some(last(hi, lo))
         }
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(last(hi, lo)),
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(last(hi, lo)),
         [0x2002, hi, lo, ..] => Some(last(hi, lo)),
         _ => None,
@@ -74,8 +75,8 @@ fn private_v6(ip: Ipv6Addr) -> bool {
         // Documentation 2001:db8::/32 and 3fff::/20.
         || (first == 0x2001 && s[1] == 0x0db8)
         || (first == 0x3fff && s[1] < 0x1000)
-        // Discard-only 100::/64.
-        || (first == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] == 0)
+        // Discard-only 100::/64, and the dummy prefix 100:0:0:1::/64 (RFC 9780).
+        || (first == 0x0100 && s[1] == 0 && s[2] == 0 && s[3] <= 1)
         // Segment routing (SRv6) SIDs 5f00::/16.
         || first == 0x5f00
 }
@@ -265,6 +266,14 @@ mod tests {
             (
                 "100::/64 discard-only",
                 &["100::", "100::ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "100:0:0:1::/64 dummy prefix",
+                &["100:0:0:1::", "100:0:0:1:ffff:ffff:ffff:ffff"],
+            ),
+            (
+                "::ffff:0:0:0/96 IPv4-translated (SIIT) of a private address",
+                &["::ffff:0:a00:1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe"],
             ),
             (
                 "2001::/23 IETF",

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use control_plane_core::policy::AttemptDraft;
 use control_plane_core::*;
-use duckdb::{params, OptionalExt, Row};
+use duckdb::{params, Row};
 
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
@@ -48,6 +48,8 @@ pub(crate) struct AttemptRows {
     will_retry: Vec<bool>,
     next_attempt_at: Vec<Option<i64>>,
     response_body: Vec<Option<String>>,
+    /// What the rollup counts of each row: endpoint, result, latency.
+    counted: Vec<(EndpointId, AttemptResult, u64)>,
 }
 
 impl AttemptRows {
@@ -76,13 +78,17 @@ impl AttemptRows {
         self.next_attempt_at
             .push(a.next_attempt_at.map(Timestamp::as_millis));
         self.response_body.push(a.response_body.clone());
+        self.counted.push((endpoint, a.result, a.latency_ms));
     }
 
-    /// Writes the gathered rows.
+    /// Writes the gathered rows, and their rollup deltas (ADR 0032).
     pub(crate) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
         if self.id.is_empty() {
             return Ok(());
         }
+        let now = t.now;
+        let counted = self.counted.iter().map(|(e, r, ms)| (*e, now, *r, *ms));
+        write_rollup(t, RollupRow::of(counted))?;
         t.execute(
             &format!(
                 "INSERT INTO attempts ({ATTEMPT_COLS}) SELECT unnest($1::BIGINT[]), unnest($2::VARCHAR[]), \
@@ -109,6 +115,27 @@ impl AttemptRows {
         .db()?;
         Ok(())
     }
+}
+
+/// Appends rollup rows: one statement.
+pub(crate) fn write_rollup(t: &Tx<'_>, rows: Vec<RollupRow>) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    t.execute(
+        "INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+         SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[]), unnest($3::VARCHAR[]), \
+         unnest($4::BIGINT[]), unnest($5::BIGINT[])",
+        params![
+            list::text(rows.iter().map(|r| r.endpoint_id)),
+            list::of(rows.iter().map(|r| r.minute)),
+            list::text(rows.iter().map(|r| r.result.as_str())),
+            list::of(rows.iter().map(|r| i64::from(r.bucket))),
+            list::of(rows.iter().map(|r| r.n)),
+        ],
+    )
+    .db()?;
+    Ok(())
 }
 
 pub(crate) fn list_for_delivery(
@@ -164,26 +191,6 @@ fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResu
     Ok(())
 }
 
-/// The response time at 0-based `rank` in the endpoint's window, fastest first.
-fn latency_at(
-    t: &Tx<'_>,
-    endpoint: &str,
-    since: i64,
-    rank: Option<u64>,
-) -> StoreResult<Option<u64>> {
-    let Some(rank) = rank else { return Ok(None) };
-    let ms: Option<i64> = t
-        .query_row(
-            "SELECT latency_ms FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 \
-             AND result <> 'lease_expired' ORDER BY latency_ms LIMIT 1 OFFSET $3",
-            params![endpoint, since, i64::try_from(rank).unwrap_or(i64::MAX)],
-            |r| r.get(0),
-        )
-        .optional()
-        .db()?;
-    Ok(ms.and_then(|ms| u64::try_from(ms).ok()))
-}
-
 pub(crate) fn stats(
     t: &Tx<'_>,
     account: &AccountId,
@@ -191,26 +198,76 @@ pub(crate) fn stats(
     since: Timestamp,
 ) -> StoreResult<AttemptStats> {
     ensure_endpoint(t, account, id)?;
-    let (endpoint, since) = (id.to_string(), since.as_millis());
     let mut st = t
         .prepare(
-            "SELECT result, count(*) FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 GROUP BY result",
+            "SELECT result, bucket, sum(n)::BIGINT FROM attempt_rollup \
+             WHERE endpoint_id = $1 AND minute >= $2 GROUP BY result, bucket",
         )
         .db()?;
     let rows = st
-        .query_map(params![endpoint, since], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        .query_map(params![id.to_string(), rollup_minute(since)], |r| {
+            Ok((
+                r.col::<AttemptResult>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
         })
         .db()?;
-    let mut stats = AttemptStats::default();
+    let mut counts = Vec::new();
     for row in rows {
-        let (result, n) = row.db()?;
-        stats.count(result.parse()?, u64::try_from(n).unwrap_or(0));
+        let (result, bucket, n) = row.db()?;
+        counts.push((
+            result,
+            i16::try_from(bucket).unwrap_or(LATENCY_BUCKETS - 1),
+            u64::try_from(n).unwrap_or(0),
+        ));
     }
-    let answered = stats.answered();
-    stats.p50_latency_ms = latency_at(t, &endpoint, since, nearest_rank(50, answered))?;
-    stats.p95_latency_ms = latency_at(t, &endpoint, since, nearest_rank(95, answered))?;
-    Ok(stats)
+    Ok(AttemptStats::from_rollup(counts))
+}
+
+/// The rollup of every endpoint of `account` (deleted ones included) since
+/// the minute of `since`, one row per key.
+pub(crate) fn rollup_of_account(
+    t: &Tx<'_>,
+    account: &AccountId,
+    since: Timestamp,
+) -> StoreResult<Vec<RollupRow>> {
+    rollup_rows(
+        t,
+        &format!(
+            "{ROLLUP_SUM} WHERE endpoint_id IN (SELECT id FROM endpoints WHERE account = $1) \
+             AND minute >= $2 {ROLLUP_BY_KEY}"
+        ),
+        params![account.as_str(), rollup_minute(since)],
+    )
+}
+
+/// The start and the end of a read of rollup rows summed per key, in key
+/// order, around its `WHERE`.
+pub(crate) const ROLLUP_SUM: &str =
+    "SELECT endpoint_id, minute, result, bucket, sum(n)::BIGINT FROM attempt_rollup";
+pub(crate) const ROLLUP_BY_KEY: &str = "GROUP BY endpoint_id, minute, result, bucket \
+     ORDER BY endpoint_id, minute, result, bucket";
+
+/// The rollup rows of `sql` ([`ROLLUP_SUM`] … [`ROLLUP_BY_KEY`]).
+pub(crate) fn rollup_rows<P: duckdb::Params>(
+    t: &Tx<'_>,
+    sql: &str,
+    params: P,
+) -> StoreResult<Vec<RollupRow>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st
+        .query_map(params, |r| {
+            Ok(RollupRow {
+                endpoint_id: r.col(0)?,
+                minute: r.get(1)?,
+                result: r.col(2)?,
+                bucket: i16::try_from(r.get::<_, i64>(3)?).unwrap_or(LATENCY_BUCKETS - 1),
+                n: r.get(4)?,
+            })
+        })
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
 }
 
 #[async_trait]
@@ -243,5 +300,15 @@ impl AttemptLogStore for EmbeddedStore {
         let (account, id) = (endpoint.account, endpoint.id);
         let account = account.clone();
         self.tx(move |t| stats(t, &account, id, since)).await
+    }
+
+    async fn attempt_rollup_of_account(
+        &self,
+        account: &AccountId,
+        since: Timestamp,
+    ) -> StoreResult<Vec<RollupRow>> {
+        let account = account.clone();
+        self.tx(move |t| rollup_of_account(t, &account, since))
+            .await
     }
 }

@@ -19,6 +19,13 @@ pub struct EmbeddedConfig {
     /// claims scan the table and read their rows back instead. `0` never
     /// keeps the index.
     pub live_index_limit: usize,
+    /// Compare what the writer keeps in memory (the live index and its
+    /// rows, the finished-delivery tally, the endpoint, circuit and event
+    /// caches) with the tables at every use, and fail the call on a
+    /// difference (ADR 0028). For tests: every check rereads what it checks,
+    /// which made each claim of a debug build scan the live queue (issue
+    /// 54). Off by default.
+    pub check_against_table: bool,
 }
 
 /// The default [`EmbeddedConfig::live_index_limit`]: a quarter of a million
@@ -33,6 +40,7 @@ impl EmbeddedConfig {
             options: StoreOptions::default(),
             keys: SecretKeys::default(),
             live_index_limit: DEFAULT_LIVE_INDEX_LIMIT,
+            check_against_table: false,
         }
     }
 }

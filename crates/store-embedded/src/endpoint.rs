@@ -137,9 +137,9 @@ pub(crate) fn fan_out_set(
     account: &AccountId,
 ) -> StoreResult<std::sync::Arc<[Endpoint]>> {
     if let Some(endpoints) = t.fan_out.get(account) {
-        // Debug builds check the cache against the table at every use, as
-        // they check the live index.
-        if cfg!(debug_assertions) {
+        // The tests check the cache against the table at every use, as they
+        // check the live index.
+        if t.check_against_table {
             let seen = |e: &[Endpoint]| -> Vec<(EndpointId, Vec<String>, Option<String>)> {
                 e.iter()
                     .map(|e| {
@@ -329,6 +329,9 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
         .db()?;
     if parked > 0 {
         t.live_mut().forget();
+        // An endpoint's deliveries are of its account.
+        t.finished_mut()
+            .added(account, DeliveryState::Dead, parked as u64);
     }
     Ok(parked as u64)
 }
@@ -401,8 +404,8 @@ pub(crate) fn senders(
             None => missing.push(*id),
         }
     }
-    // Debug builds check the cache against the table at every use.
-    if cfg!(debug_assertions) && !out.is_empty() {
+    // The tests check the cache against the table at every use.
+    if t.check_against_table && !out.is_empty() {
         let kept: Vec<EndpointId> = out.keys().copied().collect();
         if read_senders(t, &kept)? != out {
             return Err(StoreError::Backend(
@@ -423,8 +426,8 @@ pub(crate) fn senders(
 /// ([`crate::cache::CircuitCache`]) when it has one.
 pub(crate) fn load_circuit(t: &mut Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
     if let Some(c) = t.circuits.get(id).cloned() {
-        // Debug builds check the cache against the table at every use.
-        if cfg!(debug_assertions) && read_circuit(t, id)? != c {
+        // The tests check the cache against the table at every use.
+        if t.check_against_table && read_circuit(t, id)? != c {
             return Err(StoreError::Backend(format!(
                 "the circuit cache of endpoint {id} is out of step with the endpoints table"
             )));
@@ -501,6 +504,15 @@ fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
         )
         .db()?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// The circuits of the live endpoints of `account`, in listing order: one
+/// transaction on the writer, each circuit from its cache.
+fn circuit_list(t: &mut Tx<'_>, account: &AccountId) -> StoreResult<Vec<(EndpointId, Circuit)>> {
+    let ids: Vec<EndpointId> = list_sealed(t, account)?.into_iter().map(|e| e.id).collect();
+    ids.into_iter()
+        .map(|id| Ok((id, load_circuit(t, id)?)))
+        .collect()
 }
 
 pub(crate) fn circuit_of(
@@ -590,5 +602,10 @@ impl CircuitStore for EmbeddedStore {
 
     async fn circuit_count_open(&self) -> StoreResult<u64> {
         self.tx(|t| count_open(t)).await
+    }
+
+    async fn circuit_list(&self, account: &AccountId) -> StoreResult<Vec<(EndpointId, Circuit)>> {
+        let account = account.clone();
+        self.tx(move |t| circuit_list(t, &account)).await
     }
 }

@@ -15,12 +15,18 @@
 //! endpoint removal) or a transaction that changed it fails. Past its limit
 //! ([`crate::EmbeddedConfig::live_index_limit`]) of live deliveries it is
 //! not kept, and claims scan the table as before.
+//!
+//! Beside it, the writer counts the finished deliveries by account and
+//! state ([`FinishedTally`]), so that counting deliveries by state reads
+//! the live rows from the index and never scans the finished history
+//! (issue 54).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use control_plane_core::lease::LeaseRow;
 use control_plane_core::{
-    DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult, Timestamp,
+    AccountId, Delivery, DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult,
+    Timestamp,
 };
 use duckdb::params;
 
@@ -30,18 +36,20 @@ use crate::util::RowExt;
 
 /// A live delivery as the index keeps it: its row as the lease check reads
 /// it, and the columns beside it that a claim hands out, so that a claim
-/// reads nothing back from the table. Equal to what the table holds after
-/// every write (debug builds check).
+/// reads nothing back from the table, and a listing of live deliveries
+/// reads nothing at all. Equal to what the table holds after every write
+/// (checked when [`crate::EmbeddedConfig::check_against_table`] is set).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct LiveRow {
     pub row: LeaseRow,
     pub event_id: EventId,
     pub created_at: Timestamp,
     pub last_error: Option<String>,
+    pub updated_at: Timestamp,
 }
 
 /// The columns a [`LiveRow`] is read from: [`LEASE_COLS`], then these.
-const LIVE_EXTRA_COLS: &str = "event_id, created_at, last_error";
+const LIVE_EXTRA_COLS: &str = "event_id, created_at, last_error, updated_at";
 
 impl LiveRow {
     fn read(r: &duckdb::Row<'_>) -> duckdb::Result<Self> {
@@ -50,7 +58,28 @@ impl LiveRow {
             event_id: r.col(11)?,
             created_at: r.col(12)?,
             last_error: r.get(13)?,
+            updated_at: r.col(14)?,
         })
+    }
+
+    /// The delivery as the table holds it.
+    pub fn delivery(&self) -> Delivery {
+        let row = &self.row;
+        Delivery {
+            id: row.id,
+            account: row.account.clone(),
+            endpoint_id: row.endpoint_id,
+            event_id: self.event_id,
+            seq: row.seq,
+            state: row.state,
+            attempts: row.attempts,
+            max_attempts: row.max_attempts,
+            due_at: row.due_at,
+            lease_expires_at: row.lease_expires_at,
+            last_error: self.last_error.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
     }
 }
 
@@ -134,11 +163,11 @@ impl LiveIndex {
         self.change(endpoint, seq, id, Some(live));
     }
 
-    /// Records that `row`'s delivery moved to the state `row` says, keeping
-    /// what the index holds beside it; `last_error` is its new last error
-    /// (`None`: unchanged). A delivery the kept index does not hold means it
-    /// is out of step: it is rebuilt before its next use.
-    pub fn moved(&mut self, row: &LeaseRow, last_error: Option<Option<String>>) {
+    /// Records that `row`'s delivery moved to the state `row` says at
+    /// `at`, keeping what the index holds beside it; `last_error` is its new
+    /// last error (`None`: unchanged). A delivery the kept index does not
+    /// hold means it is out of step: it is rebuilt before its next use.
+    pub fn moved(&mut self, row: &LeaseRow, last_error: Option<Option<String>>, at: Timestamp) {
         let LiveIndex::Built { rows, .. } = self else {
             return;
         };
@@ -152,6 +181,7 @@ impl LiveIndex {
             event_id: kept.event_id,
             created_at: kept.created_at,
             last_error: last_error.unwrap_or_else(|| kept.last_error.clone()),
+            updated_at: at,
         });
         self.change(row.endpoint_id, row.seq, row.id, live);
     }
@@ -178,6 +208,14 @@ impl LiveIndex {
     /// Whether the index is kept (and so holds every live row).
     pub fn is_built(&self) -> bool {
         matches!(self, LiveIndex::Built { .. })
+    }
+
+    /// The row of every live delivery; `None` when the index is not kept.
+    pub fn rows(&self) -> Option<&HashMap<DeliveryId, LiveRow>> {
+        match self {
+            LiveIndex::Built { rows, .. } => Some(rows),
+            _ => None,
+        }
     }
 
     /// Takes delivery `seq` of `endpoint` out of the index, then puts `live`
@@ -225,10 +263,13 @@ impl LiveIndex {
         }
     }
 
-    /// The lease of delivery `id` now runs until `expires_at`.
-    pub fn extend(&mut self, id: DeliveryId, expires_at: Timestamp) {
+    /// The lease of delivery `id` now runs until `expires_at`, extended at
+    /// `at`.
+    pub fn extend(&mut self, id: DeliveryId, expires_at: Timestamp, at: Timestamp) {
         if let LiveIndex::Built { queues, rows, .. } = self {
-            if let Some(row) = rows.get_mut(&id).map(|l| &mut l.row) {
+            if let Some(live) = rows.get_mut(&id) {
+                live.updated_at = at;
+                let row = &mut live.row;
                 row.lease_expires_at = Some(expires_at);
                 if let Some(exp) = queues
                     .get_mut(&row.endpoint_id)
@@ -240,13 +281,15 @@ impl LiveIndex {
         }
     }
 
-    /// The queues by endpoint, built from the table first when needed;
-    /// `None` while there are too many live deliveries to keep.
+    /// The queues by endpoint, built from the table first when needed, and
+    /// compared with it when `check` is set; `None` while there are too
+    /// many live deliveries to keep.
     pub fn queues(
         &mut self,
         conn: &duckdb::Connection,
         now: Timestamp,
         limit: usize,
+        check: bool,
     ) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
         let now = now.as_millis();
         let build = match self {
@@ -256,7 +299,7 @@ impl LiveIndex {
         };
         if build {
             *self = Self::build(conn, now, limit)?;
-        } else if cfg!(debug_assertions) {
+        } else if check {
             if let Err(e) = self.check(conn, now, limit) {
                 self.forget();
                 return Err(e);
@@ -278,9 +321,10 @@ impl LiveIndex {
         }
     }
 
-    /// Debug builds check the kept index against the table at every use, so
-    /// every test that claims from the embedded store also checks that each
-    /// write kept the index in step.
+    /// Rebuilds an index from the table and compares it with the kept one.
+    /// The conformance suite sets [`crate::EmbeddedConfig::check_against_table`],
+    /// so every contract that claims also checks that each write kept the
+    /// index in step; a store a person runs does not pay a scan per use.
     fn check(&self, conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<()> {
         if !self.is_built() {
             return Ok(());
@@ -321,6 +365,124 @@ impl LiveIndex {
     }
 }
 
+/// Deliveries counted by account and state.
+pub(crate) type Counts = HashMap<(AccountId, DeliveryState), u64>;
+
+/// Counts the deliveries of the states `states` by account and state, in
+/// one scan of the table.
+pub(crate) fn count_in_table(
+    conn: &duckdb::Connection,
+    states: [DeliveryState; 2],
+) -> StoreResult<Counts> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT account, state, count(*) FROM deliveries WHERE state IN ($1, $2) \
+             GROUP BY account, state",
+        )
+        .db()?;
+    let rows = st
+        .query_map(params![states[0].as_str(), states[1].as_str()], |r| {
+            Ok(((r.col(0)?, r.col(1)?), r.get::<_, i64>(2)?))
+        })
+        .db()?;
+    let mut out = Counts::new();
+    for row in rows {
+        let (key, n) = row.db()?;
+        out.insert(key, u64::try_from(n).unwrap_or(0));
+    }
+    Ok(out)
+}
+
+/// The finished deliveries (delivered, dead) counted by account and state.
+/// Kept so that counting deliveries never scans the finished history, which
+/// grows without bound (issue 54).
+///
+/// Counted by one scan at its first use (not at open, so opening a large
+/// file stays fast). Every write that moves a delivery into or out of a
+/// finished state, or deletes a finished one, tells it in the same
+/// transaction ([`crate::store::Tx::finished_mut`]); a failed transaction
+/// that changed or counted it throws it away, as it does the live index.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct FinishedTally {
+    /// In step with the table, without zero counts; `None`: to be counted
+    /// from the table before its next use.
+    counts: Option<Counts>,
+}
+
+impl FinishedTally {
+    const STATES: [DeliveryState; 2] = [DeliveryState::Delivered, DeliveryState::Dead];
+
+    /// The tally is no longer in step: counted again before its next use.
+    pub fn forget(&mut self) {
+        self.counts = None;
+    }
+
+    /// Whether the tally is kept.
+    pub fn is_built(&self) -> bool {
+        self.counts.is_some()
+    }
+
+    /// `n` deliveries of `account` moved from state `from` to `to`; only
+    /// finished states are counted.
+    pub fn moved(&mut self, account: &AccountId, from: DeliveryState, to: DeliveryState, n: u64) {
+        if from != to {
+            self.removed(account, from, n);
+            self.added(account, to, n);
+        }
+    }
+
+    /// `n` more deliveries of `account` are in state `state`.
+    pub fn added(&mut self, account: &AccountId, state: DeliveryState, n: u64) {
+        if let Some(counts) = &mut self.counts {
+            if state.is_final() && n > 0 {
+                let count = counts.entry((account.clone(), state)).or_default();
+                *count = count.saturating_add(n);
+            }
+        }
+    }
+
+    /// `n` deliveries of `account` left state `state`. More than the tally
+    /// holds means it is out of step: it is counted again before its next
+    /// use.
+    pub fn removed(&mut self, account: &AccountId, state: DeliveryState, n: u64) {
+        let Some(counts) = &mut self.counts else {
+            return;
+        };
+        if !state.is_final() || n == 0 {
+            return;
+        }
+        let key = (account.clone(), state);
+        match counts.get(&key).copied() {
+            Some(count) if count > n => {
+                counts.insert(key, count - n);
+            }
+            Some(count) if count == n => {
+                counts.remove(&key);
+            }
+            _ => self.forget(),
+        }
+    }
+
+    /// The counts, from the table first when needed, and compared with it
+    /// when `check` is set.
+    pub fn counts(&mut self, conn: &duckdb::Connection, check: bool) -> StoreResult<&Counts> {
+        let counts = match self.counts.take() {
+            Some(kept) if !check => kept,
+            kept => {
+                let table = count_in_table(conn, Self::STATES)?;
+                if let Some(kept) = kept.filter(|kept| *kept != table) {
+                    return Err(StoreError::Backend(format!(
+                        "the finished-delivery tally is out of step with the deliveries table: \
+                         kept {kept:?}, in the table {table:?}"
+                    )));
+                }
+                table
+            }
+        };
+        Ok(self.counts.insert(counts))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use control_plane_core::{AccountId, LeaseToken};
@@ -349,6 +511,7 @@ mod tests {
             event_id: EventId::new(),
             created_at: Timestamp::from_millis(0),
             last_error: None,
+            updated_at: Timestamp::from_millis(0),
         }
     }
 
@@ -412,7 +575,7 @@ mod tests {
         );
 
         let row = leased_row(e, 1, a, 1_000);
-        index.moved(&row, None);
+        index.moved(&row, None, Timestamp::from_millis(0));
         assert_eq!(index.leased(a), Some(&row));
         assert_eq!(index.pending(a), None);
         let q = queue(&index, e).unwrap();
@@ -427,7 +590,11 @@ mod tests {
         assert!(index.may_have_expired(Timestamp::from_millis(1_000)));
         assert!(!index.may_have_expired(Timestamp::from_millis(999)));
 
-        index.extend(a, Timestamp::from_millis(2_000));
+        index.extend(
+            a,
+            Timestamp::from_millis(2_000),
+            Timestamp::from_millis(1_500),
+        );
         assert_eq!(queue(&index, e).unwrap().in_flight(1_500), 1);
         assert_eq!(
             index.leased(a).and_then(|r| r.lease_expires_at),
@@ -437,7 +604,11 @@ mod tests {
         let mut retry = row.clone();
         retry.state = DeliveryState::Pending;
         retry.due_at = Timestamp::from_millis(700);
-        index.moved(&retry, Some(Some("503".to_string())));
+        index.moved(
+            &retry,
+            Some(Some("503".to_string())),
+            Timestamp::from_millis(0),
+        );
         let kept = index.pending(a).expect("pending again");
         assert_eq!(
             (kept.event_id, kept.last_error.as_deref()),
@@ -453,7 +624,7 @@ mod tests {
         for id in [a, b, c] {
             let mut done = index.pending(id).expect("pending").row.clone();
             done.state = DeliveryState::Delivered;
-            index.moved(&done, None);
+            index.moved(&done, None, Timestamp::from_millis(0));
         }
         assert!(queue(&index, e).is_none());
         let LiveIndex::Built { len, .. } = index else {
@@ -481,7 +652,94 @@ mod tests {
     fn a_move_of_an_unknown_delivery_drops_the_index() {
         let mut index = built();
         let row = leased_row(EndpointId::new(), 1, DeliveryId::new(), 10);
-        index.moved(&row, None);
+        index.moved(&row, None, Timestamp::from_millis(0));
         assert_eq!(index, LiveIndex::Stale);
+    }
+
+    /// The tally counts only finished states, drops a count that falls to
+    /// zero, and is forgotten when told of more leaving than it holds; a
+    /// forgotten one ignores changes until it is counted again.
+    #[test]
+    fn the_finished_tally_follows_moves_and_forgets_when_out_of_step() {
+        let (a, b) = (AccountId::new("a").unwrap(), AccountId::new("b").unwrap());
+        let (pending, dead, delivered) = (
+            DeliveryState::Pending,
+            DeliveryState::Dead,
+            DeliveryState::Delivered,
+        );
+        let mut tally = FinishedTally {
+            counts: Some(Counts::new()),
+        };
+        tally.moved(&a, DeliveryState::Leased, delivered, 1);
+        tally.moved(&a, DeliveryState::Leased, delivered, 1);
+        tally.moved(&a, pending, DeliveryState::Leased, 1);
+        tally.added(&b, dead, 3);
+        tally.moved(&b, dead, pending, 1);
+        let expected: Counts = [((a.clone(), delivered), 2), ((b.clone(), dead), 2)].into();
+        assert_eq!(tally.counts, Some(expected));
+
+        tally.removed(&a, delivered, 2);
+        assert_eq!(
+            tally.counts.as_ref().map(Counts::len),
+            Some(1),
+            "a zero count goes"
+        );
+
+        tally.removed(&b, dead, 3);
+        assert!(!tally.is_built(), "more leaving than it holds: out of step");
+        tally.added(&a, dead, 1);
+        assert_eq!(tally, FinishedTally::default());
+    }
+
+    /// A failed call throws the finished tally away only when it changed
+    /// it: an endpoint removal that parked a delivery as dead and then
+    /// failed leaves the tally to be counted again from the table, without
+    /// the rolled-back dead delivery; a failed call that did not touch it
+    /// keeps it.
+    #[tokio::test]
+    async fn a_failed_call_drops_the_finished_tally_only_when_it_changed_it() {
+        use control_plane_core::{Check, DeliveryStore, EndpointStore, EventStore, PublishRequest};
+
+        use crate::store::{tests::store_with_endpoint, Lane};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, account) = store_with_endpoint(&dir, false).await;
+        let endpoint = store.endpoint_list(&account).await.unwrap()[0].id;
+        let req = PublishRequest::new(
+            account.clone(),
+            "order.paid".to_string(),
+            serde_json::json!({}),
+        );
+        store.event_publish(req.checked().unwrap()).await.unwrap();
+        let pending = vec![(account.clone(), DeliveryState::Pending, 1)];
+        let counts = || store.delivery_count_by_account_and_state();
+        // A transaction that succeeds, so asking does not throw it away.
+        let built = || store.call(Lane::Work, |w| w.tx(|t| Ok(t.finished_mut().is_built())));
+        assert!(!built().await.unwrap(), "not counted at open");
+        assert_eq!(counts().await.unwrap(), pending);
+        assert!(built().await.unwrap(), "counted at its first use");
+
+        let failed = store.call(Lane::Work, |w| {
+            Ok(w.tx(|_| -> StoreResult<()> { Err(StoreError::Backend("no".into())) }))
+        });
+        assert!(failed.await.unwrap().is_err());
+        assert!(built().await.unwrap(), "untouched by the failure");
+
+        let a = account.clone();
+        let failed = store.call(Lane::Work, move |w| {
+            Ok(w.tx(|t| -> StoreResult<()> {
+                assert_eq!(crate::endpoint::delete(t, &a, endpoint)?, 1);
+                Err(StoreError::Backend("rolled back".into()))
+            }))
+        });
+        assert!(failed.await.unwrap().is_err());
+        assert!(
+            !built().await.unwrap(),
+            "it had counted the parked delivery"
+        );
+        assert_eq!(
+            counts().await.unwrap(),
+            pending,
+            "counted again from the table"
+        );
     }
 }

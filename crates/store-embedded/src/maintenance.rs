@@ -1,5 +1,6 @@
 //! Retention: purging old rows in small batches.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -7,27 +8,35 @@ use control_plane_core::maintenance::Purged;
 use control_plane_core::*;
 use duckdb::params;
 
+use crate::attempt::{ROLLUP_BY_KEY, ROLLUP_SUM};
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
+use crate::util::RowExt;
 
-/// One statement per kind of row: at most `$2` rows at or before the cutoff `$1`.
+/// One statement per kind of row: at most `$2` rows at or before the cutoff
+/// `$1`. The deliveries' statements return what they deleted, which the
+/// writer's finished tally follows ([`delete_finished`]).
 const PURGES: &[(Purged, &str)] = &[
     (
         Purged::Deliveries,
         "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state = 'delivered' \
-         AND updated_at <= $1 ORDER BY updated_at LIMIT $2)",
+         AND updated_at <= $1 ORDER BY updated_at LIMIT $2) RETURNING account, state",
     ),
     (
         Purged::Deliveries,
         "DELETE FROM deliveries WHERE id IN (SELECT d.id FROM deliveries d JOIN endpoints e \
          ON e.id = d.endpoint_id WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' \
-         AND d.updated_at <= $1 LIMIT $2)",
+         AND d.updated_at <= $1 LIMIT $2) RETURNING account, state",
     ),
     (
         Purged::Attempts,
         "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE recorded_at <= $1 \
          ORDER BY recorded_at, id LIMIT $2)",
+    ),
+    (
+        Purged::AttemptRollups,
+        "DELETE FROM attempt_rollup WHERE rowid IN (SELECT rowid FROM attempt_rollup WHERE minute <= $1 LIMIT $2)",
     ),
     (
         Purged::Events,
@@ -70,27 +79,78 @@ const PURGES: &[(Purged, &str)] = &[
     ),
 ];
 
-/// One small batch per table. The embedded store has one writer, so the
-/// batch bounds how long that writer is busy.
+/// Folds the rollup rows of the last ten minutes, where deltas still
+/// arrive, into one row per key (ADR 0032), so the stats reads stay short.
+/// The writer is the only one, so reading the sums, deleting and inserting
+/// them is one step.
+fn fold_rollup(t: &Tx<'_>) -> StoreResult<()> {
+    let since = rollup_minute(t.now) - 10 * ROLLUP_MINUTE_MS;
+    let rows: i64 = t
+        .query_row(
+            "SELECT count(*) FROM attempt_rollup WHERE minute >= $1",
+            params![since],
+            |r| r.get(0),
+        )
+        .db()?;
+    let folded = crate::attempt::rollup_rows(
+        t,
+        &format!("{ROLLUP_SUM} WHERE minute >= $1 {ROLLUP_BY_KEY}"),
+        params![since],
+    )?;
+    // Nothing to fold when every key already has one row.
+    if usize::try_from(rows).unwrap_or(0) <= folded.len() {
+        return Ok(());
+    }
+    t.execute(
+        "DELETE FROM attempt_rollup WHERE minute >= $1",
+        params![since],
+    )
+    .db()?;
+    crate::attempt::write_rollup(t, folded)
+}
+
+/// One small batch per table, after the fold. The embedded store has one
+/// writer, so the batch bounds how long that writer is busy.
 pub(crate) fn purge(
     t: &mut Tx<'_>,
     retention: Duration,
     batch: PurgeBatch,
 ) -> StoreResult<PurgeReport> {
+    fold_rollup(t)?;
     let mut report = PurgeReport::default();
     for (what, sql) in PURGES {
-        let n = t
-            .execute(
-                sql,
-                params![what.cutoff(t.now, retention), i64::from(batch.rows())],
-            )
-            .db()?;
-        report.count(*what, n as u64);
+        let (cutoff, rows) = (what.cutoff(t.now, retention), i64::from(batch.rows()));
+        let n = match what {
+            Purged::Deliveries => delete_finished(t, sql, cutoff, rows)?,
+            _ => t.execute(sql, params![cutoff, rows]).db()? as u64,
+        };
+        report.count(*what, n);
         if matches!(what, Purged::PreviousSecrets) && n > 0 {
             t.senders.clear();
         }
     }
     Ok(report)
+}
+
+/// Runs `sql`, a `DELETE ... RETURNING account, state` of finished
+/// deliveries (cutoff `$1`, at most `$2` rows), and takes what it deleted
+/// off the writer's finished tally (which lives in its memory, so the
+/// breakdown is counted here); the number of rows deleted.
+fn delete_finished(t: &mut Tx<'_>, sql: &str, cutoff: i64, rows: i64) -> StoreResult<u64> {
+    let mut gone: HashMap<(AccountId, DeliveryState), u64> = HashMap::new();
+    {
+        let mut st = t.prepare(sql).db()?;
+        let mut deleted = st.query(params![cutoff, rows]).db()?;
+        while let Some(r) = deleted.next().db()? {
+            *gone.entry((r.col(0).db()?, r.col(1).db()?)).or_default() += 1;
+        }
+    }
+    let mut n = 0;
+    for ((account, state), k) in gone {
+        t.finished_mut().removed(&account, state, k);
+        n += k;
+    }
+    Ok(n)
 }
 
 #[async_trait]

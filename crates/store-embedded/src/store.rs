@@ -15,7 +15,8 @@ use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{
-    Clock, EndpointId, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp,
+    Clock, DeliveryId, EndpointId, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult,
+    Timestamp,
 };
 use duckdb::Connection;
 use tokio::sync::oneshot;
@@ -25,7 +26,7 @@ use crate::cache::{
 };
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
-use crate::live::{EndpointQueue, LiveIndex};
+use crate::live::{Counts, EndpointQueue, FinishedTally, LiveIndex, LiveRow};
 
 const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
@@ -48,6 +49,7 @@ const MIGRATIONS: &[Migration] = &[
     (9, include_str!("migrations/0009_event_trace_context.sql")),
     (10, include_str!("migrations/0010_task_progress.sql")),
     (11, include_str!("migrations/0011_endpoint_oauth2.sql")),
+    (12, include_str!("migrations/0012_attempt_rollup.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.
@@ -158,6 +160,8 @@ pub(crate) struct Writer {
     events: EventCache,
     live: LiveIndex,
     live_limit: usize,
+    finished: FinishedTally,
+    check_against_table: bool,
 }
 
 /// One transaction on the writer, with the time it runs at.
@@ -192,6 +196,15 @@ pub(crate) struct Tx<'a> {
     /// Whether this transaction changed or built the index: if it fails,
     /// the index is thrown away.
     live_touched: &'a mut bool,
+    /// The finished deliveries by account and state: every write that moves
+    /// a delivery into or out of a finished state tells it
+    /// ([`Tx::finished_mut`]).
+    finished: &'a mut FinishedTally,
+    /// As `live_touched`, for the tally.
+    finished_touched: &'a mut bool,
+    /// Whether what the writer keeps in memory is compared with the tables
+    /// at every use ([`crate::EmbeddedConfig::check_against_table`]).
+    pub check_against_table: bool,
 }
 
 impl<'a> Deref for Tx<'a> {
@@ -245,7 +258,37 @@ impl Tx<'_> {
         if !self.live.is_built() {
             *self.live_touched = true;
         }
-        self.live.queues(&self.tx, self.now, self.live_limit)
+        self.live.queues(
+            &self.tx,
+            self.now,
+            self.live_limit,
+            self.check_against_table,
+        )
+    }
+
+    /// The row of every live delivery, from the writer's index; `None`
+    /// while there are too many to keep in memory.
+    pub fn live_rows(&mut self) -> StoreResult<Option<&HashMap<DeliveryId, LiveRow>>> {
+        if self.live_queues()?.is_none() {
+            return Ok(None);
+        }
+        Ok(self.live.rows())
+    }
+
+    /// The finished deliveries by account and state, from the writer's
+    /// tally ([`FinishedTally`]), counted from the table first when needed.
+    pub fn finished_counts(&mut self) -> StoreResult<&Counts> {
+        // Counting reads this transaction's own writes: it counts as a change.
+        if !self.finished.is_built() {
+            *self.finished_touched = true;
+        }
+        self.finished.counts(&self.tx, self.check_against_table)
+    }
+
+    /// The finished-delivery tally, to change along with the table.
+    pub fn finished_mut(&mut self) -> &mut FinishedTally {
+        *self.finished_touched = true;
+        self.finished
     }
 
     /// The live index, to read.
@@ -292,6 +335,7 @@ impl Writer {
         let marks = self.caches.marks();
         let housekept = self.housekeeping.mark();
         let mut live_touched = false;
+        let mut finished_touched = false;
         let now = self.clock.now();
         let result = (|| {
             let tx = self.conn.transaction().db()?;
@@ -312,6 +356,9 @@ impl Writer {
                 live: &mut self.live,
                 live_limit: self.live_limit,
                 live_touched: &mut live_touched,
+                finished: &mut self.finished,
+                finished_touched: &mut finished_touched,
+                check_against_table: self.check_against_table,
             };
             let v = f(&mut t)?;
             t.commit()?;
@@ -327,6 +374,9 @@ impl Writer {
             self.housekeeping.restore(housekept);
             if live_touched {
                 self.live.forget();
+            }
+            if finished_touched {
+                self.finished.forget();
             }
         }
         result
@@ -456,6 +506,8 @@ impl EmbeddedStore {
                         events: EventCache::default(),
                         live: LiveIndex::default(),
                         live_limit: config.live_index_limit,
+                        finished: FinishedTally::default(),
+                        check_against_table: config.check_against_table,
                     })
                 })();
                 let mut writer = match writer {
@@ -559,7 +611,10 @@ pub(crate) mod tests {
             AccountId, CatalogueStore, EndpointCreateRequest, EndpointStore, EventTypePut,
             ManualClock, Secret,
         };
-        let config = EmbeddedConfig::new(dir.path().join("s.duckdb"));
+        let config = EmbeddedConfig {
+            check_against_table: true,
+            ..EmbeddedConfig::new(dir.path().join("s.duckdb"))
+        };
         let store = EmbeddedStore::open(config, Arc::new(ManualClock::default()))
             .await
             .unwrap();

@@ -25,6 +25,10 @@ impl StoreFactory for Embedded {
             // The suite runs with endpoint secrets sealed, as the service does.
             keys: SecretKeys::new(SecretKey::generate(), vec![]),
             live_index_limit: self.0,
+            // Every contract also checks that what the writer keeps in
+            // memory (live index, finished tally, caches) is in step with
+            // the tables after each of its writes.
+            check_against_table: true,
         };
         let store = EmbeddedStore::open(config, clock.clone()).await.unwrap();
         Harness {

@@ -39,10 +39,13 @@ pub(crate) async fn insert(
     attempt: u32,
     a: &AttemptDraft,
 ) -> StoreResult<()> {
+    let bucket = rollup_bucket(a.result, a.latency_ms);
+    // The attempt row and its rollup delta in one statement (ADR 0032).
     t.execute(
-        "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
-         will_retry, next_attempt_at, recorded_at, response_body) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "WITH a AS (INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+         latency_ms, will_retry, next_attempt_at, recorded_at, response_body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)) \
+         INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) VALUES ($2, $13, $5, $14, 1)",
         &[
             &delivery.0,
             &endpoint.0,
@@ -56,6 +59,8 @@ pub(crate) async fn insert(
             &a.next_attempt_at.map(Timestamp::as_millis),
             &t.now.as_millis(),
             &a.response_body,
+            &rollup_minute(t.now),
+            &bucket,
         ],
     )
     .await
@@ -118,25 +123,6 @@ async fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     Ok(())
 }
 
-/// The response time at 0-based `rank` in the endpoint's window, fastest first.
-async fn latency_at(
-    t: &Tx<'_>,
-    id: EndpointId,
-    since: i64,
-    rank: Option<u64>,
-) -> StoreResult<Option<u64>> {
-    let Some(rank) = rank else { return Ok(None) };
-    let row = t
-        .query_opt(
-            "SELECT latency_ms FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 \
-             AND result <> 'lease_expired' ORDER BY latency_ms LIMIT 1 OFFSET $3",
-            &[&id.0, &since, &i64::try_from(rank).unwrap_or(i64::MAX)],
-        )
-        .await
-        .db()?;
-    row.map(|r| r.col(0)).transpose()
-}
-
 pub(crate) async fn stats(
     t: &Tx<'_>,
     account: &AccountId,
@@ -144,22 +130,50 @@ pub(crate) async fn stats(
     since: Timestamp,
 ) -> StoreResult<AttemptStats> {
     ensure_endpoint(t, account, id).await?;
-    let since = since.as_millis();
     let rows = t
         .query(
-            "SELECT result, count(*) FROM attempts WHERE endpoint_id = $1 AND recorded_at >= $2 GROUP BY result",
-            &[&id.0, &since],
+            "SELECT result, bucket, sum(n)::bigint FROM attempt_rollup \
+             WHERE endpoint_id = $1 AND minute >= $2 GROUP BY result, bucket",
+            &[&id.0, &rollup_minute(since)],
         )
         .await
         .db()?;
-    let mut stats = AttemptStats::default();
-    for row in &rows {
-        stats.count(row.col(0)?, row.col(1)?);
-    }
-    let answered = stats.answered();
-    stats.p50_latency_ms = latency_at(t, id, since, nearest_rank(50, answered)).await?;
-    stats.p95_latency_ms = latency_at(t, id, since, nearest_rank(95, answered)).await?;
-    Ok(stats)
+    let counts = rows
+        .iter()
+        .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
+        .collect::<StoreResult<Vec<(AttemptResult, i16, u64)>>>()?;
+    Ok(AttemptStats::from_rollup(counts))
+}
+
+/// The rollup of every endpoint of `account` (deleted ones included) since
+/// the minute of `since`, one row per key.
+async fn rollup_of_account(
+    t: &Tx<'_>,
+    account: &AccountId,
+    since: Timestamp,
+) -> StoreResult<Vec<RollupRow>> {
+    let rows = t
+        .query(
+            "SELECT r.endpoint_id, r.minute, r.result, r.bucket, sum(r.n)::bigint FROM attempt_rollup r \
+             JOIN endpoints e ON e.id = r.endpoint_id \
+             WHERE e.account = $1 AND r.minute >= $2 \
+             GROUP BY r.endpoint_id, r.minute, r.result, r.bucket \
+             ORDER BY r.endpoint_id, r.minute, r.result, r.bucket",
+            &[&account.as_str(), &rollup_minute(since)],
+        )
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| {
+            Ok(RollupRow {
+                endpoint_id: r.col(0)?,
+                minute: r.col(1)?,
+                result: r.col(2)?,
+                bucket: r.col(3)?,
+                n: r.col(4)?,
+            })
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -188,5 +202,13 @@ impl AttemptLogStore for PostgresStore {
     ) -> StoreResult<AttemptStats> {
         let (account, id) = (endpoint.account, endpoint.id);
         in_tx!(self, |t| stats(&t, account, id, since))
+    }
+
+    async fn attempt_rollup_of_account(
+        &self,
+        account: &AccountId,
+        since: Timestamp,
+    ) -> StoreResult<Vec<RollupRow>> {
+        in_tx!(self, |t| rollup_of_account(&t, account, since))
     }
 }

@@ -292,7 +292,9 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
     // Its live deliveries die; a lease still held on one is lost.
     t.execute(
         "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $2 \
-         RETURNING delivery_id, attempts, max_attempts, due_at) \
+         RETURNING delivery_id, account, attempts, max_attempts, due_at), \
+         tally AS (INSERT INTO delivery_tallies (account, state, n) \
+         SELECT account, 'dead', count(*) FROM g GROUP BY account) \
          INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
          lease_token, last_outcome, finished_at) \
          SELECT delivery_id, 'dead', attempts, max_attempts, due_at, 'endpoint removed', NULL, NULL, $1 FROM g",
@@ -373,6 +375,22 @@ async fn count_disabled(t: &Tx<'_>) -> StoreResult<u64> {
     row.col(0)
 }
 
+/// The circuits of the live endpoints of `account`, in listing order.
+async fn circuit_list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<(EndpointId, Circuit)>> {
+    let rows = t
+        .query(
+            "SELECT c.mode, c.failures, c.open_until, c.reopen_count, c.failing_since, c.probe, e.id \
+             FROM endpoints e JOIN circuits c ON c.endpoint_id = e.id \
+             WHERE e.account = $1 AND e.deleted_at IS NULL ORDER BY e.created_at, e.id",
+            &[&account.as_str()],
+        )
+        .await
+        .db()?;
+    rows.iter()
+        .map(|r| Ok((r.col(6)?, row_to_circuit(r)?)))
+        .collect()
+}
+
 pub(crate) async fn circuit_of(
     t: &Tx<'_>,
     account: &AccountId,
@@ -447,5 +465,9 @@ impl CircuitStore for PostgresStore {
 
     async fn circuit_count_open(&self) -> StoreResult<u64> {
         in_tx!(self, |t| count_open(&t))
+    }
+
+    async fn circuit_list(&self, account: &AccountId) -> StoreResult<Vec<(EndpointId, Circuit)>> {
+        in_tx!(self, |t| circuit_list(&t, account))
     }
 }

@@ -25,7 +25,11 @@ pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
         {
             StoreError::Busy(msg)
         } else if *code == SqlState::UNIQUE_VIOLATION {
-            StoreError::Conflict(msg)
+            // The server's text names the constraint; a caller of the API
+            // sees a conflict's message, so it says only what happened.
+            StoreError::Conflict(
+                "another request stored the same key at the same time; read it again (SQLSTATE 23505)".into(),
+            )
         } else if code.code().starts_with("08")
             || code.code().starts_with("57P")
             || *code == SqlState::TOO_MANY_CONNECTIONS

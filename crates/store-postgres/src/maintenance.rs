@@ -16,7 +16,11 @@ const PURGES: &[(Purged, &str)] = &[
         Purged::Deliveries,
         "WITH c AS (SELECT delivery_id FROM delivery_done WHERE state = 'delivered' AND finished_at <= $1 \
                     LIMIT $2 FOR UPDATE SKIP LOCKED), \
-         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id RETURNING x.delivery_id) \
+         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id \
+                RETURNING x.delivery_id, x.state), \
+         tally AS (INSERT INTO delivery_tallies (account, state, n) \
+                   SELECT d.account, x.state, -count(*) FROM x JOIN deliveries d ON d.id = x.delivery_id \
+                   GROUP BY d.account, x.state) \
          DELETE FROM deliveries d USING x WHERE d.id = x.delivery_id",
     ),
     (
@@ -25,12 +29,20 @@ const PURGES: &[(Purged, &str)] = &[
                     JOIN endpoints e ON e.id = d.endpoint_id \
                     WHERE e.deleted_at IS NOT NULL AND x.state = 'dead' AND x.finished_at <= $1 \
                     LIMIT $2 FOR UPDATE OF x SKIP LOCKED), \
-         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id RETURNING x.delivery_id) \
+         x AS (DELETE FROM delivery_done x USING c WHERE x.delivery_id = c.delivery_id \
+                RETURNING x.delivery_id, x.state), \
+         tally AS (INSERT INTO delivery_tallies (account, state, n) \
+                   SELECT d.account, x.state, -count(*) FROM x JOIN deliveries d ON d.id = x.delivery_id \
+                   GROUP BY d.account, x.state) \
          DELETE FROM deliveries d USING x WHERE d.id = x.delivery_id",
     ),
     (
         Purged::Attempts,
         "DELETE FROM attempts WHERE ctid = ANY(ARRAY(SELECT ctid FROM attempts WHERE recorded_at <= $1 LIMIT $2))",
+    ),
+    (
+        Purged::AttemptRollups,
+        "DELETE FROM attempt_rollup WHERE ctid = ANY(ARRAY(SELECT ctid FROM attempt_rollup WHERE minute <= $1 LIMIT $2))",
     ),
     (
         Purged::Events,
@@ -79,12 +91,33 @@ const PURGES: &[(Purged, &str)] = &[
     ),
 ];
 
-/// One batch per table, in one short transaction.
+/// Folds the delta rows of the tallies and of the last minutes' rollup into
+/// one row per key (ADR 0032): the reads that sum them stay short. A fold
+/// deletes the rows its snapshot sees and inserts their sums in one
+/// statement, so a delta appended meanwhile is kept, and two folds at once
+/// (two replicas) each fold what the other did not take.
+const FOLDS: &[&str] = &[
+    "WITH gone AS (DELETE FROM delivery_tallies RETURNING account, state, n) \
+     INSERT INTO delivery_tallies (account, state, n) \
+     SELECT account, state, sum(n) FROM gone GROUP BY account, state HAVING sum(n) <> 0",
+    "WITH gone AS (DELETE FROM attempt_rollup WHERE minute >= $1 RETURNING endpoint_id, minute, result, bucket, n) \
+     INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+     SELECT endpoint_id, minute, result, bucket, sum(n) FROM gone GROUP BY endpoint_id, minute, result, bucket",
+];
+
+/// The rollup minutes a fold takes: the last ten, where deltas still arrive.
+fn fold_since(now: Timestamp) -> i64 {
+    rollup_minute(now) - 10 * ROLLUP_MINUTE_MS
+}
+
+/// One batch per table, in one short transaction, after the folds.
 pub(crate) async fn purge(
     t: &Tx<'_>,
     retention: Duration,
     batch: PurgeBatch,
 ) -> StoreResult<PurgeReport> {
+    t.execute(FOLDS[0], &[]).await.db()?;
+    t.execute(FOLDS[1], &[&fold_since(t.now)]).await.db()?;
     let n = i64::from(batch.rows());
     let mut report = PurgeReport::default();
     for (what, sql) in PURGES {

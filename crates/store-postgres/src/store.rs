@@ -46,6 +46,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (14, include_str!("migrations/0014_event_trace_context.sql")),
     (15, include_str!("migrations/0015_task_progress.sql")),
     (16, include_str!("migrations/0016_endpoint_oauth2.sql")),
+    (17, include_str!("migrations/0017_counts_and_rollups.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

@@ -54,6 +54,7 @@ driver_columns!(
     i64,
     Option<i64>,
     i32,
+    i16,
     bool,
     Option<f64>,
     Uuid,

@@ -155,3 +155,42 @@ pub async fn endpoint_is_disabled_after_failing_for_the_window(f: &dyn StoreFact
     assert!(!ep.enabled);
     assert!(ep.disabled_reason.is_some());
 }
+
+/// `CircuitStore::circuit_list`: every live endpoint's circuit of the
+/// account in one read, as `circuit_get` reads each.
+pub async fn circuits_are_listed_as_each_is_read(f: &dyn StoreFactory) {
+    let h = f.open(with_breaker(2, 30, 600)).await;
+    let open = endpoint_for(&h, "a", &["to.open"]).await;
+    let failing = endpoint_for(&h, "a", &["to.fail"]).await;
+    let closed = endpoint_for(&h, "a", &["to.close"]).await;
+    let deleted = endpoint_for(&h, "a", &["to.delete"]).await;
+    endpoint(&h, "b", false).await;
+    for (ty, failures) in [("to.open", 2), ("to.fail", 1)] {
+        for _ in 0..failures {
+            publish_ok(&h, publish_req("a", ty)).await;
+            let c = claim(&h, 1).await;
+            assert_eq!(c.len(), 1);
+            let later = h.clock.now().plus(Duration::from_secs(3600));
+            record(&h, &c[0], fail_at(later)).await;
+        }
+    }
+    h.store
+        .endpoint_delete(&acct("a"), deleted.id)
+        .await
+        .unwrap();
+    let listed = h.store.circuit_list(&acct("a")).await.unwrap();
+    let mut want = Vec::new();
+    for e in h.store.endpoint_list(&acct("a")).await.unwrap() {
+        want.push((e.id, h.store.circuit_get(&acct("a"), e.id).await.unwrap()));
+    }
+    assert_eq!(listed, want);
+    let ids: Vec<EndpointId> = listed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.contains(&closed.id) && !ids.contains(&deleted.id));
+    let modes: HashMap<EndpointId, (CircuitMode, u32)> = listed
+        .iter()
+        .map(|(id, c)| (*id, (c.mode, c.consecutive_failures)))
+        .collect();
+    assert_eq!(modes[&open.id].0, CircuitMode::Open);
+    assert_eq!(modes[&failing.id], (CircuitMode::Closed, 1));
+}

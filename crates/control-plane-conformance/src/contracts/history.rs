@@ -355,14 +355,17 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
         )
         .await
         .unwrap();
+    // Percentiles come from the rollup's latency buckets: the exact nearest
+    // rank (20 and 40 ms here) reported as its bucket's upper bound.
+    let bucket = |ms| Some(latency_bucket_bound(latency_bucket(ms)));
     assert_eq!(
         hour,
         AttemptStats {
             delivered: 3,
             failed: 1,
             lease_expired: 0,
-            p50_latency_ms: Some(20),
-            p95_latency_ms: Some(40),
+            p50_latency_ms: bucket(20),
+            p95_latency_ms: bucket(40),
         }
     );
     assert_eq!(hour.success_rate(), Some(0.75));
@@ -377,7 +380,7 @@ pub async fn attempt_stats_count_results_and_rank_latencies(f: &dyn StoreFactory
     assert_eq!((day.delivered, day.failed), (4, 1));
     assert_eq!(
         (day.p50_latency_ms, day.p95_latency_ms),
-        (Some(30), Some(1000))
+        (bucket(30), bucket(1000))
     );
     let none = h
         .store
@@ -715,4 +718,208 @@ pub async fn a_recovery_goes_on_from_its_last_reported_page(f: &dyn StoreFactory
         50,
         "the first page was not read again"
     );
+}
+
+/// Counts by account and state as the listings see them: every delivery of
+/// `accounts`, paged through, counted by state (rows with none left out).
+async fn counted_by_listing(h: &Harness, accounts: &[&str]) -> Vec<(String, DeliveryState, u64)> {
+    let mut counts: std::collections::BTreeMap<(String, &'static str), (DeliveryState, u64)> =
+        Default::default();
+    for account in accounts {
+        let mut after = None;
+        loop {
+            let p = h
+                .store
+                .delivery_list(DeliveryListRequest {
+                    account: acct(account),
+                    state: None,
+                    endpoint_id: None,
+                    event_id: None,
+                    page: PageRequest::new(50, after).unwrap(),
+                })
+                .await
+                .unwrap();
+            for d in &p.items {
+                counts
+                    .entry((account.to_string(), d.state.as_str()))
+                    .or_insert((d.state, 0))
+                    .1 += 1;
+            }
+            match p.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+    }
+    counts
+        .into_iter()
+        .map(|((a, _), (s, n))| (a, s, n))
+        .collect()
+}
+
+/// Both count methods against the listings, after `step`.
+async fn counts_agree(h: &Harness, step: &str) {
+    let want = counted_by_listing(h, &["a", "b"]).await;
+    let mut got: Vec<(String, DeliveryState, u64)> = h
+        .store
+        .delivery_count_by_account_and_state()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(a, s, n)| (a.as_str().to_string(), s, n))
+        .collect();
+    got.sort_by(|x, y| (x.0.as_str(), x.1.as_str()).cmp(&(y.0.as_str(), y.1.as_str())));
+    assert_eq!(got, want, "by account and state, after {step}");
+    let mut summed: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (_, s, n) in &want {
+        *summed.entry(s.as_str()).or_default() += n;
+    }
+    let mut by_state: Vec<(&str, u64)> = h
+        .store
+        .delivery_count_by_state()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(s, n)| (s.as_str(), *n))
+        .collect();
+    by_state.sort();
+    assert_eq!(
+        by_state,
+        summed.into_iter().collect::<Vec<_>>(),
+        "by state, after {step}"
+    );
+}
+
+/// `DeliveryStore::delivery_count_by_state` and
+/// `delivery_count_by_account_and_state`: the counts, kept as deliveries
+/// move rather than counted from the history, agree with the listings after
+/// every kind of move.
+pub async fn delivery_counts_follow_every_move(f: &dyn StoreFactory) {
+    let h = f.open(with_attempts(2)).await;
+    endpoint(&h, "a", false).await;
+    let e2 = endpoint(&h, "a", false).await;
+    endpoint(&h, "b", false).await;
+    for _ in 0..6 {
+        publish(&h, "a").await;
+    }
+    for _ in 0..2 {
+        publish(&h, "b").await;
+    }
+    counts_agree(&h, "publish").await;
+    let c = claim(&h, 8).await;
+    assert_eq!(c.len(), 8);
+    counts_agree(&h, "claim").await;
+    record(&h, &c[0], ok()).await;
+    record(&h, &c[1], ok()).await;
+    record(&h, &c[2], fail_at(h.clock.now())).await;
+    record(&h, &c[3], DeliveryOutcome::GiveUp(AttemptReport::default())).await;
+    counts_agree(&h, "delivered, retried and given up").await;
+    // The rest of the leases expire; the next claim's sweep logs them.
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let again = claim(&h, 100).await;
+    counts_agree(&h, "lease expiry").await;
+    // Second attempts of every delivery: half fail for good (the attempt
+    // budget is 2), half are delivered.
+    for (i, c) in again.iter().enumerate() {
+        let outcome = if i % 2 == 0 {
+            fail_at(h.clock.now())
+        } else {
+            ok()
+        };
+        record(&h, c, outcome).await;
+    }
+    counts_agree(&h, "exhausted attempts").await;
+    h.store
+        .delivery_replay(&acct(c[3].delivery.account.as_str()), c[3].delivery.id)
+        .await
+        .unwrap();
+    h.store
+        .delivery_resend(&acct(c[0].delivery.account.as_str()), c[0].delivery.id)
+        .await
+        .unwrap();
+    counts_agree(&h, "replay and resend").await;
+    h.store
+        .delivery_replay_dead(ReplayFilter::all(acct("b")))
+        .await
+        .unwrap();
+    counts_agree(&h, "bulk replay").await;
+    h.store.endpoint_delete(&acct("a"), e2.id).await.unwrap();
+    counts_agree(&h, "endpoint delete").await;
+    // Everything left is delivered, then the history ages out.
+    loop {
+        let c = claim(&h, 100).await;
+        if c.is_empty() {
+            break;
+        }
+        for c in &c {
+            record(&h, c, ok()).await;
+        }
+    }
+    counts_agree(&h, "all delivered").await;
+    let retention = Duration::from_secs(3600);
+    h.clock.advance(retention + Duration::from_secs(1));
+    let purged = purge_all(&h, retention).await;
+    assert!(purged.deliveries > 0, "{purged:?}");
+    counts_agree(&h, "retention").await;
+}
+
+/// `AttemptLogStore::attempt_rollup_of_account`: one read gives, summed per
+/// endpoint, what `attempt_stats` gives each endpoint of the account, and
+/// nothing of other accounts or of endpoints without attempts.
+pub async fn attempt_rollup_of_an_account_matches_each_endpoints_stats(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e1 = endpoint(&h, "a", false).await;
+    let e2 = endpoint(&h, "a", false).await;
+    let quiet = endpoint_for(&h, "a", &["other.type"]).await;
+    endpoint(&h, "b", false).await;
+    for round in 0..3 {
+        publish(&h, "a").await;
+        publish(&h, "b").await;
+        let claimed = claim(&h, 100).await;
+        for (i, c) in claimed.iter().enumerate() {
+            let report = AttemptReport {
+                status_code: Some(200),
+                error: None,
+                latency_ms: 5 + 40 * (i + round) as u64,
+                response_body: None,
+            };
+            let outcome = if i % 3 == 0 {
+                DeliveryOutcome::GiveUp(report)
+            } else {
+                DeliveryOutcome::Delivered(report)
+            };
+            record(&h, c, outcome).await;
+        }
+        // Each round in its own minute.
+        h.clock.advance(Duration::from_secs(61));
+    }
+    let since = h.clock.now().minus(Duration::from_secs(3600));
+    let rows = h
+        .store
+        .attempt_rollup_of_account(&acct("a"), since)
+        .await
+        .unwrap();
+    let mut sorted = rows.clone();
+    sorted.sort();
+    assert_eq!(rows, sorted, "in key order");
+    let minutes: HashSet<i64> = rows.iter().map(|r| r.minute).collect();
+    assert_eq!(minutes.len(), 3, "a row per minute: {rows:?}");
+    for e in [&e1, &e2] {
+        let one = h
+            .store
+            .attempt_stats(EndpointKey::new(&acct("a"), e.id), since)
+            .await
+            .unwrap();
+        assert_eq!(one.answered(), 3, "{one:?}");
+        let summed = AttemptStats::from_rollup(
+            rows.iter()
+                .filter(|r| r.endpoint_id == e.id)
+                .map(|r| (r.result, r.bucket, r.n as u64)),
+        );
+        assert_eq!(summed, one);
+    }
+    assert!(rows
+        .iter()
+        .all(|r| r.endpoint_id == e1.id || r.endpoint_id == e2.id));
+    assert!(rows.iter().all(|r| r.endpoint_id != quiet.id));
 }

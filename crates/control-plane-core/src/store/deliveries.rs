@@ -408,21 +408,29 @@ pub trait DeliveryStore: Send + Sync {
     /// - A publish wakes a subscriber (`publish_wakes_idle_workers`).
     fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64>;
 
-    /// Counts all deliveries by state (for `status` and metrics).
+    /// Counts all deliveries by state (for `status` and metrics). Live
+    /// states are counted in the live set, finished ones from tallies kept
+    /// as deliveries finish, are replayed and are purged: the cost grows
+    /// with the live work, never with the finished history (ADR 0032).
     ///
     /// # Behavior
     /// - Agrees with the per-account counts (`deliveries_are_counted_by_account_and_state`).
+    /// - Follows every move of a delivery: publish, claim, retry, give up,
+    ///   lease expiry, replay, resend, endpoint delete, retention
+    ///   (`delivery_counts_follow_every_move`).
     ///
     /// # Cancellation safety
     /// Safe.
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>>;
 
     /// Counts all deliveries by account and state, ordered by account then
-    /// state, in one scan (for metrics, which bound the accounts they show).
+    /// state (for metrics, which bound the accounts they show), as
+    /// [`DeliveryStore::delivery_count_by_state`] counts them.
     ///
     /// # Behavior
     /// - Every (account, state) with deliveries, exactly
-    ///   (`deliveries_are_counted_by_account_and_state`).
+    ///   (`deliveries_are_counted_by_account_and_state`,
+    ///   `delivery_counts_follow_every_move`).
     ///
     /// # Cancellation safety
     /// Safe.
@@ -463,9 +471,12 @@ pub trait AttemptLogStore: Send + Sync {
         page: PageRequest,
     ) -> StoreResult<Page<AttemptRecord>>;
 
-    /// The endpoint's attempts recorded at or after `since`: counts by
-    /// result and the response time's p50 and p95 (nearest rank, see
-    /// [`crate::nearest_rank`]).
+    /// The endpoint's attempts recorded since the minute `since` falls in:
+    /// counts by result and the response time's p50 and p95, summed from
+    /// the per-minute rollup written with each attempt, not from the log
+    /// (ADR 0032). The rollup reaches back [`crate::ROLLUP_HORIZON`]; a
+    /// percentile is the upper bound of the latency bucket that holds its
+    /// nearest rank ([`AttemptStats::from_rollup`]).
     ///
     /// # Behavior
     /// - Counts and ranks only that endpoint's attempts in the window
@@ -481,6 +492,25 @@ pub trait AttemptLogStore: Send + Sync {
         endpoint: EndpointKey<'_>,
         since: Timestamp,
     ) -> StoreResult<AttemptStats>;
+
+    /// The attempt rollup of every endpoint of `account` since the minute
+    /// `since` falls in, one row per endpoint, minute, result and latency
+    /// bucket, in that order: what the dashboard's endpoints page reads in
+    /// one call (stats with [`AttemptStats::from_rollup`], a response time
+    /// per minute).
+    ///
+    /// # Behavior
+    /// - Each endpoint's rows give what its `attempt_stats` gives; endpoints
+    ///   of other accounts and endpoints without attempts have none
+    ///   (`attempt_rollup_of_an_account_matches_each_endpoints_stats`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn attempt_rollup_of_account(
+        &self,
+        account: &AccountId,
+        since: Timestamp,
+    ) -> StoreResult<Vec<RollupRow>>;
 }
 
 /// Circuit-breaker state.
@@ -494,6 +524,17 @@ pub trait CircuitStore: Send + Sync {
     /// # Cancellation safety
     /// Safe.
     async fn circuit_get(&self, account: &AccountId, id: EndpointId) -> StoreResult<Circuit>;
+
+    /// The circuit of every live endpoint of `account`, in one read (the
+    /// dashboard's pages), in the order of `endpoint_list`.
+    ///
+    /// # Behavior
+    /// - Each entry equals that endpoint's `circuit_get`; other accounts'
+    ///   and deleted endpoints are left out (`circuits_are_listed_as_each_is_read`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn circuit_list(&self, account: &AccountId) -> StoreResult<Vec<(EndpointId, Circuit)>>;
 
     /// Circuits not closed (open or half-open) on live endpoints, across accounts (metrics).
     ///

@@ -489,7 +489,7 @@ pub(super) fn lease(
     }
     let leased = match leased_from_index(t, picks, expires) {
         Some(leased) => {
-            if cfg!(debug_assertions) {
+            if t.check_against_table {
                 same_as_the_table(t, &leased, (lo, hi), expires, now)?;
             }
             leased
@@ -543,34 +543,22 @@ fn leased_from_index(
     picks
         .iter()
         .map(|((id, ..), _)| {
-            let LiveRow {
-                row,
-                event_id,
-                created_at,
-                last_error,
-            } = t.live().pending(*id)?;
+            let pending = t.live().pending(*id)?.delivery();
             Some(Delivery {
-                id: row.id,
-                account: row.account.clone(),
-                endpoint_id: row.endpoint_id,
-                event_id: *event_id,
-                seq: row.seq,
                 state: DeliveryState::Leased,
-                attempts: row.attempts.saturating_add(1),
-                max_attempts: row.max_attempts,
-                due_at: row.due_at,
+                attempts: pending.attempts.saturating_add(1),
                 lease_expires_at: Some(expires),
-                last_error: last_error.clone(),
-                created_at: *created_at,
                 updated_at: t.now,
+                ..pending
             })
         })
         .collect()
 }
 
-/// Debug builds check the deliveries a claim made from the live index
-/// against the table, so every test that claims from the embedded store
-/// also checks that the index held each row as the table does.
+/// Checks the deliveries a claim made from the live index against the
+/// table, when the store is told to
+/// ([`crate::EmbeddedConfig::check_against_table`]): so every contract that
+/// claims also checks that the index held each row as the table does.
 fn same_as_the_table(
     t: &Tx<'_>,
     leased: &[Delivery],
@@ -690,6 +678,7 @@ fn held_row(c: &ClaimedDelivery) -> LiveRow {
         event_id: d.event_id,
         created_at: d.created_at,
         last_error: d.last_error.clone(),
+        updated_at: d.updated_at,
     }
 }
 

@@ -141,12 +141,12 @@ impl DeliveryStore for EmbeddedStore {
     }
 
     async fn delivery_count_by_state(&self) -> StoreResult<Vec<(DeliveryState, u64)>> {
-        self.tx(|t| count_by_state(t)).await
+        self.tx(count_by_state).await
     }
 
     async fn delivery_count_by_account_and_state(
         &self,
     ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
-        self.tx(|t| count_by_account_and_state(t)).await
+        self.tx(count_by_account_and_state).await
     }
 }

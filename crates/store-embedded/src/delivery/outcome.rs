@@ -29,7 +29,8 @@ pub(crate) fn extend(t: &mut Tx<'_>, lease: &Lease, lease_for: Duration) -> Stor
         ],
     )
     .db()?;
-    t.live_mut().extend(row.id, expires_at);
+    let now = t.now;
+    t.live_mut().extend(row.id, expires_at, now);
     Ok(Lease {
         expires_at,
         ..lease.clone()
@@ -54,7 +55,8 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
     row.due_at = t.now;
     row.lease_token = None;
     row.lease_expires_at = None;
-    t.live_mut().moved(&row, None);
+    let now = t.now;
+    t.live_mut().moved(&row, None, now);
     Ok(())
 }
 
@@ -207,6 +209,8 @@ pub(crate) fn requeue(
     )
     .db()?;
     t.live_mut().forget();
+    t.finished_mut()
+        .moved(account, d.state, DeliveryState::Pending, 1);
     get(t, account, id)
 }
 
@@ -230,6 +234,12 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
         .db()?;
     if n > 0 {
         t.live_mut().forget();
+        t.finished_mut().moved(
+            &f.account,
+            DeliveryState::Dead,
+            DeliveryState::Pending,
+            n as u64,
+        );
     }
     Ok(n as u64)
 }

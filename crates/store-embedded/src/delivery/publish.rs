@@ -47,6 +47,7 @@ impl NewRows {
             event_id: event,
             created_at: t.now,
             last_error: None,
+            updated_at: t.now,
         };
         t.live_mut().put(live);
         self.d_id.push(id.to_string());

@@ -1,6 +1,10 @@
 //! Reading deliveries and events: by id, listings, counts by state.
 
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
 use super::*;
+use crate::live::{count_in_table, Counts};
 
 pub(super) const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -130,7 +134,61 @@ pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResul
     .ok_or_else(|| StoreError::not_found("delivery", id))
 }
 
-pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+/// Deliveries of the request, newest first. Pending and leased ones come
+/// from the writer's live index when it is kept, so listing the queue reads
+/// nothing of the finished history (issue 54).
+pub(crate) fn list(t: &mut Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+    let items = match live_list(t, &req)? {
+        Some(kept) => {
+            if t.check_against_table {
+                let table = list_from_table(t, &req)?;
+                if table != kept {
+                    return Err(StoreError::Backend(format!(
+                        "a listing from the live index differs from the table: \
+                         kept {kept:?}, in the table {table:?}"
+                    )));
+                }
+            }
+            kept
+        }
+        None => list_from_table(t, &req)?,
+    };
+    Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
+}
+
+/// One more than a page of the request's deliveries, newest first, from
+/// the live index; `None` when the request is not for a live state or the
+/// index is not kept.
+fn live_list(t: &mut Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Option<Vec<Delivery>>> {
+    let Some(state) = req.state.filter(|s| !s.is_final()) else {
+        return Ok(None);
+    };
+    let Some(rows) = t.live_rows()? else {
+        return Ok(None);
+    };
+    let after = req.page.after();
+    let mut found: Vec<&LiveRow> = rows
+        .values()
+        .filter(|l| {
+            l.row.state == state
+                && l.row.account == req.account
+                && req.endpoint_id.is_none_or(|e| e == l.row.endpoint_id)
+                && req.event_id.is_none_or(|e| e == l.event_id)
+                && after.is_none_or(|a| l.row.seq < a)
+        })
+        .collect();
+    let n = req.page.limit() as usize + 1;
+    if found.len() > n {
+        found.select_nth_unstable_by_key(n - 1, |l| Reverse(l.row.seq));
+        found.truncate(n);
+    }
+    found.sort_unstable_by_key(|l| Reverse(l.row.seq));
+    Ok(Some(found.into_iter().map(LiveRow::delivery).collect()))
+}
+
+/// One more than a page of the request's deliveries, newest first, from
+/// the table.
+fn list_from_table(t: &Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Vec<Delivery>> {
     let mut st = t
         .prepare(&format!(
             "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
@@ -152,52 +210,51 @@ pub(crate) fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Del
             row_to_delivery,
         )
         .db()?;
-    let items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
+    rows.collect::<Result<Vec<_>, _>>().db()
 }
 
-pub(crate) fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
-    let mut st = t
-        .prepare("SELECT state, count(*) FROM deliveries GROUP BY state ORDER BY state")
-        .db()?;
-    let rows = st
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-        .db()?;
-    let mut out = Vec::new();
-    for r in rows {
-        let (s, n) = r.db()?;
-        out.push((s.parse()?, u64::try_from(n).unwrap_or(0)));
+/// Deliveries by state, without zero counts, ordered by state: the sums of
+/// [`count_by_account_and_state`].
+pub(crate) fn count_by_state(t: &mut Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
+    let mut by_state: BTreeMap<&'static str, (DeliveryState, u64)> = BTreeMap::new();
+    for (_, state, n) in count_by_account_and_state(t)? {
+        by_state.entry(state.as_str()).or_insert((state, 0)).1 += n;
     }
-    Ok(out)
+    Ok(by_state.into_values().collect())
 }
 
+/// Deliveries by account and state, without zero counts, ordered by
+/// account then state. Live states are counted from the live set, finished
+/// states from the tally the writer keeps as they change (issue 54):
+/// neither reads the finished history, which grows without bound.
 pub(crate) fn count_by_account_and_state(
-    t: &Tx<'_>,
+    t: &mut Tx<'_>,
 ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
-    let mut st = t
-        .prepare(
-            "SELECT account, state, count(*) FROM deliveries GROUP BY account, state ORDER BY account, state",
-        )
-        .db()?;
-    let rows = st
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })
-        .db()?;
-    let mut out = Vec::new();
-    for r in rows {
-        let (a, s, n) = r.db()?;
-        out.push((
-            AccountId::new(a)?,
-            s.parse()?,
-            u64::try_from(n).unwrap_or(0),
-        ));
-    }
+    let mut counts = live_counts(t)?;
+    counts.extend(t.finished_counts()?.iter().map(|(k, n)| (k.clone(), *n)));
+    let mut out: Vec<(AccountId, DeliveryState, u64)> = counts
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|((account, state), n)| (account, state, n))
+        .collect();
+    out.sort_unstable_by(|a, b| (a.0.as_str(), a.1.as_str()).cmp(&(b.0.as_str(), b.1.as_str())));
     Ok(out)
+}
+
+/// The live deliveries by account and state: from the rows the live index
+/// keeps, or one scan of the live rows while it is not kept.
+fn live_counts(t: &mut Tx<'_>) -> StoreResult<Counts> {
+    let Some(rows) = t.live_rows()? else {
+        return count_in_table(t, [DeliveryState::Pending, DeliveryState::Leased]);
+    };
+    let mut counts: HashMap<(&AccountId, DeliveryState), u64> = HashMap::new();
+    for l in rows.values() {
+        *counts.entry((&l.row.account, l.row.state)).or_default() += 1;
+    }
+    Ok(counts
+        .into_iter()
+        .map(|((account, state), n)| ((account.clone(), state), n))
+        .collect())
 }
 
 /// What a send needs of the events `ids`, from the writer's event cache
@@ -220,8 +277,8 @@ pub(super) fn sent_events(
             None => missing.push(id),
         }
     }
-    // Debug builds check the cache against the table at every use.
-    if cfg!(debug_assertions) && !out.is_empty() {
+    // The tests check the cache against the table at every use.
+    if t.check_against_table && !out.is_empty() {
         let kept: Vec<EventId> = out.keys().copied().collect();
         let table = read_sent_events(t, &kept)?;
         if kept

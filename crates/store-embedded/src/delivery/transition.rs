@@ -74,6 +74,8 @@ impl Circuits {
 
 /// Delivery transitions gathered during one transaction: the rows are
 /// updated by one statement, their attempt-log rows written by another.
+/// The writer's live index and finished tally follow each one as it is
+/// gathered.
 #[derive(Default)]
 pub(super) struct Transitions {
     pub(super) seq: Vec<i64>,
@@ -111,12 +113,15 @@ impl Transitions {
             row.attempts,
             &tr.attempt,
         );
+        let before = row.state;
         row.state = tr.state;
         row.due_at = tr.due_at;
         row.lease_token = keep_token;
         row.lease_expires_at = None;
         row.last_outcome = outcome_kind.map(str::to_string);
-        t.live_mut().moved(row, Some(tr.last_error.clone()));
+        let now = t.now;
+        t.live_mut().moved(row, Some(tr.last_error.clone()), now);
+        t.finished_mut().moved(&row.account, before, tr.state, 1);
         let mut disabled = false;
         if let Some(reason) = &tr.disable_reason {
             disabled = endpoint::disable(t, row.endpoint_id, reason)?;

@@ -59,12 +59,14 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &Lease) -> StoreResult<()> {
 /// `unnest`): a success, under its live lease, on an endpoint whose circuit is
 /// closed with nothing to reset. `plan_outcome` gives exactly this transition
 /// there (delivered, attempt logged, circuit unchanged, no alert): the live
-/// row is deleted, the finished row and the attempt row are inserted.
+/// row is deleted, the finished row and the attempt row are inserted, and
+/// the finished tally and the attempt rollup get their deltas (ADR 0032):
+/// `$8` holds each attempt's latency bucket, `$9` the rollup minute of `$6`.
 /// Returns the deliveries it recorded; the others need the general path,
 /// which handles everything. On a plain client the statement commits on its
 /// own. The benchmark issues this same text raw.
 pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[], $5::bigint[], \
-     $7::text[]) AS i(id, token, error, code, latency, body)), \
+     $7::text[], $8::smallint[]) AS i(id, token, error, code, latency, body, bucket)), \
      g AS (DELETE FROM delivery_queue l USING i, deliveries d \
      WHERE d.id = i.id AND l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
      AND l.lease_token = i.token AND l.state = 'leased' \
@@ -72,10 +74,14 @@ pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], 
      AND c.mode = 'closed' AND c.failures = 0 AND c.open_until IS NULL AND c.reopen_count = 0 \
      AND c.failing_since IS NULL AND c.probe IS NULL) \
      RETURNING l.delivery_id, l.endpoint_id, l.account, l.attempts, l.max_attempts, l.due_at, \
-     i.token, i.error, i.code, i.latency, i.body), \
+     i.token, i.error, i.code, i.latency, i.body, i.bucket), \
      f AS (INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
      lease_token, last_outcome, finished_at) \
-     SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, error, token, 'delivered', $6 FROM g) \
+     SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, error, token, 'delivered', $6 FROM g), \
+     tally AS (INSERT INTO delivery_tallies (account, state, n) \
+     SELECT account, 'delivered', count(*) FROM g GROUP BY account), \
+     rollup AS (INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+     SELECT endpoint_id, $9, 'delivered', bucket, count(*) FROM g GROUP BY endpoint_id, bucket) \
      INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
      latency_ms, will_retry, next_attempt_at, recorded_at, response_body) \
      SELECT g.delivery_id, g.endpoint_id, g.account, g.attempts, 'delivered', g.code, g.error, g.latency, \
@@ -105,6 +111,10 @@ pub(crate) async fn record_delivered_fast_batch(
         .iter()
         .map(|(_, r)| storable_body(r.response_body.as_deref()))
         .collect();
+    let buckets: Vec<i16> = items
+        .iter()
+        .map(|(_, r)| latency_bucket(r.latency_ms))
+        .collect();
     let complete = client.prepare_cached(RECORD_DELIVERED).await.db()?;
     let rows = client
         .query(
@@ -117,6 +127,8 @@ pub(crate) async fn record_delivered_fast_batch(
                 &latencies,
                 &now.as_millis(),
                 &bodies,
+                &buckets,
+                &rollup_minute(now),
             ],
         )
         .await
@@ -179,8 +191,11 @@ pub(crate) async fn record_outcome(
 /// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x
 /// USING deliveries d` in a CTE `x`: the dead rows it deleted go back to the
 /// queue, due at `$1`, with their own sequence numbers and `$2` more
-/// attempts.
-pub(super) const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error) \
+/// attempts, and leave the finished tally.
+pub(super) const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error, \
+     x.state AS was), \
+     tally AS (INSERT INTO delivery_tallies (account, state, n) \
+     SELECT account, was, -count(*) FROM x GROUP BY account, was) \
      INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
      due_at, last_error, updated_at) \
      SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x";

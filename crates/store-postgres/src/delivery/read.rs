@@ -151,15 +151,34 @@ pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> Stor
     row_to_delivery(&row)
 }
 
+/// A listing of a live state: the page is chosen in the live table alone
+/// (filtered and ordered by its own columns), then joined to its immutable
+/// rows, so it reads the live rows however long the finished history is
+/// (ADR 0032).
+const LIVE_PAGE: &str = "(SELECT * FROM delivery_queue l WHERE l.account = $1 AND l.state = $2 \
+     AND ($3::uuid IS NULL OR l.endpoint_id = $3) AND ($5::bigint IS NULL OR l.seq < $5) \
+     AND ($4::uuid IS NULL OR l.delivery_id IN (SELECT id FROM deliveries WHERE event_id = $4)) \
+     ORDER BY l.seq DESC LIMIT $6) l \
+     JOIN deliveries d ON d.id = l.delivery_id LEFT JOIN delivery_done x ON false";
+
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
+    let live = matches!(
+        req.state,
+        Some(DeliveryState::Pending | DeliveryState::Leased)
+    );
+    let sql = if live {
+        format!("SELECT {DELIVERY_COLS} FROM {LIVE_PAGE} ORDER BY l.seq DESC")
+    } else {
+        format!(
+            "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
+             AND ($2::text IS NULL OR {STATE_OF} = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
+             AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
+             ORDER BY d.seq DESC LIMIT $6"
+        )
+    };
     let rows = t
         .query(
-            &format!(
-                "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
-                 AND ($2::text IS NULL OR {STATE_OF} = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
-                 AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
-                 ORDER BY d.seq DESC LIMIT $6"
-            ),
+            &sql,
             &[
                 &req.account.as_str(),
                 &req.state.map(DeliveryState::as_str),
@@ -178,11 +197,19 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
     Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
 }
 
+/// Deliveries by account and state: live ones counted in the live table,
+/// finished ones summed from the tally deltas (ADR 0032). Neither reads the
+/// finished history.
+const COUNTS: &str =
+    "SELECT account, state, count(*) AS n FROM delivery_queue GROUP BY account, state \
+     UNION ALL SELECT account, state, sum(n) FROM delivery_tallies GROUP BY account, state";
+
 pub(crate) async fn count_by_state(t: &Tx<'_>) -> StoreResult<Vec<(DeliveryState, u64)>> {
     let rows = t
         .query(
-            "SELECT state, sum(n)::bigint FROM (SELECT state, count(*) AS n FROM delivery_queue GROUP BY state \
-             UNION ALL SELECT state, count(*) FROM delivery_done GROUP BY state) s GROUP BY state ORDER BY state",
+            &format!(
+                "SELECT state, sum(n)::bigint FROM ({COUNTS}) s GROUP BY state HAVING sum(n) > 0 ORDER BY state"
+            ),
             &[],
         )
         .await
@@ -195,11 +222,10 @@ pub(crate) async fn count_by_account_and_state(
 ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>> {
     let rows = t
         .query(
-            "SELECT account, state, sum(n)::bigint FROM (\
-             SELECT account, state, count(*) AS n FROM delivery_queue GROUP BY account, state \
-             UNION ALL SELECT d.account, x.state, count(*) FROM delivery_done x \
-             JOIN deliveries d ON d.id = x.delivery_id GROUP BY d.account, x.state) s \
-             GROUP BY account, state ORDER BY account, state",
+            &format!(
+                "SELECT account, state, sum(n)::bigint FROM ({COUNTS}) s \
+                 GROUP BY account, state HAVING sum(n) > 0 ORDER BY account, state"
+            ),
             &[],
         )
         .await

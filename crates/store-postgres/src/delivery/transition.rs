@@ -63,7 +63,8 @@ pub(super) async fn finished(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<F
 }
 
 /// Writes a transition: the live row moved to its new due time, or deleted
-/// and its finished row written; the attempt-log row; a disable.
+/// and its finished row and tally delta written; the attempt-log row (with
+/// its rollup delta); a disable.
 pub(super) async fn apply(
     t: &Tx<'_>,
     row: &LeaseRow,
@@ -77,7 +78,8 @@ pub(super) async fn apply(
     // becomes.
     let sql = if tr.state.is_final() {
         "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
-         RETURNING delivery_id, attempts, max_attempts) \
+         RETURNING delivery_id, account, attempts, max_attempts), \
+         tally AS (INSERT INTO delivery_tallies (account, state, n) SELECT account, $3, 1 FROM g) \
          INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
          lease_token, last_outcome, finished_at) \
          SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g"

@@ -1,0 +1,290 @@
+//! The read paths of issue 54 with a small and a large finished history, on
+//! both adapters: what a metrics scrape, `status`, the listings, an
+//! endpoint's stats and the dashboard's pages cost at 10,000 finished
+//! deliveries and at millions (ADR 0032). The history is written with SQL
+//! straight into the tables (1 % dead, one attempt each, one account, one
+//! endpoint), as a year of traffic would have left it.
+
+use crate::*;
+use control_plane_core::EndpointKey;
+
+/// One read path: its name and a call of it.
+type ReadPath = (
+    &'static str,
+    fn(
+        DynControlPlaneStore,
+        EndpointId,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BenchResult<()>> + Send>>,
+);
+
+fn read_paths() -> Vec<ReadPath> {
+    vec![
+        ("metrics scrape (`GET /metrics`)", |s, _| {
+            Box::pin(async move {
+                api::Metrics::default().render(&s).await.map_err(fail)?;
+                Ok(())
+            })
+        }),
+        ("`status` (counts by state)", |s, _| {
+            Box::pin(async move {
+                s.delivery_count_by_state().await.map_err(fail)?;
+                Ok(())
+            })
+        }),
+        ("deliveries `?state=pending`, first page", |s, _| {
+            Box::pin(async move { list(&s, DeliveryState::Pending).await })
+        }),
+        ("dead letters, first page", |s, _| {
+            Box::pin(async move { list(&s, DeliveryState::Dead).await })
+        }),
+        ("endpoint stats (hour and day)", |s, e| {
+            Box::pin(async move {
+                let now = Timestamp::from_millis(now_ms());
+                for window in [3600, 86_400] {
+                    s.attempt_stats(
+                        EndpointKey::new(&acct(), e),
+                        now.minus(Duration::from_secs(window)),
+                    )
+                    .await
+                    .map_err(fail)?;
+                }
+                Ok(())
+            })
+        }),
+        ("dashboard, endpoints page", |s, _| {
+            Box::pin(async move {
+                let now = Timestamp::from_millis(now_ms());
+                api::query::endpoint_health(&s, &acct(), now)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+        ("dashboard, overview", |s, _| {
+            Box::pin(async move {
+                let now = Timestamp::from_millis(now_ms());
+                api::query::overview(&s, &acct(), now)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+    ]
+}
+
+async fn list(s: &DynControlPlaneStore, state: DeliveryState) -> BenchResult<()> {
+    s.delivery_list(DeliveryListRequest {
+        state: Some(state),
+        ..DeliveryListRequest::all(acct(), PageRequest::first(50))
+    })
+    .await
+    .map_err(fail)?;
+    Ok(())
+}
+
+/// The medians (ms) of every read path on `store`, after two warm-ups.
+async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> BenchResult<Vec<f64>> {
+    let mut out = Vec::new();
+    for (_, read) in read_paths() {
+        let mut ms = Vec::new();
+        for i in 0..runs + 2 {
+            let t = Instant::now();
+            read(store.clone(), e).await?;
+            if i >= 2 {
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        out.push(median(ms));
+    }
+    Ok(out)
+}
+
+/// `size` finished deliveries of one endpoint, written by SQL (postgres).
+async fn pg_history(c: &tokio_postgres::Client, e: EndpointId, size: i64) -> BenchResult<()> {
+    let now = now_ms();
+    c.execute(
+        "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+         SELECT gen_random_uuid(), 'bench', 'old', '{}', NULL, $2 FROM generate_series(1, $3::bigint) \
+         RETURNING id), \
+         d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
+         SELECT gen_random_uuid(), 'bench', $1, ev.id, -row_number() OVER (), $2 FROM ev RETURNING id, seq) \
+         INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, finished_at) \
+         SELECT id, CASE WHEN seq % 100 = 0 THEN 'dead' ELSE 'delivered' END, 1, 8, $2, $2 FROM d",
+        &[&e.0, &now, &size],
+    )
+    .await
+    .map_err(fail)?;
+    c.execute(
+        "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, latency_ms, \
+         will_retry, next_attempt_at, recorded_at) SELECT gen_random_uuid(), $1, 'bench', 1, 'delivered', 200, \
+         NULL, 1 + g % 300, false, NULL, $2 - (g % 86400) * 1000 FROM generate_series(1, $3::bigint) g",
+        &[&e.0, &now, &size],
+    )
+    .await
+    .map_err(fail)?;
+    // What the adapter keeps beside the history (ADR 0032), where the
+    // schema has it: the tallies, and the rollup of the attempts above.
+    let has = |t: &str| format!("SELECT to_regclass('{t}') IS NOT NULL");
+    if c.query_one(&has("delivery_tallies"), &[])
+        .await
+        .map_err(fail)?
+        .get::<_, bool>(0)
+    {
+        c.execute(
+            "INSERT INTO delivery_tallies (account, state, n) \
+             SELECT 'bench', state, count(*) FROM delivery_done GROUP BY state",
+            &[],
+        )
+        .await
+        .map_err(fail)?;
+    }
+    if c.query_one(&has("attempt_rollup"), &[])
+        .await
+        .map_err(fail)?
+        .get::<_, bool>(0)
+    {
+        c.execute(
+            "INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+             SELECT endpoint_id, recorded_at - recorded_at % 60000, result, \
+             (SELECT count(*) FROM unnest($1::bigint[]) b WHERE b < latency_ms), count(*) \
+             FROM attempts GROUP BY 1, 2, 3, 4",
+            &[&bounds()],
+        )
+        .await
+        .map_err(fail)?;
+    }
+    c.batch_execute("ANALYZE").await.map_err(fail)?;
+    Ok(())
+}
+
+/// The latency buckets' bounds, as the migrations list them.
+fn bounds() -> Vec<i64> {
+    (0..control_plane_core::LATENCY_BUCKETS - 1)
+        .map(|b| i64::try_from(control_plane_core::latency_bucket_bound(b)).unwrap_or(i64::MAX))
+        .collect()
+}
+
+/// `size` finished deliveries of endpoint `e`, written by SQL into the
+/// DuckDB file at `path` while no store has it open.
+fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult<()> {
+    let c = duckdb::Connection::open(path).map_err(fail)?;
+    let now = now_ms();
+    let e = e.to_string();
+    c.execute(
+        "INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
+         SELECT printf('00000000-0000-4000-9000-%012d', i), 'bench', 'old', '{}', NULL, $1 FROM range($2) t(i)",
+        duckdb::params![now, size],
+    )
+    .map_err(fail)?;
+    c.execute(
+        "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, due_at, \
+         created_at, updated_at) SELECT printf('00000000-0000-4000-8000-%012d', i), 'bench', $1, \
+         printf('00000000-0000-4000-9000-%012d', i), -1 - i, \
+         CASE WHEN i % 100 = 0 THEN 'dead' ELSE 'delivered' END, 1, 8, $2, $2, $2 FROM range($3) t(i)",
+        duckdb::params![e, now, size],
+    )
+    .map_err(fail)?;
+    c.execute(
+        "INSERT INTO attempts (id, delivery_id, endpoint_id, account, attempt, result, status_code, latency_ms, \
+         will_retry, recorded_at) SELECT -1 - i, printf('00000000-0000-4000-8000-%012d', i), $1, 'bench', 1, 'delivered', 200, 1 + i % 300, false, \
+         $2 - (i % 86400) * 1000 FROM range($3) t(i)",
+        duckdb::params![e, now, size],
+    )
+    .map_err(fail)?;
+    let rollup: i64 = c
+        .query_row(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'attempt_rollup'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(fail)?;
+    if rollup > 0 {
+        let values: Vec<String> = bounds().iter().map(|b| format!("({b})")).collect();
+        c.execute(
+            &format!(
+                "INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+                 SELECT endpoint_id, m, result, bucket, count(*) FROM (SELECT endpoint_id, \
+                 recorded_at - recorded_at % 60000 AS m, result, \
+                 (SELECT count(*) FROM (VALUES {}) b(v) WHERE b.v < a.latency_ms) AS bucket \
+                 FROM attempts a) r GROUP BY ALL",
+                values.join(",")
+            ),
+            [],
+        )
+        .map_err(fail)?;
+    }
+    c.execute("CHECKPOINT", []).map_err(fail)?;
+    Ok(())
+}
+
+/// The medians of every read path at `size` finished deliveries, postgres.
+async fn pg_at(a: &Args, size: i64, runs: usize) -> BenchResult<Vec<f64>> {
+    let schema = unique("bench_history");
+    let store = pg_store(&a.url, &schema, 4, false).await?;
+    let e = endpoint(&store, "https://example.com/hook").await?;
+    pg_history(&raw_client(&a.url, &schema).await?, e.id, size).await?;
+    let store: DynControlPlaneStore = Arc::new(store);
+    let medians = measure(store.clone(), e.id, runs).await;
+    drop(store);
+    drop_schema(&a.url, &schema).await?;
+    medians
+}
+
+/// The medians of every read path at `size` finished deliveries, embedded.
+async fn embedded_at(dir: &std::path::Path, size: i64, runs: usize) -> BenchResult<Vec<f64>> {
+    let dir = dir.join(unique("history"));
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    let path = dir.join("bench.duckdb");
+    let open = || EmbeddedStore::open(EmbeddedConfig::new(path.clone()), Arc::new(SystemClock));
+    let store = open().await.map_err(fail)?;
+    let e = endpoint(&store, "https://example.com/hook").await?;
+    drop(store);
+    let fill = path.clone();
+    tokio::task::spawn_blocking(move || duck_history(&fill, e.id, size))
+        .await
+        .map_err(fail)??;
+    let store: DynControlPlaneStore = Arc::new(open().await.map_err(fail)?);
+    let medians = measure(store.clone(), e.id, runs).await;
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    medians
+}
+
+/// Every read path of issue 54 at 10,000 finished deliveries and at
+/// `--history-rows` (postgres) and a quarter of it (embedded).
+pub(crate) async fn history(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
+    let runs = if a.quick { 3 } else { 7 };
+    let large = if a.quick { 100_000 } else { a.history_rows };
+    let mut out = String::new();
+    for profile in &a.profiles {
+        let large = if *profile == "embedded" {
+            large / 4
+        } else {
+            large
+        };
+        let small = 10_000.min(large / 10);
+        let mut rows = Vec::new();
+        for size in [small, large] {
+            eprintln!("bench: history {profile} {size}");
+            let medians = if *profile == "postgres" {
+                pg_at(a, size, runs).await?
+            } else {
+                embedded_at(dir, size, runs).await?
+            };
+            rows.push(medians);
+        }
+        let _ = writeln!(
+            out,
+            "\n{profile}: medians of {runs} after 2 warm-ups (ms)\n\n| read path | {small} finished | {large} finished | ratio |\n| --- | --- | --- | --- |"
+        );
+        for (i, (name, _)) in read_paths().iter().enumerate() {
+            let (s, l) = (rows[0][i], rows[1][i]);
+            let _ = writeln!(
+                out,
+                "| {name} | {s:.2} | {l:.2} | {:.2} |",
+                l / s.max(0.001)
+            );
+        }
+    }
+    Ok(out)
+}
