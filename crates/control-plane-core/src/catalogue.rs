@@ -28,7 +28,7 @@ pub const MAX_EXAMPLE_BYTES: usize = 65_536;
 pub const MAX_DESCRIPTION_BYTES: usize = 1_024;
 /// The most regular expressions one schema may hold (`pattern` values and
 /// `patternProperties` keys): each compiles to a program of up to
-/// [`PATTERN_BYTES`] and a lazy DFA of as much, so this bounds what one
+/// 64 KiB and a lazy DFA of as much, so this bounds what one
 /// registration can make the process keep (issue 54: 1,829 patterns took
 /// 190 MiB).
 pub const MAX_SCHEMA_PATTERNS: usize = 32;

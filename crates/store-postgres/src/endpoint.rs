@@ -292,12 +292,13 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> S
     // Its live deliveries die; a lease still held on one is lost.
     t.execute(
         "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $2 \
-         RETURNING delivery_id, account, attempts, max_attempts, due_at), \
+         RETURNING delivery_id, account, seq, attempts, max_attempts, due_at), \
          tally AS (INSERT INTO delivery_tallies (account, state, n) \
          SELECT account, 'dead', count(*) FROM g GROUP BY account) \
          INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
-         lease_token, last_outcome, finished_at) \
-         SELECT delivery_id, 'dead', attempts, max_attempts, due_at, 'endpoint removed', NULL, NULL, $1 FROM g",
+         lease_token, last_outcome, finished_at, account, seq) \
+         SELECT delivery_id, 'dead', attempts, max_attempts, due_at, 'endpoint removed', NULL, NULL, $1, \
+         account, seq FROM g",
         &[&t.now.as_millis(), &id.0],
     )
     .await

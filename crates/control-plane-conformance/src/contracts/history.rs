@@ -720,35 +720,64 @@ pub async fn a_recovery_goes_on_from_its_last_reported_page(f: &dyn StoreFactory
     );
 }
 
+/// Every delivery of `account` in `state` (all states for `None`), paged
+/// through `per_page` at a time.
+async fn listed(
+    h: &Harness,
+    account: &str,
+    state: Option<DeliveryState>,
+    per_page: u32,
+) -> Vec<Delivery> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let p = h
+            .store
+            .delivery_list(DeliveryListRequest {
+                account: acct(account),
+                state,
+                endpoint_id: None,
+                event_id: None,
+                page: PageRequest::new(per_page, after).unwrap(),
+            })
+            .await
+            .unwrap();
+        all.extend(p.items);
+        match p.next {
+            Some(n) => after = Some(n),
+            None => return all,
+        }
+    }
+}
+
 /// Counts by account and state as the listings see them: every delivery of
 /// `accounts`, paged through, counted by state (rows with none left out).
+/// Each state's own listing, paged two at a time, holds the same
+/// deliveries, newest first.
 async fn counted_by_listing(h: &Harness, accounts: &[&str]) -> Vec<(String, DeliveryState, u64)> {
     let mut counts: std::collections::BTreeMap<(String, &'static str), (DeliveryState, u64)> =
         Default::default();
     for account in accounts {
-        let mut after = None;
-        loop {
-            let p = h
-                .store
-                .delivery_list(DeliveryListRequest {
-                    account: acct(account),
-                    state: None,
-                    endpoint_id: None,
-                    event_id: None,
-                    page: PageRequest::new(50, after).unwrap(),
-                })
-                .await
-                .unwrap();
-            for d in &p.items {
-                counts
-                    .entry((account.to_string(), d.state.as_str()))
-                    .or_insert((d.state, 0))
-                    .1 += 1;
-            }
-            match p.next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
+        let all = listed(h, account, None, 50).await;
+        for d in &all {
+            counts
+                .entry((account.to_string(), d.state.as_str()))
+                .or_insert((d.state, 0))
+                .1 += 1;
+        }
+        for state in [
+            DeliveryState::Pending,
+            DeliveryState::Leased,
+            DeliveryState::Delivered,
+            DeliveryState::Dead,
+        ] {
+            let want: Vec<&Delivery> = all.iter().filter(|d| d.state == state).collect();
+            let got = listed(h, account, Some(state), 2).await;
+            assert_eq!(
+                got.iter().collect::<Vec<_>>(),
+                want,
+                "the {state:?} listing of {account}"
+            );
         }
     }
     counts

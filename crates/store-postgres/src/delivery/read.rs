@@ -161,13 +161,26 @@ const LIVE_PAGE: &str = "(SELECT * FROM delivery_queue l WHERE l.account = $1 AN
      ORDER BY l.seq DESC LIMIT $6) l \
      JOIN deliveries d ON d.id = l.delivery_id LEFT JOIN delivery_done x ON false";
 
+/// The dead letters of an account without other filters: the page is
+/// chosen in the partial index of dead rows by account and sequence number
+/// (migration 17), then joined to its immutable rows (ADR 0032).
+const DEAD_PAGE: &str = "(SELECT * FROM delivery_done x WHERE x.state = 'dead' AND x.account = $1 \
+     AND $2::text = 'dead' AND $3::uuid IS NULL AND $4::uuid IS NULL \
+     AND ($5::bigint IS NULL OR x.seq < $5) ORDER BY x.seq DESC LIMIT $6) x \
+     JOIN deliveries d ON d.id = x.delivery_id LEFT JOIN delivery_queue l ON false";
+
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
     let live = matches!(
         req.state,
         Some(DeliveryState::Pending | DeliveryState::Leased)
     );
+    let dead_only = req.state == Some(DeliveryState::Dead)
+        && req.endpoint_id.is_none()
+        && req.event_id.is_none();
     let sql = if live {
         format!("SELECT {DELIVERY_COLS} FROM {LIVE_PAGE} ORDER BY l.seq DESC")
+    } else if dead_only {
+        format!("SELECT {DELIVERY_COLS} FROM {DEAD_PAGE} ORDER BY x.seq DESC")
     } else {
         format!(
             "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \

@@ -78,11 +78,12 @@ pub(super) async fn apply(
     // becomes.
     let sql = if tr.state.is_final() {
         "WITH g AS (DELETE FROM delivery_queue WHERE endpoint_id = $1 AND seq = $2 \
-         RETURNING delivery_id, account, attempts, max_attempts), \
+         RETURNING delivery_id, account, seq, attempts, max_attempts), \
          tally AS (INSERT INTO delivery_tallies (account, state, n) SELECT account, $3, 1 FROM g) \
          INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
-         lease_token, last_outcome, finished_at) \
-         SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8 FROM g"
+         lease_token, last_outcome, finished_at, account, seq) \
+         SELECT delivery_id, $3, attempts, max_attempts, $4, $5, $6, $7, $8, \
+         CASE WHEN $3 = 'dead' THEN account END, CASE WHEN $3 = 'dead' THEN seq END FROM g"
     } else {
         "UPDATE delivery_queue SET state = $3, due_at = $4, last_error = $5, lease_expires_at = NULL, \
          leased_by = NULL, lease_token = $6, last_outcome = $7, updated_at = $8 \

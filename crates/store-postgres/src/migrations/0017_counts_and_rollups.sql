@@ -17,6 +17,16 @@ SELECT d.account, x.state, count(*)
 FROM delivery_done x JOIN deliveries d ON d.id = x.delivery_id
 GROUP BY d.account, x.state;
 
+-- A dead delivery's account and sequence number on its finished row, so that
+-- the dead letters of an account page by keyset from a partial index instead
+-- of walking the account's whole history (1 % dead means a walk of 100 rows
+-- per row shown). Only dead rows carry them: a delivered row is written
+-- without them, as before.
+ALTER TABLE delivery_done ADD COLUMN account text, ADD COLUMN seq bigint;
+UPDATE delivery_done x SET account = d.account, seq = d.seq
+FROM deliveries d WHERE x.state = 'dead' AND d.id = x.delivery_id;
+CREATE INDEX delivery_done_dead_by_account ON delivery_done (account, seq DESC) WHERE state = 'dead';
+
 -- attempt_rollup: attempts per endpoint, minute, result and latency bucket,
 -- appended with every attempt row and folded per key by maintenance; the
 -- stats pages sum it instead of the attempt log. Kept 25 hours.
