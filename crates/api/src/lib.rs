@@ -53,6 +53,33 @@ pub struct ApiConfig {
     /// (`CONTROLPLANE_ENDPOINT_CONCURRENCY`): a `max_in_flight` above it
     /// needs the admin token.
     pub endpoint_concurrency: u32,
+    /// What one account may hold.
+    pub quotas: Quotas,
+}
+
+/// What one account may hold (README "Quotas"); a create or registration
+/// past one is `403` naming it. Checked before the write: requests of one
+/// account that race may pass a quota by as many as raced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    /// Endpoints (`CONTROLPLANE_QUOTA_ENDPOINTS`).
+    pub endpoints: u32,
+    /// Registered event types (`CONTROLPLANE_QUOTA_EVENT_TYPES`).
+    pub event_types: u32,
+    /// Bytes of the schemas and examples of its event types, together
+    /// (`CONTROLPLANE_QUOTA_SCHEMA_BYTES`).
+    pub schema_bytes: u64,
+}
+
+impl Default for Quotas {
+    /// 1,000 endpoints, 1,000 event types, 4 MiB of schemas and examples.
+    fn default() -> Self {
+        Quotas {
+            endpoints: 1_000,
+            event_types: 1_000,
+            schema_bytes: 4 << 20,
+        }
+    }
 }
 
 impl ApiConfig {
@@ -64,6 +91,7 @@ impl ApiConfig {
             body_timeout: Duration::from_secs(30),
             rotation_grace: Duration::from_secs(24 * 3600),
             endpoint_concurrency: control_plane_core::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+            quotas: Quotas::default(),
         }
     }
 }
@@ -77,6 +105,7 @@ pub struct ApiState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) rotation_grace: Duration,
     pub(crate) endpoint_concurrency: u32,
+    pub(crate) quotas: Quotas,
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
     pub(crate) bearer_failures: limiter::FailureLimiter,
@@ -116,6 +145,7 @@ pub fn router(
         clock: Arc::new(SystemClock),
         rotation_grace: config.rotation_grace,
         endpoint_concurrency: config.endpoint_concurrency,
+        quotas: config.quotas,
         openapi: openapi::to_json(doc),
         bearer_failures: limiter::FailureLimiter::new(auth::BEARER_FAILURES, auth::BEARER_WINDOW),
     });

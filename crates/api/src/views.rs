@@ -142,12 +142,6 @@ impl EndpointDetail {
     }
 }
 
-/// Every endpoint of an account.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct EndpointList {
-    pub(crate) items: Vec<EndpointView>,
-}
-
 /// What deleting an endpoint did.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct EndpointDeleted {
@@ -253,12 +247,6 @@ impl From<&EventType> for EventTypeView {
             updated_at: time(t.updated_at),
         }
     }
-}
-
-/// Every registered event type of an account, by name.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct EventTypeList {
-    pub(crate) items: Vec<EventTypeView>,
 }
 
 /// What publishing did.
@@ -483,6 +471,31 @@ pub(crate) struct Listing<T: ToSchema> {
 }
 
 impl<T: ToSchema> Listing<T> {
+    /// One page of `all`, which is in `key` order: the `limit` items after
+    /// the key `cursor` (from the start without one), and the key of the
+    /// last one as the next cursor when more follow. For the listings the
+    /// store answers whole, bounded by the account's quotas.
+    pub(crate) fn page<U>(
+        all: &[U],
+        key: impl Fn(&U) -> String,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Self
+    where
+        for<'a> T: From<&'a U>,
+    {
+        let limit = usize::try_from(limit.unwrap_or(100)).unwrap_or(usize::MAX);
+        let mut rest = all
+            .iter()
+            .filter(|u| cursor.is_none_or(|c| key(u).as_str() > c));
+        let items: Vec<&U> = rest.by_ref().take(limit).collect();
+        let more = rest.next().is_some();
+        Listing {
+            next_cursor: items.last().filter(|_| more).map(|u| key(u)),
+            items: items.into_iter().map(T::from).collect(),
+        }
+    }
+
     pub(crate) fn of<U>(p: &Page<U>) -> Self
     where
         for<'a> T: From<&'a U>,

@@ -929,3 +929,126 @@ async fn unknown_bearer_tokens_are_limited_per_address() {
         .await;
     assert_eq!(s, StatusCode::OK, "another address");
 }
+
+#[tokio::test]
+async fn quotas_refuse_what_an_account_may_not_hold_naming_the_setting() {
+    let api = api_configured(axum::Router::new(), |c| {
+        c.quotas = api::Quotas {
+            endpoints: 2,
+            event_types: 2,
+            schema_bytes: 2048,
+        }
+    })
+    .await;
+    create_endpoint(&api, "acme").await;
+    create_endpoint(&api, "acme").await;
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/third"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("CONTROLPLANE_QUOTA_ENDPOINTS"),
+        "{v}"
+    );
+    // Another account has its own quota.
+    create_endpoint(&api, "other").await;
+
+    let put = |name: &str, schema: Value| {
+        call("PUT", format!("/v1/accounts/acme/event-types/{name}"))
+            .json(json!({"description": "d", "schema": schema}))
+    };
+    let small = json!({"type": "object"});
+    for name in ["a.one", "a.two"] {
+        let (s, v) = put(name, small.clone()).send(&api).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    // Replacing a registered type is not one more.
+    let (s, v) = put("a.two", small.clone()).send(&api).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = put("a.three", small.clone()).send(&api).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("CONTROLPLANE_QUOTA_EVENT_TYPES"));
+    let big = json!({"type": "object", "description": "x".repeat(2100)});
+    let (s, v) = put("a.two", big).send(&api).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("CONTROLPLANE_QUOTA_SCHEMA_BYTES"));
+    let (s, v) = call("GET", "/v1/accounts/acme/event-types/a.two")
+        .send(&api)
+        .await;
+    assert_eq!(
+        (s, &v["schema"]),
+        (StatusCode::OK, &small),
+        "nothing replaced"
+    );
+}
+
+#[tokio::test]
+async fn endpoints_and_event_types_are_listed_a_page_at_a_time() {
+    let api = api().await;
+    for _ in 0..5 {
+        create_endpoint(&api, "acme").await;
+    }
+    // The order of the whole listing: by creation, then id.
+    let (_, all) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
+    let ids: Vec<String> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 5);
+    for name in ["t.c", "t.a", "t.e", "t.b", "t.d"] {
+        let (s, v) = call("PUT", format!("/v1/accounts/acme/event-types/{name}"))
+            .json(json!({"description": "d"}))
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    for (path, field, want) in [
+        ("/v1/accounts/acme/endpoints", "id", ids.clone()),
+        (
+            "/v1/accounts/acme/event-types",
+            "name",
+            ["t.a", "t.b", "t.c", "t.d", "t.e"]
+                .map(String::from)
+                .to_vec(),
+        ),
+    ] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let url = match &cursor {
+                Some(c) => format!("{path}?limit=2&cursor={c}"),
+                None => format!("{path}?limit=2"),
+            };
+            let (s, v) = call("GET", url).send(&api).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            let items = v["items"].as_array().unwrap();
+            assert!(items.len() <= 2);
+            seen.extend(items.iter().map(|i| i[field].as_str().unwrap().to_string()));
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, want, "{path}");
+        let (s, v) = call("GET", format!("{path}?limit=0")).send(&api).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        let (_, v) = call("GET", path).send(&api).await;
+        assert_eq!(
+            v["items"].as_array().unwrap().len(),
+            5,
+            "one page of the default 100"
+        );
+    }
+}

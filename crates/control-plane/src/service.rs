@@ -222,6 +222,7 @@ async fn spawn_api(
     let api_config = api::ApiConfig {
         endpoint_concurrency: config.endpoint_concurrency,
         body_timeout: config.body_timeout,
+        quotas: config.quotas,
         ..api::ApiConfig::new(token)
     };
     let router = api::router(

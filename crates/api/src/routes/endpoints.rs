@@ -105,7 +105,7 @@ pub(super) fn cap_allowed(
     request_body = EndpointCreateBody,
     responses(
         (status = 201, description = "Created", body = EndpointWithSecret),
-        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default, or the account holds its quota of endpoints", body = ErrorBody),
     ),
 )]
 pub(crate) async fn endpoint_create(
@@ -115,6 +115,18 @@ pub(crate) async fn endpoint_create(
     Json(body): Json<EndpointCreateBody>,
 ) -> Answer {
     cap_allowed(&s, &caller, body.max_in_flight)?;
+    let quota = s.quotas.endpoints;
+    let holds = s.store.endpoint_list(&account).await?.len() as u64;
+    if holds >= u64::from(quota) {
+        let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
+        return Err(over_quota(
+            &account,
+            "endpoints",
+            holds + 1,
+            quota.into(),
+            setting,
+        ));
+    }
     let secret = given_or_new_secret(body.secret)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
@@ -132,23 +144,25 @@ pub(crate) async fn endpoint_create(
     )
 }
 
-/// Lists the account's endpoints.
+/// Lists the account's endpoints, oldest first, a page at a time.
 #[utoipa::path(
     get,
     path = "/v1/accounts/{account}/endpoints",
     tag = "endpoints",
-    params(AccountPath),
-    responses((status = 200, description = "Every endpoint", body = EndpointList)),
+    params(AccountPath, ListQuery),
+    responses((status = 200, description = "One page of endpoints", body = Listing<EndpointView>)),
 )]
-pub(crate) async fn endpoint_list(State(s): Shared, Scope(account): Scope) -> Answer {
-    let items = s
-        .store
-        .endpoint_list(&account)
-        .await?
-        .iter()
-        .map(EndpointView::from)
-        .collect();
-    ok(StatusCode::OK, EndpointList { items })
+pub(crate) async fn endpoint_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    let all = s.store.endpoint_list(&account).await?;
+    // Creation time (zero-padded) then id: the store's order, as text.
+    let key =
+        |e: &control_plane_core::Endpoint| format!("{:020}_{}", e.created_at.as_millis(), e.id);
+    let page = Listing::<EndpointView>::page(&all, key, q.limit()?, q.cursor.as_deref());
+    ok(StatusCode::OK, page)
 }
 
 /// An endpoint and its circuit.
@@ -209,7 +223,7 @@ pub(crate) struct EndpointUpdateBody {
     request_body = EndpointUpdateBody,
     responses(
         (status = 200, description = "The endpoint as changed", body = EndpointView),
-        (status = 403, description = "An account key asked for a max_in_flight above the service default", body = ErrorBody),
+        (status = 403, description = "An account key asked for a max_in_flight above the service default, or the account holds its quota of endpoints", body = ErrorBody),
     ),
 )]
 pub(crate) async fn endpoint_update(

@@ -51,26 +51,88 @@ pub(crate) async fn event_type_put(
         example: body.example,
         ..EventTypePut::new(account, p.name, body.description)
     };
-    let t = s.store.event_type_put(req.checked()?).await?;
+    within_quotas(&s, &req).await?;
+    // Compiling a schema is CPU work bounded by its limits: it runs on a
+    // blocking thread, never on a worker the dispatcher shares.
+    let checked = tokio::task::spawn_blocking(move || req.checked())
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("schema check: {e}"),
+            )
+        })??;
+    let t = s.store.event_type_put(checked).await?;
     ok(StatusCode::OK, EventTypeView::from(&t))
 }
 
-/// Every registered type of the account, by name.
+/// Refuses a registration that takes the account past its quota of event
+/// types or of schema and example bytes (the type's own earlier
+/// registration, if any, does not count: it is replaced).
+async fn within_quotas(s: &ApiState, req: &EventTypePut) -> Result<(), ApiError> {
+    let size = |t: Option<String>| t.map_or(0, |t| t.len() as u64);
+    let mine = size(req.schema_text()?) + size(req.example_text());
+    let others: Vec<EventType> = s
+        .store
+        .event_type_list(&req.account)
+        .await?
+        .into_iter()
+        .filter(|t| t.name != req.name)
+        .collect();
+    let quotas = s.quotas;
+    let holds = others.len() as u64 + 1;
+    if holds > u64::from(quotas.event_types) {
+        let setting = "CONTROLPLANE_QUOTA_EVENT_TYPES";
+        let quota = quotas.event_types.into();
+        return Err(over_quota(
+            &req.account,
+            "event types",
+            holds,
+            quota,
+            setting,
+        ));
+    }
+    let bytes = others
+        .iter()
+        .map(|t| {
+            size(t.schema.as_ref().map(|v| v.to_string()))
+                + size(t.example.as_ref().map(|v| v.to_string()))
+        })
+        .sum::<u64>()
+        + mine;
+    if bytes > quotas.schema_bytes {
+        let setting = "CONTROLPLANE_QUOTA_SCHEMA_BYTES";
+        let what = "bytes of schemas and examples";
+        return Err(over_quota(
+            &req.account,
+            what,
+            bytes,
+            quotas.schema_bytes,
+            setting,
+        ));
+    }
+    Ok(())
+}
+
+/// The account's registered types, by name, a page at a time.
 #[utoipa::path(
     get,
     path = "/v1/accounts/{account}/event-types",
     tag = "event types",
-    params(AccountPath),
-    responses((status = 200, description = "The catalogue", body = EventTypeList)),
+    params(AccountPath, ListQuery),
+    responses((status = 200, description = "One page of the catalogue", body = Listing<EventTypeView>)),
 )]
-pub(crate) async fn event_type_list(State(s): Shared, Scope(account): Scope) -> Answer {
-    let types = s.store.event_type_list(&account).await?;
-    ok(
-        StatusCode::OK,
-        EventTypeList {
-            items: types.iter().map(EventTypeView::from).collect(),
-        },
-    )
+pub(crate) async fn event_type_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    let mut types = s.store.event_type_list(&account).await?;
+    // By name as bytes: the order the cursor compares in.
+    types.sort_by(|a, b| a.name.cmp(&b.name));
+    let key = |t: &EventType| t.name.clone();
+    let page = Listing::<EventTypeView>::page(&types, key, q.limit()?, q.cursor.as_deref());
+    ok(StatusCode::OK, page)
 }
 
 /// One registered type.

@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    Check, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, EventTypePut, KeyId,
+    AccountId, Check, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
+    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, EventType, EventTypePut, KeyId,
     PageRequest, PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId,
     Timestamp, UsageMetric,
 };
@@ -29,10 +29,9 @@ use crate::auth::{
 use crate::error::{ApiError, ErrorBody};
 use crate::query::{self, page_request};
 use crate::views::{
-    self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointList,
-    EndpointStats, EndpointView, EndpointWithSecret, EventTypeList, EventTypeView, EventView,
-    KeyCreated, Listing, Published, Replayed, SessionList, SessionView, TaskView, UsageList,
-    UsageView,
+    self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointStats,
+    EndpointView, EndpointWithSecret, EventTypeView, EventView, KeyCreated, Listing, Published,
+    Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
 };
 use crate::ApiState;
 
@@ -92,6 +91,40 @@ where
             .into_response())
         }
     }
+}
+
+/// One page of a listing the store answers whole (endpoints, event
+/// types): bounded by the account's quotas, paged here.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Items per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(max_length = 512)]
+    cursor: Option<String>,
+}
+
+impl ListQuery {
+    /// `limit` checked: `400` outside 1 to 1000.
+    fn limit(&self) -> Result<Option<u32>, ApiError> {
+        match self.limit {
+            Some(n) if !(1..=1000).contains(&n) => Err(ApiError::bad_request(format!(
+                "limit must be from 1 to 1000, got {n}"
+            ))),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Refuses what would take `account` past one of its quotas: `403`
+/// naming the setting, what the account holds and what it may hold.
+fn over_quota(account: &AccountId, what: &str, holds: u64, quota: u64, setting: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "account {account} would hold {holds} {what}, over its quota of {quota} \
+         ({setting}); remove some, or ask the operator to raise it"
+    ))
 }
 
 /// The account a route works in.

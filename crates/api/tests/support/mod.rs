@@ -24,6 +24,14 @@ pub struct Api {
 /// The API over a new embedded store, serving `pages` beside it (the
 /// dashboard, or `Router::new()`).
 pub async fn api_with(pages: axum::Router<Arc<ApiState>>) -> Api {
+    api_configured(pages, |_| ()).await
+}
+
+/// [`api_with`], with the API's configuration changed by `configure`.
+pub async fn api_configured(
+    pages: axum::Router<Arc<ApiState>>,
+    configure: impl FnOnce(&mut ApiConfig),
+) -> Api {
     let dir = tempfile::tempdir().unwrap();
     let store: DynControlPlaneStore = Arc::new(
         store_embedded::EmbeddedStore::open(
@@ -35,6 +43,7 @@ pub async fn api_with(pages: axum::Router<Arc<ApiState>>) -> Api {
     );
     let mut config = ApiConfig::new(ADMIN);
     config.body_limit = 64 * 1024;
+    configure(&mut config);
     let app = router(
         store.clone(),
         &config,
