@@ -22,6 +22,7 @@ use workspace_tests::{answer_after, api_call, Receiver};
 mod checks;
 mod delivery;
 mod growth;
+mod held;
 mod history;
 mod queue;
 mod serve;
@@ -651,6 +652,13 @@ async fn sizes(
     let mut out = String::new();
     if want("growth") {
         let _ = writeln!(out, "## Growth (postgres; one run)\n\n{}", growth(a).await?);
+    }
+    if want("held") {
+        let _ = writeln!(
+            out,
+            "## Held work (a disabled endpoint's backlog beside a healthy one; issue 54)\n\n{}",
+            held::held_work(a, dir).await?
+        );
     }
     if want("history") {
         let _ = writeln!(
