@@ -24,6 +24,7 @@ mod delivery;
 mod growth;
 mod held;
 mod history;
+mod limits;
 mod queue;
 mod serve;
 
@@ -38,6 +39,7 @@ fn fail<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
+#[derive(Clone)]
 struct Args {
     quick: bool,
     only: Option<String>,
@@ -54,6 +56,8 @@ struct Args {
     /// The larger history of the history section, postgres (issue 54's
     /// target: twenty million; the embedded store gets a quarter of it).
     history_rows: i64,
+    /// Extra variables for the `control-plane` processes a section starts.
+    serve_env: Vec<(String, String)>,
 }
 
 fn args() -> BenchResult<Args> {
@@ -67,6 +71,7 @@ fn args() -> BenchResult<Args> {
         peers_bin: None,
         growth_rows: 10_000_000,
         history_rows: 20_000_000,
+        serve_env: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -665,6 +670,13 @@ async fn sizes(
             out,
             "## Reads and the size of the history (issue 54; one run each)\n{}",
             history::history(a, dir).await?
+        );
+    }
+    if want("limits") {
+        let _ = writeln!(
+            out,
+            "## Limits: half-open connections and costly schemas (issue 54; one run)\n\n{}",
+            limits::limits(a, dir).await?
         );
     }
     if want("memory") {

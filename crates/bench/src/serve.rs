@@ -15,6 +15,7 @@ pub(crate) fn control_plane(
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CONTROLPLANE_")) {
         c.env_remove(k);
     }
+    c.envs(a.serve_env.iter().map(|(k, v)| (k, v)));
     c.arg(command)
         .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
         .stdout(std::process::Stdio::null())
