@@ -502,6 +502,35 @@ fn json_log_names_each_attempt(log: &str) {
     assert!(attempts >= 10, "{attempts} attempt lines in:\n{log}");
 }
 
+/// Connections that never finish a request (half a head, or nothing at
+/// all) do not hold up a SIGTERM: the process exits cleanly within the 10 s
+/// README promises, while the header timeout is still far away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_requests_do_not_hold_up_a_sigterm() {
+    use tokio::io::AsyncWriteExt;
+    let profile = Profile::embedded();
+    let mut svc = Service::start_with(&profile, &[("CONTROLPLANE_HTTP_HEADER_TIMEOUT", "5m")]);
+    let addr = svc.base.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for i in 0..100 {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        if i % 2 == 0 {
+            c.write_all(b"POST /v1/accounts/acme/events HTTP/1.1\r\nhost: x\r\n")
+                .await
+                .unwrap();
+        }
+        held.push(c);
+    }
+    let (s, _) = svc.call("GET", "/v1/accounts/acme/endpoints", None).await;
+    assert_eq!(s, 200, "served beside them");
+    let start = Instant::now();
+    let status = svc.terminate();
+    let took = start.elapsed();
+    assert!(status.success(), "{}", svc.log());
+    assert!(took < Duration::from_secs(10), "SIGTERM took {took:?}");
+    drop(held);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_profile_loses_nothing_on_sigterm_mid_send() {
     sigterm_during_a_slow_send(Profile::embedded()).await;
