@@ -1,6 +1,7 @@
 //! Bearer tokens: the admin token reaches every account; an account key,
 //! stored as its SHA-256 hash, reaches only its own account.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -12,6 +13,7 @@ use control_plane_core::AccountId;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::limiter::FailureLimiter;
 use crate::ApiState;
 
 /// The longest bearer token the API reads (header and dashboard login); a
@@ -117,50 +119,112 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
             .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
             .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
         let addr = crate::limiter::client_address(parts);
-        let now = std::time::Instant::now();
-        state.bearer_failures.check(addr, now).map_err(|wait| {
-            ApiError::too_many(
+        match caller_limited(state, &state.bearer_failures, addr, token).await? {
+            Ok(caller) => Ok(caller),
+            Err(Refused::Unknown) => Err(unauthorized("the token is not valid")),
+            Err(Refused::TooMany(wait)) => Err(ApiError::too_many(
                 "too many requests with invalid tokens from this address: wait and try again",
                 wait,
-            )
-        })?;
-        match caller_for_token(state, token).await? {
-            Some(caller) => Ok(caller),
-            None => {
-                state.bearer_failures.failed(addr, now);
-                Err(unauthorized("the token is not valid"))
-            }
+            )),
         }
     }
 }
 
 /// Requests with an unknown bearer token allowed per client address and
-/// [`BEARER_WINDOW`]; past them the address is answered `429` before its
-/// token is looked up, until the window has room.
+/// [`BEARER_WINDOW`]; past them the address's unknown tokens are answered
+/// `429` until the window has room, and its valid ones still pass (see
+/// [`caller_limited`]).
 pub const BEARER_FAILURES: usize = 30;
 
 /// The window of [`BEARER_FAILURES`].
 pub const BEARER_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Who `token` is: the admin, an account's key, or nobody (`None`).
+/// The caller whose token hashes to `hash` (see [`hash_token`]), if any: the
+/// admin, or the account of a stored, unrevoked key.
 ///
 /// # Errors
 /// When the store cannot be asked.
-pub async fn caller_for_token(state: &ApiState, token: &str) -> Result<Option<Caller>, ApiError> {
-    caller_for_hash(state, &hash_token(token)).await
-}
-
-/// The caller whose token hashes to `hash` (see [`hash_token`]), if any: the
-/// admin, or the account of a stored, unrevoked key.
 pub async fn caller_for_hash(state: &ApiState, hash: &str) -> Result<Option<Caller>, ApiError> {
-    if bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes())) {
+    if is_admin_hash(state, hash) {
         return Ok(Some(Caller::Admin));
     }
+    account_for_hash(state, hash).await
+}
+
+/// Whether `hash` is the admin token's, compared in constant time.
+fn is_admin_hash(state: &ApiState, hash: &str) -> bool {
+    bool::from(hash.as_bytes().ct_eq(state.admin_hash.as_bytes()))
+}
+
+/// The account of the stored, unrevoked key whose hash is `hash`, if any.
+async fn account_for_hash(state: &ApiState, hash: &str) -> Result<Option<Caller>, ApiError> {
     Ok(state
         .store
         .account_key_find(hash)
         .await?
         .map(|key| Caller::Account(key.account)))
+}
+
+/// Whether `token` has the shape [`generate_token`] gives every account
+/// key: `cpk_` and 64 hex digits.
+fn may_be_account_key(token: &str) -> bool {
+    token
+        .strip_prefix("cpk_")
+        .is_some_and(|rest| rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Why [`caller_limited`] found nobody for a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Neither the admin token nor a key: counted as a failure of its
+    /// address.
+    Unknown,
+    /// Not a valid token, from an address past its failures: to be
+    /// answered `429`, to retry after this long.
+    TooMany(std::time::Duration),
+}
+
+/// Who `token` is, counted as a failure of `addr` in `failures` when it is
+/// nobody: what the API's bearer tokens and the dashboard's sign-in share.
+///
+/// A valid token is never refused for what others behind the same address
+/// (a proxy, a NAT) did. The admin token is compared first and costs no
+/// store read; an account key is looked up (one indexed store read) even
+/// from an address past its failures. What such an address loses is the
+/// lookup of anything else: a token that cannot be an account key (see
+/// [`may_be_account_key`]) is refused at once, so a flood of junk costs no
+/// store read. A flood of key-shaped guesses costs one read each, as
+/// requests with a valid key do, and cannot find a key of 244 random bits.
+/// An empty token, or one over [`MAX_TOKEN_BYTES`], is nobody.
+///
+/// # Errors
+/// When the store cannot be asked.
+pub async fn caller_limited(
+    state: &ApiState,
+    failures: &FailureLimiter,
+    addr: IpAddr,
+    token: &str,
+) -> Result<Result<Caller, Refused>, ApiError> {
+    let now = std::time::Instant::now();
+    let limited = failures.check(addr, now).err();
+    if !token.is_empty() && token.len() <= MAX_TOKEN_BYTES {
+        let hash = hash_token(token);
+        if is_admin_hash(state, &hash) {
+            return Ok(Ok(Caller::Admin));
+        }
+        if limited.is_none() || may_be_account_key(token) {
+            if let Some(caller) = account_for_hash(state, &hash).await? {
+                return Ok(Ok(caller));
+            }
+        }
+    }
+    Ok(Err(match limited {
+        Some(wait) => Refused::TooMany(wait),
+        None => {
+            failures.failed(addr, now);
+            Refused::Unknown
+        }
+    }))
 }
 
 /// The account a request may act on: the `{account}` of the path, checked
@@ -214,5 +278,28 @@ impl FromRequestParts<Arc<ApiState>> for AdminScope {
         let (caller, account) = caller_and_account(parts, state).await?;
         caller.admin_only()?;
         caller.reach(&account).map(AdminScope)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_generated_account_key_may_be_a_key_and_junk_may_not() {
+        for _ in 0..100 {
+            let key = generate_token("cpk_");
+            assert!(may_be_account_key(&key), "{key}");
+            assert!(!may_be_account_key(&key[..key.len() - 1]), "{key}");
+        }
+        for junk in [
+            "",
+            "cpk_",
+            "cpk_wrong",
+            "cpa_test_admin",
+            &generate_token("cpa_"),
+        ] {
+            assert!(!may_be_account_key(junk), "{junk}");
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! Failed token checks counted per client address: past the limit within a
-//! window, the address is answered `429` before its token is looked up.
+//! window, the address's invalid tokens are answered `429`, and those that
+//! cannot be an account key are not looked up (`auth::caller_limited`).
 //! Tokens carry 244 random bits, so the limit is not what stops a guesser;
 //! it keeps one client from filling the logs and the store with lookups, and
-//! does so without letting it lock other addresses out.
+//! does so without locking anyone out: not other addresses, and not a valid
+//! token from behind the same address (a proxy, a NAT).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

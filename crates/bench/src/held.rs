@@ -49,8 +49,24 @@ async fn run_once(
             .map_err(fail)?;
     }
     let seconds = if a.quick { 1 } else { 5 };
-    let until = Instant::now() + Duration::from_secs(seconds);
     let start = Instant::now();
+    let (published, completed) =
+        drive(&store, parked.id, start + Duration::from_secs(seconds)).await?;
+    let took = start.elapsed().as_secs_f64();
+    drop(store);
+    if let Some(s) = schema {
+        drop_schema(&a.url, &s).await?;
+    }
+    Ok((published as f64 / took, completed as f64 / took))
+}
+
+/// Publishers of the healthy endpoint and one claimer until `until`: how
+/// many events were published and deliveries completed.
+async fn drive(
+    store: &DynControlPlaneStore,
+    parked: EndpointId,
+    until: Instant,
+) -> BenchResult<(u64, u64)> {
     let mut publishers = Vec::new();
     for _ in 0..PUBLISHERS {
         let store = store.clone();
@@ -82,7 +98,7 @@ async fn run_once(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 for g in got {
-                    if g.delivery.endpoint_id == parked.id {
+                    if g.delivery.endpoint_id == parked {
                         return Err("a held delivery was claimed".to_string());
                     }
                     store
@@ -100,12 +116,7 @@ async fn run_once(
         published += p.await.map_err(fail)??;
     }
     let completed = claimer.await.map_err(fail)??;
-    let took = start.elapsed().as_secs_f64();
-    drop(store);
-    if let Some(s) = schema {
-        drop_schema(&a.url, &s).await?;
-    }
-    Ok((published as f64 / took, completed as f64 / took))
+    Ok((published, completed))
 }
 
 /// The table: per adapter, the median rates with and without held work

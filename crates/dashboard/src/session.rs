@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use api::auth::{caller_for_hash, caller_for_token, generate_token, hash_token, Caller};
+use api::auth::{caller_for_hash, caller_limited, generate_token, hash_token, Caller, Refused};
 use api::limiter::{ClientAddr, FailureLimiter};
 use api::{ApiError, ApiState};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
@@ -43,8 +43,9 @@ fn renewed_expiry(
         .then_some(control_plane_core::Timestamp::from_millis(until))
 }
 
-/// Failed sign-ins allowed per client address and [`SIGN_IN_WINDOW`]; more
-/// are answered `429` until the window has room again.
+/// Failed sign-ins allowed per client address and [`SIGN_IN_WINDOW`]; past
+/// them the address's invalid tokens are answered `429` until the window
+/// has room again, and valid ones still sign in.
 pub const SIGN_IN_FAILURES: usize = 10;
 
 /// The window of [`SIGN_IN_FAILURES`].
@@ -262,22 +263,19 @@ pub(crate) async fn login(
     Form(form): Form<LoginForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
-    let now = std::time::Instant::now();
-    if let Err(wait) = failures.0.check(addr, now) {
-        return Err(UiError(ApiError::too_many(
-            "too many failed sign-ins: wait a minute and try again",
-            wait,
-        )));
-    }
     let token = form.token.trim();
-    let caller = if token.is_empty() || token.len() > api::MAX_TOKEN_BYTES {
-        None
-    } else {
-        caller_for_token(&state, token).await?
-    };
-    if caller.is_none() {
-        failures.0.failed(addr, now);
-        return Ok((StatusCode::UNAUTHORIZED, answer(login_page(true))).into_response());
+    // A valid token signs in even from an address past its failures.
+    match caller_limited(&state, &failures.0, addr, token).await? {
+        Ok(_) => {}
+        Err(Refused::Unknown) => {
+            return Ok((StatusCode::UNAUTHORIZED, answer(login_page(true))).into_response());
+        }
+        Err(Refused::TooMany(wait)) => {
+            return Err(UiError(ApiError::too_many(
+                "too many failed sign-ins: wait a minute and try again",
+                wait,
+            )));
+        }
     }
     let id = generate_token("");
     let req = SessionCreateRequest::new(

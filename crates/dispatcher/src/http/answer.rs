@@ -101,8 +101,10 @@ pub(crate) fn parse_for_fuzzing(bytes: &[u8]) {
     let _ = chunked_end(bytes);
 }
 
-/// Reads the rest of a body, keeping its first `keep` bytes in `kept`; the
-/// connection when it all came and nothing followed it.
+/// Reads the rest of a body, keeping its first `keep` bytes in `kept`
+/// (which starts empty); the connection when it all came and nothing
+/// followed it. A body that ends the connection's use is read only as far
+/// as its first `keep` bytes.
 pub(super) async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option<Stream> {
     let Rest { mut stream, body } = rest;
     let take = |bytes: &[u8], kept: &mut Vec<u8>| {
@@ -125,40 +127,8 @@ pub(super) async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option
             }
             Some(stream)
         }
-        Pending::Chunked(mut buf) => loop {
-            match chunked_end(&buf) {
-                Ok(Some(end)) => {
-                    take(&dechunk(&buf[..end], keep), kept);
-                    return (end == buf.len()).then_some(stream);
-                }
-                Ok(None) => {}
-                Err(ChunkError) => return None,
-            }
-            if buf.len() > CHUNKED_LIMIT {
-                return None;
-            }
-            buf.reserve(4 * READ_BUFFER);
-            match stream.read_buf(&mut buf).await {
-                Ok(n) if n > 0 => {}
-                _ => return None,
-            }
-        },
-        Pending::UntilClose(mut raw, _, true) => {
-            // Chunked, then closed: read the framing until the body's end,
-            // the connection's end or enough data, then keep its data.
-            while raw.len() <= CHUNKED_LIMIT
-                && matches!(chunked_end(&raw), Ok(None))
-                && dechunk(&raw, keep).len() < keep
-            {
-                raw.reserve(4 * READ_BUFFER);
-                match stream.read_buf(&mut raw).await {
-                    Ok(n) if n > 0 => {}
-                    _ => break,
-                }
-            }
-            take(&dechunk(&raw, keep), kept);
-            None
-        }
+        Pending::Chunked(raw) => drain_chunked(stream, raw, keep, kept, true).await,
+        Pending::UntilClose(raw, _, true) => drain_chunked(stream, raw, keep, kept, false).await,
         Pending::UntilClose(already, length, false) => {
             take(&already, kept);
             let want = length.map_or(keep, |l| keep.min(usize::try_from(l).unwrap_or(usize::MAX)));
@@ -174,14 +144,61 @@ pub(super) async fn drain(rest: Rest, keep: usize, kept: &mut Vec<u8>) -> Option
     }
 }
 
-/// The data of the whole chunked body `raw` (as [`chunked_end`] found it),
-/// its first `keep` bytes.
-pub(super) fn dechunk(raw: &[u8], keep: usize) -> Vec<u8> {
+/// Reads a chunked body whose start is in `raw`. While `reuse` holds it is
+/// read to its end, so that the connection can carry the next request; a
+/// body that grows past [`CHUNKED_LIMIT`] or breaks the framing ends that,
+/// and from then on (or from the start, when the connection closes after
+/// the answer anyway) the body is read only as far as its first `keep`
+/// bytes of data, within [`CHUNKED_LIMIT`] bytes of framing and data. What
+/// of its first `keep` bytes came is in `kept` after every read, so that a
+/// drain cut short by its time still leaves them.
+async fn drain_chunked(
+    mut stream: Stream,
+    mut raw: Vec<u8>,
+    keep: usize,
+    kept: &mut Vec<u8>,
+    mut reuse: bool,
+) -> Option<Stream> {
+    loop {
+        let (data, more) = dechunk(&raw, keep);
+        *kept = data;
+        if reuse {
+            match chunked_end(&raw) {
+                Ok(Some(end)) => return (end == raw.len()).then_some(stream),
+                Ok(None) if raw.len() <= CHUNKED_LIMIT => {}
+                _ => reuse = false,
+            }
+        }
+        if !reuse && (!more || raw.len() > CHUNKED_LIMIT) {
+            return None;
+        }
+        // One read may bring in far more than was asked for: each is bounded
+        // so that no more than one byte past the limit is ever read.
+        let room = (CHUNKED_LIMIT + 1).saturating_sub(raw.len());
+        raw.reserve(room.min(4 * READ_BUFFER));
+        let mut bounded = (&mut stream).take(u64::try_from(room).unwrap_or(u64::MAX));
+        match bounded.read_buf(&mut raw).await {
+            Ok(n) if n > 0 => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The data of the chunked body at the start of `raw`, its first `keep`
+/// bytes, and whether more of those may still come: `raw` stops inside the
+/// body before `keep` bytes of data, where the framing is still whole.
+/// Framing that breaks, the last chunk, or `keep` bytes end it. Unlike
+/// [`chunked_end`] it takes any chunk size, and the data of a chunk not
+/// all read yet: it reads a body for its start, not for its end.
+pub(super) fn dechunk(raw: &[u8], keep: usize) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     let mut at = 0;
     while out.len() < keep {
-        let Some(line_end) = raw[at..].windows(2).position(|w| w == b"\r\n") else {
-            break;
+        let Some(line_end) = raw
+            .get(at..)
+            .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
+        else {
+            return (out, true);
         };
         let line = &raw[at..at + line_end];
         let size_text = line.split(|b| *b == b';').next().unwrap_or_default();
@@ -189,24 +206,28 @@ pub(super) fn dechunk(raw: &[u8], keep: usize) -> Vec<u8> {
             .ok()
             .and_then(|t| usize::from_str_radix(t.trim(), 16).ok())
         else {
-            break;
+            return (out, false);
         };
         if size == 0 {
-            break;
+            return (out, false);
         }
         let start = at + line_end + 2;
-        let Some(data) = raw.get(start..start + size) else {
-            break;
-        };
+        let end = start.saturating_add(size);
+        let data = raw.get(start..end.min(raw.len())).unwrap_or_default();
         let room = keep - out.len();
-        out.extend_from_slice(&data[..size.min(room)]);
-        at = start + size + 2;
+        out.extend_from_slice(&data[..data.len().min(room)]);
+        if end > raw.len() {
+            let more = out.len() < keep;
+            return (out, more);
+        }
+        // The chunk's closing CRLF is not checked: only its data is kept.
+        at = end.saturating_add(2);
     }
-    out
+    (out, false)
 }
 
 /// The most of a chunked body (framing included) read to reuse its
-/// connection.
+/// connection, or to keep its start.
 pub(super) const CHUNKED_LIMIT: usize = 80 * 1024;
 
 /// A chunked body that breaks the framing of RFC 9112 7.1.

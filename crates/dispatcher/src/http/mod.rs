@@ -39,7 +39,8 @@ const MAX_HEADERS: usize = 100;
 /// delivery, and holds no send slot longer.
 const DRAIN_FOR: Duration = Duration::from_millis(250);
 /// An answer's body is read and dropped (so that its connection can carry
-/// the next request) up to this size; a longer one closes the connection.
+/// the next request) up to this size; of a longer one only the start that
+/// is kept is read, and the connection is closed.
 const BODY_LIMIT: u64 = 64 * 1024;
 /// Idle connections kept per origin.
 const IDLE_PER_ORIGIN: usize = 256;
@@ -181,9 +182,11 @@ enum Pending {
     Length(u64, Vec<u8>),
     /// A chunked body, with the bytes of it already read.
     Chunked(Vec<u8>),
-    /// A body that ends when the connection closes (or after its length,
-    /// when it gave one), with the bytes of it already read: read only for
-    /// its start, the connection is not reused.
+    /// A body read only for its start, with the bytes of it already read:
+    /// the connection is not reused, as the answer closes it or its length
+    /// is over [`BODY_LIMIT`]. It ends when the connection closes, or after
+    /// its length when it gave one (the `Option`), or after its last chunk
+    /// when it is chunked (the `bool`).
     UntilClose(Vec<u8>, Option<u64>, bool),
 }
 
@@ -493,8 +496,8 @@ fn encode(target: &Target, headers: &[(&str, String)], body: &[u8]) -> Result<Ve
 }
 
 /// Writes `request` and reads the answer's head (skipping informational
-/// 1xx heads). The connection comes back when the answer's body has a
-/// known, small length and the receiver did not ask to close.
+/// 1xx heads). The connection comes back with what of the body is still to
+/// read (see [`Pending`]) once the whole request was written.
 async fn round_trip(
     mut stream: Stream,
     request: &[u8],
@@ -534,10 +537,17 @@ async fn round_trip(
             let rest = match head.body {
                 Some(Framing::Length(length)) => {
                     let already = u64::try_from(buf.len()).unwrap_or(u64::MAX);
-                    (length <= BODY_LIMIT && already <= length).then(|| Rest {
-                        stream,
-                        body: Pending::Length(length - already, buf),
-                    })
+                    let body = if length <= BODY_LIMIT && already <= length {
+                        Pending::Length(length - already, buf)
+                    } else {
+                        // Too long to read for the connection's sake, or
+                        // followed by bytes no request asked for: the
+                        // connection goes, but the body's start is what an
+                        // operator reads first on the attempt.
+                        buf.truncate(usize::try_from(length).unwrap_or(usize::MAX));
+                        Pending::UntilClose(buf, Some(length), false)
+                    };
+                    Some(Rest { stream, body })
                 }
                 Some(Framing::Chunked) => Some(Rest {
                     stream,

@@ -90,8 +90,11 @@ async fn receiver(
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                         for part in piece.as_bytes().chunks(chunk) {
-                            s.write_all(part).await.unwrap();
-                            s.flush().await.unwrap();
+                            // A client that kept what it wanted of a long
+                            // answer may close before the rest is written.
+                            if s.write_all(part).await.is_err() || s.flush().await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }
@@ -312,7 +315,90 @@ async fn answer_bodies_are_kept_up_to_the_limit() {
     );
     let (url, _, _) = receiver(vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"], 5).await;
     assert_eq!(post(&client(), &url).await.unwrap().body, b"");
-    assert_eq!(dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", 4), b"abcd");
+    assert_eq!(
+        dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", 4),
+        (b"abcd".to_vec(), false)
+    );
+}
+
+/// `dechunk` reads a body for its start: the data of a chunk still coming
+/// counts, any chunk size is taken, and it asks for more only while the
+/// framing holds and fewer than `keep` bytes came.
+#[test]
+fn dechunk_keeps_the_start_and_says_whether_more_is_wanted() {
+    let cases: [(&[u8], usize, &[u8], bool); 8] = [
+        (b"5\r\nhel", 8, b"hel", true),
+        (b"5\r\nhel", 3, b"hel", false),
+        (b"5\r\nhello\r", 8, b"hello", true),
+        (b"5\r\nhello\r\n0\r\n\r\n", 8, b"hello", false),
+        (b"5\r\nhello\r\nzz\r\nabc", 8, b"hello", false),
+        (b"186a0\r\nabc", 8, b"abc", true),
+        (b"ffffffffffffffff\r\nabc", 8, b"abc", true),
+        (b"5\r\nhello\r\n", 0, b"", false),
+    ];
+    for (raw, keep, data, more) in cases {
+        assert_eq!(
+            dechunk(raw, keep),
+            (data.to_vec(), more),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+}
+
+/// `len` bytes of printable ASCII in a period of 89 (a prime, so a kept
+/// body that starts or ends at the wrong place does not compare equal).
+fn printable(len: usize) -> String {
+    (0..len)
+        .map(|i| char::from(b'!' + u8::try_from(i % 89).unwrap()))
+        .collect()
+}
+
+/// `text` as a chunked answer in chunks of `size` bytes.
+fn chunked_answer(text: &str, size: usize) -> String {
+    let mut answer = String::from("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+    for piece in text.as_bytes().chunks(size) {
+        answer.push_str(&format!("{:x}\r\n", piece.len()));
+        answer.push_str(std::str::from_utf8(piece).unwrap());
+        answer.push_str("\r\n");
+    }
+    answer + "0\r\n\r\n"
+}
+
+/// Bodies longer than what is read to keep a connection still keep their
+/// first bytes, up to the most kept: 100 KB by its length, 256 KiB in
+/// 8 KiB chunks (past the chunk buffer), and 256 KiB whose first chunk is
+/// larger than the buffer; the connections are not kept.
+#[tokio::test]
+async fn the_start_of_a_body_past_the_drain_limits_is_kept() {
+    use std::sync::atomic::Ordering;
+    let text = printable(256 * 1024);
+    let answers: Vec<&'static str> = [
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n{}",
+            &text[..100_000]
+        ),
+        chunked_answer(&text, 8 * 1024),
+        chunked_answer(&text, 100_000),
+    ]
+    .into_iter()
+    .map(|a| &*Box::leak(a.into_boxed_str()))
+    .collect();
+    // Each answer twice: once for each limit.
+    let (url, connections, _) = receiver([&answers[..], &answers[..]].concat(), 64 * 1024).await;
+    for keep in [MAX_KEPT_BODY, 4096] {
+        let client = client().keeping_bodies(keep);
+        for i in 0..3 {
+            let a = post(&client, &url).await.unwrap();
+            assert_eq!(a.status, 200);
+            assert!(
+                a.body == text.as_bytes()[..keep],
+                "answer {i} keeping {keep}: {} bytes kept",
+                a.body.len()
+            );
+        }
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 6, "none is reused");
 }
 
 #[tokio::test]
