@@ -78,11 +78,69 @@ pub(crate) async fn burn_down(
         }
     }
     let workers = if profile == "postgres" { 16 } else { 2 };
+    let before = match &schema {
+        Some(_) => Some(DbCost::read(&a.url).await?),
+        None => None,
+    };
     let r = drain_port(store, workers, 100, n).await;
+    if let Some(before) = before {
+        let cost = DbCost::read(&a.url).await?.since(&before, n);
+        eprintln!(
+            "bench: burn-down postgres: {:.3} commits and {:.0} WAL bytes per delivery",
+            cost.0, cost.1
+        );
+        *last_cost() = Some(cost);
+    }
     if let Some(s) = schema {
         drop_schema(&a.url, &s).await?;
     }
     r
+}
+
+/// The database's cost per delivery of the last postgres burn-down:
+/// (commits, WAL bytes).
+static LAST_COST: std::sync::Mutex<Option<(f64, f64)>> = std::sync::Mutex::new(None);
+
+fn last_cost() -> std::sync::MutexGuard<'static, Option<(f64, f64)>> {
+    LAST_COST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What the database has done so far: commits of this database and the
+/// WAL position, read after its statistics are flushed.
+pub(crate) struct DbCost {
+    commits: i64,
+    wal: i64,
+}
+
+impl DbCost {
+    pub(crate) async fn read(url: &str) -> BenchResult<DbCost> {
+        // Backends flush their statistics about once a second when idle.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let c = raw_client(url, "public").await?;
+        let row = c
+            .query_one(
+                "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint \
+                 FROM pg_stat_database WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .map_err(fail)?;
+        Ok(DbCost {
+            commits: row.get(0),
+            wal: row.get(1),
+        })
+    }
+
+    /// Commits and WAL bytes per delivery since `before`, over `n`.
+    pub(crate) fn since(&self, before: &DbCost, n: usize) -> (f64, f64) {
+        let n = n.max(1) as f64;
+        (
+            (self.commits - before.commits) as f64 / n,
+            (self.wal - before.wal) as f64 / n,
+        )
+    }
 }
 
 /// The table, and the postgres burn-down figure for the peers' table.
@@ -91,23 +149,26 @@ pub(crate) async fn burn_down_and_steady(
     dir: &std::path::Path,
 ) -> BenchResult<(String, Option<f64>)> {
     let mut out = String::from(
-        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | minimal queue, same size, 16 connections, batches of 100 (jobs/s, median; burn-down / minimal) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- | --- |\n",
+        "| adapter | burn-down: drain of a prefilled backlog (deliveries/s, median of the runs) | database per delivery in the last run: commits / WAL bytes | minimal queue, same size, 16 connections, batches of 100 (jobs/s, median; burn-down / minimal) | steady state: completed while publishing (deliveries/s, one run) | backlog start → end |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     let mut pg_burn = None;
     for &profile in &a.profiles {
         let prefilled = burn_size(a, profile);
         let burn = repeat(a.runs, || burn_down(a, profile, dir, prefilled)).await?;
         let (steady, backlog) = steady_state(a, profile, dir).await?;
-        let minimal = if profile == "postgres" {
+        let (minimal, cost) = if profile == "postgres" {
             pg_burn = Some(burn);
+            let cost = last_cost().map_or("–".into(), |(commits, wal)| {
+                format!("{commits:.3} / {wal:.0}")
+            });
             let m = repeat(a.runs, || minimal_queue(a, prefilled, 16, 100)).await?;
-            format!("{m:.0} ({:.2})", burn / m)
+            (format!("{m:.0} ({:.2})", burn / m), cost)
         } else {
-            "–".into()
+            ("–".into(), "–".into())
         };
         let _ = writeln!(
             out,
-            "| {profile} | {burn:.0} | {minimal} | {steady:.0} | {backlog} |"
+            "| {profile} | {burn:.0} | {cost} | {minimal} | {steady:.0} | {backlog} |"
         );
         eprintln!("bench: burn-down {profile}: {burn:.0}/s, steady {steady:.0}/s");
     }
