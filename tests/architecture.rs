@@ -238,9 +238,9 @@ fn format_literals(text: &str) -> Vec<String> {
 fn both_adapters_have_the_same_files() {
     // LISTEN/NOTIFY wake-ups across processes: the embedded store has one
     // process and wakes its workers in memory. What the one embedded writer
-    // keeps in memory between transactions (ADR 0028): postgres has many
-    // writers and keeps nothing.
-    let own = ["notify.rs", "live.rs", "cache.rs"];
+    // keeps in memory between transactions (ADR 0028, ADR 0032): postgres
+    // has many writers and keeps nothing.
+    let own = ["notify.rs", "live.rs", "finished.rs", "cache.rs"];
     let files = |adapter: &str| -> std::collections::BTreeSet<String> {
         let dir = workspace_root().join("crates").join(adapter).join("src");
         std::fs::read_dir(&dir)
@@ -315,6 +315,9 @@ fn both_adapters_migrate_to_the_same_tables() {
     let embedded_only = [
         // Sequence numbers and log positions: postgres uses sequences.
         "counters",
+        // A copy of each dead row for the dead-letter page (ADR 0032):
+        // postgres pages its finished rows' partial index of dead ones.
+        "dead_letters",
     ];
     let postgres_only = [
         // Circuit state and the rate budget live on the endpoint row in the

@@ -319,21 +319,21 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     .db()?;
     t.fan_out.forget(account);
     t.senders.forget(id);
-    let parked = t
-        .execute(
-            "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
-             lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
-             WHERE endpoint_id = $2 AND state IN ('pending', 'leased')",
-            params![t.now.as_millis(), id.to_string()],
-        )
-        .db()?;
-    if parked > 0 {
+    let parked = crate::delivery::moved_seqs(
+        t,
+        "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
+         lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
+         WHERE endpoint_id = $2 AND state IN ('pending', 'leased') RETURNING seq",
+        params![t.now.as_millis(), id.to_string()],
+    )?;
+    let n = parked.len() as u64;
+    if n > 0 {
+        crate::delivery::dead_letters_add(t, &parked)?;
         t.live_mut().forget();
         // An endpoint's deliveries are of its account.
-        t.finished_mut()
-            .added(account, DeliveryState::Dead, parked as u64);
+        t.finished_mut().added(account, DeliveryState::Dead, n);
     }
-    Ok(parked as u64)
+    Ok(n)
 }
 
 /// What a claim reads of an endpoint: its flow settings and what a send

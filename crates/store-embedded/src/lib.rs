@@ -11,6 +11,7 @@ mod config;
 mod delivery;
 mod endpoint;
 mod error;
+mod finished;
 mod idempotency;
 mod live;
 mod maintenance;

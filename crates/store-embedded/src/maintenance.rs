@@ -16,18 +16,18 @@ use crate::util::RowExt;
 
 /// One statement per kind of row: at most `$2` rows at or before the cutoff
 /// `$1`. The deliveries' statements return what they deleted, which the
-/// writer's finished tally follows ([`delete_finished`]).
+/// writer's finished tally and the dead letters follow ([`delete_finished`]).
 const PURGES: &[(Purged, &str)] = &[
     (
         Purged::Deliveries,
         "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE state = 'delivered' \
-         AND updated_at <= $1 ORDER BY updated_at LIMIT $2) RETURNING account, state",
+         AND updated_at <= $1 ORDER BY updated_at LIMIT $2) RETURNING account, state, seq",
     ),
     (
         Purged::Deliveries,
         "DELETE FROM deliveries WHERE id IN (SELECT d.id FROM deliveries d JOIN endpoints e \
          ON e.id = d.endpoint_id WHERE e.deleted_at IS NOT NULL AND d.state = 'dead' \
-         AND d.updated_at <= $1 LIMIT $2) RETURNING account, state",
+         AND d.updated_at <= $1 LIMIT $2) RETURNING account, state, seq",
     ),
     (
         Purged::Attempts,
@@ -132,19 +132,26 @@ pub(crate) fn purge(
     Ok(report)
 }
 
-/// Runs `sql`, a `DELETE ... RETURNING account, state` of finished
-/// deliveries (cutoff `$1`, at most `$2` rows), and takes what it deleted
-/// off the writer's finished tally (which lives in its memory, so the
-/// breakdown is counted here); the number of rows deleted.
+/// Runs `sql`, a `DELETE ... RETURNING account, state, seq` of finished
+/// deliveries (cutoff `$1`, at most `$2` rows), takes what it deleted off
+/// the writer's finished tally (which lives in its memory, so the
+/// breakdown is counted here) and deletes the dead ones' copies from
+/// `dead_letters`; the number of rows deleted.
 fn delete_finished(t: &mut Tx<'_>, sql: &str, cutoff: i64, rows: i64) -> StoreResult<u64> {
     let mut gone: HashMap<(AccountId, DeliveryState), u64> = HashMap::new();
+    let mut dead = Vec::new();
     {
         let mut st = t.prepare(sql).db()?;
         let mut deleted = st.query(params![cutoff, rows]).db()?;
         while let Some(r) = deleted.next().db()? {
-            *gone.entry((r.col(0).db()?, r.col(1).db()?)).or_default() += 1;
+            let state: DeliveryState = r.col(1).db()?;
+            if state == DeliveryState::Dead {
+                dead.push(r.get(2).db()?);
+            }
+            *gone.entry((r.col(0).db()?, state)).or_default() += 1;
         }
     }
+    crate::delivery::dead_letters_remove(t, &dead)?;
     let mut n = 0;
     for ((account, state), k) in gone {
         t.finished_mut().removed(&account, state, k);

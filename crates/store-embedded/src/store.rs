@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{
-    Clock, DeliveryId, EndpointId, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult,
-    Timestamp,
+    Clock, DeliveryId, DeliveryListRequest, EndpointId, Housekeeping, SecretKeys, StoreError,
+    StoreOptions, StoreResult, Timestamp,
 };
 use duckdb::Connection;
 use tokio::sync::oneshot;
@@ -26,9 +26,10 @@ use crate::cache::{
 };
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
-use crate::live::{Counts, EndpointQueue, FinishedTally, LiveIndex, LiveRow};
+use crate::finished::{Counts, FinishedTally};
+use crate::live::{EndpointQueue, LiveIndex, LiveRow};
 
-const MIGRATIONS: &[Migration] = &[
+pub(crate) const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
     (
         2,
@@ -50,6 +51,7 @@ const MIGRATIONS: &[Migration] = &[
     (10, include_str!("migrations/0010_task_progress.sql")),
     (11, include_str!("migrations/0011_endpoint_oauth2.sql")),
     (12, include_str!("migrations/0012_attempt_rollup.sql")),
+    (13, include_str!("migrations/0013_dead_letters.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.
@@ -285,6 +287,17 @@ impl Tx<'_> {
         self.finished.counts(&self.tx, self.check_against_table)
     }
 
+    /// The seqs of a page of the request's dead letters, newest first
+    /// ([`FinishedTally::dead_page`]).
+    pub fn dead_page(&mut self, req: &DeliveryListRequest) -> StoreResult<Vec<i64>> {
+        // Reading the table reads this transaction's own writes: a change.
+        *self.finished_touched |= !self.finished.dead_is_built();
+        let (account, before, n) = (&req.account, req.page.after(), req.page.limit() as usize);
+        let check = self.check_against_table;
+        self.finished
+            .dead_page(&self.tx, account, before, n + 1, check)
+    }
+
     /// The finished-delivery tally, to change along with the table.
     pub fn finished_mut(&mut self) -> &mut FinishedTally {
         *self.finished_touched = true;
@@ -428,7 +441,7 @@ fn keep_private(path: &Path) -> StoreResult<()> {
     Ok(())
 }
 
-fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<()> {
+pub(crate) fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<()> {
     conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
         .db()?;
     let current: i64 = conn

@@ -36,7 +36,9 @@ use transition::*;
 
 pub(crate) use publish::publish_to;
 pub(crate) use read::get;
-pub(crate) use transition::{row_to_lease_row, LEASE_COLS};
+pub(crate) use transition::{
+    dead_letters_add, dead_letters_remove, moved_seqs, row_to_lease_row, LEASE_COLS,
+};
 
 #[async_trait]
 impl EventStore for EmbeddedStore {

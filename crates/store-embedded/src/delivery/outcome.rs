@@ -208,6 +208,9 @@ pub(crate) fn requeue(
         params![t.now.as_millis(), t.options.max_attempts, id.to_string()],
     )
     .db()?;
+    if d.state == DeliveryState::Dead {
+        dead_letters_remove(t, &[d.seq])?;
+    }
     t.live_mut().forget();
     t.finished_mut()
         .moved(account, d.state, DeliveryState::Pending, 1);
@@ -215,31 +218,29 @@ pub(crate) fn requeue(
 }
 
 pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
-    let n = t
-        .execute(
-            "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
-             last_outcome = NULL, updated_at = $1 \
-             WHERE account = $3 AND state = 'dead' AND ($4::VARCHAR IS NULL OR endpoint_id = $4) \
-             AND ($5::BIGINT IS NULL OR updated_at >= $5) AND ($6::BIGINT IS NULL OR updated_at < $6) \
-             AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL)",
-            params![
-                t.now.as_millis(),
-                t.options.max_attempts,
-                f.account.as_str(),
-                f.endpoint_id.map(|e| e.to_string()),
-                f.dead_since.map(Timestamp::as_millis),
-                f.dead_until.map(Timestamp::as_millis)
-            ],
-        )
-        .db()?;
+    let revived = moved_seqs(
+        t,
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+         last_outcome = NULL, updated_at = $1 \
+         WHERE account = $3 AND state = 'dead' AND ($4::VARCHAR IS NULL OR endpoint_id = $4) \
+         AND ($5::BIGINT IS NULL OR updated_at >= $5) AND ($6::BIGINT IS NULL OR updated_at < $6) \
+         AND endpoint_id IN (SELECT id FROM endpoints WHERE account = $3 AND deleted_at IS NULL) \
+         RETURNING seq",
+        params![
+            t.now.as_millis(),
+            t.options.max_attempts,
+            f.account.as_str(),
+            f.endpoint_id.map(|e| e.to_string()),
+            f.dead_since.map(Timestamp::as_millis),
+            f.dead_until.map(Timestamp::as_millis)
+        ],
+    )?;
+    let n = revived.len() as u64;
     if n > 0 {
+        dead_letters_remove(t, &revived)?;
         t.live_mut().forget();
-        t.finished_mut().moved(
-            &f.account,
-            DeliveryState::Dead,
-            DeliveryState::Pending,
-            n as u64,
-        );
+        t.finished_mut()
+            .moved(&f.account, DeliveryState::Dead, DeliveryState::Pending, n);
     }
-    Ok(n as u64)
+    Ok(n)
 }

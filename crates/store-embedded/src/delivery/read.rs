@@ -4,7 +4,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::live::{count_in_table, Counts};
+use crate::finished::{count_in_table, Counts};
 
 pub(super) const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -135,17 +135,22 @@ pub(crate) fn get(t: &Tx<'_>, account: &AccountId, id: DeliveryId) -> StoreResul
 }
 
 /// Deliveries of the request, newest first. Pending and leased ones come
-/// from the writer's live index when it is kept, so listing the queue reads
-/// nothing of the finished history (issue 54).
+/// from the writer's live index when it is kept, dead ones from the copies
+/// in `dead_letters`, so that neither listing reads the finished history
+/// (issue 54, ADR 0032).
 pub(crate) fn list(t: &mut Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-    let items = match live_list(t, &req)? {
+    let kept = match live_list(t, &req)? {
+        Some(kept) => Some(kept),
+        None => dead_list(t, &req)?,
+    };
+    let items = match kept {
         Some(kept) => {
             if t.check_against_table {
                 let table = list_from_table(t, &req)?;
                 if table != kept {
                     return Err(StoreError::Backend(format!(
-                        "a listing from the live index differs from the table: \
-                         kept {kept:?}, in the table {table:?}"
+                        "a listing from the live index or the dead letters differs from the \
+                         deliveries table: kept {kept:?}, in the table {table:?}"
                     )));
                 }
             }
@@ -154,6 +159,93 @@ pub(crate) fn list(t: &mut Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page
         None => list_from_table(t, &req)?,
     };
     Ok(Page::from_overfetch(items, req.page.limit(), |d| d.seq))
+}
+
+/// Dead letters in the columns of [`DELIVERY_COLS`].
+const DEAD_LETTERS: &str = "SELECT id, account, endpoint_id, event_id, seq, 'dead', attempts, \
+     max_attempts, due_at, lease_expires_at, last_error, created_at, updated_at FROM dead_letters";
+
+/// One more than a page of the request's deliveries, newest first, from
+/// `dead_letters` (migration 13); `None` when the request is not for dead
+/// deliveries. An account's page is chosen in the writer's dead seqs
+/// ([`crate::finished::FinishedTally::dead_page`]) and read as a range of
+/// seqs: neither a top-N of every dead letter nor a lookup in `deliveries`,
+/// which cost as much as the old scan (ADR 0032). A page of one endpoint or
+/// event is a top-N of `dead_letters`. The postgres adapter pages its
+/// partial index of dead rows instead.
+fn dead_list(t: &mut Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Option<Vec<Delivery>>> {
+    if req.state != Some(DeliveryState::Dead) {
+        return Ok(None);
+    }
+    if t.check_against_table {
+        dead_letters_check(t)?;
+    }
+    let account = req.account.as_str();
+    let mut page = if req.endpoint_id.is_none() && req.event_id.is_none() {
+        let seqs = t.dead_page(req)?;
+        let (Some(hi), Some(lo)) = (seqs.first(), seqs.last()) else {
+            return Ok(Some(Vec::new()));
+        };
+        dead_letters_where(
+            t,
+            &format!("{DEAD_LETTERS} WHERE seq BETWEEN $2 AND $3 AND account = $1"),
+            params![account, lo, hi],
+        )?
+    } else {
+        dead_letters_where(
+            t,
+            &format!(
+                "{DEAD_LETTERS} WHERE account = $1 AND ($2::VARCHAR IS NULL OR endpoint_id = $2) \
+                 AND ($3::VARCHAR IS NULL OR event_id = $3) AND ($4::BIGINT IS NULL OR seq < $4) \
+                 ORDER BY seq DESC LIMIT $5"
+            ),
+            params![
+                account,
+                req.endpoint_id.map(|e| e.to_string()),
+                req.event_id.map(|e| e.to_string()),
+                req.page.after(),
+                i64::from(req.page.limit()) + 1
+            ],
+        )?
+    };
+    page.sort_unstable_by_key(|d| Reverse(d.seq));
+    Ok(Some(page))
+}
+
+/// The dead letters `sql` ([`DEAD_LETTERS`] and a condition) selects.
+fn dead_letters_where<P: duckdb::Params>(
+    t: &Tx<'_>,
+    sql: &str,
+    params: P,
+) -> StoreResult<Vec<Delivery>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st.query_map(params, row_to_delivery).db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
+/// Fails unless `dead_letters` holds exactly the dead rows of `deliveries`,
+/// of every account: run at each dead listing when
+/// [`crate::EmbeddedConfig::check_against_table`] is set.
+fn dead_letters_check(t: &Tx<'_>) -> StoreResult<()> {
+    let differ: i64 = t
+        .query_row(
+            &format!(
+                "SELECT count(*) FROM ((SELECT {DEAD_LETTER_COLS} FROM dead_letters EXCEPT ALL \
+                 SELECT {DEAD_LETTER_COLS} FROM deliveries WHERE state = 'dead') UNION ALL \
+                 (SELECT {DEAD_LETTER_COLS} FROM deliveries WHERE state = 'dead' EXCEPT ALL \
+                 SELECT {DEAD_LETTER_COLS} FROM dead_letters))"
+            ),
+            params![],
+            |r| r.get(0),
+        )
+        .db()?;
+    if differ > 0 {
+        return Err(StoreError::Backend(format!(
+            "the dead letters are out of step with the deliveries table: {differ} rows are in \
+             one and not the other"
+        )));
+    }
+    Ok(())
 }
 
 /// One more than a page of the request's deliveries, newest first, from
@@ -317,4 +409,81 @@ fn read_sent_events(t: &Tx<'_>, ids: &[EventId]) -> StoreResult<HashMap<EventId,
         })
         .db()?;
     rows.collect::<Result<_, _>>().db()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use control_plane_core::migration::Migrations;
+    use control_plane_core::{DeliveryStore, ManualClock, PageRequest};
+    use duckdb::Connection;
+
+    use super::*;
+    use crate::store::{migrate, MIGRATIONS};
+    use crate::EmbeddedConfig;
+
+    /// Version 13 copies the dead deliveries a file already holds into
+    /// `dead_letters`, and nothing else: afterwards the dead-letter page
+    /// (read from the copies, checked against the table) lists them as
+    /// `deliveries` holds them, newest first, page by page.
+    #[tokio::test]
+    async fn migration_13_copies_every_dead_delivery_into_the_dead_letters() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v12.duckdb");
+        let mut conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_version (version BIGINT NOT NULL)")
+            .unwrap();
+        for (version, sql) in &MIGRATIONS[..12] {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_version VALUES ($1)", [version])
+                .unwrap();
+        }
+        let insert =
+            "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, \
+                      max_attempts, due_at, last_error, created_at, updated_at) \
+                      VALUES ($1, $2, $3, $4, $5, $6, 2, 2, 10, $7, 5, $8)";
+        let endpoint = EndpointId::new().to_string();
+        let rows = [
+            ("a", 1, "dead", Some("503")),
+            ("a", 2, "delivered", None),
+            ("b", 3, "dead", None),
+            ("a", 4, "pending", None),
+            ("a", 5, "dead", Some("endpoint removed")),
+            ("a", 6, "dead", Some("410")),
+        ];
+        for (account, seq, state, error) in rows {
+            let (id, event) = (DeliveryId::new().to_string(), EventId::new().to_string());
+            let params = params![id, account, endpoint, event, seq, state, error, 100 + seq];
+            conn.execute(insert, params).unwrap();
+        }
+        migrate(&mut conn, Migrations::Apply).unwrap();
+        drop(conn);
+
+        let mut config = EmbeddedConfig::new(path);
+        config.check_against_table = true;
+        let store = crate::EmbeddedStore::open(config, Arc::new(ManualClock::default()))
+            .await
+            .unwrap();
+        let dead = |page| DeliveryListRequest {
+            state: Some(DeliveryState::Dead),
+            ..DeliveryListRequest::all(AccountId::new("a").unwrap(), page)
+        };
+        let first = store
+            .delivery_list(dead(PageRequest::first(2)))
+            .await
+            .unwrap();
+        let seqs: Vec<i64> = first.items.iter().map(|d| d.seq).collect();
+        assert_eq!(seqs, [6, 5]);
+        assert_eq!(first.items[0].last_error.as_deref(), Some("410"));
+        let get = store
+            .delivery_get(&first.items[0].account, first.items[0].id)
+            .await
+            .unwrap();
+        assert_eq!(first.items[0], get, "the copy is the row");
+        let next = PageRequest::new(2, first.next).unwrap();
+        let rest = store.delivery_list(dead(next)).await.unwrap();
+        let seqs: Vec<i64> = rest.items.iter().map(|d| d.seq).collect();
+        assert_eq!((seqs, rest.next), (vec![1], None));
+    }
 }

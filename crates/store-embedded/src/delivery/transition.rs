@@ -1,6 +1,6 @@
 //! What every transition of a live delivery reads and writes: its lease
-//! row, its endpoint's circuit, and the batched write of the new states and
-//! attempt rows.
+//! row, its endpoint's circuit, the batched write of the new states and
+//! attempt rows, and the copies of dead deliveries in `dead_letters`.
 
 use super::*;
 
@@ -45,6 +45,80 @@ pub(super) fn lease_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseR
     .db()
 }
 
+/// The columns of a dead delivery's copy in `dead_letters` (migration 13):
+/// its whole row but the state, which is `dead`.
+pub(crate) const DEAD_LETTER_COLS: &str =
+    "account, seq, id, endpoint_id, event_id, attempts, max_attempts, due_at, lease_expires_at, \
+     last_error, created_at, updated_at";
+
+/// Copies the rows of deliveries `seqs`, made dead in this transaction,
+/// into `dead_letters`, which the dead-letter page reads instead of the
+/// whole history, and tells the writer's dead seqs (ADR 0032). The postgres
+/// adapter needs no copy: its finished rows carry the dead ones' account
+/// and seq, in a partial index.
+pub(crate) fn dead_letters_add(t: &mut Tx<'_>, seqs: &[i64]) -> StoreResult<()> {
+    let Some((lo, hi)) = seq_range(seqs) else {
+        return Ok(());
+    };
+    let added = account_seqs(
+        t,
+        &format!(
+            "INSERT INTO dead_letters ({DEAD_LETTER_COLS}) SELECT {DEAD_LETTER_COLS} FROM deliveries \
+             WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[])) AND state = 'dead' \
+             RETURNING account, seq"
+        ),
+        params![list::of(seqs.iter().copied()), lo, hi],
+    )?;
+    let tally = t.finished_mut();
+    for (account, seq) in &added {
+        tally.died(account, *seq);
+    }
+    Ok(())
+}
+
+/// The seqs `sql`, an `UPDATE ... RETURNING seq` of deliveries, returned:
+/// the deliveries it moved, for [`dead_letters_add`] or
+/// [`dead_letters_remove`].
+pub(crate) fn moved_seqs<P: duckdb::Params>(
+    t: &Tx<'_>,
+    sql: &str,
+    params: P,
+) -> StoreResult<Vec<i64>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st.query_map(params, |r| r.get(0)).db()?;
+    rows.collect::<Result<_, _>>().db()
+}
+
+/// The rows `sql`, a statement on `dead_letters` ending in `RETURNING
+/// account, seq`, returned.
+fn account_seqs<P: duckdb::Params>(
+    t: &Tx<'_>,
+    sql: &str,
+    params: P,
+) -> StoreResult<Vec<(AccountId, i64)>> {
+    let mut st = t.prepare(sql).db()?;
+    let rows = st.query_map(params, |r| Ok((r.col(0)?, r.get(1)?))).db()?;
+    rows.collect::<Result<_, _>>().db()
+}
+
+/// Deletes the copies of deliveries `seqs`, revived or purged in this
+/// transaction, from `dead_letters` ([`dead_letters_add`]).
+pub(crate) fn dead_letters_remove(t: &mut Tx<'_>, seqs: &[i64]) -> StoreResult<()> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let removed = account_seqs(
+        t,
+        "DELETE FROM dead_letters WHERE seq IN (SELECT unnest($1::BIGINT[])) RETURNING account, seq",
+        params![list::of(seqs.iter().copied())],
+    )?;
+    let tally = t.finished_mut();
+    for (account, seq) in &removed {
+        tally.revived(account, *seq);
+    }
+    Ok(())
+}
+
 /// Circuits read at most once per transaction and written back once, when
 /// they changed.
 #[derive(Default)]
@@ -73,9 +147,9 @@ impl Circuits {
 }
 
 /// Delivery transitions gathered during one transaction: the rows are
-/// updated by one statement, their attempt-log rows written by another.
-/// The writer's live index and finished tally follow each one as it is
-/// gathered.
+/// updated by one statement, their attempt-log rows written by another,
+/// the ones that died copied into `dead_letters` by a third. The writer's
+/// live index and finished tally follow each one as it is gathered.
 #[derive(Default)]
 pub(super) struct Transitions {
     pub(super) seq: Vec<i64>,
@@ -85,6 +159,8 @@ pub(super) struct Transitions {
     pub(super) token: Vec<Option<String>>,
     pub(super) outcome: Vec<Option<String>>,
     pub(super) attempts: attempt::AttemptRows,
+    /// The seqs of the deliveries that died.
+    pub(super) died: Vec<i64>,
 }
 
 impl Transitions {
@@ -122,6 +198,9 @@ impl Transitions {
         let now = t.now;
         t.live_mut().moved(row, Some(tr.last_error.clone()), now);
         t.finished_mut().moved(&row.account, before, tr.state, 1);
+        if tr.state == DeliveryState::Dead {
+            self.died.push(row.seq);
+        }
         let mut disabled = false;
         if let Some(reason) = &tr.disable_reason {
             disabled = endpoint::disable(t, row.endpoint_id, reason)?;
@@ -132,7 +211,7 @@ impl Transitions {
         Ok(())
     }
 
-    pub(super) fn write(self, t: &Tx<'_>) -> StoreResult<()> {
+    pub(super) fn write(self, t: &mut Tx<'_>) -> StoreResult<()> {
         let Some((lo, hi)) = seq_range(&self.seq) else {
             return Ok(());
         };
@@ -156,6 +235,7 @@ impl Transitions {
             ],
         )
         .db()?;
+        dead_letters_add(t, &self.died)?;
         self.attempts.write(t)
     }
 }
