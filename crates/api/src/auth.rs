@@ -192,7 +192,7 @@ pub enum Refused {
 /// store read; an account key is looked up (one indexed store read) even
 /// from an address past its failures. What such an address loses is the
 /// lookup of anything else: a token that cannot be an account key (see
-/// [`may_be_account_key`]) is refused at once, so a flood of junk costs no
+/// `may_be_account_key`) is refused at once, so a flood of junk costs no
 /// store read. A flood of key-shaped guesses costs one read each, as
 /// requests with a valid key do, and cannot find a key of 244 random bits.
 /// An empty token, or one over [`MAX_TOKEN_BYTES`], is nobody.
