@@ -93,14 +93,23 @@ const PURGES: &[(Purged, &str)] = &[
 
 /// Folds the delta rows of the tallies and of the last minutes' rollup into
 /// one row per key (ADR 0032): the reads that sum them stay short. A fold
-/// deletes the rows its snapshot sees and inserts their sums in one
-/// statement, so a delta appended meanwhile is kept, and two folds at once
-/// (two replicas) each fold what the other did not take.
+/// takes only the keys that have more than one row, so the purge batches
+/// after the first of a pass read and write nothing more; it deletes the
+/// rows its snapshot sees and inserts their sums in one statement, so a
+/// delta appended meanwhile is kept, and two folds at once (two replicas)
+/// each fold what the other did not take.
 const FOLDS: &[&str] = &[
-    "WITH gone AS (DELETE FROM delivery_tallies RETURNING account, state, n) \
+    "WITH dup AS (SELECT account, state FROM delivery_tallies GROUP BY account, state \
+     HAVING count(*) > 1), \
+     gone AS (DELETE FROM delivery_tallies t USING dup \
+     WHERE t.account = dup.account AND t.state = dup.state RETURNING t.account, t.state, t.n) \
      INSERT INTO delivery_tallies (account, state, n) \
      SELECT account, state, sum(n) FROM gone GROUP BY account, state HAVING sum(n) <> 0",
-    "WITH gone AS (DELETE FROM attempt_rollup WHERE minute >= $1 RETURNING endpoint_id, minute, result, bucket, n) \
+    "WITH dup AS (SELECT endpoint_id, minute, result, bucket FROM attempt_rollup WHERE minute >= $1 \
+     GROUP BY endpoint_id, minute, result, bucket HAVING count(*) > 1), \
+     gone AS (DELETE FROM attempt_rollup r USING dup WHERE r.minute >= $1 \
+     AND r.endpoint_id = dup.endpoint_id AND r.minute = dup.minute AND r.result = dup.result \
+     AND r.bucket = dup.bucket RETURNING r.endpoint_id, r.minute, r.result, r.bucket, r.n) \
      INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
      SELECT endpoint_id, minute, result, bucket, sum(n) FROM gone GROUP BY endpoint_id, minute, result, bucket",
 ];
