@@ -388,9 +388,9 @@ fn now_ms() -> i64 {
     SystemClock.now().as_millis()
 }
 
-/// Drains with the adapter's claim and batch-complete statements issued raw
-/// on `conns` connections: one transaction per claim, one statement per
-/// completion batch.
+/// Drains with the adapter's claim, claimed-rows and batch-complete
+/// statements issued raw on `conns` connections: one transaction per claim,
+/// one statement per completion batch.
 async fn drain_raw(
     url: &str,
     schema: &str,
@@ -432,6 +432,10 @@ async fn raw_worker(
         .prepare(&store_postgres::claim_statement())
         .await
         .map_err(fail)?;
+    let claimed = client
+        .prepare(&store_postgres::claimed_statement())
+        .await
+        .map_err(fail)?;
     let complete = client
         .prepare(store_postgres::RECORD_DELIVERED)
         .await
@@ -451,23 +455,30 @@ async fn raw_worker(
     let mut idle = 0;
     loop {
         let now = now_ms();
+        let tokens: Vec<uuid::Uuid> = (0..counts.iter().sum::<i64>())
+            .map(|_| uuid::Uuid::new_v4())
+            .collect();
         let tx = client.transaction().await.map_err(fail)?;
-        let rows = tx
-            .query(
-                &claim,
-                &[
-                    &now,
-                    &endpoints,
-                    &(now + 60_000),
-                    &worker,
-                    &counts,
-                    &heads,
-                    &caps,
-                ],
-            )
+        tx.execute(
+            &claim,
+            &[
+                &now,
+                &endpoints,
+                &(now + 60_000),
+                &worker,
+                &counts,
+                &heads,
+                &caps,
+                &tokens,
+            ],
+        )
+        .await
+        .map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
+        let rows = client
+            .query(&claimed, &[&endpoints, &(now + 60_000), &tokens])
             .await
             .map_err(fail)?;
-        tx.commit().await.map_err(fail)?;
         if rows.is_empty() {
             idle += 1;
             if idle > 3 {

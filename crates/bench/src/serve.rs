@@ -223,77 +223,115 @@ async fn publish_until(
 // ----------------------------------------------------------------- replicas
 
 /// One backlog on postgres (on one endpoint, then spread over four) drained
-/// by `control-plane worker` processes: one process of 64 sends against four
-/// of 16 each (the same total concurrency).
+/// by `control-plane worker` processes at the same total concurrency: one
+/// process of 64 sends, two of 32, four of 16; with the database's own cost
+/// per delivery (commits, WAL bytes) over each run, which must not grow with
+/// the number of processes.
 pub(crate) async fn replicas(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let total: usize = if a.quick { 1_000 } else { 20_000 };
     let mut out = String::from(
-        "| endpoints | worker processes | sends in flight each | deliveries/s after the first 5 % arrived (median of the runs) |\n| --- | --- | --- | --- |\n",
+        "| endpoints | worker processes | sends in flight each | deliveries/s after the first 5 % arrived (median of the runs) | vs 1 process | database per delivery in the last run: commits / WAL bytes |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     let spreads: &[usize] = if a.quick { &[1] } else { &[1, 4] };
     for &endpoints in spreads {
-        let mut rates = Vec::new();
-        for (procs, each) in [(1usize, 64usize), (4, 16)] {
+        let mut one = None;
+        for (procs, each) in [(1usize, 64usize), (2, 32), (4, 16)] {
+            let last = std::cell::Cell::new((0.0, 0.0));
             let rate = repeat(a.runs, || async {
-                let schema = unique("bench_replicas");
-                let store = pg_store(&a.url, &schema, 2, false).await?;
-                let (url, seen) = receiver(Duration::ZERO).await?;
-                for _ in 0..endpoints {
-                    let e = endpoint(&store, &url).await?;
-                    pg_prefill(&a.url, &schema, &e, total / endpoints).await?;
-                }
-                let began = Instant::now();
-                let mut children = Vec::new();
-                for i in 0..procs {
-                    children.push(
-                        control_plane(a, "worker", Some(&schema))?
-                            .env("CONTROLPLANE_CONCURRENCY", each.to_string())
-                            .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
-                            .stderr(
-                                std::fs::File::create(dir.join(format!("worker-{i}.log")))
-                                    .map_err(fail)?,
-                            )
-                            .spawn()
-                            .map_err(fail)?,
-                    );
-                }
-                // The clock starts once the first 5 % have arrived: the rate
-                // of running processes, not of their start-up (four debug
-                // processes connecting at once on two cores take a while).
-                let mut window = None;
-                while seen.count() < total {
-                    if began.elapsed() > Duration::from_secs(600) {
-                        return Err(format!(
-                            "replicas: {} of {total} after 10 min",
-                            seen.count()
-                        ));
-                    }
-                    if window.is_none() && seen.count() >= total / 20 {
-                        window = Some((Instant::now(), seen.count()));
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                let (start, base) = window.unwrap_or((began, 0));
-                let rate = (total - base) as f64 / start.elapsed().as_secs_f64();
-                for mut c in children {
-                    let _ = c.kill().await;
-                }
-                drop(store);
-                drop_schema(&a.url, &schema).await?;
+                let (rate, cost) = replica_run(a, dir, endpoints, procs, each, total).await?;
+                last.set(cost);
                 Ok(rate)
             })
             .await?;
-            let _ = writeln!(out, "| {endpoints} | {procs} | {each} | {rate:.0} |");
-            eprintln!("bench: replicas {endpoints} endpoints, {procs} x {each}: {rate:.0}/s");
-            rates.push(rate);
+            let cost = last.get();
+            let base = *one.get_or_insert(rate);
+            let _ = writeln!(
+                out,
+                "| {endpoints} | {procs} | {each} | {rate:.0} | {:.2} | {:.3} / {:.0} |",
+                rate / base,
+                cost.0,
+                cost.1
+            );
+            eprintln!(
+                "bench: replicas {endpoints} endpoints, {procs} x {each}: {rate:.0}/s, {:.3} commits and {:.0} WAL bytes per delivery",
+                cost.0, cost.1
+            );
         }
-        let _ = writeln!(
-            out,
-            "| {endpoints} | ratio 4 / 1 | | {:.2} |",
-            rates[1] / rates[0]
-        );
     }
     Ok(out)
+}
+
+/// One replicas run: deliveries/s once the first 5 % arrived, and the
+/// database's commits and WAL bytes per delivery over the whole drain.
+async fn replica_run(
+    a: &Args,
+    dir: &std::path::Path,
+    endpoints: usize,
+    procs: usize,
+    each: usize,
+    total: usize,
+) -> BenchResult<(f64, (f64, f64))> {
+    let schema = unique("bench_replicas");
+    let store = pg_store(&a.url, &schema, 2, false).await?;
+    let (url, seen) = receiver(Duration::ZERO).await?;
+    for _ in 0..endpoints {
+        let e = endpoint(&store, &url).await?;
+        pg_prefill(&a.url, &schema, &e, total / endpoints).await?;
+    }
+    let before = crate::queue::DbCost::read(&a.url).await?;
+    let began = Instant::now();
+    let mut children = Vec::new();
+    for i in 0..procs {
+        children.push(
+            control_plane(a, "worker", Some(&schema))?
+                .env("CONTROLPLANE_CONCURRENCY", each.to_string())
+                .env("CONTROLPLANE_ENDPOINT_CONCURRENCY", "64")
+                .stderr(std::fs::File::create(dir.join(format!("worker-{i}.log"))).map_err(fail)?)
+                .spawn()
+                .map_err(fail)?,
+        );
+    }
+    // The clock starts once the first 5 % have arrived: the rate of running
+    // processes, not of their start-up (four debug processes connecting at
+    // once on two cores take a while).
+    let mut window = None;
+    while seen.count() < total {
+        if began.elapsed() > Duration::from_secs(600) {
+            return Err(format!(
+                "replicas: {} of {total} after 10 min",
+                seen.count()
+            ));
+        }
+        if window.is_none() && seen.count() >= total / 20 {
+            window = Some((Instant::now(), seen.count()));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (start, base) = window.unwrap_or((began, 0));
+    let rate = (total - base) as f64 / start.elapsed().as_secs_f64();
+    // Every outcome recorded (the live rows gone) before the cost is read.
+    let c = raw_client(&a.url, &schema).await?;
+    while c
+        .query_one("SELECT count(*) FROM delivery_queue", &[])
+        .await
+        .map_err(fail)?
+        .get::<_, i64>(0)
+        > 0
+    {
+        if began.elapsed() > Duration::from_secs(600) {
+            return Err("replicas: outcomes still unrecorded after 10 min".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for mut c in children {
+        let _ = c.kill().await;
+    }
+    let cost = crate::queue::DbCost::read(&a.url)
+        .await?
+        .since(&before, total);
+    drop(store);
+    drop_schema(&a.url, &schema).await?;
+    Ok((rate, cost))
 }
 
 // ------------------------------------------------------------------- memory

@@ -40,6 +40,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_EMBEDDED_PATH", default: "./control-plane.duckdb", help: "the DuckDB file (embedded only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db", commands: EVERY },
     Variable { name: "CONTROLPLANE_POOL_SIZE", default: "16", help: "connections, 1 to 1000 (postgres only)", commands: EVERY },
+    Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "async", help: "async or sync: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_DATABASE_SCHEMA", default: "public", help: "schema holding the tables (postgres only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_AUTO_MIGRATE", default: "true", help: "false: a store whose schema is behind refuses to start until `control-plane migrate` runs", commands: &["serve", "api", "worker", "status"] },
     Variable { name: "CONTROLPLANE_SECRET_KEY_FILE", default: "(embedded: the store file + .key, created; required for postgres)", help: "file holding the key endpoint secrets are sealed with: the base64 of 32 random bytes", commands: EVERY },
@@ -102,6 +103,8 @@ pub enum StoreProfile {
         pool_size: u32,
         /// Schema holding the tables.
         schema: String,
+        /// Whether the commits of delivery outcomes wait for the disk.
+        synchronous_outcomes: bool,
     },
 }
 
@@ -340,7 +343,11 @@ fn store_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
                 ));
             }
             vars.refuse(
-                &["CONTROLPLANE_POOL_SIZE", "CONTROLPLANE_DATABASE_SCHEMA"],
+                &[
+                    "CONTROLPLANE_POOL_SIZE",
+                    "CONTROLPLANE_DATABASE_SCHEMA",
+                    "CONTROLPLANE_OUTCOME_COMMIT",
+                ],
                 "applies only to CONTROLPLANE_STORE=postgres; unset it",
             )?;
             embedded_profile(vars)
@@ -407,10 +414,21 @@ fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
             format!("expected 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_', got {schema:?}"),
         ));
     }
+    let synchronous_outcomes = match vars.get("CONTROLPLANE_OUTCOME_COMMIT") {
+        None | Some("async") => false,
+        Some("sync") => true,
+        Some(other) => {
+            return Err(err(
+                "CONTROLPLANE_OUTCOME_COMMIT",
+                format!("expected async or sync, got {other:?}"),
+            ))
+        }
+    };
     Ok(StoreProfile::Postgres {
         url: DatabaseUrl::new(url),
         pool_size,
         schema: schema.to_string(),
+        synchronous_outcomes,
     })
 }
 
@@ -690,6 +708,33 @@ mod tests {
             c.store,
             StoreProfile::Postgres { pool_size: 4, .. }
         ));
+    }
+
+    #[test]
+    fn outcome_commits_are_async_unless_sync_is_asked_and_only_on_postgres() {
+        let pg = |v: Option<&'static str>| {
+            let mut vars = vec![
+                ("CONTROLPLANE_STORE", "postgres"),
+                ("CONTROLPLANE_DATABASE_URL", "postgres://u:pw@h/db"),
+                ("CONTROLPLANE_SECRET_KEY_FILE", "/run/key"),
+            ];
+            vars.extend(v.map(|v| ("CONTROLPLANE_OUTCOME_COMMIT", v)));
+            parse(&vars)
+        };
+        for (v, sync) in [(None, false), (Some("async"), false), (Some("sync"), true)] {
+            assert!(
+                matches!(
+                    pg(v).unwrap().store,
+                    StoreProfile::Postgres { synchronous_outcomes, .. } if synchronous_outcomes == sync
+                ),
+                "{v:?}"
+            );
+        }
+        let e = pg(Some("off")).unwrap_err();
+        assert_eq!(e.variable, "CONTROLPLANE_OUTCOME_COMMIT");
+        assert!(e.message.contains("async or sync"), "{}", e.message);
+        let e = parse(&[("CONTROLPLANE_OUTCOME_COMMIT", "sync")]).unwrap_err();
+        assert_eq!(e.variable, "CONTROLPLANE_OUTCOME_COMMIT");
     }
 
     #[test]

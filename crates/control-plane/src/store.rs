@@ -72,7 +72,15 @@ pub async fn open_store(role: Role, config: &Config) -> Result<DynControlPlaneSt
             url,
             pool_size,
             schema,
-        } => open_postgres(url, *pool_size, schema, options, keys).await,
+            synchronous_outcomes,
+        } => {
+            let pg = PostgresSettings {
+                pool_size: *pool_size,
+                schema,
+                synchronous_outcomes: *synchronous_outcomes,
+            };
+            open_postgres(url, pg, options, keys).await
+        }
     };
     // A key made for a store that then did not open (it holds values under
     // another key, or its file is held) would stand where the right key
@@ -152,20 +160,27 @@ async fn open_embedded(
     }
 }
 
-/// The postgres store at `url` in `schema`; an error when the binary was
+/// The postgres profile's settings besides its URL.
+struct PostgresSettings<'a> {
+    pool_size: u32,
+    schema: &'a str,
+    synchronous_outcomes: bool,
+}
+
+/// The postgres store at `url` with `pg`; an error when the binary was
 /// built without it.
 async fn open_postgres(
     url: &control_plane_core::DatabaseUrl,
-    pool_size: u32,
-    schema: &str,
+    pg: PostgresSettings<'_>,
     options: StoreOptions,
     keys: SecretKeys,
 ) -> Result<DynControlPlaneStore, String> {
     #[cfg(feature = "postgres")]
     {
         let mut cfg = store_postgres::PostgresConfig::new(url.clone());
-        cfg.pool_size = pool_size;
-        cfg.schema = Some(schema.to_string());
+        cfg.pool_size = pg.pool_size;
+        cfg.schema = Some(pg.schema.to_string());
+        cfg.synchronous_outcomes = pg.synchronous_outcomes;
         cfg.options = options;
         cfg.keys = keys;
         let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
@@ -175,7 +190,7 @@ async fn open_postgres(
     }
     #[cfg(not(feature = "postgres"))]
     {
-        let _ = (url, pool_size, schema, options, keys);
+        let _ = (url, pg, options, keys);
         Err("built without the `postgres` feature".into())
     }
 }

@@ -62,6 +62,9 @@ pub struct PostgresStore {
     /// Claims sweep expired leases and look for due probes only when this
     /// gate is open.
     pub(crate) housekeeping: Arc<Housekeeping>,
+    /// What begins a transaction that records outcomes
+    /// ([`PostgresConfig::synchronous_outcomes`]).
+    pub(crate) begin_outcomes: &'static str,
     _listener: Option<Arc<Listener>>,
 }
 
@@ -150,6 +153,11 @@ impl PostgresStore {
             wakeup,
             channel,
             housekeeping: Arc::default(),
+            begin_outcomes: if config.synchronous_outcomes {
+                "BEGIN"
+            } else {
+                "BEGIN; SET LOCAL synchronous_commit TO off"
+            },
             _listener: listener,
         };
         store.migrate().await?;
@@ -393,6 +401,13 @@ pub(crate) mod tests {
     /// A store on a schema of its own in the test database, with a pool of
     /// one connection, and a connection of its own to that database.
     pub(crate) async fn open_test_store() -> (PostgresStore, tokio_postgres::Client) {
+        open_test_store_with(|_| {}).await
+    }
+
+    /// As [`open_test_store`], with `tweak` applied to its configuration.
+    pub(crate) async fn open_test_store_with(
+        tweak: impl FnOnce(&mut crate::PostgresConfig),
+    ) -> (PostgresStore, tokio_postgres::Client) {
         let url = std::env::var("CONTROLPLANE_TEST_DATABASE_URL")
             .expect("CONTROLPLANE_TEST_DATABASE_URL names the test database");
         let schema = format!("cp_test_{}", uuid::Uuid::new_v4().simple());
@@ -400,6 +415,7 @@ pub(crate) mod tests {
         config.schema = Some(schema);
         config.pool_size = 1;
         config.listen = false;
+        tweak(&mut config);
         let store = PostgresStore::open(config, Arc::new(control_plane_core::SystemClock))
             .await
             .unwrap();

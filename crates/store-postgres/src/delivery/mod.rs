@@ -33,7 +33,7 @@ use publish::*;
 use read::*;
 use transition::*;
 
-pub use claim::claim_statement;
+pub use claim::{claim_statement, claimed_statement};
 pub(crate) use outcome::record_delivered_fast_batch;
 pub use outcome::RECORD_DELIVERED;
 pub(crate) use publish::publish_to;
@@ -157,44 +157,39 @@ impl DeliveryStore for PostgresStore {
                 _ => None,
             })
             .collect();
-        let mut client = self.pool.get().await.map_err(crate::error::map_pool)?;
-        // One autocommitted statement; the common batch is done with it.
-        let done: std::collections::HashSet<DeliveryId> =
-            record_delivered_fast_batch(&client, now, &fast)
-                .await?
-                .into_iter()
-                .collect();
-        if done.len() == batch.len() {
-            return Ok(batch
-                .iter()
-                .map(|_| {
-                    Ok(OutcomeRecorded {
+        // One transaction per batch, begun with its first statement
+        // (pipelined), its commit waiting for the disk or not as configured
+        // (ADR 0034). The common batch is done with that one statement.
+        let tx = PipelinedTx::connect(self).await?;
+        let out = {
+            let client = tx.client()?;
+            let (_, done) = futures::try_join!(
+                async { client.batch_execute(self.begin_outcomes).await.db() },
+                record_delivered_fast_batch(client, now, &fast)
+            )?;
+            let done: std::collections::HashSet<DeliveryId> = done.into_iter().collect();
+            let mut out = Vec::with_capacity(batch.len());
+            // The same store time as the fast statement above.
+            let t = Tx::new(client, Some(&client.statement_cache), self, now);
+            for (lease, outcome) in batch {
+                if done.contains(&lease.delivery_id) {
+                    out.push(Ok(OutcomeRecorded {
                         state: DeliveryState::Delivered,
                         duplicate: false,
-                    })
-                })
-                .collect());
-        }
-        let tx = client.transaction().await.map_err(crate::error::map)?;
-        // The same store time as the fast path's statement above.
-        let t = Tx::new(tx.client(), Some(&tx.statement_cache), self, now);
-        let mut out = Vec::with_capacity(batch.len());
-        for (lease, outcome) in batch {
-            if done.contains(&lease.delivery_id) {
-                out.push(Ok(OutcomeRecorded {
-                    state: DeliveryState::Delivered,
-                    duplicate: false,
-                }));
-                continue;
+                    }));
+                    continue;
+                }
+                // Contract answers come from checks, not from failed
+                // statements, so the transaction stays usable after them.
+                match record_outcome(&t, &lease, outcome).await {
+                    Err(e) if !e.is_contract_answer() => return Err(e),
+                    r => out.push(r),
+                }
             }
-            // Contract answers come from checks, not from failed statements,
-            // so the transaction stays usable after them.
-            match record_outcome(&t, &lease, outcome).await {
-                Err(e) if !e.is_contract_answer() => return Err(e),
-                r => out.push(r),
-            }
-        }
-        tx.commit().await.map_err(crate::error::map)?;
+            client.batch_execute("COMMIT").await.db()?;
+            out
+        };
+        tx.ended();
         Ok(out)
     }
 
@@ -244,7 +239,100 @@ impl DeliveryStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::open_test_store;
+    use crate::store::tests::{open_test_store, open_test_store_with};
+
+    /// Outcomes commit without waiting for the disk unless the store is
+    /// configured otherwise (ADR 0034), when the server's own setting
+    /// applies: a trigger on the attempt log notes
+    /// the `synchronous_commit` that each recording transaction runs with,
+    /// for a batch the fast statement takes whole and for one that needs
+    /// the general path (a failure).
+    #[tokio::test]
+    async fn outcomes_commit_as_the_store_is_configured() {
+        for synchronous in [false, true] {
+            let (store, admin) =
+                open_test_store_with(|c| c.synchronous_outcomes = synchronous).await;
+            let schema = store.schema().to_string();
+            admin
+                .batch_execute(&format!(
+                    "CREATE TABLE {schema}.seen (setting text); \
+                     CREATE FUNCTION {schema}.note() RETURNS trigger LANGUAGE plpgsql AS \
+                     $$ BEGIN INSERT INTO {schema}.seen VALUES (current_setting('synchronous_commit')); \
+                     RETURN NULL; END $$; \
+                     CREATE TRIGGER note AFTER INSERT ON {schema}.attempts \
+                     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.note()"
+                ))
+                .await
+                .unwrap();
+            let account = AccountId::new("a").unwrap();
+            store
+                .endpoint_create(
+                    EndpointCreateRequest::new(
+                        account.clone(),
+                        "https://example.com/hook",
+                        Secret::new("whsec_dGVzdA=="),
+                    )
+                    .checked()
+                    .unwrap(),
+                )
+                .await
+                .unwrap();
+            let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
+            store
+                .event_publish_batch(
+                    control_plane_core::Checked::all(vec![req.clone(), req]).unwrap(),
+                )
+                .await
+                .unwrap();
+            let claimed = store
+                .delivery_claim(ClaimRequest::new("w", 2, Duration::from_secs(30)).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 2);
+            let report = |code| AttemptReport {
+                status_code: Some(code),
+                error: None,
+                latency_ms: 3,
+                response_body: None,
+            };
+            let ok = store
+                .delivery_record_outcomes(vec![(
+                    claimed[0].lease.clone(),
+                    DeliveryOutcome::Delivered(report(200)),
+                )])
+                .await
+                .unwrap();
+            assert_eq!(ok[0].as_ref().unwrap().state, DeliveryState::Delivered);
+            let failed = store
+                .delivery_record_outcomes(vec![(
+                    claimed[1].lease.clone(),
+                    DeliveryOutcome::GiveUp(report(400)),
+                )])
+                .await
+                .unwrap();
+            assert_eq!(failed[0].as_ref().unwrap().state, DeliveryState::Dead);
+            let seen: Vec<String> = admin
+                .query(&format!("SELECT setting FROM {schema}.seen"), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            // Synchronous, the server's own setting applies (on, unless the
+            // cluster is run without it).
+            let server: String = admin
+                .query_one("SHOW synchronous_commit", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let expected = if synchronous { server.as_str() } else { "off" };
+            assert_eq!(seen, vec![expected; 2], "synchronous: {synchronous}");
+            admin
+                .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                .await
+                .unwrap();
+        }
+    }
 
     /// A pipelined publish whose delivery insert fails after its event
     /// insert succeeded stores neither: the statements run in one
