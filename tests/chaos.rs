@@ -1,8 +1,12 @@
 //! Faults, end to end: worker processes SIGKILLed and restarted while they
-//! deliver, and the database cut off mid-run. Sizes come from the
-//! environment so `cargo xtask chaos` runs the long version and CI a short one:
-//! `CHAOS_EVENTS` (default 2,000 on postgres, a tenth on embedded),
-//! `CHAOS_KILLS` (default 5), `CHAOS_SEED`.
+//! deliver, the database cut off mid-run, and PostgreSQL itself crashed
+//! mid-run (`pg_ctl stop -m immediate`, on a throwaway cluster the test
+//! starts with the installed server binaries: `support::Cluster`; missing
+//! binaries fail it) while workers are killed around the crash. Sizes come
+//! from the environment so `cargo xtask chaos` runs the long version and CI
+//! a short one: `CHAOS_EVENTS` (default 2,000 on postgres, a tenth on
+//! embedded), `CHAOS_KILLS` (default 5; 2 in the crash test, half of them
+//! before the crash and half after), `CHAOS_SEED`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::collections::HashMap;
@@ -15,8 +19,8 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use control_plane_core::*;
 use workspace_tests::{
-    api_call, database_url, events, pg_client, secret_keys, text_of, wait_until, Answer, Process,
-    Received, Receiver, Schema,
+    api_call, database_url, events, pg_client, postgres_env, secret_keys, text_of, wait_until,
+    Answer, Cluster, Process, Received, Receiver, Schema,
 };
 
 const ADMIN: &str = "cpa_chaos_admin_token_0123456789";
@@ -89,15 +93,63 @@ fn spawn(role: &str, env: &[(&str, String)]) -> Process {
 /// What the attempt log says of each delivery: (attempts, lease_expired).
 type Log = HashMap<String, (u32, u32)>;
 
-/// Checks the end state: every delivery final, every one logged, every
-/// delivered one received, and every duplicate POST explained by a lease that
-/// expired (a worker killed between sending and recording).
+/// When each POST arrived at the receiver, per delivery (`webhook-id`), in
+/// arrival order.
+type Receipts = HashMap<String, Vec<Instant>>;
+
+fn receipts(rx: &Receiver) -> Receipts {
+    let mut out = Receipts::new();
+    for (id, at) in rx.arrivals() {
+        out.entry(id).or_default().push(at);
+    }
+    out
+}
+
+/// How long before a crash of PostgreSQL a POST may have arrived whose
+/// record the crash then lost. A claim commits without waiting for its WAL
+/// (ADR 0016), and so does an outcome by default (ADR 0034): the server's
+/// WAL writer writes such commits out within a fraction of a second (any
+/// commit that waits writes them too), so the crash loses the claims and
+/// outcomes of its last moments only; between a POST's arrival and its outcome's
+/// commit lie the receiver's answer (at most 400 ms here) and the worker's
+/// batched recording. Five seconds is a wide margin over that on a loaded
+/// debug build.
+const CRASH_REACH: Duration = Duration::from_secs(5);
+
+/// The receipts a crash of PostgreSQL may have lost the record of: those
+/// that arrived from [`CRASH_REACH`] before the crash until the server
+/// accepted connections again. While it is down no claim can be made, so
+/// every POST arriving then was claimed before the crash; once it is back,
+/// what workers write is exposed to no crash.
+#[derive(Clone, Copy, Debug)]
+struct CrashWindow {
+    from: Instant,
+    to: Instant,
+}
+
+impl CrashWindow {
+    fn holds(&self, at: Instant) -> bool {
+        self.from <= at && at <= self.to
+    }
+}
+
+/// Checks the end state: every delivery final, every delivered one received,
+/// every POST in the attempt log, and every duplicate POST explained by a
+/// lease that expired (a worker killed between sending and recording).
+///
+/// With `crash` (PostgreSQL crashed during the run) two more explanations
+/// hold, each for at most one POST of a delivery and only for a delivery
+/// with a POST in the window: a POST whose claim the crash lost is sent
+/// again with no lease left to expire (a duplicate the lease does not
+/// explain, whose caught POST is not the delivery's last), and its attempt
+/// is missing from the log (fewer attempts than POSTs).
 fn verify(
     total: usize,
     states: &HashMap<String, String>,
     log: &Log,
-    hits: &HashMap<String, u32>,
+    receipts: &Receipts,
     kills: usize,
+    crash: Option<CrashWindow>,
 ) {
     assert_eq!(states.len(), total, "every event has its delivery");
     let not_final: Vec<_> = states
@@ -111,26 +163,54 @@ fn verify(
     );
     let lost: Vec<_> = states
         .iter()
-        .filter(|(id, s)| *s == "delivered" && !hits.contains_key(*id))
+        .filter(|(id, s)| *s == "delivered" && !receipts.contains_key(*id))
         .collect();
-    let unlogged = states.keys().filter(|id| !log.contains_key(*id)).count();
-    let mut duplicates = 0;
+    let caught = |at: &[Instant]| crash.is_some_and(|w| at.iter().any(|t| w.holds(*t)));
+    let (mut duplicates, mut by_lease, mut by_crash) = (0, 0, 0);
     let mut unexplained = Vec::new();
-    for (id, n) in hits {
-        if *n > 1 {
-            duplicates += n - 1;
-            let expired = log.get(id).map_or(0, |l| l.1);
-            if n - 1 > expired {
-                unexplained.push((id.clone(), *n, expired));
-            }
+    for (id, at) in receipts {
+        let again = at.len() as u32 - 1;
+        if again == 0 {
+            continue;
+        }
+        duplicates += again;
+        let expired = log.get(id).map_or(0, |l| l.1);
+        by_lease += again.min(expired);
+        let mut left = again.saturating_sub(expired);
+        if left > 0 && caught(&at[..at.len() - 1]) {
+            by_crash += 1;
+            left -= 1;
+        }
+        if left > 0 {
+            unexplained.push((id.clone(), at.len(), expired));
+        }
+    }
+    // Every claim ends in one attempt (an outcome, or its lease expiring),
+    // so a delivery has at least as many attempts as POSTs, and one.
+    let (mut unlogged, mut unlogged_by_crash) = (Vec::new(), 0);
+    for id in states.keys() {
+        let attempts = log.get(id).map_or(0, |l| l.0) as usize;
+        let at = receipts.get(id).map_or(&[][..], Vec::as_slice);
+        let missing = at.len().max(1).saturating_sub(attempts);
+        if missing == 0 {
+            continue;
+        }
+        if missing == 1 && caught(at) {
+            unlogged_by_crash += 1;
+        } else {
+            unlogged.push((id.clone(), at.len(), attempts));
         }
     }
     let dead = states.values().filter(|s| *s == "dead").count();
     eprintln!(
-        "chaos: kills {kills}, deliveries {total}, delivered {}, dead {dead}, lost {}, duplicate POSTs {duplicates} (each explained by an expired lease: {})",
+        "chaos: kills {kills}, database crashes {}, deliveries {total}, delivered {}, dead {dead}, lost {}, \
+         duplicate POSTs {duplicates} (explained by an expired lease {by_lease}, by the crash {by_crash}, \
+         unexplained {}), POSTs missing from the attempt log {} (in the crash window {unlogged_by_crash})",
+        u8::from(crash.is_some()),
         total - dead,
         lost.len(),
-        unexplained.is_empty()
+        unexplained.len(),
+        unlogged_by_crash + unlogged.len(),
     );
     assert!(lost.is_empty(), "delivered but never received: {lost:?}");
     let expired: u32 = log.values().map(|(_, expired)| expired).sum();
@@ -138,10 +218,16 @@ fn verify(
         expired > 0,
         "no kill hit a send in flight (no lease expired): the run proved nothing"
     );
-    assert_eq!(unlogged, 0, "deliveries without an attempt logged");
+    assert!(
+        unlogged.is_empty(),
+        "deliveries with fewer attempts logged than POSTs received, outside a crash window \
+         (id, POSTs, attempts): {:?}",
+        &unlogged[..unlogged.len().min(5)]
+    );
     assert!(
         unexplained.is_empty(),
-        "duplicates without an expired lease: {unexplained:?}"
+        "duplicates explained by neither an expired lease nor the crash (id, POSTs, expired leases): {:?}",
+        &unexplained[..unexplained.len().min(5)]
     );
     // The receiver never fails: a delivery can only die by losing every one
     // of its attempts to a kill, which the few kills of a run cannot do.
@@ -249,7 +335,222 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .iter()
         .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
         .collect();
-    verify(total, &states, &log, &rx.hits_by_id(), kills);
+    verify(total, &states, &log, &receipts(&rx), kills, None);
+    drop(store);
+}
+
+/// PostgreSQL itself crashes mid-run (`pg_ctl stop -m immediate`: no
+/// checkpoint, what only its memory held is gone, recovery from the WAL at
+/// the next start) while workers are SIGKILLed and restarted around it, on a
+/// cluster of the test's own. Every publish that was answered Ok keeps its
+/// event and its delivery, every delivery ends final, every delivered one
+/// was received, and every duplicate POST is explained by an expired lease
+/// or by the crash (see [`CrashWindow`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_crashing_mid_run_loses_no_publish() {
+    let total = env_usize("CHAOS_EVENTS", 2_000);
+    let kills = env_usize("CHAOS_KILLS", 2).max(2);
+    let mut rng = Lcg(env_usize("CHAOS_SEED", 7) as u64);
+    let cluster = Cluster::start(&[]);
+    let schema = "cp_crash";
+    let env = postgres_env(&cluster.url(), schema, 8);
+    let (rx, base) = Receiver::start(answer_after_a_while()).await;
+    let hook_url = format!("{base}/hook");
+    let mut cfg = store_postgres::PostgresConfig::new(DatabaseUrl::new(cluster.url()));
+    cfg.schema = Some(schema.to_string());
+    cfg.pool_size = 4;
+    cfg.keys = secret_keys();
+    // This store only publishes: it has no wake-ups to listen for.
+    cfg.listen = false;
+    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let account = AccountId::new("chaos").unwrap();
+    store
+        .endpoint_create(hook(&account, &hook_url))
+        .await
+        .unwrap();
+    let mut workers: Vec<Process> = (0..3).map(|_| spawn("worker", &env)).collect();
+    // Publishes in batches, half of them before the crash, the rest from
+    // the moment the server is gone: those meet the outage. An error counts nothing
+    // as accepted; the batch is sent again with the same idempotency keys,
+    // so a batch whose commit the server made before the client heard of it
+    // is not published twice.
+    let (crashing, mut crash_started) = tokio::sync::watch::channel(false);
+    let publisher = {
+        let (store, account) = (store.clone(), account.clone());
+        tokio::spawn(async move {
+            let requests: Vec<PublishRequest> = events(&account, "chaos", total)
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut r)| {
+                    r.idempotency_key = Some(format!("chaos-{i}"));
+                    r
+                })
+                .collect();
+            let (mut accepted, mut errors) = (Vec::new(), 0usize);
+            let started = Instant::now();
+            for (n, batch) in requests.chunks(50).enumerate() {
+                if n * 50 >= total / 2 {
+                    crash_started.wait_for(|c| *c).await.unwrap();
+                }
+                loop {
+                    let publish = store.event_publish_batch(Checked::all(batch.to_vec()).unwrap());
+                    match tokio::time::timeout(Duration::from_secs(15), publish).await {
+                        Ok(Ok(published)) => {
+                            accepted.extend(published);
+                            break;
+                        }
+                        Ok(Err(_)) | Err(_) => errors += 1,
+                    }
+                    assert!(
+                        started.elapsed() < Duration::from_secs(180),
+                        "publishing did not recover after the crash"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (accepted, errors)
+        })
+    };
+    let mut kill_one = |workers: &mut Vec<Process>| {
+        let i = rng.next(3) as usize;
+        workers[i].kill();
+        workers[i] = spawn("worker", &env);
+    };
+    let before = kills / 2;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for k in 0..before {
+        if k > 0 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        kill_one(&mut workers);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let crashed_at = Instant::now();
+    let in_flight = rx
+        .arrivals()
+        .iter()
+        .filter(|(_, at)| crashed_at.duration_since(*at) < Duration::from_secs(1))
+        .count();
+    tokio::task::block_in_place(|| cluster.crash());
+    // Released once the server is gone, not before: a publish commits
+    // waiting for its WAL, which writes out every claim and outcome before
+    // it, and would leave the crash nothing to lose.
+    crashing.send_replace(true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| cluster.restart());
+    let back_at = Instant::now();
+    let window = CrashWindow {
+        from: crashed_at - CRASH_REACH,
+        to: back_at,
+    };
+    for _ in before..kills {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        kill_one(&mut workers);
+    }
+    let (accepted, publish_errors) = publisher.await.unwrap();
+    let (client, conn) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .unwrap();
+    wait_until(
+        "deliveries still open",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || async {
+            let open: i64 = client
+                .query_one("SELECT count(*) FROM delivery_queue", &[])
+                .await
+                .unwrap()
+                .get(0);
+            open == 0
+        },
+    )
+    .await;
+    for w in &mut workers {
+        assert!(
+            w.is_running(),
+            "a worker did not survive the crash:\n{}",
+            w.log()
+        );
+        w.kill();
+    }
+    let states: HashMap<String, String> = client
+        .query(
+            "SELECT d.id::text, coalesce(l.state, x.state, 'missing') FROM deliveries d \
+             LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+             LEFT JOIN delivery_done x ON x.delivery_id = d.id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let log: Log = client
+        .query(
+            "SELECT delivery_id::text, count(*), count(*) FILTER (WHERE result = 'lease_expired') FROM attempts GROUP BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
+        .collect();
+    let stored_events: std::collections::HashSet<String> = client
+        .query("SELECT id::text FROM events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let published_lost: Vec<_> = accepted
+        .iter()
+        .filter(|p| {
+            !stored_events.contains(&p.event.id.to_string())
+                || p.deliveries
+                    .iter()
+                    .any(|d| !states.contains_key(&d.to_string()))
+        })
+        .map(|p| p.event.id)
+        .collect();
+    eprintln!(
+        "chaos: database crash: down for {} ms (crash to accepting connections again), POSTs in the second before it {in_flight}, \
+         publishes accepted {}, refused during the outage {publish_errors}, lost {}",
+        (back_at - crashed_at).as_millis(),
+        accepted.len(),
+        published_lost.len()
+    );
+    assert!(
+        published_lost.is_empty(),
+        "publishes answered Ok, then lost in the crash: {:?}",
+        &published_lost[..published_lost.len().min(5)]
+    );
+    assert_eq!(
+        accepted.len(),
+        total,
+        "every publish was accepted in the end"
+    );
+    assert_eq!(
+        stored_events.len(),
+        total,
+        "a publish sent again after an error made a second event"
+    );
+    assert!(
+        in_flight > 0,
+        "no POST arrived in the second before the crash: it hit no send in flight"
+    );
+    assert!(
+        publish_errors > 0,
+        "no publish met the outage: the publisher's path through it was not run"
+    );
+    verify(total, &states, &log, &receipts(&rx), kills, Some(window));
     drop(store);
 }
 
@@ -349,7 +650,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
             None => break,
         }
     }
-    verify(total, &states, &log, &rx.hits_by_id(), kills);
+    verify(total, &states, &log, &receipts(&rx), kills, None);
 }
 
 /// A TCP proxy in front of PostgreSQL that the test can cut: every

@@ -166,17 +166,24 @@ impl Schema {
 
     /// The variables that point a `control-plane` process at this schema.
     pub fn env(&self, pool_size: usize) -> Vec<(&'static str, String)> {
-        vec![
-            ("CONTROLPLANE_STORE", "postgres".to_string()),
-            (
-                "CONTROLPLANE_SECRET_KEY_FILE",
-                key_file().display().to_string(),
-            ),
-            ("CONTROLPLANE_DATABASE_URL", database_url()),
-            ("CONTROLPLANE_DATABASE_SCHEMA", self.0.clone()),
-            ("CONTROLPLANE_POOL_SIZE", pool_size.to_string()),
-        ]
+        postgres_env(&database_url(), &self.0, pool_size)
     }
+}
+
+/// The variables that point a `control-plane` process at `schema` of the
+/// database at `url`, with a pool of `pool_size` connections and the key
+/// file of this test binary.
+pub fn postgres_env(url: &str, schema: &str, pool_size: usize) -> Vec<(&'static str, String)> {
+    vec![
+        ("CONTROLPLANE_STORE", "postgres".to_string()),
+        (
+            "CONTROLPLANE_SECRET_KEY_FILE",
+            key_file().display().to_string(),
+        ),
+        ("CONTROLPLANE_DATABASE_URL", url.to_string()),
+        ("CONTROLPLANE_DATABASE_SCHEMA", schema.to_string()),
+        ("CONTROLPLANE_POOL_SIZE", pool_size.to_string()),
+    ]
 }
 
 /// A key file every `control-plane` process of this test binary shares
@@ -212,6 +219,245 @@ pub fn secret_keys() -> control_plane_core::SecretKeys {
 impl Drop for Schema {
     fn drop(&mut self) {
         drop_schema(&self.0);
+    }
+}
+
+// ------------------------------------------------------------------ cluster
+
+/// The directory of the PostgreSQL server binaries (`initdb`, `pg_ctl`):
+/// `PG_BIN` when set, else the newest `/usr/lib/postgresql/*/bin` that has
+/// `initdb`, else the first `PATH` entry that has it (as `cargo xtask`
+/// looks them up).
+pub fn server_bin_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("PG_BIN") {
+        let dir = PathBuf::from(dir);
+        return if dir.join("initdb").exists() {
+            Ok(dir)
+        } else {
+            Err(format!(
+                "PG_BIN is {}, which has no initdb: point it at the PostgreSQL server binaries",
+                dir.display()
+            ))
+        };
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("bin"))
+                .filter(|bin| bin.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    // Version directories: "9.6" < "15" as text, so compare them as numbers.
+    found.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .map(|v| {
+                v.split('.')
+                    .map(|part| part.parse::<u32>().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    });
+    if let Some(bin) = found.pop() {
+        return Ok(bin);
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|dir| dir.join("initdb").exists())
+        .ok_or_else(|| {
+            "no PostgreSQL server binaries (initdb, pg_ctl) in PG_BIN, /usr/lib/postgresql/*/bin or PATH: \
+             this test runs a PostgreSQL cluster of its own (it crashes it), so install the PostgreSQL \
+             server (Debian: `apt-get install postgresql`) or point PG_BIN at its binaries"
+                .to_string()
+        })
+}
+
+/// A PostgreSQL cluster of the test's own, made with the installed server
+/// binaries in a temporary directory and listening on a free loopback port,
+/// so that a test may crash it without touching the machine's server. Run
+/// as the `postgres` user (through `runuser`) when the test runs as root,
+/// since `initdb` and the server refuse root. Stopped and removed on drop.
+///
+/// `fsync` is off (speed): a [`Cluster::crash`] kills the server's
+/// processes, not the machine, so whatever they wrote to their files
+/// survives in the page cache, flushed or not; what only the server's
+/// shared memory held (the WAL of commits that did not wait for it) is
+/// lost, as in a real crash. `synchronous_commit` keeps the server's
+/// default (on): commits that wait, wait for their WAL to be written.
+pub struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    as_postgres: bool,
+    port: u16,
+    settings: Vec<String>,
+}
+
+impl Cluster {
+    /// Makes and starts a cluster, with `settings` (`name=value`) on top of
+    /// the defaults above. Fails the test, saying why, when the server
+    /// binaries are missing or the cluster does not start: the tests that
+    /// need one never skip.
+    pub fn start(settings: &[&str]) -> Cluster {
+        let bin = server_bin_dir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::env::temp_dir().join(unique("cp-pg"));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let as_postgres = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        if as_postgres {
+            let handed = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                handed,
+                "running as root, and cannot hand {} to the postgres user (initdb refuses root)",
+                dir.display()
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let cluster = Cluster {
+            dir,
+            bin,
+            as_postgres,
+            port,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+        };
+        let data = cluster.data();
+        if let Err(e) = cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        ) {
+            panic!("{e}");
+        }
+        cluster.restart();
+        cluster
+    }
+
+    /// The URL of the cluster's `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Crashes the server: `pg_ctl stop -m immediate`, which ends every
+    /// server process at once, without a checkpoint and without writing
+    /// what is still in shared memory; the next start recovers from the
+    /// WAL. Returns once the server is gone.
+    pub fn crash(&self) {
+        let data = self.data();
+        if let Err(e) = self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]) {
+            panic!("{e}\n{}", self.log());
+        }
+    }
+
+    /// Starts the server on the cluster's directory and port (after
+    /// [`Cluster::crash`], it recovers first); returns once it accepts
+    /// connections.
+    pub fn restart(&self) {
+        let data = self.data();
+        let mut options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        for s in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(s);
+        }
+        let log = self.dir.join("server.log");
+        if let Err(e) = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &data,
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                &options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        ) {
+            panic!("{e}\n{}", self.log());
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").to_string_lossy().into_owned()
+    }
+
+    /// Runs one of the server binaries, as `postgres` when the test is root.
+    fn run(&self, program: &str, args: &[&str]) -> Result<(), String> {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        // The server started by `pg_ctl start` writes to its log file, not
+        // to these pipes, so reading them to the end returns.
+        let out = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} {} failed ({}): {}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!(
+                "the test's PostgreSQL cluster, last lines of its log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        let data = self.data();
+        let _ = self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

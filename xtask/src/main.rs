@@ -21,8 +21,9 @@ tasks:
                BENCHMARKS.md; `bench --quick`: a debug-build smoke run of every
                benchmark at small sizes (prints, writes nothing, asserts no timing);
                `bench --peers`: also builds crates/peers (its own workspace and
-               target directory) and runs the same burn-down with graphile_worker
-               and apalis beside ours
+               target directory), installs PgQ (apt-get install
+               postgresql-<major>-pgq3) when the server lacks it, and runs the
+               same burn-down with graphile_worker, PgQ and apalis beside ours
   chaos        the fault tests at full size: 20,000 events (2,000 on embedded)
                with 20 SIGKILLs of worker processes, and the database outage
   fuzz         run each cargo-fuzz target of crates/fuzz for 60 s (needs the
@@ -312,6 +313,113 @@ fn build_peers() -> Result<PathBuf, String> {
     Ok(dir.join("release").join("peers"))
 }
 
+/// The major version and the extension directory of the PostgreSQL server
+/// the benchmarks use: Debian's layout under the server binaries `test`
+/// finds (`/usr/lib/postgresql/<major>/bin` → `/usr/share/postgresql/<major>/extension`),
+/// otherwise what `pg_config` reports.
+fn server_extension_dir() -> Result<(String, PathBuf), String> {
+    if let Ok(bin) = server_bin_dir() {
+        let major = bin
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|v| v.to_str())
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        if let Some(major) = major {
+            let dir = Path::new("/usr/share/postgresql")
+                .join(major)
+                .join("extension");
+            return Ok((major.to_owned(), dir));
+        }
+    }
+    let pg_config = |arg: &str| -> Result<String, String> {
+        let out = Command::new("pg_config")
+            .arg(arg)
+            .output()
+            .map_err(|e| format!("cannot run pg_config {arg}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("pg_config {arg} failed ({})", out.status));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    // "PostgreSQL 15.20 (Debian 15.20-0+deb12u1)"
+    let version = pg_config("--version")?;
+    let major = version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.split('.').next())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| format!("cannot read a major version in {version:?}"))?;
+    let dir = PathBuf::from(pg_config("--sharedir")?).join("extension");
+    Ok((major.to_owned(), dir))
+}
+
+/// The PgQ peer needs the server's `pgq` extension: when its control file is
+/// missing, installs Debian's `postgresql-<major>-pgq3` (running
+/// `apt-get update` only if the first attempt fails). The package also
+/// installs and, under systemd, starts the `pgqd` ticker daemon, which would
+/// tick the peer's queue beside the peer's own ticker: a daemon started by
+/// this install is stopped again.
+fn ensure_pgq() -> Result<(), String> {
+    let (major, dir) = server_extension_dir()?;
+    let control = dir.join("pgq.control");
+    if control.exists() {
+        return Ok(());
+    }
+    let package = format!("postgresql-{major}-pgq3");
+    eprintln!(
+        "xtask: {} is missing (the PgQ peer needs it): installing {package}",
+        control.display()
+    );
+    let pgqd_was_active = systemctl(&["is-active", "--quiet", "pgqd"]);
+    let installed = apt(&["install", "-y", &package])? || {
+        eprintln!("xtask: the install failed; updating the package lists and trying again");
+        apt(&["update"])? && apt(&["install", "-y", &package])?
+    };
+    if !installed {
+        return Err(format!(
+            "cannot install {package}, which the PgQ peer needs; as root: \
+             apt-get update && apt-get install -y {package}"
+        ));
+    }
+    if !control.exists() {
+        return Err(format!(
+            "{package} is installed but {} is still missing",
+            control.display()
+        ));
+    }
+    if !pgqd_was_active && systemctl(&["is-active", "--quiet", "pgqd"]) {
+        eprintln!(
+            "xtask: systemctl stop pgqd (the package started it; the PgQ peer runs its own ticker)"
+        );
+        if !systemctl(&["stop", "pgqd"]) {
+            return Err("cannot stop pgqd: stop it yourself (systemctl stop pgqd)".into());
+        }
+    }
+    Ok(())
+}
+
+/// `apt-get <args>`, non-interactive, its output on stderr; whether it succeeded.
+fn apt(args: &[&str]) -> Result<bool, String> {
+    eprintln!("xtask: apt-get {}", args.join(" "));
+    Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(std::io::stderr())
+        .status()
+        .map(|s| s.success())
+        .map_err(|e| format!("cannot run apt-get: {e}"))
+}
+
+/// `systemctl <args>` succeeded (false where there is no systemd).
+fn systemctl(args: &[&str]) -> bool {
+    Command::new("systemctl")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Builds the harness and the binary (release unless `--quick`), runs every
 /// benchmark against the test database, and writes BENCHMARKS.md (full runs).
 /// `--peers` adds the peer queues' burn-down.
@@ -324,7 +432,12 @@ fn bench(flags: &[String]) -> Result<(), String> {
             other => return Err(format!("bench takes --quick and --peers, not {other:?}")),
         }
     }
-    let peers_bin = if peers { Some(build_peers()?) } else { None };
+    let peers_bin = if peers {
+        ensure_pgq()?;
+        Some(build_peers()?)
+    } else {
+        None
+    };
     let (url, _cluster) = test_database()?;
     let profile = if quick { "debug" } else { "release" };
     // Each selection keeps the bundled DuckDB it was built with: the quick

@@ -3,7 +3,9 @@
 //! adapters, end-to-end delivery through the dispatcher to a local receiver,
 //! wake-up latency with and without LISTEN/NOTIFY, growth, and the memory of
 //! `control-plane serve`. It prints markdown tables; `--quick` shrinks every
-//! size for a smoke run that asserts nothing about speed.
+//! size for a smoke run that asserts nothing about speed; `--serve-env
+//! CONTROLPLANE_KEY=VALUE` (repeatable) sets a variable of every
+//! `control-plane` process it starts (to compare settings on one build).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,6 +83,14 @@ fn args() -> BenchResult<Args> {
             "--serve-bin" => a.serve_bin = it.next(),
             "--peers-bin" => a.peers_bin = it.next(),
             "--only" => a.only = it.next(),
+            "--serve-env" => {
+                let pair = it.next().ok_or("--serve-env needs KEY=VALUE")?;
+                let (k, v) = pair
+                    .split_once('=')
+                    .filter(|(k, _)| k.starts_with("CONTROLPLANE_"))
+                    .ok_or("--serve-env takes CONTROLPLANE_KEY=VALUE")?;
+                a.serve_env.push((k.to_string(), v.to_string()));
+            }
             "--profile" => {
                 a.profiles = match it.next().as_deref() {
                     Some("postgres") => vec!["postgres"],
@@ -388,9 +398,9 @@ fn now_ms() -> i64 {
     SystemClock.now().as_millis()
 }
 
-/// Drains with the adapter's claim, claimed-rows and batch-complete
-/// statements issued raw on `conns` connections: one transaction per claim,
-/// one statement per completion batch.
+/// Drains with the adapter's claim and batch-complete statements issued raw
+/// on `conns` connections: one transaction per claim, one statement per
+/// completion batch.
 async fn drain_raw(
     url: &str,
     schema: &str,
@@ -432,10 +442,6 @@ async fn raw_worker(
         .prepare(&store_postgres::claim_statement())
         .await
         .map_err(fail)?;
-    let claimed = client
-        .prepare(&store_postgres::claimed_statement())
-        .await
-        .map_err(fail)?;
     let complete = client
         .prepare(store_postgres::RECORD_DELIVERED)
         .await
@@ -455,30 +461,23 @@ async fn raw_worker(
     let mut idle = 0;
     loop {
         let now = now_ms();
-        let tokens: Vec<uuid::Uuid> = (0..counts.iter().sum::<i64>())
-            .map(|_| uuid::Uuid::new_v4())
-            .collect();
         let tx = client.transaction().await.map_err(fail)?;
-        tx.execute(
-            &claim,
-            &[
-                &now,
-                &endpoints,
-                &(now + 60_000),
-                &worker,
-                &counts,
-                &heads,
-                &caps,
-                &tokens,
-            ],
-        )
-        .await
-        .map_err(fail)?;
-        tx.commit().await.map_err(fail)?;
-        let rows = client
-            .query(&claimed, &[&endpoints, &(now + 60_000), &tokens])
+        let rows = tx
+            .query(
+                &claim,
+                &[
+                    &now,
+                    &endpoints,
+                    &(now + 60_000),
+                    &worker,
+                    &counts,
+                    &heads,
+                    &caps,
+                ],
+            )
             .await
             .map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
         if rows.is_empty() {
             idle += 1;
             if idle > 3 {

@@ -176,9 +176,14 @@ pub(crate) async fn burn_down_and_steady(
 }
 
 /// The same burn-down with the queues users would pick instead of ours
-/// (`crates/peers`: graphile_worker in its documented fast mode, apalis with
-/// batches of 100), 16 workers, on the same database; `ours` is the postgres
-/// burn-down of this run (measured here when that section did not run).
+/// (`crates/peers`: graphile_worker in its documented fast mode, PgQ with
+/// one consumer whose batches 16 tasks handle, apalis with batches of 100),
+/// 16 workers, on the same database; `ours` is the postgres burn-down of this
+/// run (measured here when that section did not run). Beside each rate, the
+/// database's commits and WAL bytes per job in the last run: ours from the
+/// drain alone (`burn_down`); a peer's from the end of its prefill (it pauses
+/// there, see [`peer_run`]) to its exit, so they also hold its shutdown and
+/// clean-up, a few statements against the drain's thousands of transactions.
 pub(crate) async fn peers(
     a: &Args,
     bin: &str,
@@ -190,39 +195,86 @@ pub(crate) async fn peers(
         Some(v) => v,
         None => repeat(a.runs, || burn_down(a, "postgres", dir, n)).await?,
     };
+    let cost = |c: Option<(f64, f64)>| {
+        c.map_or("– | –".to_owned(), |(commits, wal)| {
+            format!("{commits:.3} | {wal:.0}")
+        })
+    };
+    let ours_cost = cost(*last_cost());
     let mut out = format!(
-        "| queue | jobs drained | jobs/s (median of the runs) | ours / this |\n| --- | --- | --- | --- |\n\
-         | control-plane postgres adapter (attempt log written) | {n} | {ours:.0} | 1.00 |\n"
+        "| queue | jobs drained | jobs/s (median of the runs) | ours / this | commits per job, last run (ours: the drain; peers: the drain, shutdown and clean-up) | WAL bytes per job, same span |\n\
+         | --- | --- | --- | --- | --- | --- |\n\
+         | control-plane postgres adapter (attempt log written) | {n} | {ours:.0} | 1.00 | {ours_cost} |\n"
     );
     // apalis drains a backlog of 200,000 at about 1,000/s (its fetch slows
     // with the backlog; crates/peers/README.md): one run, not three.
-    for (peer, runs) in [("graphile_worker", a.runs), ("apalis", 1)] {
+    for (peer, runs) in [("graphile_worker", a.runs), ("pgq", a.runs), ("apalis", 1)] {
+        let last = std::cell::Cell::new(None);
         let rate = repeat(runs, || async {
-            let run = tokio::process::Command::new(bin)
-                .args(["--peer", peer, "--database-url", &a.url])
-                .args(["--jobs", &n.to_string(), "--concurrency", "16"])
-                .stderr(std::process::Stdio::inherit())
-                .output()
-                .await
-                .map_err(|e| format!("cannot run {bin}: {e}"))?;
-            if !run.status.success() {
-                return Err(format!("the {peer} burn-down failed ({})", run.status));
-            }
-            let report: serde_json::Value = serde_json::from_slice(&run.stdout).map_err(fail)?;
-            report["jobs_per_s"]
-                .as_f64()
-                .ok_or_else(|| format!("{peer}: no jobs_per_s in {report}"))
+            let (rate, c) = peer_run(a, bin, peer, n).await?;
+            last.set(Some(c));
+            Ok(rate)
         })
         .await?;
         let runs = if runs == 1 { " (one run)" } else { "" };
         let _ = writeln!(
             out,
-            "| {peer}{runs} | {n} | {rate:.0} | {:.2} |",
-            ours / rate
+            "| {peer}{runs} | {n} | {rate:.0} | {:.2} | {} |",
+            ours / rate,
+            cost(last.get())
         );
         eprintln!("bench: peer {peer}: {rate:.0}/s (ours {ours:.0}/s)");
     }
     Ok(out)
+}
+
+/// One burn-down of `peer` with `n` jobs and 16 workers. The peer runs with
+/// `--pause-before-drain`: when it reports its prefill done it waits, the
+/// database's counters are read ([`DbCost`]), and it is let go; they are read
+/// again after it has exited (its connections closed, so the server has
+/// counted all their commits). Returns its jobs/s and the (commits, WAL
+/// bytes) per job in between.
+async fn peer_run(a: &Args, bin: &str, peer: &str, n: usize) -> BenchResult<(f64, (f64, f64))> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut child = tokio::process::Command::new(bin)
+        .args(["--peer", peer, "--database-url", &a.url])
+        .args(["--jobs", &n.to_string(), "--concurrency", "16"])
+        .arg("--pause-before-drain")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot run {bin}: {e}"))?;
+    // On an early return these drop: the peer reads the end of its stdin,
+    // fails, cleans up and exits.
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(format!("{peer}: no pipes to the child"));
+    };
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (mut before, mut report) = (None, None);
+    while let Some(line) = lines.next_line().await.map_err(fail)? {
+        let v: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| format!("{peer}: {e} in {line:?}"))?;
+        if v.get("paused").is_some() {
+            before = Some(DbCost::read(&a.url).await?);
+            stdin.write_all(b"\n").await.map_err(fail)?;
+            stdin.flush().await.map_err(fail)?;
+        } else {
+            report = Some(v);
+        }
+    }
+    let status = child.wait().await.map_err(fail)?;
+    if !status.success() {
+        return Err(format!("the {peer} burn-down failed ({status})"));
+    }
+    let (Some(before), Some(report)) = (before, report) else {
+        return Err(format!("{peer}: no pause before the drain, or no report"));
+    };
+    let cost = DbCost::read(&a.url).await?.since(&before, n);
+    let rate = report["jobs_per_s"]
+        .as_f64()
+        .ok_or_else(|| format!("{peer}: no jobs_per_s in {report}"))?;
+    Ok((rate, cost))
 }
 
 /// The limit of this database on this machine, for comparison with the

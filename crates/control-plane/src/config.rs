@@ -40,7 +40,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_EMBEDDED_PATH", default: "./control-plane.duckdb", help: "the DuckDB file (embedded only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db", commands: EVERY },
     Variable { name: "CONTROLPLANE_POOL_SIZE", default: "16", help: "connections, 1 to 1000 (postgres only)", commands: EVERY },
-    Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "async", help: "async or sync: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "sync", help: "sync or async: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_DATABASE_SCHEMA", default: "public", help: "schema holding the tables (postgres only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_AUTO_MIGRATE", default: "true", help: "false: a store whose schema is behind refuses to start until `control-plane migrate` runs", commands: &["serve", "api", "worker", "status"] },
     Variable { name: "CONTROLPLANE_SECRET_KEY_FILE", default: "(embedded: the store file + .key, created; required for postgres)", help: "file holding the key endpoint secrets are sealed with: the base64 of 32 random bytes", commands: EVERY },
@@ -415,12 +415,12 @@ fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
         ));
     }
     let synchronous_outcomes = match vars.get("CONTROLPLANE_OUTCOME_COMMIT") {
-        None | Some("async") => false,
-        Some("sync") => true,
+        None | Some("sync") => true,
+        Some("async") => false,
         Some(other) => {
             return Err(err(
                 "CONTROLPLANE_OUTCOME_COMMIT",
-                format!("expected async or sync, got {other:?}"),
+                format!("expected sync or async, got {other:?}"),
             ))
         }
     };
@@ -711,7 +711,7 @@ mod tests {
     }
 
     #[test]
-    fn outcome_commits_are_async_unless_sync_is_asked_and_only_on_postgres() {
+    fn outcome_commits_are_sync_unless_async_is_asked_and_only_on_postgres() {
         let pg = |v: Option<&'static str>| {
             let mut vars = vec![
                 ("CONTROLPLANE_STORE", "postgres"),
@@ -721,7 +721,7 @@ mod tests {
             vars.extend(v.map(|v| ("CONTROLPLANE_OUTCOME_COMMIT", v)));
             parse(&vars)
         };
-        for (v, sync) in [(None, false), (Some("async"), false), (Some("sync"), true)] {
+        for (v, sync) in [(None, true), (Some("async"), false), (Some("sync"), true)] {
             assert!(
                 matches!(
                     pg(v).unwrap().store,
@@ -732,7 +732,7 @@ mod tests {
         }
         let e = pg(Some("off")).unwrap_err();
         assert_eq!(e.variable, "CONTROLPLANE_OUTCOME_COMMIT");
-        assert!(e.message.contains("async or sync"), "{}", e.message);
+        assert!(e.message.contains("sync or async"), "{}", e.message);
         let e = parse(&[("CONTROLPLANE_OUTCOME_COMMIT", "sync")]).unwrap_err();
         assert_eq!(e.variable, "CONTROLPLANE_OUTCOME_COMMIT");
     }

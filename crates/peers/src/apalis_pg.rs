@@ -9,7 +9,7 @@ use apalis::prelude::*;
 use apalis_postgres::{Config, PostgresStorage};
 use sqlx::postgres::PgPool;
 
-use crate::{admin_pool, check_handled, count, execute, time_drain};
+use crate::{admin_pool, check_handled, count, execute, prefilled, time_drain};
 use crate::{Noop, HANDLED, PREFILL_CHUNK};
 
 /// apalis-postgres 1.0 keeps all its objects in this fixed schema.
@@ -77,6 +77,7 @@ async fn bench_on(
     // Statistics for the backlog, as graphile_worker's add_jobs takes itself
     // (and as autovacuum would shortly).
     execute(admin, format!("ANALYZE {SCHEMA}.jobs")).await?;
+    prefilled().await?;
 
     // The backend fetches, and writes the completions it gathered, when it
     // is polled: the interval bounds its rate (README.md).

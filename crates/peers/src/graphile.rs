@@ -11,7 +11,7 @@ use graphile_worker::{
 };
 use sqlx::postgres::PgPool;
 
-use crate::{admin_pool, check_handled, count, execute, time_drain, unique_schema};
+use crate::{admin_pool, check_handled, count, execute, prefilled, time_drain, unique_schema};
 use crate::{Noop, HANDLED, PREFILL_CHUNK};
 
 impl TaskHandler for Noop {
@@ -78,6 +78,7 @@ async fn bench(
             .map_err(|e| format!("add_jobs: {e}"))?;
         left -= n;
     }
+    prefilled().await?;
 
     // Completed jobs are deleted from the jobs table.
     let remaining = format!("SELECT count(*) FROM \"{schema}\"._private_jobs");

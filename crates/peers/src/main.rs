@@ -1,23 +1,27 @@
 //! Burn-down benchmark of a peer job queue on PostgreSQL (see README.md).
 //!
-//! `peers --peer <graphile_worker|apalis> --database-url <URL> --jobs <N> --concurrency <C>`
+//! `peers --peer <graphile_worker|pgq|apalis> --database-url <URL> --jobs <N> --concurrency <C> [--pause-before-drain]`
 //! prefills N no-op jobs (not timed), then times the peer's worker from its
 //! start until all N are handled and the peer's tables show none left, and
 //! prints one line of JSON on stdout.
 
 mod apalis_pg;
 mod graphile;
+mod pgq;
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::AssertSqlSafe;
 
-/// Jobs handled by this process; the handlers of both peers only bump it.
+/// Jobs handled by this process; the handlers of every peer only bump it.
 static HANDLED: AtomicUsize = AtomicUsize::new(0);
+
+/// Set by `--pause-before-drain` (see [`prefilled`]).
+static PAUSE: AtomicBool = AtomicBool::new(false);
 
 /// Jobs per call of the peer's batch add API while prefilling.
 const PREFILL_CHUNK: usize = 10_000;
@@ -29,6 +33,7 @@ struct Noop {}
 #[derive(Clone, Copy)]
 enum Peer {
     GraphileWorker,
+    Pgq,
     Apalis,
 }
 
@@ -36,6 +41,7 @@ impl Peer {
     fn name(self) -> &'static str {
         match self {
             Peer::GraphileWorker => "graphile_worker",
+            Peer::Pgq => "pgq",
             Peer::Apalis => "apalis",
         }
     }
@@ -57,12 +63,16 @@ struct Report {
     jobs_per_s: f64,
 }
 
-const USAGE: &str = "usage: peers --peer <graphile_worker|apalis> --database-url <URL> --jobs <N> --concurrency <C>";
+const USAGE: &str = "usage: peers --peer <graphile_worker|pgq|apalis> --database-url <URL> --jobs <N> --concurrency <C> [--pause-before-drain]";
 
 fn parse_args() -> Result<Args, String> {
     let (mut peer, mut url, mut jobs, mut concurrency) = (None, None, None, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--pause-before-drain" {
+            PAUSE.store(true, Ordering::Relaxed);
+            continue;
+        }
         let value = it
             .next()
             .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
@@ -70,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
             "--peer" => {
                 peer = Some(match value.as_str() {
                     "graphile_worker" => Peer::GraphileWorker,
+                    "pgq" => Peer::Pgq,
                     "apalis" => Peer::Apalis,
                     other => return Err(format!("unknown peer {other:?}\n{USAGE}")),
                 })
@@ -114,6 +125,7 @@ async fn run() -> Result<String, String> {
     let a = parse_args()?;
     let seconds = match a.peer {
         Peer::GraphileWorker => graphile::run(&a.url, a.jobs, a.concurrency).await,
+        Peer::Pgq => pgq::run(&a.url, a.jobs, a.concurrency).await,
         Peer::Apalis => apalis_pg::run(&a.url, a.jobs, a.concurrency).await,
     }
     .map_err(|e| format!("{}: {e}", a.peer.name()))?;
@@ -158,6 +170,32 @@ fn unique_schema(prefix: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
+/// Called by each peer between its prefill and the start of its worker.
+/// With `--pause-before-drain` it prints `{"paused":"prefilled"}` on stdout
+/// and waits for a line on stdin, so that the caller (the bench harness) can
+/// read the database's commit and WAL counters with the prefill done and
+/// nothing of the peer running; the report line follows at the end as usual.
+async fn prefilled() -> Result<(), String> {
+    if !PAUSE.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(|| {
+        use std::io::{BufRead, Write};
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{{\"paused\":\"prefilled\"}}")
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("cannot write to stdout: {e}"))?;
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) => Err("stdin closed during the pause before the drain".to_owned()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("cannot read stdin: {e}")),
+        }
+    })
+    .await
+    .map_err(|e| format!("the pause before the drain failed: {e}"))?
 }
 
 /// Starts the clock and polls the peer's worker (`run`) until

@@ -28,16 +28,16 @@ pub struct PostgresConfig {
     /// default (plain text).
     pub keys: SecretKeys,
     /// Whether the commits of delivery outcomes wait for the disk (ADR
-    /// 0034). Off by default: a crash of PostgreSQL itself may then lose
-    /// the outcomes of its last moments (their deliveries are sent again,
-    /// and those attempts are missing from the log); publishes, replays and
+    /// 0034). On by default; off, a crash of PostgreSQL itself may lose the
+    /// outcomes of its last moments (their deliveries are sent again, and
+    /// those attempts are missing from the log). Publishes, replays and
     /// operator actions always wait.
     pub synchronous_outcomes: bool,
 }
 
 impl PostgresConfig {
     /// Defaults for `url`: 16 connections, schema `public`, 5 s to connect, 30 s per statement,
-    /// outcomes committed without waiting for the disk.
+    /// outcomes committed as the server's `synchronous_commit` says.
     pub fn new(url: DatabaseUrl) -> Self {
         PostgresConfig {
             url,
@@ -48,7 +48,7 @@ impl PostgresConfig {
             options: StoreOptions::default(),
             listen: true,
             keys: SecretKeys::default(),
-            synchronous_outcomes: false,
+            synchronous_outcomes: true,
         }
     }
 }

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use control_plane_core::*;
 
 pub use config::PostgresConfig;
-pub use delivery::{claim_statement, claimed_statement, RECORD_DELIVERED};
+pub use delivery::{claim_statement, RECORD_DELIVERED};
 pub use error::classify;
 pub use store::{PostgresStore, CLAIM_SETTINGS};
 

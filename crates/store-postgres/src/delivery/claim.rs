@@ -72,48 +72,23 @@ pub(super) const LEASE_AND_RETURN: &str = "UPDATE delivery_queue l SET state = '
 /// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
 /// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
 /// ordered one (NULL otherwise), `$7` each one's in-flight cap, `$3` the
-/// lease expiry (ms), `$4` the worker, `$8` the lease tokens (one per
-/// delivery asked for, made by the claimer, given out in order). Each
-/// endpoint's oldest due first, skipping rows other replicas hold, and never
-/// past its cap counted by this statement: issued after the flow rows are
-/// locked, its snapshot sees every lease another claimer committed before
-/// (ADR 0009). It returns each leased row's endpoint only: what a sender
-/// needs is read by [`claimed_statement`] once the claim has committed, so
-/// the flow-row lock is not held for those reads (ADR 0034). The benchmark
-/// issues this same text raw.
+/// lease expiry (ms), `$4` the worker. Each endpoint's oldest due first,
+/// skipping rows other replicas hold, and never past its cap counted by this
+/// statement: issued after the flow rows are locked, its snapshot sees every
+/// lease another claimer committed before (ADR 0009). The benchmark issues
+/// this same text raw.
 pub fn claim_statement() -> String {
-    "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[], $7::bigint[]) \
-           AS q(endpoint_id, n, head, cap)), \
-     c AS (SELECT x.endpoint_id, x.seq, row_number() OVER () AS rn FROM q CROSS JOIN LATERAL \
-           (SELECT p.endpoint_id, p.seq FROM delivery_queue p \
-           WHERE p.endpoint_id = q.endpoint_id AND p.state = 'pending' AND p.due_at <= $1 \
-           AND (q.head IS NULL OR p.seq = q.head) ORDER BY p.due_at, p.seq \
-           LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM delivery_queue k \
-             WHERE k.endpoint_id = q.endpoint_id AND k.state = 'leased' AND k.lease_expires_at > $1))) \
-           FOR UPDATE SKIP LOCKED) x) \
-     UPDATE delivery_queue l SET state = 'leased', attempts = l.attempts + 1, \
-     lease_token = ($8::uuid[])[c.rn::int], lease_expires_at = $3, leased_by = $4, last_outcome = NULL, \
-     updated_at = $1 FROM c WHERE l.endpoint_id = c.endpoint_id AND l.seq = c.seq \
-     RETURNING l.endpoint_id"
-        .to_string()
-}
-
-/// What a sender needs of the deliveries a [`claim_statement`] leased, in
-/// the columns of the probe's `LEASE_AND_RETURN`: the live rows of endpoints `$1`
-/// leased until `$2` (ms) under one of the tokens `$3`, found through the
-/// index of leases. Read after the claim committed, in a transaction of its
-/// own. The benchmark issues this same text raw.
-pub fn claimed_statement() -> String {
     format!(
-        "WITH c AS (SELECT {SENDER_COLS}, x.state, x.attempts, x.max_attempts, x.due_at, \
-           x.lease_expires_at, x.last_error, x.updated_at, x.lease_token \
-           FROM delivery_queue x {SENDER_JOINS} \
-           WHERE x.endpoint_id = ANY($1) AND x.state = 'leased' AND x.lease_expires_at = $2 \
-           AND x.lease_token = ANY($3)) \
-         SELECT c.id, c.account, c.endpoint_id, c.event_id, c.seq, c.state, c.attempts, c.max_attempts, \
-         c.due_at, c.lease_expires_at, c.last_error, c.created_at, c.updated_at, c.event_type, c.body, \
-         c.url, c.secret, c.previous_secret, c.previous_expires_at, c.lease_token, c.headers, \
-         c.traceparent, c.oauth2 FROM c"
+        "WITH q AS (SELECT * FROM unnest($2::uuid[], $5::bigint[], $6::bigint[], $7::bigint[]) \
+               AS q(endpoint_id, n, head, cap)), \
+         c AS (SELECT {SENDER_COLS} FROM q CROSS JOIN LATERAL \
+               (SELECT p.endpoint_id, p.seq, p.delivery_id FROM delivery_queue p \
+               WHERE p.endpoint_id = q.endpoint_id AND p.state = 'pending' AND p.due_at <= $1 \
+               AND (q.head IS NULL OR p.seq = q.head) ORDER BY p.due_at, p.seq \
+               LIMIT GREATEST(0, LEAST(q.n, q.cap - (SELECT count(*) FROM delivery_queue k \
+                 WHERE k.endpoint_id = q.endpoint_id AND k.state = 'leased' AND k.lease_expires_at > $1))) \
+               FOR UPDATE SKIP LOCKED) x {SENDER_JOINS}) \
+         {LEASE_AND_RETURN}"
     )
 }
 
@@ -215,40 +190,31 @@ pub(super) async fn claim_fair(
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
     let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
     let caps: Vec<i64> = wanted.iter().map(|w| w.3).collect();
-    let tokens: Vec<Uuid> = (0..counts.iter().sum::<i64>())
-        .map(|_| Uuid::new_v4())
-        .collect();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-        &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps, &tokens,
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps,
     ];
-    let fetch = t.prepare_cached(&claimed_statement()).await.db()?;
-    let fetch_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-        [&endpoints, &expires, &tokens];
-    let claimed = |rows: Vec<Row>| {
-        rows.iter()
+    let rows = if limited {
+        t.query(&claim, &params).await.db()?
+    } else {
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+        let (_, rows, ()) = futures::try_join!(
+            t.query(&lock, &lock_params),
+            t.query(&claim, &params),
+            t.batch_execute("COMMIT")
+        )
+        .db()?;
+        let claimed = rows
+            .iter()
             .map(|r| row_to_claimed(r, false))
-            .collect::<StoreResult<Vec<_>>>()
+            .collect::<StoreResult<Vec<_>>>()?;
+        return Ok((claimed, ClaimTx::Committed));
     };
-    if limited {
-        let leased = t.query(&claim, &params).await.db()?;
-        spend_buckets(t, &wanted, &leased).await?;
-        let rows = t.query(&fetch, &fetch_params).await.db()?;
-        return Ok((claimed(rows)?, ClaimTx::Open));
-    }
-    // The lock, the claim and its commit, then the reads of what the
-    // senders need in a transaction of their own (with the claim's
-    // settings, for the cached generic plan), all in one round trip.
-    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
-    let then = format!("COMMIT; BEGIN; {CLAIM_SETTINGS}");
-    let (_, _, (), rows, ()) = futures::try_join!(
-        t.query(&lock, &lock_params),
-        t.execute(&claim, &params),
-        t.batch_execute(&then),
-        t.query(&fetch, &fetch_params),
-        t.batch_execute("COMMIT")
-    )
-    .db()?;
-    Ok((claimed(rows)?, ClaimTx::Committed))
+    let claimed = rows
+        .iter()
+        .map(|r| row_to_claimed(r, false))
+        .collect::<StoreResult<Vec<_>>>()?;
+    spend_buckets(t, &wanted, &claimed).await?;
+    Ok((claimed, ClaimTx::Open))
 }
 
 /// The flows with due work (`FLOW_CANDIDATES`' rows, and what
@@ -343,14 +309,17 @@ fn cut_shares(
 }
 
 /// Spends one token per claimed delivery from each rate-limited endpoint's
-/// bucket, under the flow-row lock the claim holds; `leased` are the claim
-/// statement's rows (each leased delivery's endpoint).
-async fn spend_buckets(t: &Tx<'_>, wanted: &[Want], leased: &[Row]) -> StoreResult<()> {
+/// bucket, under the flow-row lock the claim holds.
+async fn spend_buckets(
+    t: &Tx<'_>,
+    wanted: &[Want],
+    claimed: &[ClaimedDelivery],
+) -> StoreResult<()> {
     for (endpoint, _, _, _, budget) in wanted {
         let Some(b) = budget else { continue };
-        let taken = leased
+        let taken = claimed
             .iter()
-            .filter(|r| r.col::<Uuid>(0).is_ok_and(|e| e == *endpoint))
+            .filter(|c| c.delivery.endpoint_id.0 == *endpoint)
             .count();
         let left = b.spend(u32::try_from(taken).unwrap_or(u32::MAX));
         t.execute(

@@ -33,7 +33,7 @@ use publish::*;
 use read::*;
 use transition::*;
 
-pub use claim::{claim_statement, claimed_statement};
+pub use claim::claim_statement;
 pub(crate) use outcome::record_delivered_fast_batch;
 pub use outcome::RECORD_DELIVERED;
 pub(crate) use publish::publish_to;
@@ -157,37 +157,57 @@ impl DeliveryStore for PostgresStore {
                 _ => None,
             })
             .collect();
-        // One transaction per batch, begun with its first statement
-        // (pipelined), its commit waiting for the disk or not as configured
-        // (ADR 0034). The common batch is done with that one statement.
+        // The common successes in one statement, sent with its transaction's
+        // `BEGIN` and `COMMIT` (one round trip), the commit waiting for the
+        // disk or not as configured (ADR 0034); the rest, if any, in a
+        // second transaction committed the same way.
         let tx = PipelinedTx::connect(self).await?;
         let out = {
             let client = tx.client()?;
-            let (_, done) = futures::try_join!(
-                async { client.batch_execute(self.begin_outcomes).await.db() },
-                record_delivered_fast_batch(client, now, &fast)
-            )?;
-            let done: std::collections::HashSet<DeliveryId> = done.into_iter().collect();
+            let mut done = std::collections::HashSet::new();
+            if !fast.is_empty() {
+                // Prepared first, so that the statement goes out between
+                // the `BEGIN` and the `COMMIT`.
+                client.prepare_cached(RECORD_DELIVERED).await.db()?;
+                let (_, ids, _) = futures::try_join!(
+                    async { client.batch_execute(self.begin_outcomes).await.db() },
+                    record_delivered_fast_batch(client, now, &fast),
+                    async { client.batch_execute("COMMIT").await.db() }
+                )?;
+                done.extend(ids);
+            }
             let mut out = Vec::with_capacity(batch.len());
-            // The same store time as the fast statement above.
-            let t = Tx::new(client, Some(&client.statement_cache), self, now);
+            let mut rest = Vec::new();
             for (lease, outcome) in batch {
                 if done.contains(&lease.delivery_id) {
-                    out.push(Ok(OutcomeRecorded {
+                    out.push(Some(Ok(OutcomeRecorded {
                         state: DeliveryState::Delivered,
                         duplicate: false,
-                    }));
-                    continue;
-                }
-                // Contract answers come from checks, not from failed
-                // statements, so the transaction stays usable after them.
-                match record_outcome(&t, &lease, outcome).await {
-                    Err(e) if !e.is_contract_answer() => return Err(e),
-                    r => out.push(r),
+                    })));
+                } else {
+                    out.push(None);
+                    rest.push((out.len() - 1, lease, outcome));
                 }
             }
-            client.batch_execute("COMMIT").await.db()?;
-            out
+            if !rest.is_empty() {
+                client.batch_execute(self.begin_outcomes).await.db()?;
+                // The same store time as the fast statement above.
+                let t = Tx::new(client, Some(&client.statement_cache), self, now);
+                for (at, lease, outcome) in rest {
+                    // Contract answers come from checks, not from failed
+                    // statements, so the transaction stays usable after them.
+                    match record_outcome(&t, &lease, outcome).await {
+                        Err(e) if !e.is_contract_answer() => return Err(e),
+                        r => out[at] = Some(r),
+                    }
+                }
+                client.batch_execute("COMMIT").await.db()?;
+            }
+            out.into_iter()
+                .map(|r| {
+                    r.unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
+                })
+                .collect()
         };
         tx.ended();
         Ok(out)
