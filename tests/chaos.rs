@@ -133,6 +133,53 @@ impl CrashWindow {
     }
 }
 
+/// Waits (up to 300 s) until the postgres schema `client` reads has no
+/// live delivery left.
+async fn wait_drained(client: &tokio_postgres::Client) {
+    wait_until(
+        "deliveries still open",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || async {
+            let open: i64 = client
+                .query_one("SELECT count(*) FROM delivery_queue", &[])
+                .await
+                .unwrap()
+                .get(0);
+            open == 0
+        },
+    )
+    .await;
+}
+
+/// Each delivery's state and what the attempt log says of it, read from
+/// the postgres schema `client` reads.
+async fn end_state(client: &tokio_postgres::Client) -> (HashMap<String, String>, Log) {
+    let states: HashMap<String, String> = client
+        .query(
+            "SELECT d.id::text, coalesce(l.state, x.state, 'missing') FROM deliveries d \
+         LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
+         LEFT JOIN delivery_done x ON x.delivery_id = d.id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let log: Log = client
+    .query(
+        "SELECT delivery_id::text, count(*), count(*) FILTER (WHERE result = 'lease_expired') FROM attempts GROUP BY 1",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
+    .collect();
+    (states, log)
+}
+
 /// Checks the end state: every delivery final, every delivered one received,
 /// every POST in the attempt log, and every duplicate POST explained by a
 /// lease that expired (a worker killed between sending and recording).
@@ -296,45 +343,11 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
         .batch_execute(&format!("SET search_path TO {}", schema.0))
         .await
         .unwrap();
-    wait_until(
-        "deliveries still open",
-        Duration::from_secs(300),
-        Duration::from_millis(250),
-        || async {
-            let open: i64 = client
-                .query_one("SELECT count(*) FROM delivery_queue", &[])
-                .await
-                .unwrap()
-                .get(0);
-            open == 0
-        },
-    )
-    .await;
+    wait_drained(&client).await;
     for w in &mut workers {
         w.kill();
     }
-    let states: HashMap<String, String> = client
-        .query(
-            "SELECT d.id::text, coalesce(l.state, x.state, 'missing') FROM deliveries d \
-             LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
-             LEFT JOIN delivery_done x ON x.delivery_id = d.id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let log: Log = client
-        .query(
-            "SELECT delivery_id::text, count(*), count(*) FILTER (WHERE result = 'lease_expired') FROM attempts GROUP BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
-        .collect();
+    let (states, log) = end_state(&client).await;
     verify(total, &states, &log, &receipts(&rx), kills, None);
     drop(store);
 }
@@ -459,20 +472,7 @@ async fn postgres_crashing_mid_run_loses_no_publish() {
         .batch_execute(&format!("SET search_path TO {schema}"))
         .await
         .unwrap();
-    wait_until(
-        "deliveries still open",
-        Duration::from_secs(300),
-        Duration::from_millis(250),
-        || async {
-            let open: i64 = client
-                .query_one("SELECT count(*) FROM delivery_queue", &[])
-                .await
-                .unwrap()
-                .get(0);
-            open == 0
-        },
-    )
-    .await;
+    wait_drained(&client).await;
     for w in &mut workers {
         assert!(
             w.is_running(),
@@ -481,28 +481,7 @@ async fn postgres_crashing_mid_run_loses_no_publish() {
         );
         w.kill();
     }
-    let states: HashMap<String, String> = client
-        .query(
-            "SELECT d.id::text, coalesce(l.state, x.state, 'missing') FROM deliveries d \
-             LEFT JOIN delivery_queue l ON l.endpoint_id = d.endpoint_id AND l.seq = d.seq \
-             LEFT JOIN delivery_done x ON x.delivery_id = d.id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let log: Log = client
-        .query(
-            "SELECT delivery_id::text, count(*), count(*) FILTER (WHERE result = 'lease_expired') FROM attempts GROUP BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1) as u32, r.get::<_, i64>(2) as u32)))
-        .collect();
+    let (states, log) = end_state(&client).await;
     let stored_events: std::collections::HashSet<String> = client
         .query("SELECT id::text FROM events", &[])
         .await

@@ -176,38 +176,34 @@ impl DeliveryStore for PostgresStore {
                 )?;
                 done.extend(ids);
             }
+            // `done` holds only deliveries named once: all of the batch, or
+            // a second transaction records the rest.
+            let rest = done.len() < batch.len();
+            if rest {
+                client.batch_execute(self.begin_outcomes).await.db()?;
+            }
+            // The same store time as the fast statement above.
+            let t = Tx::new(client, Some(&client.statement_cache), self, now);
             let mut out = Vec::with_capacity(batch.len());
-            let mut rest = Vec::new();
             for (lease, outcome) in batch {
                 if done.contains(&lease.delivery_id) {
-                    out.push(Some(Ok(OutcomeRecorded {
+                    out.push(Ok(OutcomeRecorded {
                         state: DeliveryState::Delivered,
                         duplicate: false,
-                    })));
-                } else {
-                    out.push(None);
-                    rest.push((out.len() - 1, lease, outcome));
+                    }));
+                    continue;
+                }
+                // Contract answers come from checks, not from failed
+                // statements, so the transaction stays usable after them.
+                match record_outcome(&t, &lease, outcome).await {
+                    Err(e) if !e.is_contract_answer() => return Err(e),
+                    r => out.push(r),
                 }
             }
-            if !rest.is_empty() {
-                client.batch_execute(self.begin_outcomes).await.db()?;
-                // The same store time as the fast statement above.
-                let t = Tx::new(client, Some(&client.statement_cache), self, now);
-                for (at, lease, outcome) in rest {
-                    // Contract answers come from checks, not from failed
-                    // statements, so the transaction stays usable after them.
-                    match record_outcome(&t, &lease, outcome).await {
-                        Err(e) if !e.is_contract_answer() => return Err(e),
-                        r => out[at] = Some(r),
-                    }
-                }
+            if rest {
                 client.batch_execute("COMMIT").await.db()?;
             }
-            out.into_iter()
-                .map(|r| {
-                    r.unwrap_or_else(|| Err(StoreError::Backend("no outcome was recorded".into())))
-                })
-                .collect()
+            out
         };
         tx.ended();
         Ok(out)
@@ -261,6 +257,22 @@ mod tests {
     use super::*;
     use crate::store::tests::{open_test_store, open_test_store_with};
 
+    /// An endpoint of `account` on `store`, subscribed to every event.
+    async fn hook(store: &PostgresStore, account: &AccountId) {
+        store
+            .endpoint_create(
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    "https://example.com/hook",
+                    Secret::new("whsec_dGVzdA=="),
+                )
+                .checked()
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Outcomes commit without waiting for the disk unless the store is
     /// configured otherwise (ADR 0034), when the server's own setting
     /// applies: a trigger on the attempt log notes
@@ -285,18 +297,7 @@ mod tests {
                 .await
                 .unwrap();
             let account = AccountId::new("a").unwrap();
-            store
-                .endpoint_create(
-                    EndpointCreateRequest::new(
-                        account.clone(),
-                        "https://example.com/hook",
-                        Secret::new("whsec_dGVzdA=="),
-                    )
-                    .checked()
-                    .unwrap(),
-                )
-                .await
-                .unwrap();
+            hook(&store, &account).await;
             let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
             store
                 .event_publish_batch(
@@ -362,18 +363,7 @@ mod tests {
         let (store, admin) = open_test_store().await;
         let schema = store.schema().to_string();
         let account = AccountId::new("a").unwrap();
-        store
-            .endpoint_create(
-                EndpointCreateRequest::new(
-                    account.clone(),
-                    "https://example.com/hook",
-                    Secret::new("whsec_dGVzdA=="),
-                )
-                .checked()
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        hook(&store, &account).await;
         admin
             .batch_execute(&format!(
                 "CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS \
