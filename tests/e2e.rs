@@ -738,3 +738,30 @@ async fn oauth2_tokens_are_fetched_cached_renewed_and_never_shown() {
     drop(svc);
     drop(profile);
 }
+
+/// A `worker` given `CONTROLPLANE_LISTEN` answers `/healthz` and `/readyz`
+/// there (an orchestrator's probes), and nothing of the API.
+#[tokio::test]
+async fn a_worker_serves_its_probes_on_the_listen_address() {
+    let schema = Schema::new("cp_probes");
+    let worker = Process::start(
+        env!("CARGO_BIN_EXE_control-plane"),
+        "worker",
+        &schema.env(2),
+    );
+    let base = worker
+        .probes()
+        .unwrap_or_else(|| panic!("no probes address in the ready line:\n{}", worker.log()));
+    let http = reqwest::Client::new();
+    let get = |path: &str| http.get(format!("{base}{path}")).send();
+    let health = get("/healthz").await.unwrap();
+    assert_eq!(health.status(), 200);
+    let body: Value = serde_json::from_str(&health.text().await.unwrap()).unwrap();
+    assert_eq!(body["status"], "ok");
+    let ready = get("/readyz").await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(body["store"], "postgres");
+    assert_eq!(get("/v1/openapi.json").await.unwrap().status(), 404);
+    assert_eq!(get("/metrics").await.unwrap().status(), 404);
+}

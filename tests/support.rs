@@ -468,6 +468,7 @@ impl Drop for Cluster {
 pub struct Process {
     child: Child,
     api: Option<String>,
+    probes: Option<String>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -538,11 +539,19 @@ impl Process {
                 }
             }
         };
-        let api = log_message(&ready)
-            .split("API on ")
-            .nth(1)
-            .map(|a| a.trim().to_string());
-        Process { child, api, log }
+        let address_after = |label: &str| {
+            log_message(&ready)
+                .split(label)
+                .nth(1)
+                .map(|a| a.trim().to_string())
+        };
+        let (api, probes) = (address_after("API on "), address_after("probes on "));
+        Process {
+            child,
+            api,
+            probes,
+            log,
+        }
     }
 
     /// The API's base address (`http://host:port`).
@@ -551,6 +560,11 @@ impl Process {
             Some(a) => a.clone(),
             None => panic!("this process serves no API: {}", self.log()),
         }
+    }
+
+    /// A worker's probe address (`http://host:port`), when it serves one.
+    pub fn probes(&self) -> Option<String> {
+        self.probes.clone()
     }
 
     /// Everything the process has written to stderr so far.

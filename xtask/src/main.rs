@@ -3,13 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod container;
+
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci           fmt check, clippy (warnings denied), every test, docs (warnings
                denied), the postgres-only build (no DuckDB; refuses the
-               embedded profile), `api-check`, then `bench --quick` as a
-               smoke test
+               embedded profile), `api-check`, `container`, then `bench
+               --quick` as a smoke test
   postgres-only  that build and its checks alone
   test         every test of the workspace; the postgres tests use
                CONTROLPLANE_TEST_DATABASE_URL, or a throwaway cluster started
@@ -35,6 +37,13 @@ tasks:
                fuzzing, and stateful sequences along the document's links):
                no 5xx, every status, content type and body as documented. `api-check --examples N`:
                N cases per operation and phase (default 25)
+  container    hadolint on the Dockerfile, kubernetes-validate on
+               deploy/kubernetes, systemd-analyze verify on the unit; installs
+               and starts Docker (Debian's docker.io, docker-compose) when
+               missing, builds the image around the tests' binary on base
+               images made from the host's files, and runs tests/container.rs:
+               embedded with a volume, postgres, and the compose file with two
+               workers, one killed (README: Deploy)
   pg           start a throwaway PostgreSQL cluster, print its URL, stop it on Enter";
 
 /// The schemathesis release `api-check` installs (pinned: its checks and
@@ -612,11 +621,17 @@ fn openapi() -> Result<(), String> {
 
 /// A virtualenv under the target directory with schemathesis; its `st`.
 fn schemathesis() -> Result<PathBuf, String> {
-    let venv = target_dir().join("schemathesis-venv");
-    let st = venv.join("bin").join("st");
-    let marker = venv.join(SCHEMATHESIS);
-    if marker.exists() && st.exists() {
-        return Ok(st);
+    python_tool("schemathesis-venv", &[SCHEMATHESIS], "st")
+}
+
+/// The program `bin` of a virtualenv `venv` (under the target directory)
+/// holding the pinned PyPI `packages`; made once, again when the pins change.
+fn python_tool(venv: &str, packages: &[&str], bin: &str) -> Result<PathBuf, String> {
+    let venv = target_dir().join(venv);
+    let program = venv.join("bin").join(bin);
+    let marker = venv.join(packages.join(" "));
+    if marker.exists() && program.exists() {
+        return Ok(program);
     }
     let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
         eprintln!("xtask: {what}");
@@ -631,16 +646,13 @@ fn schemathesis() -> Result<PathBuf, String> {
         "python3 -m venv",
     )?;
     run(
-        Command::new(venv.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            SCHEMATHESIS,
-        ]),
-        &format!("pip install {SCHEMATHESIS}"),
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(packages),
+        &format!("pip install {}", packages.join(" ")),
     )?;
     std::fs::write(&marker, "").map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
-    Ok(st)
+    Ok(program)
 }
 
 /// A child process killed when dropped.
@@ -756,6 +768,7 @@ fn main() -> ExitCode {
             .and_then(|_| docs())
             .and_then(|_| postgres_only())
             .and_then(|_| api_check("25"))
+            .and_then(|_| container::container())
             .and_then(|_| bench(&["--quick".to_string()])),
         "pg" => Cluster::start().map(|c| {
             eprintln!(
@@ -772,6 +785,7 @@ fn main() -> ExitCode {
         "tidy" => tidy(),
         "conformance" => conformance(),
         "postgres-only" => postgres_only(),
+        "container" => container::container(),
         "openapi" => openapi(),
         "api-check" => {
             let examples = match (std::env::args().nth(2), std::env::args().nth(3)) {

@@ -239,10 +239,15 @@ async fn serve_openapi(State(state): State<Arc<ApiState>>) -> impl IntoResponse 
     responses((status = 200, description = "Ready", body = Ready)),
 )]
 async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse, ApiError> {
-    match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
+    readiness(&state.store).await
+}
+
+/// `/readyz`'s answer for `store`: ready when it answers a ping within 2 s.
+async fn readiness(store: &DynControlPlaneStore) -> Result<axum::Json<Ready>, ApiError> {
+    match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
         Ok(Ok(())) => Ok(axum::Json(Ready {
             status: "ready",
-            store: state.store.backend_name(),
+            store: store.backend_name(),
         })),
         // The store's error may name hosts, users or paths: it goes to the
         // service's log, not to an unauthenticated caller.
@@ -258,6 +263,21 @@ async fn readyz(State(state): State<Arc<ApiState>>) -> Result<impl IntoResponse,
             "the store did not answer within 2 s",
         )),
     }
+}
+
+/// `/healthz` and `/readyz` alone, as the API answers them: what a `worker`
+/// process serves for its probes (it has no API and no token).
+pub fn probes_router(store: DynControlPlaneStore) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(healthz))
+        .route(
+            "/readyz",
+            axum::routing::get(|State(store): State<DynControlPlaneStore>| async move {
+                readiness(&store).await
+            }),
+        )
+        .fallback(|| async { ApiError::not_found("route") })
+        .with_state(store)
 }
 
 /// Prometheus metrics in the OpenMetrics text format (admin only).

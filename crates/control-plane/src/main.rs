@@ -15,6 +15,7 @@ use crate::config::{Config, VARIABLES};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
+mod healthcheck;
 mod logs;
 mod loops;
 mod service;
@@ -53,6 +54,10 @@ pub enum Role {
     /// (plain text and secrets under CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES),
     /// in batches, then exit.
     RotateKey,
+    /// Ask the running service's /readyz on CONTROLPLANE_LISTEN (0.0.0.0 and
+    /// [::] as loopback); exit 0 when it answers 200, 1 otherwise. For
+    /// container health checks: the image needs no HTTP client.
+    Healthcheck,
 }
 
 impl Role {
@@ -65,6 +70,7 @@ impl Role {
             Role::Migrate => "migrate",
             Role::Status => "status",
             Role::RotateKey => "rotate-key",
+            Role::Healthcheck => "healthcheck",
         }
     }
 }
@@ -88,6 +94,7 @@ fn parse_args() -> Role {
         Role::Migrate,
         Role::Status,
         Role::RotateKey,
+        Role::Healthcheck,
     ] {
         let name = role.name();
         cmd = cmd.mut_subcommand(name, |c| c.after_help(variables_help(name)));
@@ -122,6 +129,9 @@ fn main() -> ExitCode {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     raise_open_files_limit();
     let role = parse_args();
+    if role == Role::Healthcheck {
+        return run_healthcheck();
+    }
     let config = match Config::from_vars(std::env::vars()) {
         Ok(c) => c,
         Err(e) => {
@@ -155,6 +165,22 @@ fn main() -> ExitCode {
     // After the runtime is gone: the span exporter's last export blocks.
     installed.shutdown();
     code
+}
+
+/// `healthcheck`: 0 when the service on `CONTROLPLANE_LISTEN` is ready, 1
+/// otherwise (a configuration error included: a container's health check
+/// knows only those two).
+fn run_healthcheck() -> ExitCode {
+    let checked = config::listen_address(std::env::vars()).map_err(|e| e.to_string());
+    match checked.and_then(|listen| {
+        healthcheck::check(healthcheck::probe_address(listen), healthcheck::TIMEOUT)
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("control-plane: healthcheck: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Endpoints `rotate-key` reseals per transaction.
@@ -199,6 +225,8 @@ async fn run(role: Role, config: Config) -> Result<(), String> {
             println!("the secrets of {sealed} endpoints were resealed under the current key");
             Ok(())
         }
+        // Answered in `main` before any store is opened.
+        Role::Healthcheck => Err("healthcheck opens no store".into()),
         Role::Serve | Role::Api | Role::Worker => {
             store.ping().await.map_err(|e| e.to_string())?;
             service::run_service(role, &config, store).await

@@ -210,14 +210,7 @@ async fn spawn_api(
     meters: &Meters,
 ) -> Result<(std::net::SocketAddr, Option<std::path::PathBuf>), String> {
     let (token, token_file) = admin_token(role, config)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot listen on {} (CONTROLPLANE_LISTEN): {e}",
-                config.listen
-            )
-        })?;
+    let listener = bind_listen(config).await?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let api_config = api::ApiConfig {
         endpoint_concurrency: config.endpoint_concurrency,
@@ -241,6 +234,38 @@ async fn spawn_api(
         }
     });
     Ok((addr, token_file))
+}
+
+/// Binds `CONTROLPLANE_LISTEN`, naming the variable when it cannot.
+async fn bind_listen(config: &Config) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen on {} (CONTROLPLANE_LISTEN): {e}",
+                config.listen
+            )
+        })
+}
+
+/// A worker's `/healthz` and `/readyz` on `CONTROLPLANE_LISTEN`, for the
+/// probes of an orchestrator; stopped with the rest of the process.
+async fn spawn_probes(
+    supervisor: &Supervisor,
+    config: &Config,
+    store: &DynControlPlaneStore,
+) -> Result<std::net::SocketAddr, String> {
+    let listener = bind_listen(config).await?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (stop, limits) = (supervisor.token(), config.server);
+    let router = api::probes_router(store.clone());
+    supervisor.spawn("probes", async move {
+        match api::serve(listener, router, stop, limits).await {
+            Ok(()) => "probes".to_string(),
+            Err(e) => format!("probes (failed: {e})"),
+        }
+    });
+    Ok(addr)
 }
 
 /// Starts the delivery dispatcher, the workflow task runner and maintenance.
@@ -293,6 +318,11 @@ pub async fn run_service(
         let (addr, file) = spawn_api(&supervisor, role, config, &store, &meters).await?;
         (Some(addr), file)
     };
+    let probes_addr = if role == Role::Worker && config.listen_set {
+        Some(spawn_probes(&supervisor, config, &store).await?)
+    } else {
+        None
+    };
     if role != Role::Api {
         spawn_workers(&supervisor, config, &store, &meters)?;
     }
@@ -308,6 +338,7 @@ pub async fn run_service(
         config.store,
         api_addr
             .map(|a| format!(", API on http://{a}"))
+            .or(probes_addr.map(|a| format!(", probes on http://{a}")))
             .unwrap_or_default()
     );
     if let Some(path) = token_file {
