@@ -1,6 +1,8 @@
 //! Recovering an endpoint: every event of a time window it is subscribed to
-//! (by its event types and filter, as they are now) delivered to it again,
-//! each once per recovery. It runs as a workflow task of kind
+//! (by its event types and filter, as they are now) that did not reach it
+//! delivered to it again, each once per recovery: dead deliveries resent,
+//! missing ones created; delivered ones only when asked
+//! ([`Recovery::including_delivered`]). It runs as a workflow task of kind
 //! [`RECOVER_TASK`] (the API enqueues it, `serve` and `worker` run it), over
 //! the port, so it is the same on every adapter.
 
@@ -27,6 +29,10 @@ pub struct Recovery {
     pub since_ms: i64,
     /// Events published before this time (milliseconds since the epoch).
     pub until_ms: i64,
+    /// Whether deliveries that succeeded are sent again too (the whole
+    /// window); by default only what failed or never went is.
+    #[serde(default)]
+    pub include_delivered: bool,
 }
 
 impl Recovery {
@@ -50,7 +56,17 @@ impl Recovery {
             endpoint_id,
             since_ms: since.as_millis(),
             until_ms: until.as_millis(),
+            include_delivered: false,
         })
+    }
+
+    /// The same window, with the deliveries that succeeded sent again too.
+    #[must_use]
+    pub fn including_delivered(self) -> Self {
+        Recovery {
+            include_delivered: true,
+            ..self
+        }
     }
 }
 
@@ -63,10 +79,15 @@ pub struct Recovered {
     pub matched: u64,
     /// Deliveries created (the endpoint had none of that event).
     pub created: u64,
-    /// Finished deliveries sent again, under their ids.
+    /// Finished deliveries sent again, under their ids: the dead ones, and
+    /// the delivered ones when the recovery includes them.
     pub resent: u64,
     /// Deliveries still pending or leased: they go out anyway.
     pub in_queue: u64,
+    /// Deliveries that had succeeded, left as they were (the recovery did
+    /// not include them).
+    #[serde(default)]
+    pub already_delivered: u64,
 }
 
 /// Where a recovery has got to: its counts so far, and the page cursor it
@@ -84,8 +105,9 @@ pub struct RecoverProgress {
 
 /// Runs `recovery` for `account`: pages through the window's events, newest
 /// first, and for each one the endpoint is subscribed to creates its
-/// delivery, or resends the finished one (`delivery_resend`), or leaves a
-/// pending or leased one as it is. It starts from `from` (a run cut short
+/// delivery, or resends a dead one (`delivery_resend`), or leaves a pending
+/// or leased one as it is; a delivered one is left too, unless the recovery
+/// includes delivered ones, which are resent. It starts from `from` (a run cut short
 /// goes on where it was, see [`RecoverProgress`]) and calls `report` after
 /// each page. Rerun after a crash, it creates nothing twice
 /// (`delivery_enqueue` is insert-wins) and resends again at most what the
@@ -134,6 +156,13 @@ pub async fn recover(
             if q.won {
                 out.created += 1;
                 continue;
+            }
+            if !recovery.include_delivered {
+                let d = store.delivery_get(account, q.delivery_id).await?;
+                if d.state == crate::DeliveryState::Delivered {
+                    out.already_delivered += 1;
+                    continue;
+                }
             }
             match store.delivery_resend(account, q.delivery_id).await {
                 Ok(_) => out.resent += 1,

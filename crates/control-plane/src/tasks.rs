@@ -257,7 +257,7 @@ mod tests {
         assert_ne!(key, publish_key(&TaskId::new("u".repeat(255)).unwrap()));
     }
 
-    /// The recover task resends a delivered delivery of its window and
+    /// The recover task of a whole window resends a delivered delivery and
     /// reports what it did as its result; a payload that is not a recovery
     /// dead-letters at once.
     #[cfg(feature = "embedded")]
@@ -291,8 +291,11 @@ mod tests {
             .delivery_record_outcome(&c[0].lease, ok)
             .await
             .unwrap();
-        let recovery =
-            Recovery::new(e.id, since, SystemClock.now().plus(Duration::from_secs(1))).unwrap();
+        // The whole window (the task's payload carries the choice): the
+        // delivered one is sent again.
+        let recovery = Recovery::new(e.id, since, SystemClock.now().plus(Duration::from_secs(1)))
+            .unwrap()
+            .including_delivered();
         let (good, bad) = (TaskId::new("r1").unwrap(), TaskId::new("r2").unwrap());
         let ended = run_to_the_end(
             &store,
@@ -309,7 +312,7 @@ mod tests {
         assert_eq!(
             a.result,
             Some(
-                serde_json::json!({"events": 1, "matched": 1, "created": 0, "resent": 1, "in_queue": 0})
+                serde_json::json!({"events": 1, "matched": 1, "created": 0, "resent": 1, "in_queue": 0, "already_delivered": 0})
             )
         );
         assert_eq!(b.state, TaskState::DeadLettered, "{b:?}");

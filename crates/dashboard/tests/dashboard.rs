@@ -382,6 +382,16 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
     assert_eq!(task["state"], "pending");
     assert_eq!(task["payload"]["endpoint_id"], e["id"]);
     assert_eq!(task["payload"]["since_ms"], 0);
+    assert_eq!(
+        task["payload"]["include_delivered"], false,
+        "by default what failed goes again, not what was delivered"
+    );
+    let (s, whole) = call("POST", &path)
+        .json(json!({"since": 0, "include_delivered": true}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{whole}");
+    assert_eq!(whole["payload"]["include_delivered"], true);
     let id = task["id"].as_str().unwrap();
     let (s, again) = call("GET", format!("/v1/accounts/acme/tasks/{id}"))
         .send(&api)

@@ -263,11 +263,16 @@ pub(crate) struct RecoverBody {
     since: i64,
     /// Events published before this time (Unix seconds); now when absent.
     until: Option<i64>,
+    /// Send again the deliveries that succeeded too (the whole window);
+    /// by default only the dead ones are resent and the missing ones created.
+    #[serde(default)]
+    include_delivered: bool,
 }
 
 /// Recovers an endpoint: every event of the window it is subscribed to
-/// (by its event types and filter) is delivered to it again, once: finished
-/// deliveries are resent under their ids, missing ones created. It runs as a
+/// (by its event types and filter) that did not reach it is delivered to it
+/// again, once: dead deliveries are resent under their ids, missing ones
+/// created, delivered ones left unless `include_delivered` is true. It runs as a
 /// workflow task (kind `control-plane.recover`); the answer is that task,
 /// whose state and result (`GET .../tasks/{id}`) show its progress.
 #[utoipa::path(
@@ -288,7 +293,10 @@ pub(crate) async fn endpoint_recover(
     let since = unix_seconds("since", Some(body.since), ApiError::invalid)?
         .unwrap_or(Timestamp::from_millis(0));
     let until = unix_seconds("until", body.until, ApiError::invalid)?.unwrap_or(s.clock.now());
-    let recovery = Recovery::new(endpoint, since, until)?;
+    let mut recovery = Recovery::new(endpoint, since, until)?;
+    if body.include_delivered {
+        recovery = recovery.including_delivered();
+    }
     let task = query::queue_recovery(&s.store, account, recovery).await?;
     ok(StatusCode::ACCEPTED, TaskView::from(&task))
 }

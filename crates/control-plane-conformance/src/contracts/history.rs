@@ -94,21 +94,33 @@ pub async fn a_finished_delivery_is_resent_under_its_id(f: &dyn StoreFactory) {
     );
 }
 
-/// `control_plane_core::recover` over the port: an endpoint gets the
-/// window's events it is subscribed to again, once each: finished ones
-/// resent under their ids, missing ones created, queued ones left; events
+/// `control_plane_core::recover` over the port: an endpoint gets again, once
+/// each, the window's events it is subscribed to that did not reach it: dead
+/// deliveries resent under their ids, missing ones created, queued ones
+/// left, delivered ones left unless the recovery includes them; events
 /// outside the window or of other types are not touched.
 pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFactory) {
-    let h = open(f).await;
+    let h = f.open(with_attempts(1)).await;
     let a = acct("a");
     let paid = endpoint_for(&h, "a", &["invoice.paid"]).await;
     let since = h.clock.now();
     let first = publish(&h, "a").await;
     let second = publish(&h, "a").await;
     publish_ok(&h, publish_req("a", "invoice.void")).await;
+    // The first is delivered, the second fails its only attempt.
     for c in claim(&h, 10).await {
-        record(&h, &c, ok()).await;
+        let outcome = if c.delivery.id == first.deliveries[0] {
+            ok()
+        } else {
+            fail_at(h.clock.now())
+        };
+        record(&h, &c, outcome).await;
     }
+    let state = |d: DeliveryId| {
+        let h = &h;
+        async move { get(h, "a", d).await.state }
+    };
+    assert_eq!(state(second.deliveries[0]).await, DeliveryState::Dead);
     h.clock.advance(Duration::from_secs(60));
     let until = h.clock.now();
     let later = publish(&h, "a").await;
@@ -116,6 +128,7 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
     let newcomer = endpoint_for(&h, "a", &["invoice.paid"]).await;
 
     let window = |e: EndpointId| Recovery::new(e, since, until).unwrap();
+    // By default what failed goes again; what was delivered is left.
     let r = recover(h.store.as_ref(), &a, &window(paid.id), None, |_| {})
         .await
         .unwrap();
@@ -125,24 +138,37 @@ pub async fn recovering_an_endpoint_sends_its_window_again_once(f: &dyn StoreFac
             events: 3,
             matched: 2,
             created: 0,
-            resent: 2,
-            in_queue: 0
+            resent: 1,
+            in_queue: 0,
+            already_delivered: 1,
         }
     );
-    for p in [&first, &second] {
-        let d = get(&h, "a", p.deliveries[0]).await;
-        assert_eq!(d.state, DeliveryState::Pending, "resent under its id");
-    }
     assert_eq!(
-        get(&h, "a", later.deliveries[0]).await.state,
+        state(second.deliveries[0]).await,
+        DeliveryState::Pending,
+        "the dead one resent under its id"
+    );
+    assert_eq!(state(first.deliveries[0]).await, DeliveryState::Delivered);
+    assert_eq!(
+        state(later.deliveries[0]).await,
         DeliveryState::Pending,
         "outside the window: as it was (never claimed)"
     );
-    // Again at once: they are still queued, nothing is sent twice.
+    // Again at once: the resent one is still queued, nothing goes twice.
     let r = recover(h.store.as_ref(), &a, &window(paid.id), None, |_| {})
         .await
         .unwrap();
-    assert_eq!((r.resent, r.in_queue, r.created), (0, 2, 0));
+    assert_eq!(
+        (r.resent, r.in_queue, r.already_delivered, r.created),
+        (0, 1, 1, 0)
+    );
+    // The whole window, on request: the delivered one is sent again too.
+    let all = window(paid.id).including_delivered();
+    let r = recover(h.store.as_ref(), &a, &all, None, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((r.resent, r.in_queue, r.already_delivered), (1, 1, 0));
+    assert_eq!(state(first.deliveries[0]).await, DeliveryState::Pending);
     // The newcomer gets deliveries made for it, once.
     let r = recover(h.store.as_ref(), &a, &window(newcomer.id), None, |_| {})
         .await
