@@ -206,6 +206,8 @@ pub(crate) struct EventView {
     idempotency_key: Option<String>,
     #[schema(format = DateTime)]
     created_at: String,
+    /// Sent by `send-example` to one endpoint; never delivered to another.
+    example: bool,
 }
 
 impl From<&Event> for EventView {
@@ -217,6 +219,7 @@ impl From<&Event> for EventView {
             body: e.body.clone(),
             idempotency_key: e.idempotency_key.clone(),
             created_at: time(e.created_at),
+            example: e.example,
         }
     }
 }

@@ -19,6 +19,9 @@ pub struct Event {
     pub traceparent: Option<TraceParent>,
     /// Publication time.
     pub created_at: Timestamp,
+    /// An example sent to one endpoint ("send example"): it never goes to
+    /// any other endpoint, a recovery included.
+    pub example: bool,
 }
 
 /// Publishes one event.
@@ -96,6 +99,7 @@ impl PublishRequest {
             idempotency_key: self.idempotency_key.clone(),
             traceparent: self.traceparent.clone(),
             created_at: at,
+            example: false,
         }
     }
 }

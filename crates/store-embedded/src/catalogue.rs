@@ -5,7 +5,7 @@ use control_plane_core::catalogue::{types_by_account, StoredSchema};
 use control_plane_core::*;
 use duckdb::{params, OptionalExt};
 
-use crate::delivery::publish_to;
+use crate::delivery::publish_example_to;
 use crate::error::DuckResultExt;
 use crate::store::{EmbeddedStore, Tx};
 use crate::util::{list, RowExt};
@@ -178,7 +178,7 @@ fn send_example(
     endpoint: EndpointId,
 ) -> StoreResult<Published> {
     let example = get(t, account, name)?.example_request()?;
-    publish_to(t, example, endpoint)
+    publish_example_to(t, example, endpoint)
 }
 
 #[async_trait]

@@ -52,6 +52,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (11, include_str!("migrations/0011_endpoint_oauth2.sql")),
     (12, include_str!("migrations/0012_attempt_rollup.sql")),
     (13, include_str!("migrations/0013_dead_letters.sql")),
+    (14, include_str!("migrations/0014_example_events.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use control_plane_core::catalogue::{types_by_account, StoredSchema};
 use control_plane_core::*;
 
-use crate::delivery::publish_to;
+use crate::delivery::publish_example_to;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 
@@ -127,7 +127,7 @@ async fn send_example(
     endpoint: EndpointId,
 ) -> StoreResult<Published> {
     let example = get(t, account, name).await?.example_request()?;
-    publish_to(t, example, endpoint).await
+    publish_example_to(t, example, endpoint).await
 }
 
 #[async_trait]

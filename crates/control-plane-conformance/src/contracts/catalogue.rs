@@ -249,6 +249,33 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     assert!(claimed
         .iter()
         .all(|c| c.delivery.endpoint_id != bystander.id));
+    // The event is marked as an example, and a recovery of another endpoint
+    // subscribed to its type passes over it.
+    assert!(sent.event.example);
+    let stored = h.store.event_get(&acct("a"), sent.event.id).await.unwrap();
+    assert!(stored.example, "the mark is stored");
+    let plain = publish_ok(&h, publish_req("a", "invoice.paid")).await;
+    assert!(!plain.event.example);
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/orders",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.event_types = vec!["order.created".into()];
+    let subscriber = create_endpoint(&h, req).await;
+    h.clock.advance(Duration::from_secs(1));
+    let window = Recovery::new(subscriber.id, Timestamp::from_millis(0), h.clock.now()).unwrap();
+    let r = recover(h.store.as_ref(), &acct("a"), &window, None, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((r.matched, r.created), (0, 0), "{r:?}");
+    assert!(
+        claim(&h, 10)
+            .await
+            .iter()
+            .all(|c| c.delivery.endpoint_id != subscriber.id),
+        "the example reached an endpoint it was not sent to"
+    );
 
     assert!(matches!(
         h.store
@@ -279,7 +306,11 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
             .await,
         "no example",
     );
-    assert_eq!(events_of(&h, "a").await, 1);
+    assert_eq!(
+        events_of(&h, "a").await,
+        2,
+        "the example and the plain event: the refusals stored none"
+    );
 }
 
 pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn StoreFactory) {

@@ -34,7 +34,7 @@ use publish::*;
 use read::*;
 use transition::*;
 
-pub(crate) use publish::publish_to;
+pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
 pub(crate) use transition::{
     dead_letters_add, dead_letters_remove, moved_seqs, row_to_lease_row, LEASE_COLS,

@@ -192,7 +192,9 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
 
 /// Publishes `req` to the endpoint `to` alone, whatever its subscriptions and
 /// filter say ("send example").
-pub(crate) fn publish_to(
+/// Publishes `req` as an example to `to` alone: the event is marked, so
+/// that nothing (a recovery of another endpoint) sends it anywhere else.
+pub(crate) fn publish_example_to(
     t: &mut Tx<'_>,
     req: Checked<PublishRequest>,
     to: EndpointId,
@@ -203,6 +205,12 @@ pub(crate) fn publish_to(
     let delivery = rows.delivery(t, &req.account, to, published.event.id);
     published.deliveries.push(delivery);
     rows.write(t)?;
+    t.execute(
+        "UPDATE events SET example = true WHERE id = $1",
+        params![published.event.id.to_string()],
+    )
+    .db()?;
+    published.event.example = true;
     Ok(published)
 }
 

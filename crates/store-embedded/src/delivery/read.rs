@@ -39,11 +39,12 @@ pub(super) fn row_to_event(r: &Row<'_>) -> duckdb::Result<Event> {
             .get::<_, Option<String>>(6)?
             .and_then(|t| TraceParent::parse(&t)),
         created_at: r.col(5)?,
+        example: r.get(7)?,
     })
 }
 
 pub(super) const EVENT_COLS: &str =
-    "id, account, event_type, body, idempotency_key, created_at, traceparent";
+    "id, account, event_type, body, idempotency_key, created_at, traceparent, example";
 
 pub(crate) fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
     t.query_row(

@@ -36,7 +36,7 @@ use transition::*;
 pub use claim::claim_statement;
 pub(crate) use outcome::record_delivered_fast_batch;
 pub use outcome::RECORD_DELIVERED;
-pub(crate) use publish::publish_to;
+pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
 
 impl PostgresStore {

@@ -374,17 +374,27 @@ pub(super) async fn publish_new(
 
 /// Publishes `req` to the endpoint `to` alone, whatever its subscriptions and
 /// filter say ("send example").
-pub(crate) async fn publish_to(
+/// Publishes `req` as an example to `to` alone: the event is marked, so
+/// that nothing (a recovery of another endpoint) sends it anywhere else.
+pub(crate) async fn publish_example_to(
     t: &Tx<'_>,
     req: Checked<PublishRequest>,
     to: EndpointId,
 ) -> StoreResult<Published> {
     endpoint::get(t, &req.account, to).await?;
-    publish_new(t, &[req.into_inner()], |_| vec![to])
+    let mut published = publish_new(t, &[req.into_inner()], |_| vec![to])
         .await?
         .pop()
         .flatten()
-        .ok_or_else(|| StoreError::Backend("the example was not stored".into()))
+        .ok_or_else(|| StoreError::Backend("the example was not stored".into()))?;
+    t.execute(
+        "UPDATE events SET example = true WHERE id = $1",
+        &[&published.event.id.0],
+    )
+    .await
+    .db()?;
+    published.event.example = true;
+    Ok(published)
 }
 
 /// Records an alert and publishes it as an event to the endpoints that name

@@ -38,7 +38,7 @@ pub(super) fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
 }
 
 pub(super) const EVENT_COLS: &str =
-    "id, account, event_type, body, idempotency_key, created_at, traceparent";
+    "id, account, event_type, body, idempotency_key, created_at, traceparent, example";
 
 pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
     Ok(Event {
@@ -51,6 +51,7 @@ pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
             .col::<Option<String>>(6)?
             .and_then(|t| TraceParent::parse(&t)),
         created_at: r.col(5)?,
+        example: r.col(7)?,
     })
 }
 
