@@ -73,6 +73,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
             r::event_type_delete
         ))
         .routes(routes!(r::event_publish, r::event_list))
+        .routes(routes!(r::event_publish_batch))
         .routes(routes!(r::event_get))
         .routes(routes!(r::delivery_list))
         .routes(routes!(r::delivery_replay_dead))

@@ -438,6 +438,95 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
     assert_error(&v, "conflict");
 }
 
+/// A batch publish stores every event or none, answers each event as a
+/// single publish does, in order, and keys each event on its own.
+#[tokio::test]
+async fn a_batch_publish_is_all_or_nothing_with_a_key_per_event() {
+    let api = api().await;
+    create_endpoint(&api, "acme").await;
+    async fn events_stored(api: &Api) -> usize {
+        let (_, v) = call("GET", "/v1/accounts/acme/events?limit=1000")
+            .send(api)
+            .await;
+        v["items"].as_array().unwrap().len()
+    }
+    let batch = json!({"events": [
+        {"type": "order.paid", "payload": {"n": 1}, "idempotency_key": "b-1"},
+        {"type": "order.paid", "payload": {"n": 2}},
+        {"type": "order.paid", "payload": {"n": 3}, "idempotency_key": "b-3"},
+    ]});
+    let (s, first) = call("POST", "/v1/accounts/acme/events/batch")
+        .json(batch.clone())
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
+    let answers = first["events"].as_array().unwrap();
+    assert_eq!(answers.len(), 3);
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["duplicate"], false, "{a}");
+        assert_eq!(a["deliveries"].as_array().unwrap().len(), 1, "{a}");
+        let (s, e) = call(
+            "GET",
+            format!("/v1/accounts/acme/events/{}", a["id"].as_str().unwrap()),
+        )
+        .send(&api)
+        .await;
+        assert_eq!(s, StatusCode::OK);
+        let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["data"]["n"], i + 1, "in the order given");
+    }
+    assert_eq!(events_stored(&api).await, 3);
+    // Again: the keyed events come back as they were, the unkeyed one is new.
+    let (s, again) = call("POST", "/v1/accounts/acme/events/batch")
+        .json(batch)
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{again}");
+    assert_eq!(again["events"][0]["id"], answers[0]["id"]);
+    assert_eq!(again["events"][0]["duplicate"], true);
+    assert_ne!(again["events"][1]["id"], answers[1]["id"]);
+    assert_eq!(again["events"][2]["id"], answers[2]["id"]);
+    assert_eq!(events_stored(&api).await, 4);
+    // One bad event refuses the batch: nothing of it is stored.
+    for (bad, says) in [
+        (
+            json!({"events": [
+                {"type": "order.paid", "payload": {}},
+                {"type": "", "payload": {}},
+            ]}),
+            "events[1]",
+        ),
+        (
+            json!({"events": [
+                {"type": "order.paid", "payload": {}, "idempotency_key": "k"},
+                {"type": "order.void", "payload": {}, "idempotency_key": "k"},
+            ]}),
+            "events[1].idempotency_key",
+        ),
+        (
+            json!({"events": [
+                {"type": "order.paid", "payload": {}},
+                {"type": "order.paid", "payload": {"n": 9}, "idempotency_key": "b-1"},
+            ]}),
+            "b-1",
+        ),
+        (json!({"events": []}), "1 to 100"),
+        (
+            json!({"events": vec![json!({"type": "t", "payload": {}}); 101]}),
+            "1 to 100",
+        ),
+    ] {
+        let (s, v) = call("POST", "/v1/accounts/acme/events/batch")
+            .json(bad.clone())
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {v}");
+        assert_error(&v, "invalid_input");
+        assert!(v.to_string().contains(says), "{bad}: {v}");
+        assert_eq!(events_stored(&api).await, 4, "{bad} stored something");
+    }
+}
+
 #[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;

@@ -1,6 +1,6 @@
 //! Events: publish, list and read.
 
-use control_plane_core::TraceParent;
+use control_plane_core::{StoreError, TraceParent};
 use tracing::Instrument;
 
 use super::*;
@@ -141,4 +141,113 @@ pub(crate) async fn event_publish(
         s.usage.add(&account, UsageMetric::EventsPublished, 1);
     }
     ok(StatusCode::ACCEPTED, Published::from(published))
+}
+
+/// Events one batch publish takes at most.
+pub(crate) const MAX_BATCH_EVENTS: usize = 100;
+
+/// One event of a batch publish.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchEventBody {
+    /// Its type; endpoints subscribe by type.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 255)]
+    event_type: String,
+    /// Any JSON value; sent as the `data` of every delivery.
+    payload: Value,
+    /// This event's idempotency key (as the `Idempotency-Key` header of a
+    /// single publish): publishing it again returns the first event.
+    #[schema(min_length = 1, max_length = 255)]
+    idempotency_key: Option<String>,
+}
+
+/// Events to publish together.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishBatchBody {
+    /// 1 to 100 events, stored in one transaction: all of them or none.
+    #[schema(min_items = 1, max_items = 100)]
+    events: Vec<BatchEventBody>,
+}
+
+/// What a batch publish stored, in the order of the request.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PublishedBatch {
+    /// One answer per event, as a single publish gives it.
+    events: Vec<Published>,
+}
+
+/// Publishes up to 100 events at once, all or nothing: one invalid event
+/// (or a key used twice in the batch) refuses the batch and stores none.
+/// Each event may carry its own idempotency key.
+#[utoipa::path(
+    post,
+    path = "/v1/accounts/{account}/events/batch",
+    tag = "events",
+    params(
+        AccountPath,
+        ("traceparent" = Option<String>, Header, description = "W3C trace context (version 00), stored with every event of the batch and sent on their deliveries; an invalid one is ignored"),
+    ),
+    request_body = PublishBatchBody,
+    responses((status = 202, description = "Accepted, every event", body = PublishedBatch)),
+)]
+pub(crate) async fn event_publish_batch(
+    State(s): Shared,
+    Scope(account): Scope,
+    headers: HeaderMap,
+    Json(body): Json<PublishBatchBody>,
+) -> Answer {
+    let n = body.events.len();
+    if n == 0 || n > MAX_BATCH_EVENTS {
+        return Err(ApiError::invalid(format!(
+            "events: expected 1 to {MAX_BATCH_EVENTS} events, got {n}"
+        )));
+    }
+    let caller = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
+    let span = tracing::debug_span!("publish_batch", account = %account, events = n);
+    if let Some(c) = &caller {
+        c.join(&span);
+    }
+    let traceparent = TraceParent::of(&span).or(caller);
+    let mut keys = std::collections::HashSet::new();
+    let mut reqs = Vec::with_capacity(n);
+    for (i, e) in body.events.into_iter().enumerate() {
+        if let Some(k) = &e.idempotency_key {
+            if !keys.insert(k.clone()) {
+                return Err(ApiError::invalid(format!(
+                    "events[{i}].idempotency_key: {k:?} is used by an earlier event of this batch"
+                )));
+            }
+        }
+        let req = PublishRequest {
+            account: account.clone(),
+            event_type: e.event_type,
+            payload: e.payload,
+            idempotency_key: e.idempotency_key,
+            traceparent: traceparent.clone(),
+        }
+        .checked()
+        .map_err(|e| match e {
+            StoreError::InvalidInput(m) => ApiError::invalid(format!("events[{i}]: {m}")),
+            other => ApiError::from(other),
+        })?;
+        reqs.push(req);
+    }
+    let published = s.store.event_publish_batch(reqs).instrument(span).await?;
+    let created = published.iter().filter(|p| p.created).count();
+    s.usage.add(
+        &account,
+        UsageMetric::EventsPublished,
+        u64::try_from(created).unwrap_or(u64::MAX),
+    );
+    ok(
+        StatusCode::ACCEPTED,
+        PublishedBatch {
+            events: published.into_iter().map(Published::from).collect(),
+        },
+    )
 }
