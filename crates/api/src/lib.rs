@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod idempotency;
 pub mod limiter;
 pub mod metrics;
 mod openapi;
@@ -149,9 +150,14 @@ pub fn router(
         openapi: openapi::to_json(doc),
         bearer_failures: limiter::FailureLimiter::new(auth::BEARER_FAILURES, auth::BEARER_WINDOW),
     });
+    let idempotency = (state.store.clone(), config.body_limit);
     routes
         .merge(pages)
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(axum::middleware::from_fn_with_state(
+            idempotency,
+            idempotency::idempotent_writes,
+        ))
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn_with_state(
             (config.body_timeout, config.body_limit),

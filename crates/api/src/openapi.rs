@@ -245,5 +245,53 @@ pub fn document() -> Value {
 pub(crate) fn to_json(doc: OpenApi) -> Value {
     let mut doc = serde_json::to_value(finish(doc)).unwrap_or(Value::Null);
     add_links(&mut doc);
+    add_idempotency_keys(&mut doc);
     doc
+}
+
+/// Documents the `Idempotency-Key` header on every mutating operation that
+/// [`crate::idempotency`] covers (publishing documents its own), with the
+/// `409` it may answer. (Written into the JSON: one rule for every route.)
+fn add_idempotency_keys(doc: &mut Value) {
+    let Some(Value::Object(paths)) = doc.pointer_mut("/paths") else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        for method in ["post", "patch", "delete"] {
+            let m = axum::http::Method::from_bytes(method.to_uppercase().as_bytes())
+                .unwrap_or(axum::http::Method::POST);
+            let Some(Value::Object(op)) = item.get_mut(method) else {
+                continue;
+            };
+            if !crate::idempotency::covered(&m, path) {
+                continue;
+            }
+            if let Value::Array(params) = op
+                .entry("parameters")
+                .or_insert_with(|| Value::Array(Vec::new()))
+            {
+                params.push(json!({
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": false,
+                    "description": "1 to 255 visible ASCII characters: the same request again gets the first answer (with `Idempotent-Replayed: true`); another request with the key is 422; one while the first runs is 409",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                }));
+            }
+            if let Some(Value::Object(responses)) = op.get_mut("responses") {
+                responses.entry("409").or_insert_with(|| {
+                    json!({
+                        "description": "A request with this Idempotency-Key is still running",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    })
+                });
+                responses.entry("422").or_insert_with(|| {
+                    json!({
+                        "description": "The Idempotency-Key was used for another request",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    })
+                });
+            }
+        }
+    }
 }

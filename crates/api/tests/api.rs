@@ -527,6 +527,94 @@ async fn a_batch_publish_is_all_or_nothing_with_a_key_per_event() {
     }
 }
 
+/// An `Idempotency-Key` on a mutating route: the same request again gets
+/// the first answer (marked as a replay) and runs nothing; another request
+/// under the key is 422; a repeat while the first runs is 409; another
+/// caller's key of the same name is its own.
+#[tokio::test]
+async fn every_mutating_route_takes_an_idempotency_key() {
+    use api::idempotency::{request_hash, scope_of, KEY_TTL, REPLAYED};
+    use control_plane_core::{IdempotencyBegin, IdempotencyBeginRequest};
+
+    let api = api().await;
+    async fn endpoints(api: &Api) -> usize {
+        let (_, v) = call("GET", "/v1/accounts/acme/endpoints").send(api).await;
+        v["items"].as_array().unwrap().len()
+    }
+    let create = |url: &str| {
+        call("POST", "/v1/accounts/acme/endpoints")
+            .header("idempotency-key", "ep-1")
+            .json(json!({"url": url}))
+    };
+    let ((s, first), h) = create("https://example.com/a").send_full(&api).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    assert!(h.get(REPLAYED).is_none());
+    let ((s, again), h) = create("https://example.com/a").send_full(&api).await;
+    assert_eq!(s, StatusCode::CREATED, "{again}");
+    assert_eq!(again, first, "the first answer, secret included");
+    assert_eq!(h.get(REPLAYED).unwrap(), "true");
+    assert_eq!(endpoints(&api).await, 1, "the repeat created nothing");
+    let (s, v) = create("https://example.com/b").send(&api).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_error(&v, "invalid_input");
+    assert_eq!(endpoints(&api).await, 1);
+
+    // A delete repeated under its key answers as the first did, not 404.
+    let id = first["id"].as_str().unwrap();
+    let path = format!("/v1/accounts/acme/endpoints/{id}");
+    let delete = || call("DELETE", path.as_str()).header("idempotency-key", "del-1");
+    let (s, deleted) = delete().send(&api).await;
+    assert_eq!(s, StatusCode::OK, "{deleted}");
+    let (s, again) = delete().send(&api).await;
+    assert_eq!((s, &again), (StatusCode::OK, &deleted));
+    let (s, _) = call("DELETE", path.as_str()).send(&api).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "without a key it runs again");
+
+    // Another caller (an account key) has keys of its own.
+    let (s, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
+    assert_eq!(s, StatusCode::CREATED, "{key}");
+    let token = key["key"].as_str().unwrap().to_string();
+    let (s, theirs) = call("POST", "/v1/accounts/acme/endpoints")
+        .token(Some(&token))
+        .header("idempotency-key", "ep-1")
+        .json(json!({"url": "https://example.com/b"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{theirs}");
+    assert_ne!(theirs["id"], first["id"]);
+
+    // While the first request with a key runs, a repeat is 409.
+    let body = json!({"url": "https://example.com/c"}).to_string();
+    let busy = IdempotencyBeginRequest::new(
+        scope_of(&format!("Bearer {ADMIN}")),
+        "busy",
+        request_hash(
+            &axum::http::Method::POST,
+            "/v1/accounts/acme/endpoints",
+            body.as_bytes(),
+        ),
+        KEY_TTL,
+    )
+    .unwrap();
+    assert!(matches!(
+        api.store.idempotency_begin(&busy).await.unwrap(),
+        IdempotencyBegin::Started(_)
+    ));
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .header("idempotency-key", "busy")
+        .raw(body, "application/json")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    // A key that is not visible ASCII is refused before anything runs.
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .header("idempotency-key", "")
+        .json(json!({"url": "https://example.com/d"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+}
+
 #[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;
@@ -920,7 +1008,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 37, "every route is described");
+    assert_eq!(operations, 38, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()
