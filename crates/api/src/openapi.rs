@@ -76,6 +76,8 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(r::event_publish_batch))
         .routes(routes!(r::event_get))
         .routes(routes!(r::delivery_list))
+        .routes(routes!(r::attempt_search))
+        .routes(routes!(r::endpoint_attempt_search))
         .routes(routes!(r::delivery_replay_dead))
         .routes(routes!(r::delivery_get))
         .routes(routes!(r::delivery_replay))

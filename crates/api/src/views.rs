@@ -347,6 +347,30 @@ impl From<&AttemptRecord> for AttemptView {
     }
 }
 
+/// One attempt of the attempt log, with where it belongs.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AttemptLogView {
+    /// Its position in the log (newest first in a search).
+    id: i64,
+    #[schema(value_type = uuid::Uuid)]
+    delivery_id: DeliveryId,
+    #[schema(value_type = uuid::Uuid)]
+    endpoint_id: EndpointId,
+    #[serde(flatten)]
+    attempt: AttemptView,
+}
+
+impl From<&AttemptRecord> for AttemptLogView {
+    fn from(a: &AttemptRecord) -> Self {
+        AttemptLogView {
+            id: a.id,
+            delivery_id: a.delivery_id,
+            endpoint_id: a.endpoint_id,
+            attempt: AttemptView::from(a),
+        }
+    }
+}
+
 /// A delivery and its attempt log, oldest attempt first.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct DeliveryDetail {

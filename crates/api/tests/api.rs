@@ -615,6 +615,89 @@ async fn every_mutating_route_takes_an_idempotency_key() {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 }
 
+/// The attempt log is searched per account and per endpoint, by result,
+/// status code and time, a page at a time.
+#[tokio::test]
+async fn attempts_are_searched_per_account_and_per_endpoint() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let endpoint = e["id"].as_str().unwrap();
+    for n in 0..3 {
+        let (s, v) = call("POST", "/v1/accounts/acme/events")
+            .json(json!({"type": "order.paid", "payload": {"n": n}}))
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    }
+    let claimed = api
+        .store
+        .delivery_claim(ClaimRequest::new("w", 10, std::time::Duration::from_secs(30)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    for (i, c) in claimed.iter().enumerate() {
+        let report = |code| AttemptReport {
+            status_code: Some(code),
+            error: None,
+            latency_ms: 1,
+            response_body: None,
+        };
+        let outcome = if i == 0 {
+            DeliveryOutcome::Delivered(report(200))
+        } else {
+            DeliveryOutcome::GiveUp(report(400))
+        };
+        api.store
+            .delivery_record_outcome(&c.lease, outcome)
+            .await
+            .unwrap();
+    }
+    let search = |path: String| {
+        let api = &api;
+        async move {
+            let (s, v) = call("GET", path).send(api).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            v
+        }
+    };
+    let all = search("/v1/accounts/acme/attempts".into()).await;
+    assert_eq!(all["items"].as_array().unwrap().len(), 3, "{all}");
+    assert_eq!(all["items"][0]["endpoint_id"], endpoint);
+    assert!(all["items"][0]["delivery_id"].is_string());
+    let failed = search("/v1/accounts/acme/attempts?result=failed".into()).await;
+    let failed = failed["items"].as_array().unwrap();
+    assert_eq!(failed.len(), 2);
+    assert!(failed.iter().all(|a| a["status_code"] == 400));
+    let ok = search("/v1/accounts/acme/attempts?status_code=200".into()).await;
+    assert_eq!(ok["items"].as_array().unwrap().len(), 1);
+    assert_eq!(ok["items"][0]["result"], "delivered");
+    let later = search("/v1/accounts/acme/attempts?since=4102444800".into()).await;
+    assert_eq!(later["items"], json!([]));
+    // An endpoint's, two at a time.
+    let base = format!("/v1/accounts/acme/endpoints/{endpoint}/attempts");
+    let first = search(format!("{base}?limit=2")).await;
+    assert_eq!(first["items"].as_array().unwrap().len(), 2);
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let rest = search(format!("{base}?limit=2&cursor={cursor}")).await;
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert!(rest["next_cursor"].is_null());
+    // Bad filters and unknown endpoints.
+    let (s, v) = call("GET", "/v1/accounts/acme/attempts?result=nope")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = call("GET", "/v1/accounts/acme/attempts?status_code=42")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let unknown = "/v1/accounts/acme/endpoints/0b8e9c1e-5f7a-4c1e-9a59-1f0d2f3a4b5c/attempts";
+    let (s, v) = call("GET", unknown).send(&api).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    // Another account sees none of them.
+    let (s, v) = call("GET", "/v1/accounts/other/attempts").send(&api).await;
+    assert_eq!((s, v["items"].clone()), (StatusCode::OK, json!([])));
+}
+
 #[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;
@@ -1008,7 +1091,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 38, "every route is described");
+    assert_eq!(operations, 40, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()

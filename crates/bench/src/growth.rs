@@ -1,7 +1,7 @@
 //! Claim and attempt-log latency with a small and a large history (postgres).
 
 use crate::*;
-use control_plane_core::EndpointKey;
+use control_plane_core::AttemptQuery;
 
 /// Claim latency and attempt-log listing latency with small and large
 /// delivered history (postgres; history inserted with `generate_series`).
@@ -62,7 +62,7 @@ pub(crate) async fn growth(a: &Args) -> BenchResult<String> {
             }
             let t = Instant::now();
             store
-                .attempt_list_for_endpoint(EndpointKey::new(&acct(), e.id), PageRequest::first(50))
+                .attempt_search(AttemptQuery::new(acct(), PageRequest::first(50)).of_endpoint(e.id))
                 .await
                 .map_err(fail)?;
             list_ms.push(t.elapsed().as_secs_f64() * 1000.0);

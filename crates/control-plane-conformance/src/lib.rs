@@ -110,6 +110,7 @@ macro_rules! conformance_suite {
             attempt_log_lists_by_delivery_oldest_first,
             attempts_keep_the_start_of_each_answer,
             attempt_log_pages_by_endpoint_newest_first,
+            attempts_are_searched_by_result_status_and_time,
             circuit_opens_at_threshold,
             circuits_are_listed_as_each_is_read,
             circuit_admits_exactly_one_probe_after_cooldown,

@@ -306,3 +306,98 @@ mod stats_tests {
         assert_eq!(s.answered(), 3);
     }
 }
+
+/// Which attempts [`crate::AttemptLogStore::attempt_search`] returns: one
+/// account's, newest first, keyset-paginated by log position, narrowed by
+/// any of an endpoint, a result, a status code and a time window.
+#[derive(Clone, Debug)]
+pub struct AttemptQuery {
+    /// The account.
+    pub account: crate::AccountId,
+    /// Only this endpoint's (`NotFound` when it is not the account's).
+    pub endpoint: Option<crate::EndpointId>,
+    /// Only attempts that ended so.
+    pub result: Option<AttemptResult>,
+    /// Only attempts answered with this HTTP status.
+    pub status_code: Option<u16>,
+    /// Only attempts recorded at or after this time.
+    pub since: Option<crate::Timestamp>,
+    /// Only attempts recorded before this time.
+    pub until: Option<crate::Timestamp>,
+    /// The page; its cursor is a log position.
+    pub page: crate::PageRequest,
+}
+
+impl AttemptQuery {
+    /// Every attempt of `account`, a page at a time.
+    pub fn new(account: crate::AccountId, page: crate::PageRequest) -> Self {
+        AttemptQuery {
+            account,
+            endpoint: None,
+            result: None,
+            status_code: None,
+            since: None,
+            until: None,
+            page,
+        }
+    }
+
+    /// The same query, of one endpoint.
+    #[must_use]
+    pub fn of_endpoint(self, endpoint: crate::EndpointId) -> Self {
+        AttemptQuery {
+            endpoint: Some(endpoint),
+            ..self
+        }
+    }
+
+    /// The query as one `SELECT` of `columns` from `attempts`, written once
+    /// for both adapters: `$1` is the account, then one parameter per filter
+    /// that is set, in the order endpoint, result, status code, since,
+    /// until, then the cursor (`id <`, when set) and the limit. Only set
+    /// filters appear, so each plan fits the filters asked.
+    pub fn sql(&self, columns: &str) -> String {
+        let mut sql = format!("SELECT {columns} FROM attempts WHERE account = $1");
+        let mut n = 1;
+        let mut and = |set: bool, condition: &str| {
+            if set {
+                n += 1;
+                sql.push_str(&format!(" AND {condition} ${n}"));
+            }
+        };
+        and(self.endpoint.is_some(), "endpoint_id =");
+        and(self.result.is_some(), "result =");
+        and(self.status_code.is_some(), "status_code =");
+        and(self.since.is_some(), "recorded_at >=");
+        and(self.until.is_some(), "recorded_at <");
+        and(self.page.after().is_some(), "id <");
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
+        sql
+    }
+}
+
+#[cfg(test)]
+mod query_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_the_filters_set_are_in_the_statement_numbered_in_order() {
+        let a = crate::AccountId::new("a").unwrap();
+        let all = AttemptQuery::new(a.clone(), crate::PageRequest::first(10));
+        assert_eq!(
+            all.sql("id"),
+            "SELECT id FROM attempts WHERE account = $1 ORDER BY id DESC LIMIT $2"
+        );
+        let mut q = all.of_endpoint(crate::EndpointId::new());
+        q.status_code = Some(500);
+        q.until = Some(crate::Timestamp::from_millis(5));
+        q.page = crate::PageRequest::new(10, Some(7)).unwrap();
+        assert_eq!(
+            q.sql("id"),
+            "SELECT id FROM attempts WHERE account = $1 AND endpoint_id = $2 \
+             AND status_code = $3 AND recorded_at < $4 AND id < $5 ORDER BY id DESC LIMIT $6"
+        );
+    }
+}

@@ -153,27 +153,37 @@ pub(crate) fn list_for_delivery(
     rows.collect::<Result<Vec<_>, _>>().db()
 }
 
-pub(crate) fn list_for_endpoint(
-    t: &Tx<'_>,
-    account: &AccountId,
-    id: EndpointId,
-    page: PageRequest,
-) -> StoreResult<Page<AttemptRecord>> {
-    ensure_endpoint(t, account, id)?;
-    let mut st = t
-        .prepare(&format!(
-            "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::BIGINT IS NULL OR id < $2) \
-             ORDER BY id DESC LIMIT $3"
-        ))
-        .db()?;
+pub(crate) fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
+    if let Some(e) = q.endpoint {
+        ensure_endpoint(t, &q.account, e)?;
+    }
+    // Bound in the order `AttemptQuery::sql` numbers them.
+    let mut values: Vec<duckdb::types::Value> = vec![q.account.as_str().to_string().into()];
+    if let Some(e) = q.endpoint {
+        values.push(e.to_string().into());
+    }
+    if let Some(r) = q.result {
+        values.push(r.as_str().to_string().into());
+    }
+    if let Some(s) = q.status_code {
+        values.push(i64::from(s).into());
+    }
+    if let Some(at) = q.since {
+        values.push(at.as_millis().into());
+    }
+    if let Some(at) = q.until {
+        values.push(at.as_millis().into());
+    }
+    if let Some(after) = q.page.after() {
+        values.push(after.into());
+    }
+    values.push((i64::from(q.page.limit()) + 1).into());
+    let mut st = t.prepare(&q.sql(ATTEMPT_COLS)).db()?;
     let rows = st
-        .query_map(
-            params![id.to_string(), page.after(), i64::from(page.limit()) + 1],
-            row_to_attempt,
-        )
+        .query_map(duckdb::params_from_iter(values), row_to_attempt)
         .db()?;
     let items = rows.collect::<Result<Vec<_>, _>>().db()?;
-    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
+    Ok(Page::from_overfetch(items, q.page.limit(), |a| a.id))
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
@@ -281,15 +291,8 @@ impl AttemptLogStore for EmbeddedStore {
         self.tx(move |t| list_for_delivery(t, &account, id)).await
     }
 
-    async fn attempt_list_for_endpoint(
-        &self,
-        endpoint: EndpointKey<'_>,
-        page: PageRequest,
-    ) -> StoreResult<Page<AttemptRecord>> {
-        let (account, id) = (endpoint.account, endpoint.id);
-        let account = account.clone();
-        self.tx(move |t| list_for_endpoint(t, &account, id, page))
-            .await
+    async fn attempt_search(&self, query: AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
+        self.tx(move |t| search(t, &query)).await
     }
 
     async fn attempt_stats(

@@ -84,28 +84,47 @@ pub(crate) async fn list_for_delivery(
     rows.iter().map(row_to_attempt).collect()
 }
 
-pub(crate) async fn list_for_endpoint(
-    t: &Tx<'_>,
-    account: &AccountId,
-    id: EndpointId,
-    page: PageRequest,
-) -> StoreResult<Page<AttemptRecord>> {
-    ensure_endpoint(t, account, id).await?;
-    let rows = t
-        .query(
-            &format!(
-                "SELECT {ATTEMPT_COLS} FROM attempts WHERE endpoint_id = $1 AND ($2::bigint IS NULL OR id < $2) \
-                 ORDER BY id DESC LIMIT $3"
-            ),
-            &[&id.0, &page.after(), &(i64::from(page.limit()) + 1)],
-        )
-        .await
-        .db()?;
+pub(crate) async fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
+    if let Some(e) = q.endpoint {
+        ensure_endpoint(t, &q.account, e).await?;
+    }
+    let account = q.account.as_str();
+    let endpoint = q.endpoint.map(|e| e.0);
+    let result = q.result.map(|r| r.as_str());
+    let status = q.status_code.map(i64::from);
+    let (since, until) = (
+        q.since.map(|t| t.as_millis()),
+        q.until.map(|t| t.as_millis()),
+    );
+    let after = q.page.after();
+    let limit = i64::from(q.page.limit()) + 1;
+    // Bound in the order `AttemptQuery::sql` numbers them.
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&account];
+    if let Some(v) = &endpoint {
+        params.push(v);
+    }
+    if let Some(v) = &result {
+        params.push(v);
+    }
+    if let Some(v) = &status {
+        params.push(v);
+    }
+    if let Some(v) = &since {
+        params.push(v);
+    }
+    if let Some(v) = &until {
+        params.push(v);
+    }
+    if let Some(v) = &after {
+        params.push(v);
+    }
+    params.push(&limit);
+    let rows = t.query(&q.sql(ATTEMPT_COLS), &params).await.db()?;
     let items = rows
         .iter()
         .map(row_to_attempt)
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok(Page::from_overfetch(items, page.limit(), |a| a.id))
+    Ok(Page::from_overfetch(items, q.page.limit(), |a| a.id))
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
@@ -186,13 +205,8 @@ impl AttemptLogStore for PostgresStore {
         in_tx!(self, |t| list_for_delivery(&t, account, id))
     }
 
-    async fn attempt_list_for_endpoint(
-        &self,
-        endpoint: EndpointKey<'_>,
-        page: PageRequest,
-    ) -> StoreResult<Page<AttemptRecord>> {
-        let (account, id) = (endpoint.account, endpoint.id);
-        in_tx!(self, |t| list_for_endpoint(&t, account, id, page))
+    async fn attempt_search(&self, query: AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
+        in_tx!(self, |t| search(&t, &query))
     }
 
     async fn attempt_stats(

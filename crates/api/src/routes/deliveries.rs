@@ -171,3 +171,92 @@ pub(crate) async fn delivery_replay_dead(
     let replayed = s.store.delivery_replay_dead(filter).await?;
     ok(StatusCode::OK, Replayed { replayed })
 }
+
+/// Filters of an attempt search.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AttemptSearch {
+    /// Only attempts that ended so: `delivered`, `failed` or `lease_expired`.
+    result: Option<String>,
+    /// Only attempts answered with this HTTP status.
+    #[param(minimum = 100, maximum = 599)]
+    status_code: Option<u16>,
+    /// Only attempts recorded at or after this time (Unix seconds).
+    since: Option<i64>,
+    /// Only attempts recorded before this time (Unix seconds).
+    until: Option<i64>,
+    /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
+    cursor: Option<String>,
+}
+
+/// The store's query for a search of `account`'s attempts.
+fn attempt_query(account: AccountId, q: AttemptSearch) -> Result<AttemptQuery, ApiError> {
+    let result = q
+        .result
+        .as_deref()
+        .map(|r| {
+            AttemptResult::from_str(r).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "result {r:?}: expected delivered, failed or lease_expired"
+                ))
+            })
+        })
+        .transpose()?;
+    if let Some(code) = q.status_code {
+        if !(100..=599).contains(&code) {
+            return Err(ApiError::bad_request(format!(
+                "status_code {code}: expected 100 to 599"
+            )));
+        }
+    }
+    Ok(AttemptQuery {
+        result,
+        status_code: q.status_code,
+        since: unix_seconds("since", q.since, ApiError::bad_request)?,
+        until: unix_seconds("until", q.until, ApiError::bad_request)?,
+        ..AttemptQuery::new(account, page_request(q.limit, q.cursor.as_deref())?)
+    })
+}
+
+/// The account's delivery attempts, newest first, filtered by result,
+/// status code and time window.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/attempts",
+    tag = "deliveries",
+    params(AccountPath, AttemptSearch),
+    responses((status = 200, description = "One page of attempts", body = Listing<AttemptLogView>)),
+)]
+pub(crate) async fn attempt_search(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<AttemptSearch>,
+) -> Answer {
+    let page = s.store.attempt_search(attempt_query(account, q)?).await?;
+    ok(StatusCode::OK, Listing::<AttemptLogView>::of(&page))
+}
+
+/// One endpoint's delivery attempts, newest first, filtered as the
+/// account's are.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/endpoints/{id}/attempts",
+    tag = "deliveries",
+    params(ItemPath, AttemptSearch),
+    responses((status = 200, description = "One page of attempts", body = Listing<AttemptLogView>)),
+)]
+pub(crate) async fn endpoint_attempt_search(
+    State(s): Shared,
+    Scope(account): Scope,
+    Path(p): Path<ItemPath>,
+    Query(q): Query<AttemptSearch>,
+) -> Answer {
+    let endpoint = id("endpoint", &p.id)?;
+    let query = attempt_query(account, q)?.of_endpoint(endpoint);
+    let page = s.store.attempt_search(query).await?;
+    ok(StatusCode::OK, Listing::<AttemptLogView>::of(&page))
+}

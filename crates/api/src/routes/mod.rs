@@ -13,10 +13,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    AccountId, Check, DeliveryListRequest, DeliveryState, EndpointCreateRequest, EndpointId,
-    EndpointUpdateRequest, EventFilter, EventId, EventListRequest, EventType, EventTypePut, KeyId,
-    PageRequest, PublishRequest, Recovery, ReplayFilter, Secret, TaskEnqueueRequest, TaskId,
-    Timestamp, UsageMetric,
+    AccountId, AttemptQuery, AttemptResult, Check, DeliveryListRequest, DeliveryState,
+    EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
+    EventListRequest, EventType, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery,
+    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -29,9 +29,9 @@ use crate::auth::{
 use crate::error::{ApiError, ErrorBody};
 use crate::query::{self, page_request};
 use crate::views::{
-    self, AlertView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail, EndpointStats,
-    EndpointView, EndpointWithSecret, EventTypeView, EventView, KeyCreated, Listing, Published,
-    Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
+    self, AlertView, AttemptLogView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail,
+    EndpointStats, EndpointView, EndpointWithSecret, EventTypeView, EventView, KeyCreated, Listing,
+    Published, Replayed, SessionList, SessionView, TaskView, UsageList, UsageView,
 };
 use crate::ApiState;
 

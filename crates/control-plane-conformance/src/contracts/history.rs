@@ -533,7 +533,8 @@ pub async fn attempt_log_lists_by_delivery_oldest_first(f: &dyn StoreFactory) {
     assert!(log.iter().all(|a| a.delivery_id == id));
 }
 
-/// `AttemptLogStore::attempt_list_for_endpoint`: newest first, pages cover every row once.
+/// `AttemptLogStore::attempt_search` of an endpoint: newest first, pages
+/// cover every row once.
 pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e1 = endpoint(&h, "a", false).await;
@@ -557,9 +558,9 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     loop {
         let p = h
             .store
-            .attempt_list_for_endpoint(
-                EndpointKey::new(&acct("a"), e1.id),
-                PageRequest::new(3, after).unwrap(),
+            .attempt_search(
+                AttemptQuery::new(acct("a"), PageRequest::new(3, after).unwrap())
+                    .of_endpoint(e1.id),
             )
             .await
             .unwrap();
@@ -575,15 +576,127 @@ pub async fn attempt_log_pages_by_endpoint_newest_first(f: &dyn StoreFactory) {
     assert_eq!(rows[0].result, AttemptResult::Delivered);
     let e2_rows = h
         .store
-        .attempt_list_for_endpoint(EndpointKey::new(&acct("a"), e2.id), PageRequest::first(100))
+        .attempt_search(AttemptQuery::new(acct("a"), PageRequest::first(100)).of_endpoint(e2.id))
         .await
         .unwrap();
     assert_eq!(e2_rows.items.len(), 4);
     let other = h
         .store
-        .attempt_list_for_endpoint(EndpointKey::new(&acct("b"), e1.id), PageRequest::first(10))
+        .attempt_search(AttemptQuery::new(acct("b"), PageRequest::first(10)).of_endpoint(e1.id))
         .await;
     assert!(matches!(other, Err(StoreError::NotFound { .. })));
+}
+
+/// `AttemptLogStore::attempt_search` with filters: by result, by status
+/// code, by time window and across an account's endpoints, each narrowing,
+/// combined; nothing of another account.
+pub async fn attempts_are_searched_by_result_status_and_time(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e1 = endpoint(&h, "a", false).await;
+    let e2 = endpoint(&h, "a", false).await;
+    endpoint(&h, "b", false).await;
+    publish(&h, "a").await;
+    publish(&h, "a").await;
+    publish(&h, "b").await;
+    // First round, at t0: every attempt fails with a 500.
+    let t0 = h.clock.now();
+    let failed = AttemptReport {
+        status_code: Some(500),
+        error: Some("HTTP 500".into()),
+        latency_ms: 3,
+        response_body: None,
+    };
+    for c in claim(&h, 10).await {
+        let at = h.clock.now();
+        record(
+            &h,
+            &c,
+            DeliveryOutcome::Retry {
+                at,
+                report: failed.clone(),
+            },
+        )
+        .await;
+    }
+    // Second round, a minute later: e1's succeed, e2's fail with a 503.
+    h.clock.advance(Duration::from_secs(60));
+    let t1 = h.clock.now();
+    for c in claim(&h, 10).await {
+        let outcome = if c.delivery.endpoint_id == e1.id {
+            ok()
+        } else {
+            DeliveryOutcome::Retry {
+                at: h.clock.now(),
+                report: AttemptReport {
+                    status_code: Some(503),
+                    ..failed.clone()
+                },
+            }
+        };
+        record(&h, &c, outcome).await;
+    }
+    let search = |q: AttemptQuery| {
+        let h = &h;
+        async move { h.store.attempt_search(q).await.unwrap().items }
+    };
+    let of_a = || AttemptQuery::new(acct("a"), PageRequest::first(100));
+    let everything = search(of_a()).await;
+    assert_eq!(everything.len(), 8, "2 events x 2 endpoints x 2 rounds");
+    assert!(everything.iter().all(|r| r.account == acct("a")));
+    assert!(everything.windows(2).all(|w| w[0].id > w[1].id));
+    let q = AttemptQuery {
+        result: Some(AttemptResult::Delivered),
+        ..of_a()
+    };
+    let delivered = search(q).await;
+    assert_eq!(delivered.len(), 2);
+    assert!(delivered.iter().all(|r| r.endpoint_id == e1.id));
+    let q = AttemptQuery {
+        status_code: Some(500),
+        ..of_a()
+    };
+    let five_hundreds = search(q).await;
+    assert_eq!(five_hundreds.len(), 4);
+    assert!(five_hundreds.iter().all(|r| r.recorded_at == t0));
+    let q = AttemptQuery {
+        since: Some(t1),
+        ..of_a()
+    };
+    assert_eq!(search(q).await.len(), 4);
+    let q = AttemptQuery {
+        until: Some(t1),
+        ..of_a()
+    };
+    assert_eq!(search(q).await.len(), 4);
+    let q = AttemptQuery {
+        result: Some(AttemptResult::Failed),
+        since: Some(t1),
+        ..of_a().of_endpoint(e2.id)
+    };
+    let late_failures = search(q).await;
+    assert_eq!(late_failures.len(), 2);
+    assert!(late_failures
+        .iter()
+        .all(|r| r.endpoint_id == e2.id && r.status_code == Some(503)));
+    // Paged with filters: the pages cover the rows once.
+    let q = AttemptQuery {
+        result: Some(AttemptResult::Failed),
+        page: PageRequest::first(4),
+        ..of_a()
+    };
+    let first = h.store.attempt_search(q.clone()).await.unwrap();
+    assert_eq!(first.items.len(), 4);
+    let rest = h
+        .store
+        .attempt_search(AttemptQuery {
+            page: PageRequest::new(4, first.next).unwrap(),
+            ..q
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 2);
+    assert!(rest.next.is_none());
+    assert!(rest.items[0].id < first.items[3].id);
 }
 
 /// `DeliveryStore::delivery_count_by_account_and_state`: exact counts per

@@ -457,19 +457,21 @@ pub trait AttemptLogStore: Send + Sync {
         id: DeliveryId,
     ) -> StoreResult<Vec<AttemptRecord>>;
 
-    /// The attempts of one endpoint, newest first, keyset-paginated.
+    /// The attempts of an account the query asks for (an endpoint's, of a
+    /// result, a status code, a time window), newest first, keyset-paginated.
     ///
     /// # Behavior
     /// - Newest first; following `next` visits every row once
     ///   (`attempt_log_pages_by_endpoint_newest_first`).
+    /// - Each filter narrows, and they combine
+    ///   (`attempts_are_searched_by_result_status_and_time`).
+    ///
+    /// # Errors
+    /// `NotFound` for an endpoint that is not the account's.
     ///
     /// # Cancellation safety
     /// Safe.
-    async fn attempt_list_for_endpoint(
-        &self,
-        endpoint: EndpointKey<'_>,
-        page: PageRequest,
-    ) -> StoreResult<Page<AttemptRecord>>;
+    async fn attempt_search(&self, query: AttemptQuery) -> StoreResult<Page<AttemptRecord>>;
 
     /// The endpoint's attempts recorded since the minute `since` falls in:
     /// counts by result and the response time's p50 and p95, summed from
