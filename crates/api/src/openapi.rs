@@ -82,7 +82,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(r::delivery_get))
         .routes(routes!(r::delivery_replay))
         .routes(routes!(r::delivery_resend))
-        .routes(routes!(r::task_enqueue))
+        .routes(routes!(r::task_enqueue, r::task_list))
         .routes(routes!(r::task_get))
         .routes(routes!(r::task_retry))
         .routes(routes!(r::task_list_dead))

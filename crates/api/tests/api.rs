@@ -698,6 +698,60 @@ async fn attempts_are_searched_per_account_and_per_endpoint() {
     assert_eq!((s, v["items"].clone()), (StatusCode::OK, json!([])));
 }
 
+/// Tasks are listed by state: pending, running (leased) and dead.
+#[tokio::test]
+async fn tasks_are_listed_by_state() {
+    let api = api().await;
+    for id in ["t1", "t2"] {
+        let (s, v) = call("POST", "/v1/accounts/acme/tasks")
+            .json(json!({"id": id, "kind": "report", "payload": {}}))
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    let listed = |state: &'static str| {
+        let api = &api;
+        async move {
+            let (s, v) = call("GET", format!("/v1/accounts/acme/tasks?state={state}"))
+                .send(api)
+                .await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("pending").await, vec!["t2", "t1"]);
+    assert!(listed("running").await.is_empty());
+    let claimed = api
+        .store
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                vec!["report".into()],
+                1,
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        listed("running").await,
+        vec![claimed[0].task.id.to_string()]
+    );
+    assert_eq!(listed("pending").await.len(), 1);
+    assert!(listed("dead").await.is_empty());
+    let (s, v) = call("GET", "/v1/accounts/acme/tasks?state=completed")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+}
+
 #[tokio::test]
 async fn dead_deliveries_are_replayed_in_bulk_once() {
     let api = api().await;
@@ -1091,7 +1145,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 40, "every route is described");
+    assert_eq!(operations, 41, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()

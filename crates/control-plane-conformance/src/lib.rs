@@ -139,6 +139,7 @@ macro_rules! conformance_suite {
             workflow_heartbeat_stores_progress_for_readers_and_the_next_run,
             workflow_expired_lease_is_claimable_again,
             workflow_dead_letters_are_listed_and_retried,
+            workflow_tasks_are_listed_by_state,
             idempotency_begin_reports_every_outcome,
             idempotency_abandon_frees_the_key,
             idempotency_complete_with_a_stale_token_is_an_error,

@@ -382,3 +382,17 @@ mod tests {
         assert!(TaskId::new("a\nb").is_err());
     }
 }
+
+/// Refuses a listing of completed tasks: they are history (purged by
+/// retention) and no index serves them by account.
+///
+/// # Errors
+/// `InvalidInput` for [`TaskState::Completed`].
+pub fn listable(state: TaskState) -> crate::StoreResult<TaskState> {
+    match state {
+        TaskState::Completed => Err(crate::StoreError::InvalidInput(
+            "completed tasks are not listed; ask for pending, leased or dead_lettered ones".into(),
+        )),
+        s => Ok(s),
+    }
+}

@@ -4,7 +4,7 @@
 use api::query;
 use api::ApiError;
 use axum::extract::{Path, Query, State};
-use control_plane_core::{Task, TaskId};
+use control_plane_core::{Task, TaskId, TaskState};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -34,8 +34,9 @@ pub(crate) async fn tasks(
     };
     let dead = s
         .store()
-        .workflow_list_dead(
+        .workflow_list(
             &account,
+            TaskState::DeadLettered,
             query::page_request(Some(50), q.cursor.as_deref())?,
         )
         .await?;

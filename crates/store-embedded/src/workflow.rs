@@ -275,21 +275,28 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn list_dead(
+pub(crate) fn list(
     t: &Tx<'_>,
     account: &AccountId,
+    state: TaskState,
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
+    let state = control_plane_core::workflow::listable(state)?;
     let rows: Vec<TaskRow> = {
         let mut st = t
             .prepare(&format!(
-                "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
+                "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = $4 \
                  AND ($2::BIGINT IS NULL OR seq < $2) ORDER BY seq DESC LIMIT $3"
             ))
             .db()?;
         let rows = st
             .query_map(
-                params![account.as_str(), page.after(), i64::from(page.limit()) + 1],
+                params![
+                    account.as_str(),
+                    page.after(),
+                    i64::from(page.limit()) + 1,
+                    state.as_str()
+                ],
                 row_to_task,
             )
             .db()?;
@@ -370,13 +377,14 @@ impl WorkflowStore for EmbeddedStore {
         self.tx(move |t| get(t, &account, &id)).await
     }
 
-    async fn workflow_list_dead(
+    async fn workflow_list(
         &self,
         account: &AccountId,
+        state: TaskState,
         page: PageRequest,
     ) -> StoreResult<Page<Task>> {
         let account = account.clone();
-        self.tx(move |t| list_dead(t, &account, page)).await
+        self.tx(move |t| list(t, &account, state, page)).await
     }
 
     async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

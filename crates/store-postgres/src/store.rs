@@ -48,6 +48,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (16, include_str!("migrations/0016_endpoint_oauth2.sql")),
     (17, include_str!("migrations/0017_counts_and_rollups.sql")),
     (18, include_str!("migrations/0018_example_events.sql")),
+    (19, include_str!("migrations/0019_tasks_by_state.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

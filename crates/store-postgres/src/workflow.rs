@@ -275,21 +275,24 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) async fn list_dead(
+pub(crate) async fn list(
     t: &Tx<'_>,
     account: &AccountId,
+    state: TaskState,
     page: PageRequest,
 ) -> StoreResult<Page<Task>> {
+    let state = control_plane_core::workflow::listable(state)?;
     let rows = t
         .query(
             &format!(
-                "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = 'dead_lettered' \
+                "SELECT {TASK_COLS} FROM tasks WHERE account = $1 AND state = $4 \
                  AND ($2::bigint IS NULL OR seq < $2) ORDER BY seq DESC LIMIT $3"
             ),
             &[
                 &account.as_str(),
                 &page.after(),
                 &(i64::from(page.limit()) + 1),
+                &state.as_str(),
             ],
         )
         .await
@@ -368,12 +371,13 @@ impl WorkflowStore for PostgresStore {
         in_tx!(self, |t| get(&t, account, id))
     }
 
-    async fn workflow_list_dead(
+    async fn workflow_list(
         &self,
         account: &AccountId,
+        state: TaskState,
         page: PageRequest,
     ) -> StoreResult<Page<Task>> {
-        in_tx!(self, |t| list_dead(&t, account, page))
+        in_tx!(self, |t| list(&t, account, state, page))
     }
 
     async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

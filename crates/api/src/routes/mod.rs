@@ -16,7 +16,7 @@ use control_plane_core::{
     AccountId, AttemptQuery, AttemptResult, Check, DeliveryListRequest, DeliveryState,
     EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
     EventListRequest, EventType, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery,
-    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
+    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, TaskState, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

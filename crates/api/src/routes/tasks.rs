@@ -96,7 +96,10 @@ pub(crate) async fn task_list_dead(
     Scope(account): Scope,
     Query(q): Query<PageQuery>,
 ) -> Answer {
-    let p = s.store.workflow_list_dead(&account, q.request()?).await?;
+    let p = s
+        .store
+        .workflow_list(&account, TaskState::DeadLettered, q.request()?)
+        .await?;
     ok(StatusCode::OK, Listing::<TaskView>::of(&p))
 }
 
@@ -116,4 +119,47 @@ pub(crate) async fn task_retry(
     let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
     let t = s.store.workflow_retry_dead(&account, &task).await?;
     ok(StatusCode::OK, TaskView::from(&t))
+}
+
+/// Filters of the task listing.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TaskListQuery {
+    /// `pending` (waiting to run), `running` (held by a worker's lease) or
+    /// `dead` (given up; also at `/dead-tasks`).
+    state: String,
+    /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^-?[0-9]{1,19}$")]
+    cursor: Option<String>,
+}
+
+/// The account's workflow tasks in one state, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{account}/tasks",
+    tag = "tasks",
+    params(AccountPath, TaskListQuery),
+    responses((status = 200, description = "One page of tasks", body = Listing<TaskView>)),
+)]
+pub(crate) async fn task_list(
+    State(s): Shared,
+    Scope(account): Scope,
+    Query(q): Query<TaskListQuery>,
+) -> Answer {
+    let state = match q.state.as_str() {
+        "pending" => TaskState::Pending,
+        "running" => TaskState::Leased,
+        "dead" => TaskState::DeadLettered,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "state {other:?}: expected pending, running or dead"
+            )))
+        }
+    };
+    let page = page_request(q.limit, q.cursor.as_deref())?;
+    let p = s.store.workflow_list(&account, state, page).await?;
+    ok(StatusCode::OK, Listing::<TaskView>::of(&p))
 }

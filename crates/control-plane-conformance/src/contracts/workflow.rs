@@ -486,7 +486,7 @@ pub async fn workflow_expired_lease_is_claimable_again(f: &dyn StoreFactory) {
     assert!(t.last_error.unwrap_or_default().contains("lease expired"));
 }
 
-/// `WorkflowStore::workflow_list_dead`: dead letters are listed newest first and retried.
+/// `WorkflowStore::workflow_list` of dead letters: listed newest first and retried.
 pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) {
     let h = f.open(with_workflow(1)).await;
     for id in ["t1", "t2", "t3"] {
@@ -507,7 +507,11 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
     loop {
         let p = h
             .store
-            .workflow_list_dead(&acct("a"), PageRequest::new(2, after).unwrap())
+            .workflow_list(
+                &acct("a"),
+                TaskState::DeadLettered,
+                PageRequest::new(2, after).unwrap(),
+            )
             .await
             .unwrap();
         seen.extend(p.items.iter().map(|t| t.id.to_string()));
@@ -536,4 +540,45 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
         h.store.workflow_retry_dead(&acct("a"), &tid("t2")).await,
         Err(StoreError::Conflict(_))
     ));
+}
+
+/// `WorkflowStore::workflow_list` by state: pending and leased tasks of one
+/// account, newest first; completed ones are refused.
+pub async fn workflow_tasks_are_listed_by_state(f: &dyn StoreFactory) {
+    let h = f.open(with_workflow(3)).await;
+    for id in ["p1", "p2", "p3"] {
+        enqueue(&h, id, "a", "k").await;
+    }
+    enqueue(&h, "theirs", "b", "k").await;
+    let list = |state: TaskState| {
+        let h = &h;
+        async move {
+            h.store
+                .workflow_list(&acct("a"), state, PageRequest::first(10))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|t| t.id.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(TaskState::Pending).await, vec!["p3", "p2", "p1"]);
+    assert!(list(TaskState::Leased).await.is_empty());
+    let claimed = claim_kinds(&h, &["k"], 10).await;
+    let leased_of_a: Vec<String> = claimed
+        .iter()
+        .filter(|c| c.task.account == acct("a"))
+        .map(|c| c.task.id.to_string())
+        .collect();
+    assert_eq!(leased_of_a.len(), 3);
+    let mut leased = list(TaskState::Leased).await;
+    leased.sort();
+    assert_eq!(leased, vec!["p1", "p2", "p3"]);
+    assert!(list(TaskState::Pending).await.is_empty());
+    let done = h
+        .store
+        .workflow_list(&acct("a"), TaskState::Completed, PageRequest::first(10))
+        .await;
+    assert!(matches!(done, Err(StoreError::InvalidInput(_))), "{done:?}");
 }

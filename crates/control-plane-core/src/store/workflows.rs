@@ -131,17 +131,24 @@ pub trait WorkflowStore: Send + Sync {
     /// Safe.
     async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task>;
 
-    /// Dead-lettered tasks of `account`, newest first.
+    /// The tasks of `account` in `state` (pending, leased or dead-lettered;
+    /// completed ones are history and not listed), newest first.
     ///
     /// # Behavior
-    /// - Lists them with their last error; retry makes one due again with a
-    ///   fresh budget (`workflow_dead_letters_are_listed_and_retried`).
+    /// - Lists dead letters with their last error; retry makes one due again
+    ///   with a fresh budget (`workflow_dead_letters_are_listed_and_retried`).
+    /// - Lists pending and leased ones of that account only
+    ///   (`workflow_tasks_are_listed_by_state`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Completed`.
     ///
     /// # Cancellation safety
     /// Safe.
-    async fn workflow_list_dead(
+    async fn workflow_list(
         &self,
         account: &AccountId,
+        state: TaskState,
         page: PageRequest,
     ) -> StoreResult<Page<Task>>;
 
