@@ -226,6 +226,75 @@ pub fn nearest_rank(percent: u64, n: u64) -> Option<u64> {
     (n > 0).then(|| rank - 1)
 }
 
+/// Which attempts [`crate::AttemptLogStore::attempt_search`] returns: one
+/// account's, newest first, keyset-paginated by log position, narrowed by
+/// any of an endpoint, a result, a status code and a time window.
+#[derive(Clone, Debug)]
+pub struct AttemptQuery {
+    /// The account.
+    pub account: crate::AccountId,
+    /// Only this endpoint's (`NotFound` when it is not the account's).
+    pub endpoint: Option<crate::EndpointId>,
+    /// Only attempts that ended so.
+    pub result: Option<AttemptResult>,
+    /// Only attempts answered with this HTTP status.
+    pub status_code: Option<u16>,
+    /// Only attempts recorded at or after this time.
+    pub since: Option<crate::Timestamp>,
+    /// Only attempts recorded before this time.
+    pub until: Option<crate::Timestamp>,
+    /// The page; its cursor is a log position.
+    pub page: crate::PageRequest,
+}
+
+impl AttemptQuery {
+    /// Every attempt of `account`, a page at a time.
+    pub fn new(account: crate::AccountId, page: crate::PageRequest) -> Self {
+        AttemptQuery {
+            account,
+            endpoint: None,
+            result: None,
+            status_code: None,
+            since: None,
+            until: None,
+            page,
+        }
+    }
+
+    /// The same query, of one endpoint.
+    #[must_use]
+    pub fn of_endpoint(self, endpoint: crate::EndpointId) -> Self {
+        AttemptQuery {
+            endpoint: Some(endpoint),
+            ..self
+        }
+    }
+
+    /// The query as one `SELECT` of `columns` from `attempts`, written once
+    /// for both adapters: `$1` is the account, then one parameter per filter
+    /// that is set, in the order endpoint, result, status code, since,
+    /// until, then the cursor (`id <`, when set) and the limit. Only set
+    /// filters appear, so each plan fits the filters asked.
+    pub fn sql(&self, columns: &str) -> String {
+        let mut sql = format!("SELECT {columns} FROM attempts WHERE account = $1");
+        let mut n = 1;
+        let mut and = |set: bool, condition: &str| {
+            if set {
+                n += 1;
+                sql.push_str(&format!(" AND {condition} ${n}"));
+            }
+        };
+        and(self.endpoint.is_some(), "endpoint_id =");
+        and(self.result.is_some(), "result =");
+        and(self.status_code.is_some(), "status_code =");
+        and(self.since.is_some(), "recorded_at >=");
+        and(self.until.is_some(), "recorded_at <");
+        and(self.page.after().is_some(), "id <");
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
+        sql
+    }
+}
+
 #[cfg(test)]
 mod stats_tests {
     use super::*;
@@ -304,75 +373,6 @@ mod stats_tests {
         s.count(AttemptResult::LeaseExpired, 1);
         assert_eq!(s.success_rate(), Some(0.75));
         assert_eq!(s.answered(), 3);
-    }
-}
-
-/// Which attempts [`crate::AttemptLogStore::attempt_search`] returns: one
-/// account's, newest first, keyset-paginated by log position, narrowed by
-/// any of an endpoint, a result, a status code and a time window.
-#[derive(Clone, Debug)]
-pub struct AttemptQuery {
-    /// The account.
-    pub account: crate::AccountId,
-    /// Only this endpoint's (`NotFound` when it is not the account's).
-    pub endpoint: Option<crate::EndpointId>,
-    /// Only attempts that ended so.
-    pub result: Option<AttemptResult>,
-    /// Only attempts answered with this HTTP status.
-    pub status_code: Option<u16>,
-    /// Only attempts recorded at or after this time.
-    pub since: Option<crate::Timestamp>,
-    /// Only attempts recorded before this time.
-    pub until: Option<crate::Timestamp>,
-    /// The page; its cursor is a log position.
-    pub page: crate::PageRequest,
-}
-
-impl AttemptQuery {
-    /// Every attempt of `account`, a page at a time.
-    pub fn new(account: crate::AccountId, page: crate::PageRequest) -> Self {
-        AttemptQuery {
-            account,
-            endpoint: None,
-            result: None,
-            status_code: None,
-            since: None,
-            until: None,
-            page,
-        }
-    }
-
-    /// The same query, of one endpoint.
-    #[must_use]
-    pub fn of_endpoint(self, endpoint: crate::EndpointId) -> Self {
-        AttemptQuery {
-            endpoint: Some(endpoint),
-            ..self
-        }
-    }
-
-    /// The query as one `SELECT` of `columns` from `attempts`, written once
-    /// for both adapters: `$1` is the account, then one parameter per filter
-    /// that is set, in the order endpoint, result, status code, since,
-    /// until, then the cursor (`id <`, when set) and the limit. Only set
-    /// filters appear, so each plan fits the filters asked.
-    pub fn sql(&self, columns: &str) -> String {
-        let mut sql = format!("SELECT {columns} FROM attempts WHERE account = $1");
-        let mut n = 1;
-        let mut and = |set: bool, condition: &str| {
-            if set {
-                n += 1;
-                sql.push_str(&format!(" AND {condition} ${n}"));
-            }
-        };
-        and(self.endpoint.is_some(), "endpoint_id =");
-        and(self.result.is_some(), "result =");
-        and(self.status_code.is_some(), "status_code =");
-        and(self.since.is_some(), "recorded_at >=");
-        and(self.until.is_some(), "recorded_at <");
-        and(self.page.after().is_some(), "id <");
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
-        sql
     }
 }
 

@@ -347,6 +347,20 @@ impl WorkflowPolicy {
     }
 }
 
+/// Refuses a listing of completed tasks: they are history (purged by
+/// retention) and no index serves them by account.
+///
+/// # Errors
+/// `InvalidInput` for [`TaskState::Completed`].
+pub fn listable(state: TaskState) -> crate::StoreResult<TaskState> {
+    match state {
+        TaskState::Completed => Err(crate::StoreError::InvalidInput(
+            "completed tasks are not listed; ask for pending, leased or dead_lettered ones".into(),
+        )),
+        s => Ok(s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,19 +394,5 @@ mod tests {
         assert!(TaskId::new("order-1/step-2").is_ok());
         assert!(TaskId::new("").is_err());
         assert!(TaskId::new("a\nb").is_err());
-    }
-}
-
-/// Refuses a listing of completed tasks: they are history (purged by
-/// retention) and no index serves them by account.
-///
-/// # Errors
-/// `InvalidInput` for [`TaskState::Completed`].
-pub fn listable(state: TaskState) -> crate::StoreResult<TaskState> {
-    match state {
-        TaskState::Completed => Err(crate::StoreError::InvalidInput(
-            "completed tasks are not listed; ask for pending, leased or dead_lettered ones".into(),
-        )),
-        s => Ok(s),
     }
 }
