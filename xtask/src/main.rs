@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod container;
+mod python;
+
+use python::python_tool;
 
 const USAGE: &str = "usage: cargo xtask <task>
 
@@ -622,37 +625,6 @@ fn openapi() -> Result<(), String> {
 /// A virtualenv under the target directory with schemathesis; its `st`.
 fn schemathesis() -> Result<PathBuf, String> {
     python_tool("schemathesis-venv", &[SCHEMATHESIS], "st")
-}
-
-/// The program `bin` of a virtualenv `venv` (under the target directory)
-/// holding the pinned PyPI `packages`; made once, again when the pins change.
-fn python_tool(venv: &str, packages: &[&str], bin: &str) -> Result<PathBuf, String> {
-    let venv = target_dir().join(venv);
-    let program = venv.join("bin").join(bin);
-    let marker = venv.join(packages.join(" "));
-    if marker.exists() && program.exists() {
-        return Ok(program);
-    }
-    let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
-        eprintln!("xtask: {what}");
-        match cmd.status() {
-            Ok(s) if s.success() => Ok(()),
-            Ok(s) => Err(format!("{what} failed ({s})")),
-            Err(e) => Err(format!("{what}: {e}")),
-        }
-    };
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv",
-    )?;
-    run(
-        Command::new(venv.join("bin").join("pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .args(packages),
-        &format!("pip install {}", packages.join(" ")),
-    )?;
-    std::fs::write(&marker, "").map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
-    Ok(program)
 }
 
 /// A child process killed when dropped.

@@ -18,7 +18,8 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use control_plane_core::{
-    DynControlPlaneStore, IdempotencyBegin, IdempotencyBeginRequest, StoredResponse,
+    DynControlPlaneStore, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyToken,
+    StoredResponse,
 };
 use sha2::{Digest, Sha256};
 
@@ -95,15 +96,12 @@ pub(crate) async fn idempotent_writes(
             .into_response();
     };
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, body_limit).await {
-        Ok(b) => b,
-        Err(_) => {
-            return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is over {body_limit} bytes"),
-            )
-            .into_response()
-        }
+    let Ok(bytes) = axum::body::to_bytes(body, body_limit).await else {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over {body_limit} bytes"),
+        )
+        .into_response();
     };
     let path = parts
         .uri
@@ -111,11 +109,11 @@ pub(crate) async fn idempotent_writes(
         .map_or(parts.uri.path(), |p| p.as_str());
     let scope = scope_of(auth.to_str().unwrap_or_default());
     let hash = request_hash(&parts.method, path, &bytes);
-    let begin = match IdempotencyBeginRequest::new(scope, key, hash, KEY_TTL) {
-        Ok(b) => b,
-        Err(e) => return ApiError::from(e).into_response(),
+    let begun = match IdempotencyBeginRequest::new(scope, key, hash, KEY_TTL) {
+        Ok(b) => store.idempotency_begin(&b).await,
+        Err(e) => Err(e),
     };
-    let token = match store.idempotency_begin(&begin).await {
+    let token = match begun {
         Ok(IdempotencyBegin::Started(token)) => token,
         Ok(IdempotencyBegin::Replay(stored)) => return replay(stored),
         Ok(IdempotencyBegin::InProgress) => {
@@ -137,13 +135,23 @@ pub(crate) async fn idempotent_writes(
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
+    keep_or_free(&store, &token, response).await
+}
+
+/// Stores `response` under the key `token` holds, or frees the key when
+/// the answer is not one to replay; gives the answer back either way.
+async fn keep_or_free(
+    store: &DynControlPlaneStore,
+    token: &IdempotencyToken,
+    response: Response,
+) -> Response {
     let status = response.status();
     let (parts, body) = response.into_parts();
     let body = match axum::body::to_bytes(body, MAX_STORED_BODY).await {
         Ok(b) if kept(status) => b,
         other => {
             // Not kept: the key is freed, so the request may be tried again.
-            if let Err(e) = store.idempotency_abandon(&token).await {
+            if let Err(e) = store.idempotency_abandon(token).await {
                 tracing::warn!("idempotency: cannot free a key: {e}");
             }
             return match other {
@@ -160,7 +168,7 @@ pub(crate) async fn idempotent_writes(
         status: status.as_u16(),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
-    if let Err(e) = store.idempotency_complete(&token, stored).await {
+    if let Err(e) = store.idempotency_complete(token, stored).await {
         // The answer stands; a repeat may run the request again once the
         // key expires, as if no key had been sent.
         tracing::warn!("idempotency: cannot store an answer: {e}");

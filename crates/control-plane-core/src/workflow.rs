@@ -347,6 +347,18 @@ impl WorkflowPolicy {
     }
 }
 
+/// Which tasks [`crate::WorkflowStore::workflow_list`] returns: one
+/// account's, in one state, newest first.
+#[derive(Clone, Debug)]
+pub struct TaskListRequest {
+    /// The account.
+    pub account: crate::AccountId,
+    /// Pending, leased or dead-lettered (completed ones are not listed).
+    pub state: TaskState,
+    /// The page; its cursor is the task's sequence number.
+    pub page: crate::PageRequest,
+}
+
 /// Refuses a listing of completed tasks: they are history (purged by
 /// retention) and no index serves them by account.
 ///

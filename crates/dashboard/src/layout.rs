@@ -49,15 +49,17 @@ pub(crate) enum Tab {
     Endpoints,
     EventTypes,
     Deliveries,
+    Attempts,
     Dead,
     Tasks,
 }
 
-const TABS: [(Tab, &str, &str); 6] = [
+const TABS: [(Tab, &str, &str); 7] = [
     (Tab::Overview, "", "Overview"),
     (Tab::Endpoints, "/endpoints", "Endpoints"),
     (Tab::EventTypes, "/event-types", "Event types"),
     (Tab::Deliveries, "/deliveries", "Deliveries"),
+    (Tab::Attempts, "/attempts", "Attempts"),
     (Tab::Dead, "/dead", "Dead letters"),
     (Tab::Tasks, "/tasks", "Tasks"),
 ];

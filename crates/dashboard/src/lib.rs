@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attempts;
 mod catalogue;
 mod layout;
 mod pages;
@@ -68,6 +69,7 @@ pub fn router() -> Router<Arc<ApiState>> {
             "/ui/a/{account}/deliveries/{id}/{action}",
             post(pages::delivery_action),
         )
+        .route("/ui/a/{account}/attempts", get(attempts::page))
         .route("/ui/a/{account}/dead", get(pages::dead))
         .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
         .route("/ui/a/{account}/tasks", get(tasks::tasks))

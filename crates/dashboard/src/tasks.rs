@@ -1,10 +1,11 @@
 //! The tasks page: a task looked up by id (its state, progress and result),
-//! the dead-lettered tasks, and their retry.
+//! the tasks of one state (dead-lettered by default, with their retry;
+//! pending; running).
 
 use api::query;
 use api::ApiError;
 use axum::extract::{Path, Query, State};
-use control_plane_core::{Task, TaskId, TaskState};
+use control_plane_core::{Task, TaskId, TaskListRequest, TaskState};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -18,6 +19,8 @@ pub(crate) struct TaskQuery {
     id: Option<String>,
     cursor: Option<String>,
     retried: Option<u8>,
+    /// `pending`, `running` or `dead` (the default).
+    state: Option<String>,
 }
 
 /// A task looked up by id, and the dead-lettered tasks with retry buttons.
@@ -32,13 +35,14 @@ pub(crate) async fn tasks(
         Some(id) => query::find_task(s.store(), &account, id).await?,
         None => None,
     };
+    let (shown, state) = listed_state(q.state.as_deref())?;
     let dead = s
         .store()
-        .workflow_list(
-            &account,
-            TaskState::DeadLettered,
-            query::page_request(Some(50), q.cursor.as_deref())?,
-        )
+        .workflow_list(TaskListRequest {
+            account: account.clone(),
+            state,
+            page: query::page_request(Some(50), q.cursor.as_deref())?,
+        })
         .await?;
     let rows: Vec<Vec<Markup>> = dead
         .items
@@ -51,12 +55,16 @@ pub(crate) async fn tasks(
                 html! { (t.attempts) " / " (t.max_attempts) },
                 html! { (t.last_error.as_deref().unwrap_or("")) },
                 html! { (time(t.updated_at)) },
-                button(
-                    &format!("{path}/{id}/retry"),
-                    &session.csrf,
-                    "Retry",
-                    &format!("retry-{}", t.id.as_str()),
-                ),
+                if state == TaskState::DeadLettered {
+                    button(
+                        &format!("{path}/{id}/retry"),
+                        &session.csrf,
+                        "Retry",
+                        &format!("retry-{}", t.id.as_str()),
+                    )
+                } else {
+                    html! {}
+                },
             ]
         })
         .collect();
@@ -75,12 +83,35 @@ pub(crate) async fn tasks(
                 None => { p.empty id="task" { "No task with that id." } }
             }
         }
-        h2 { "Dead tasks" }
-        (table("dead-tasks", &["task", "kind", "attempts", "last error", "died", ""], &rows,
-            "No dead task."))
-        (next_link(&path, "", dead.next))
+        p.filters {
+            @for st in ["pending", "running", "dead"] {
+                " " (link(&format!("{path}?state={st}"), st))
+            }
+        }
+        @if state == TaskState::DeadLettered {
+            h2 { "Dead tasks" }
+            (table("dead-tasks", &["task", "kind", "attempts", "last error", "died", ""], &rows,
+                "No dead task."))
+        } @else {
+            h2 { (if shown == "pending" { "Pending tasks" } else { "Running tasks" }) }
+            (table(&format!("{shown}-tasks"), &["task", "kind", "attempts", "last error", "updated", ""],
+                &rows, &format!("No {shown} task.")))
+        }
+        (next_link(&path, &format!("&state={shown}"), dead.next))
     };
     show("Tasks", &account, Tab::Tasks, &session, &body)
+}
+
+/// The state the page lists, by its name there: dead by default.
+fn listed_state(given: Option<&str>) -> Result<(&'static str, TaskState), ApiError> {
+    match given.unwrap_or("dead") {
+        "pending" => Ok(("pending", TaskState::Pending)),
+        "running" => Ok(("running", TaskState::Leased)),
+        "dead" => Ok(("dead", TaskState::DeadLettered)),
+        _ => Err(ApiError::bad_request(
+            "state: expected pending, running or dead",
+        )),
+    }
 }
 
 /// One task's facts, as the tasks page shows a task found by id.

@@ -744,3 +744,75 @@ async fn every_action_checks_its_form_token_and_the_accounts_reach() {
         "nothing was sent"
     );
 }
+
+/// The attempts page lists the account's attempts newest first, filtered
+/// by endpoint, result and status code; the tasks page lists tasks by state.
+#[tokio::test]
+async fn attempts_and_tasks_by_state_are_shown() {
+    let api = api().await;
+    let e = create_endpoint(&api, "acme").await;
+    let endpoint = e["id"].as_str().unwrap();
+    let (s, v) = call("POST", "/v1/accounts/acme/events")
+        .json(json!({"type": "order.paid", "payload": {}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let delivery = v["deliveries"][0].as_str().unwrap().to_string();
+    let c = api
+        .store
+        .delivery_claim(ClaimRequest::new("w", 1, std::time::Duration::from_secs(30)).unwrap())
+        .await
+        .unwrap();
+    api.store
+        .delivery_record_outcome(
+            &c[0].lease,
+            DeliveryOutcome::GiveUp(AttemptReport {
+                status_code: Some(418),
+                error: Some("HTTP 418".into()),
+                latency_ms: 7,
+                response_body: None,
+            }),
+        )
+        .await
+        .unwrap();
+    let cookie = sign_in(&api, ADMIN).await;
+    let get = |path: String| {
+        let (api, cookie) = (&api, cookie.clone());
+        async move { ui(api, "GET", &path, Some(&cookie), None).await }
+    };
+    let (s, _, page) = get("/ui/a/acme/attempts".into()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(page.contains(&delivery) && page.contains("418"), "{page}");
+    let (_, _, page) = get(format!(
+        "/ui/a/acme/attempts?endpoint={endpoint}&status_code=418"
+    ))
+    .await;
+    assert!(page.contains(&delivery), "{page}");
+    let (_, _, page) = get("/ui/a/acme/attempts?result=delivered".into()).await;
+    assert!(
+        page.contains("No attempt.") && !page.contains(&delivery),
+        "{page}"
+    );
+    let (s, _, _) = get("/ui/a/acme/attempts?status_code=abc".into()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+
+    let (s, v) = call("POST", "/v1/accounts/acme/tasks")
+        .json(json!({"id": "nightly-report", "kind": "report", "payload": {}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, _, page) = get("/ui/a/acme/tasks?state=pending".into()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        page.contains("id=\"pending-tasks\"") && page.contains("nightly-report"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("retry-nightly-report"),
+        "only dead tasks are retried"
+    );
+    let (_, _, page) = get("/ui/a/acme/tasks?state=running".into()).await;
+    assert!(page.contains("No running task."), "{page}");
+    let (s, _, _) = get("/ui/a/acme/tasks?state=bogus".into()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}

@@ -275,13 +275,9 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn list(
-    t: &Tx<'_>,
-    account: &AccountId,
-    state: TaskState,
-    page: PageRequest,
-) -> StoreResult<Page<Task>> {
-    let state = control_plane_core::workflow::listable(state)?;
+pub(crate) fn list(t: &Tx<'_>, req: &TaskListRequest) -> StoreResult<Page<Task>> {
+    let (account, page) = (&req.account, req.page);
+    let state = control_plane_core::workflow::listable(req.state)?;
     let rows: Vec<TaskRow> = {
         let mut st = t
             .prepare(&format!(
@@ -377,14 +373,8 @@ impl WorkflowStore for EmbeddedStore {
         self.tx(move |t| get(t, &account, &id)).await
     }
 
-    async fn workflow_list(
-        &self,
-        account: &AccountId,
-        state: TaskState,
-        page: PageRequest,
-    ) -> StoreResult<Page<Task>> {
-        let account = account.clone();
-        self.tx(move |t| list(t, &account, state, page)).await
+    async fn workflow_list(&self, req: TaskListRequest) -> StoreResult<Page<Task>> {
+        self.tx(move |t| list(t, &req)).await
     }
 
     async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

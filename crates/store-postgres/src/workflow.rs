@@ -275,13 +275,9 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) async fn list(
-    t: &Tx<'_>,
-    account: &AccountId,
-    state: TaskState,
-    page: PageRequest,
-) -> StoreResult<Page<Task>> {
-    let state = control_plane_core::workflow::listable(state)?;
+pub(crate) async fn list(t: &Tx<'_>, req: &TaskListRequest) -> StoreResult<Page<Task>> {
+    let (account, page) = (&req.account, req.page);
+    let state = control_plane_core::workflow::listable(req.state)?;
     let rows = t
         .query(
             &format!(
@@ -371,13 +367,8 @@ impl WorkflowStore for PostgresStore {
         in_tx!(self, |t| get(&t, account, id))
     }
 
-    async fn workflow_list(
-        &self,
-        account: &AccountId,
-        state: TaskState,
-        page: PageRequest,
-    ) -> StoreResult<Page<Task>> {
-        in_tx!(self, |t| list(&t, account, state, page))
+    async fn workflow_list(&self, req: TaskListRequest) -> StoreResult<Page<Task>> {
+        in_tx!(self, |t| list(&t, &req))
     }
 
     async fn workflow_retry_dead(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task> {

@@ -16,7 +16,8 @@ use control_plane_core::{
     AccountId, AttemptQuery, AttemptResult, Check, DeliveryListRequest, DeliveryState,
     EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
     EventListRequest, EventType, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery,
-    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, TaskState, Timestamp, UsageMetric,
+    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, TaskListRequest, TaskState, Timestamp,
+    UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

@@ -98,7 +98,11 @@ pub(crate) async fn task_list_dead(
 ) -> Answer {
     let p = s
         .store
-        .workflow_list(&account, TaskState::DeadLettered, q.request()?)
+        .workflow_list(TaskListRequest {
+            account,
+            state: TaskState::DeadLettered,
+            page: q.request()?,
+        })
         .await?;
     ok(StatusCode::OK, Listing::<TaskView>::of(&p))
 }
@@ -160,6 +164,13 @@ pub(crate) async fn task_list(
         }
     };
     let page = page_request(q.limit, q.cursor.as_deref())?;
-    let p = s.store.workflow_list(&account, state, page).await?;
+    let p = s
+        .store
+        .workflow_list(TaskListRequest {
+            account,
+            state,
+            page,
+        })
+        .await?;
     ok(StatusCode::OK, Listing::<TaskView>::of(&p))
 }

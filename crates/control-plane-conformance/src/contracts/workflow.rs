@@ -507,11 +507,11 @@ pub async fn workflow_dead_letters_are_listed_and_retried(f: &dyn StoreFactory) 
     loop {
         let p = h
             .store
-            .workflow_list(
-                &acct("a"),
-                TaskState::DeadLettered,
-                PageRequest::new(2, after).unwrap(),
-            )
+            .workflow_list(TaskListRequest {
+                account: acct("a"),
+                state: TaskState::DeadLettered,
+                page: PageRequest::new(2, after).unwrap(),
+            })
             .await
             .unwrap();
         seen.extend(p.items.iter().map(|t| t.id.to_string()));
@@ -554,7 +554,11 @@ pub async fn workflow_tasks_are_listed_by_state(f: &dyn StoreFactory) {
         let h = &h;
         async move {
             h.store
-                .workflow_list(&acct("a"), state, PageRequest::first(10))
+                .workflow_list(TaskListRequest {
+                    account: acct("a"),
+                    state,
+                    page: PageRequest::first(10),
+                })
                 .await
                 .unwrap()
                 .items
@@ -578,7 +582,11 @@ pub async fn workflow_tasks_are_listed_by_state(f: &dyn StoreFactory) {
     assert!(list(TaskState::Pending).await.is_empty());
     let done = h
         .store
-        .workflow_list(&acct("a"), TaskState::Completed, PageRequest::first(10))
+        .workflow_list(TaskListRequest {
+            account: acct("a"),
+            state: TaskState::Completed,
+            page: PageRequest::first(10),
+        })
         .await;
     assert!(matches!(done, Err(StoreError::InvalidInput(_))), "{done:?}");
 }

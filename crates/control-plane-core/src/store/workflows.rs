@@ -131,8 +131,9 @@ pub trait WorkflowStore: Send + Sync {
     /// Safe.
     async fn workflow_get(&self, account: &AccountId, id: &TaskId) -> StoreResult<Task>;
 
-    /// The tasks of `account` in `state` (pending, leased or dead-lettered;
-    /// completed ones are history and not listed), newest first.
+    /// The tasks of an account in one state (pending, leased or
+    /// dead-lettered; completed ones are history and not listed), newest
+    /// first.
     ///
     /// # Behavior
     /// - Lists dead letters with their last error; retry makes one due again
@@ -145,12 +146,7 @@ pub trait WorkflowStore: Send + Sync {
     ///
     /// # Cancellation safety
     /// Safe.
-    async fn workflow_list(
-        &self,
-        account: &AccountId,
-        state: TaskState,
-        page: PageRequest,
-    ) -> StoreResult<Page<Task>>;
+    async fn workflow_list(&self, req: TaskListRequest) -> StoreResult<Page<Task>>;
 
     /// Moves a dead-lettered task back to `pending` with a fresh attempt budget.
     ///

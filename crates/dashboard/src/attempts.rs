@@ -1,0 +1,125 @@
+//! The attempts page: the account's attempt log newest first, filtered by
+//! endpoint, result and status code (the API's attempt search).
+
+use api::ApiError;
+use axum::extract::{Query, State};
+use control_plane_core::{AccountId, AttemptQuery, AttemptResult};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use crate::layout::{base, link, next_link, segment, table, time, Tab};
+use crate::pages::{show, Shared};
+use crate::session::AccountPage;
+use crate::Page;
+
+#[derive(Deserialize)]
+pub(crate) struct AttemptFilters {
+    endpoint: Option<String>,
+    result: Option<String>,
+    status_code: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The store's query for the page's filters (endpoint, result, status
+/// code, each as typed) and cursor.
+fn attempt_query(
+    account: &AccountId,
+    (endpoint, result, status): (Option<&str>, Option<&str>, Option<&str>),
+    cursor: Option<&str>,
+) -> Result<AttemptQuery, ApiError> {
+    let mut query = AttemptQuery::new(account.clone(), api::query::page_request(Some(50), cursor)?);
+    if let Some(e) = endpoint {
+        query = query.of_endpoint(e.parse().map_err(|_| ApiError::not_found("endpoint"))?);
+    }
+    if let Some(r) = result {
+        query.result = Some(r.parse::<AttemptResult>().map_err(|_| {
+            ApiError::bad_request("result: expected delivered, failed or lease_expired")
+        })?);
+    }
+    if let Some(c) = status {
+        query.status_code = Some(
+            c.parse::<u16>()
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+                .ok_or_else(|| ApiError::bad_request("status code: expected 100 to 599"))?,
+        );
+    }
+    Ok(query)
+}
+
+/// One page of the account's attempts, newest first, filtered.
+pub(crate) async fn page(
+    State(s): Shared,
+    AccountPage { session, account }: AccountPage,
+    Query(q): Query<AttemptFilters>,
+) -> Page {
+    let given = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let (endpoint, result, status) = (given(&q.endpoint), given(&q.result), given(&q.status_code));
+    let query = attempt_query(
+        &account,
+        (endpoint.as_deref(), result.as_deref(), status.as_deref()),
+        q.cursor.as_deref(),
+    )?;
+    let found = s.store().attempt_search(query).await?;
+    let root = base(&account);
+    let rows: Vec<Vec<Markup>> = found
+        .items
+        .iter()
+        .map(|a| {
+            vec![
+                link(
+                    &format!("{root}/deliveries/{}", segment(&a.delivery_id.to_string())),
+                    &a.delivery_id.to_string(),
+                ),
+                html! { (a.endpoint_id.to_string()) },
+                html! { (a.attempt) },
+                html! { (a.result.as_str()) },
+                html! { (a.status_code.map(|c| c.to_string()).unwrap_or_default()) },
+                html! { (a.latency_ms) " ms" },
+                html! { (a.error.as_deref().unwrap_or("")) },
+                html! { (time(a.recorded_at)) },
+            ]
+        })
+        .collect();
+    let path = format!("{root}/attempts");
+    let keep = |k: &str, v: &Option<String>| {
+        v.as_ref()
+            .map(|v| format!("&{k}={}", segment(v)))
+            .unwrap_or_default()
+    };
+    let extra = format!(
+        "{}{}{}",
+        keep("endpoint", &endpoint),
+        keep("result", &result),
+        keep("status_code", &status)
+    );
+    let body = html! {
+        form.inline method="get" action=(path) id="attempt-filters" {
+            label for="f-endpoint" { "Endpoint id" }
+            input id="f-endpoint" name="endpoint" value=(endpoint.as_deref().unwrap_or(""));
+            label for="f-result" { "Result" }
+            select id="f-result" name="result" {
+                option value="" { "any" }
+                @for r in ["delivered", "failed", "lease_expired"] {
+                    option value=(r) selected[result.as_deref() == Some(r)] { (r) }
+                }
+            }
+            label for="f-status" { "Status code" }
+            input id="f-status" name="status_code" value=(status.as_deref().unwrap_or("")) size="4";
+            button type="submit" id="filter-attempts" { "Filter" }
+        }
+        (table(
+            "attempts",
+            &["delivery", "endpoint", "attempt", "result", "status", "latency", "error", "recorded"],
+            &rows,
+            "No attempt.",
+        ))
+        (next_link(&path, &extra, found.next))
+    };
+    show("Attempts", &account, Tab::Attempts, &session, &body)
+}
