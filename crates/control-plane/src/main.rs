@@ -54,9 +54,9 @@ pub enum Role {
     /// (plain text and secrets under CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES),
     /// in batches, then exit.
     RotateKey,
-    /// Ask the running service's /readyz on CONTROLPLANE_LISTEN (0.0.0.0 and
-    /// [::] as loopback); exit 0 when it answers 200, 1 otherwise. For
-    /// container health checks: the image needs no HTTP client.
+    /// Ask the running service's /readyz on CONTROLPLANE_LISTEN (a wildcard
+    /// address is asked on loopback); exit 0 when it answers 200, 1
+    /// otherwise. For container health checks: the image needs no HTTP client.
     Healthcheck,
 }
 
