@@ -53,6 +53,25 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The `Idempotency-Key` header, when sent: 1 to 255 visible ASCII
+/// characters (`400` otherwise), for this layer and for publishing alike.
+pub(crate) fn header_key(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
+                    )
+                })
+        })
+        .transpose()
+}
+
 /// Whether a request with a key goes through this layer.
 pub(crate) fn covered(method: &Method, path: &str) -> bool {
     let mutating = matches!(*method, Method::POST | Method::PATCH | Method::DELETE);
@@ -77,23 +96,16 @@ pub(crate) async fn idempotent_writes(
     req: Request,
     next: Next,
 ) -> Response {
-    let (Some(key), Some(auth)) = (
-        req.headers().get("idempotency-key").cloned(),
-        req.headers().get(header::AUTHORIZATION).cloned(),
-    ) else {
+    let Some(auth) = req.headers().get(header::AUTHORIZATION).cloned() else {
         return next.run(req).await;
     };
     if !covered(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
-    let Some(key) = key
-        .to_str()
-        .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255)
-        .map(str::to_string)
-    else {
-        return ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters")
-            .into_response();
+    let key = match header_key(req.headers()) {
+        Ok(Some(k)) => k,
+        Ok(None) => return next.run(req).await,
+        Err(e) => return e.into_response(),
     };
     let (parts, body) = req.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, body_limit).await else {

@@ -98,37 +98,15 @@ pub(crate) async fn event_publish(
     headers: HeaderMap,
     Json(body): Json<PublishBody>,
 ) -> Answer {
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
-                    )
-                })?
-                .to_string(),
-        ),
-    };
-    // The caller's trace goes on here (README: Tracing): the publish span
-    // joins it, and the event keeps the span's own context when spans are
-    // exported, or the caller's as it came when they are not.
-    let caller = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(TraceParent::parse);
+    let idempotency_key = crate::idempotency::header_key(&headers)?;
     let span = tracing::debug_span!("publish", account = %account, event_type = %body.event_type);
-    if let Some(c) = &caller {
-        c.join(&span);
-    }
+    let traceparent = joined_trace(&headers, &span);
     let req = PublishRequest {
         account: account.clone(),
         event_type: body.event_type,
         payload: body.payload,
         idempotency_key,
-        traceparent: TraceParent::of(&span).or(caller),
+        traceparent,
     }
     .checked()?;
     // Keyed publishes go alone: the key's first answer is the one returned.
@@ -204,15 +182,8 @@ pub(crate) async fn event_publish_batch(
             "events: expected 1 to {MAX_BATCH_EVENTS} events, got {n}"
         )));
     }
-    let caller = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(TraceParent::parse);
     let span = tracing::debug_span!("publish_batch", account = %account, events = n);
-    if let Some(c) = &caller {
-        c.join(&span);
-    }
-    let traceparent = TraceParent::of(&span).or(caller);
+    let traceparent = joined_trace(&headers, &span);
     let mut keys = std::collections::HashSet::new();
     let mut reqs = Vec::with_capacity(n);
     for (i, e) in body.events.into_iter().enumerate() {
@@ -250,4 +221,18 @@ pub(crate) async fn event_publish_batch(
             events: published.into_iter().map(Published::from).collect(),
         },
     )
+}
+
+/// The trace context a publish stores (README: Tracing): the caller's
+/// `traceparent` is joined by `span`, and the event keeps the span's own
+/// context when spans are exported, or the caller's as it came when not.
+fn joined_trace(headers: &HeaderMap, span: &tracing::Span) -> Option<TraceParent> {
+    let caller = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceParent::parse);
+    if let Some(c) = &caller {
+        c.join(span);
+    }
+    TraceParent::of(span).or(caller)
 }
