@@ -411,9 +411,9 @@ impl Drop for Project {
 async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
     const EVENTS: u64 = 300;
     // Slow enough that the kill lands mid-run: an endpoint's default cap
-    // of 16 in flight at 200 ms a send is about 4 s for the whole run.
+    // of 16 in flight at 400 ms a send is about 8 s for the whole run.
     let (rx, hooks) = Receiver::start(workspace_tests::answer_after(
-        Duration::from_millis(200),
+        Duration::from_millis(400),
         200,
     ))
     .await;
@@ -455,6 +455,12 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
     );
 
     compose_ok(&project.name, &["up", "-d", "--no-build"], &env);
+    // The worker's container id now, so that the kill itself is quick
+    // (docker-compose takes a second or more to start).
+    let worker_1 = compose_ok(&project.name, &["ps", "-q", "worker-1"], &env)
+        .trim()
+        .to_string();
+    assert!(!worker_1.is_empty(), "worker-1 is not running");
     let api = Api {
         base: format!("http://127.0.0.1:{api_port}"),
     };
@@ -472,9 +478,26 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
         .await;
     assert_eq!(s, 201, "{v}");
     let mut deliveries = Vec::new();
-    for n in 0..EVENTS {
-        deliveries.extend(publish(&api, "order.created", n).await.1);
+    // In batches of 100, so that publishing takes a moment, not seconds
+    // the workers would spend delivering.
+    for first in (0..EVENTS).step_by(100) {
+        let events: Vec<Value> = (first..first + 100)
+            .map(|n| json!({"type": "order.created", "payload": {"n": n}}))
+            .collect();
+        let (s, v) = api
+            .call(
+                "POST",
+                "/v1/accounts/acme/events/batch",
+                Some(json!({ "events": events })),
+            )
+            .await;
+        assert_eq!(s, 202, "{v}");
+        for e in v["events"].as_array().unwrap() {
+            let ids = e["deliveries"].as_array().unwrap();
+            deliveries.extend(ids.iter().map(|d| d.as_str().unwrap().to_string()));
+        }
     }
+    assert_eq!(deliveries.len() as u64, EVENTS);
     // One worker dies (SIGKILL) while the two deliver.
     let start = Instant::now();
     while rx.count() < 20 {
@@ -485,7 +508,7 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    compose_ok(&project.name, &["kill", "-s", "SIGKILL", "worker-1"], &env);
+    docker(&["kill", "--signal", "KILL", &worker_1]);
     let killed_at = rx.count();
     assert!(
         (killed_at as u64) < EVENTS / 2,

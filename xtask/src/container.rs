@@ -206,15 +206,17 @@ fn engine() -> Result<PathBuf, String> {
     };
     if !answers(&docker) {
         let log = target_dir().join("container-dockerd.log");
-        let log_file = std::fs::File::create(&log)
-            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         eprintln!("xtask: starting dockerd (its log: {})", log.display());
-        Command::new("dockerd")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log_file)
-            .spawn()
-            .map_err(|e| format!("cannot start dockerd: {e}"))?;
+        // Detached by start-stop-daemon, which closes every inherited file
+        // descriptor: a daemon that kept one (a caller's lock or pipe)
+        // would hold it for as long as it runs.
+        run(
+            Command::new("start-stop-daemon")
+                .args(["--start", "--background", "--oknodo", "--output"])
+                .arg(&log)
+                .args(["--exec", "/usr/sbin/dockerd"]),
+            "start-stop-daemon --start dockerd",
+        )?;
         let start = std::time::Instant::now();
         while !answers(&docker) {
             if start.elapsed() > std::time::Duration::from_secs(60) {
