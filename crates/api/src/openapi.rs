@@ -30,7 +30,7 @@ use crate::{routes as r, ApiState};
     components(schemas(ErrorBody)),
     tags(
         (name = "service", description = "Health, readiness, metrics and this document"),
-        (name = "keys", description = "Account keys (admin only)"),
+        (name = "keys", description = "Account keys and erasure (admin only)"),
         (name = "sessions", description = "Dashboard sessions (admin only)"),
         (name = "endpoints", description = "Where deliveries go"),
         (name = "events", description = "What is published"),
@@ -52,6 +52,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(crate::serve_openapi))
         .routes(routes!(r::key_create))
         .routes(routes!(r::key_revoke))
+        .routes(routes!(r::account_erase))
         .routes(routes!(r::session_list))
         .routes(routes!(r::session_revoke))
         .routes(routes!(r::endpoint_create, r::endpoint_list))

@@ -4,8 +4,8 @@
 //! rotation).
 
 use control_plane_core::{
-    Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId, Event,
-    EventFilter, EventId, EventType, Page, Task, Timestamp, UsageRow,
+    Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId,
+    EndpointRetry, Event, EventFilter, EventId, EventType, Page, Task, Timestamp, UsageRow,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -40,11 +40,51 @@ pub(crate) struct EndpointView {
     rate_limit_per_s: Option<u32>,
     /// Deliveries in flight at most; unset means the service default.
     max_in_flight: Option<u32>,
+    /// Its own retry schedule and attempt limit; unset means the service's.
+    retry: Option<RetrySettings>,
     description: Option<String>,
     #[schema(format = DateTime)]
     created_at: String,
     #[schema(format = DateTime)]
     updated_at: String,
+}
+
+/// An endpoint's own retry schedule and attempt limit.
+#[derive(Serialize, serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetrySettings {
+    /// Seconds to wait before each retry (1 to 50 delays, each 1 to
+    /// 604,800): after failed attempt n comes `schedule[n-1]`, and the last
+    /// delay repeats.
+    pub(crate) schedule: Vec<u64>,
+    /// Attempts a delivery gets before it is dead (1 to 100); when absent,
+    /// one more than the schedule has delays. Always shown.
+    pub(crate) max_attempts: Option<u32>,
+}
+
+impl RetrySettings {
+    /// The checked setting.
+    pub(crate) fn checked(self) -> Result<EndpointRetry, control_plane_core::StoreError> {
+        let schedule = self
+            .schedule
+            .into_iter()
+            .map(std::time::Duration::from_secs)
+            .collect();
+        EndpointRetry::new(schedule, self.max_attempts)
+    }
+}
+
+impl From<&EndpointRetry> for RetrySettings {
+    fn from(r: &EndpointRetry) -> Self {
+        RetrySettings {
+            schedule: r
+                .schedule()
+                .iter()
+                .map(std::time::Duration::as_secs)
+                .collect(),
+            max_attempts: Some(r.max_attempts()),
+        }
+    }
 }
 
 /// An endpoint's OAuth2 client credentials as shown: never the secret.
@@ -76,6 +116,7 @@ impl From<&Endpoint> for EndpointView {
             ordered: e.ordered,
             rate_limit_per_s: e.rate_limit_per_s,
             max_in_flight: e.max_in_flight,
+            retry: e.retry.as_ref().map(RetrySettings::from),
             description: e.description.clone(),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
@@ -567,4 +608,18 @@ pub(crate) struct SessionView {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct SessionList {
     pub(crate) items: Vec<SessionView>,
+}
+
+/// An erasure begun: what was shut at once, and the task that removes the rest.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErasureStarted {
+    /// Account keys revoked.
+    pub(crate) keys_revoked: u64,
+    /// Dashboard sessions signed in with those keys, ended.
+    pub(crate) sessions_ended: u64,
+    /// Endpoints disabled: nothing more is sent.
+    pub(crate) endpoints_disabled: u64,
+    /// The erasure task (kind `control-plane.erase`): its `progress` and
+    /// `result` say how many rows are gone and whether it is done.
+    pub(crate) task: TaskView,
 }

@@ -211,6 +211,103 @@ async fn only_the_admin_may_raise_max_in_flight_above_the_default() {
 }
 
 #[tokio::test]
+async fn an_endpoint_takes_its_own_retry_schedule_checked() {
+    let api = api().await;
+    let create = |retry: Value| {
+        let api = &api;
+        async move {
+            call("POST", "/v1/accounts/acme/endpoints")
+                .json(json!({"url": "https://example.com/x", "retry": retry}))
+                .send(api)
+                .await
+        }
+    };
+    let (s, e) = create(json!({"schedule": [1, 60, 3600]})).await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    assert_eq!(
+        e["retry"],
+        json!({"schedule": [1, 60, 3600], "max_attempts": 4})
+    );
+    for bad in [
+        json!({"schedule": []}),
+        json!({"schedule": [0]}),
+        json!({"schedule": [604_801]}),
+        json!({"schedule": [5], "max_attempts": 0}),
+        json!({"schedule": [5], "max_attempts": 101}),
+        json!({"schedule": [5], "jitter": 1}),
+    ] {
+        let (s, body) = create(bad.clone()).await;
+        assert!(s.is_client_error(), "{bad}: {s} {body}");
+    }
+    let id = e["id"].as_str().unwrap();
+    let path = format!("/v1/accounts/acme/endpoints/{id}");
+    let (s, changed) = call("PATCH", &path)
+        .json(json!({"retry": {"schedule": [30], "max_attempts": 10}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{changed}");
+    assert_eq!(
+        changed["retry"],
+        json!({"schedule": [30], "max_attempts": 10})
+    );
+    let (_, kept) = call("PATCH", &path)
+        .json(json!({"description": "d"}))
+        .send(&api)
+        .await;
+    assert_eq!(kept["retry"]["max_attempts"], 10, "kept when not given");
+    let (_, cleared) = call("PATCH", &path)
+        .json(json!({"retry": null}))
+        .send(&api)
+        .await;
+    assert_eq!(cleared["retry"], Value::Null);
+    let (_, got) = call("GET", &path).send(&api).await;
+    assert_eq!(got["retry"], Value::Null, "{got}");
+}
+
+#[tokio::test]
+async fn only_the_admin_erases_an_account_and_its_doors_shut_at_once() {
+    let api = api().await;
+    let (_, key) = call("POST", "/v1/accounts/gone/keys").send(&api).await;
+    let token = key["key"].as_str().unwrap().to_string();
+    create_endpoint(&api, "gone").await;
+    create_endpoint(&api, "kept").await;
+    let (s, body) = call("DELETE", "/v1/accounts/gone")
+        .token(Some(&token))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "an account key may not: {body}");
+    let (s, begun) = call("DELETE", "/v1/accounts/gone").send(&api).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{begun}");
+    assert_eq!(
+        (&begun["keys_revoked"], &begun["endpoints_disabled"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(begun["task"]["kind"], "control-plane.erase");
+    let (s, _) = call("GET", "/v1/accounts/gone/endpoints")
+        .token(Some(&token))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "the key is revoked at once");
+    let (_, listed) = call("GET", "/v1/accounts/gone/endpoints").send(&api).await;
+    assert_eq!(listed["items"][0]["enabled"], false, "{listed}");
+    // What the task runs: nothing of the account is left but the task.
+    let gone = AccountId::new("gone").unwrap();
+    let done = control_plane_core::erase(api.store.as_ref(), &gone, None, |_| {})
+        .await
+        .unwrap();
+    assert!(done.done && done.rows_removed >= 1, "{done:?}");
+    let (_, listed) = call("GET", "/v1/accounts/gone/endpoints").send(&api).await;
+    assert_eq!(listed["items"], json!([]));
+    let task = begun["task"]["id"].as_str().unwrap();
+    let (s, _) = call("GET", format!("/v1/accounts/gone/tasks/{task}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "the erasure task stays");
+    let (_, kept) = call("GET", "/v1/accounts/kept/endpoints").send(&api).await;
+    assert_eq!(kept["items"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn keys_are_stored_hashed() {
     let api = api().await;
     let (_, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;
@@ -1145,7 +1242,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 41, "every route is described");
+    assert_eq!(operations, 42, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()

@@ -254,6 +254,9 @@ pub struct ClaimedDelivery {
     /// The endpoint's OAuth2 client credentials (the JSON text of
     /// [`crate::ClientCredentials`]), opened like `secrets`.
     pub oauth2: Option<Secret>,
+    /// The endpoint's own retry schedule, when it has one (the dispatcher
+    /// uses the service's otherwise).
+    pub retry: Option<crate::backoff::EndpointRetry>,
     /// True when this attempt is the half-open circuit's single probe.
     pub probe: bool,
     /// The event's trace context (see [`crate::trace`]).

@@ -92,6 +92,8 @@ pub struct Endpoint {
     pub max_in_flight: Option<u32>,
     /// Ordered mode: one delivery in flight, lowest sequence first.
     pub ordered: bool,
+    /// Its own retry schedule and attempt limit; `None` means the service's.
+    pub retry: Option<EndpointRetry>,
     /// Free text for operators.
     pub description: Option<String>,
     /// Creation time.
@@ -101,6 +103,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Attempts its new deliveries get: its own limit, or `default` (the
+    /// service's, `StoreOptions::max_attempts`).
+    pub fn attempt_limit(&self, default: u32) -> u32 {
+        self.retry
+            .as_ref()
+            .map_or(default, EndpointRetry::max_attempts)
+    }
+
     /// The names of its custom headers (never their values), when they are
     /// opened; none when they cannot be read.
     pub fn header_names(&self) -> Vec<String> {
@@ -217,6 +227,8 @@ pub struct EndpointCreateRequest {
     pub rate_limit_per_s: Option<u32>,
     /// Optional in-flight cap (1 to 10,000); unset means the service default.
     pub max_in_flight: Option<u32>,
+    /// Optional retry schedule and attempt limit of its own.
+    pub retry: Option<EndpointRetry>,
     /// Optional description.
     pub description: Option<String>,
 }
@@ -235,6 +247,7 @@ impl EndpointCreateRequest {
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
+            retry: None,
             description: None,
         }
     }
@@ -289,6 +302,10 @@ pub struct EndpointUpdateRequest {
     pub rate_limit_per_s: Option<Option<u32>>,
     /// New in-flight cap (`Some(None)` returns to the service default).
     pub max_in_flight: Option<Option<u32>>,
+    /// New retry schedule and attempt limit (`Some(None)` returns to the
+    /// service's). Deliveries already made keep the limit they were given
+    /// until they are replayed; the schedule applies from their next failure.
+    pub retry: Option<Option<EndpointRetry>>,
     /// New description (`Some(None)` removes it).
     pub description: Option<Option<String>>,
 }
@@ -363,6 +380,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(m) = self.max_in_flight {
             e.max_in_flight = m;
+        }
+        if let Some(r) = self.retry {
+            e.retry = r;
         }
         if let Some(d) = self.description {
             e.description = d;

@@ -1,12 +1,13 @@
 //! The workflow task kinds the service runs itself: a publish later
-//! (`control-plane.publish`) and an endpoint's recovery
-//! (`control-plane.recover`, `control_plane_core::recover`).
+//! (`control-plane.publish`), an endpoint's recovery
+//! (`control-plane.recover`, `control_plane_core::recover`) and an
+//! account's erasure (`control-plane.erase`, `control_plane_core::erase`).
 
 use std::sync::Arc;
 
 use control_plane_core::{
-    recover, Check, DynControlPlaneStore, PublishRequest, RecoverProgress, Recovery, StoreError,
-    TaskId, UsageMeter, UsageMetric, RECOVER_TASK,
+    erase, recover, Check, DynControlPlaneStore, ErasureProgress, PublishRequest, RecoverProgress,
+    Recovery, StoreError, TaskId, UsageMeter, UsageMetric, ERASE_TASK, RECOVER_TASK,
 };
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use sha2::{Digest, Sha256};
@@ -38,6 +39,7 @@ pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskR
         },
     );
     let recovering = store.clone();
+    register_erase(&mut runner, store.clone());
     runner.register(PUBLISH_TASK, move |task| {
         let store = store.clone();
         let usage = usage.clone();
@@ -92,6 +94,30 @@ pub fn task_runner(store: DynControlPlaneStore, usage: Arc<UsageMeter>) -> TaskR
         }
     });
     runner
+}
+
+/// Registers the erasure of an account ([`erase`]): resumable from its
+/// last reported progress, its result the final count.
+fn register_erase(runner: &mut TaskRunner, store: DynControlPlaneStore) {
+    runner.register_with_progress(ERASE_TASK, move |task, progress| {
+        let store = store.clone();
+        async move {
+            // A run after a crash goes on counting from its last report.
+            let from = task
+                .progress
+                .and_then(|p| serde_json::from_value::<ErasureProgress>(p).ok());
+            let report = |at: &ErasureProgress| {
+                if let Ok(v) = serde_json::to_value(at) {
+                    progress.report(v);
+                }
+            };
+            let done = erase(store.as_ref(), &task.account, from, report)
+                .await
+                .map_err(|e| task_error(&e))?;
+            tracing::info!(account = %task.account, task = %task.id, ?done, "account erased");
+            serde_json::to_value(done).map_err(|e| TaskError::fatal(e.to_string()))
+        }
+    });
 }
 
 /// A store error as a task failure: retried when the store says so.
@@ -318,5 +344,33 @@ mod tests {
         assert_eq!(b.state, TaskState::DeadLettered, "{b:?}");
         let d = store.delivery_get(&account, p.deliveries[0]).await.unwrap();
         assert_eq!(d.state, DeliveryState::Pending, "resent");
+    }
+
+    /// The service's erase task removes the account's endpoint and event,
+    /// completes with its count, and stays as the one row of the account.
+    #[cfg(feature = "embedded")]
+    #[tokio::test]
+    async fn the_erase_task_removes_the_account_and_reports() {
+        use control_plane_core::{PublishRequest, TaskId, TaskState};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, account, _) = store_with_endpoint(dir.path()).await;
+        let publish = PublishRequest::new(account.clone(), "order.paid", serde_json::json!(1));
+        store
+            .event_publish(publish.checked().unwrap())
+            .await
+            .unwrap();
+        let id = TaskId::new("erase-1").unwrap();
+        let usage = Arc::new(UsageMeter::default());
+        let task = (id.clone(), ERASE_TASK, serde_json::json!({}));
+        let ended = run_to_the_end(&store, usage, &account, vec![task]).await;
+        assert_eq!(ended[0].state, TaskState::Completed, "{:?}", ended[0]);
+        let result: ErasureProgress =
+            serde_json::from_value(ended[0].result.clone().unwrap()).unwrap();
+        assert!(result.done && result.rows_removed >= 3, "{result:?}");
+        assert!(store.endpoint_list(&account).await.unwrap().is_empty());
+        assert!(
+            store.workflow_get(&account, &id).await.is_ok(),
+            "the task stays"
+        );
     }
 }

@@ -238,8 +238,8 @@ fn endpoint_row(h: &EndpointHealth, csrf: &str) -> Vec<Markup> {
 }
 
 /// The endpoints page's first cell: URL, description, filter, the names of
-/// its custom headers (never their values), and the token URL and client
-/// id of its OAuth2 credentials (never the secret).
+/// its custom headers (never their values), the token URL and client id of
+/// its OAuth2 credentials (never the secret), and its own retry schedule.
 fn endpoint_cell(e: &Endpoint) -> Markup {
     let headers = e.header_names();
     html! {
@@ -254,7 +254,25 @@ fn endpoint_cell(e: &Endpoint) -> Markup {
         @if let Some(c) = e.oauth2_client() {
             br; small { "oauth2: client " (c.client_id) " at " (c.token_url) }
         }
+        @if let Some(r) = &e.retry {
+            br; small.retry { "retries: " (retry_text(r)) }
+        }
     }
+}
+
+/// An endpoint's own retry schedule as an operator reads it: the delays in
+/// seconds and the attempt limit.
+fn retry_text(r: &control_plane_core::EndpointRetry) -> String {
+    let delays: Vec<String> = r
+        .schedule()
+        .iter()
+        .map(|d| format!("{}s", d.as_secs()))
+        .collect();
+    format!(
+        "{} (at most {} attempts)",
+        delays.join(", "),
+        r.max_attempts()
+    )
 }
 
 #[derive(Deserialize)]

@@ -432,11 +432,13 @@ async fn attempt(
         Err(Unsent::NoToken(failed)) => (failed, None),
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
+    // The endpoint's own schedule, when it has one, in place of the service's.
+    let own = c.retry.as_ref().map(|r| r.policy(&ctx.policy));
     let outcome = classify(
         &result,
         c.lease.attempt,
         c.delivery.id.0.as_bytes(),
-        &ctx.policy,
+        own.as_ref().unwrap_or(&ctx.policy),
         ctx.clock.now(),
     );
     ctx.metrics.record(account, outcome.kind(), took);

@@ -329,6 +329,28 @@ async fn a_500_is_retried_with_the_same_webhook_id_then_delivered() {
     );
 }
 
+/// An endpoint's own schedule (1 s) and limit (2 attempts) win over the
+/// service's (600 s): the delivery is dead after two sends, a second apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_own_retry_schedule_and_limit_are_used() {
+    let r = receiver(vec![(500, None, Duration::ZERO); 3]).await;
+    let s = setup(&r.url).await;
+    let retry = EndpointRetry::new(vec![Duration::from_secs(1)], Some(2)).unwrap();
+    let update = EndpointUpdateRequest {
+        retry: Some(Some(retry)),
+        ..Default::default()
+    };
+    let key = EndpointKey::new(&s.endpoint.account, s.endpoint.id);
+    s.store.endpoint_update(key, update).await.unwrap();
+    let id = publish(&s).await;
+    run_until(&s, config(600), || async {
+        state(&s, id).await.state == DeliveryState::Dead
+    })
+    .await;
+    assert_eq!(state(&s, id).await.attempts, 2);
+    assert_eq!(r.seen.lock().unwrap().len(), 2, "no third send");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_410_disables_the_endpoint() {
     let r = receiver(vec![(410, None, Duration::ZERO)]).await;

@@ -346,6 +346,7 @@ mod tests {
                 secrets: ("s".into(), None, None),
                 headers: None,
                 oauth2: None,
+                retry: None,
             },
         );
         let before = c.0.changes;

@@ -13,7 +13,7 @@ use crate::store::Tx;
 use crate::util::{conversion, RowExt};
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts";
 
 /// The ids of the keys stored credentials are sealed under.
 fn sealed_key_ids_sql() -> String {
@@ -65,6 +65,8 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         filter: r.col(15)?,
         headers: r.col(16)?,
         oauth2: r.col(17)?,
+        retry: EndpointRetry::from_stored(r.get::<_, Option<String>>(18)?.as_deref(), r.get(19)?)
+            .map_err(|e| conversion(18, e))?,
     })
 }
 
@@ -76,8 +78,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13, $15, $16)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -101,6 +103,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
                 req.oauth2.as_ref().map(ClientCredentials::to_text).transpose()?.as_ref()
             )?,
             t.now.as_millis(),
+            req.retry.as_ref().map(EndpointRetry::schedule_text),
+            req.retry.as_ref().map(|r| i64::from(r.max_attempts())),
         ],
     )
     .db()?;
@@ -140,11 +144,12 @@ pub(crate) fn fan_out_set(
         // The tests check the cache against the table at every use, as they
         // check the live index.
         if t.check_against_table {
-            let seen = |e: &[Endpoint]| -> Vec<(EndpointId, Vec<String>, Option<String>)> {
+            type Seen = (EndpointId, Vec<String>, Option<String>, u32);
+            let seen = |e: &[Endpoint]| -> Vec<Seen> {
                 e.iter()
                     .map(|e| {
                         let filter = e.filter.as_ref().map(EventFilter::to_text);
-                        (e.id, e.event_types.clone(), filter)
+                        (e.id, e.event_types.clone(), filter, e.attempt_limit(0))
                     })
                     .collect()
             };
@@ -185,7 +190,8 @@ pub(crate) fn update(
     req.apply_to(&mut e)?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
+         retry_schedule = $12, max_attempts = $13 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -199,7 +205,9 @@ pub(crate) fn update(
             t.keys
                 .seal_optional(id.0.as_bytes(), Slot::Headers, e.headers.as_ref())?,
             t.keys
-                .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?
+                .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?,
+            e.retry.as_ref().map(EndpointRetry::schedule_text),
+            e.retry.as_ref().map(|r| i64::from(r.max_attempts()))
         ],
     )
     .db()?;
@@ -352,11 +360,12 @@ pub(crate) struct Sender {
     pub secrets: (String, Option<String>, Option<Timestamp>),
     pub headers: Option<String>,
     pub oauth2: Option<String>,
+    pub retry: Option<EndpointRetry>,
 }
 
 const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
-     budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2 \
-     FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
+     budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2, \
+     retry_schedule, max_attempts FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
 
 fn read_senders(
     t: &Tx<'_>,
@@ -380,6 +389,11 @@ fn read_senders(
                 secrets: (r.get(9)?, r.get(10)?, r.col(11)?),
                 headers: r.get(12)?,
                 oauth2: r.get(13)?,
+                retry: EndpointRetry::from_stored(
+                    r.get::<_, Option<String>>(14)?.as_deref(),
+                    r.get(15)?,
+                )
+                .map_err(|e| conversion(14, e))?,
             };
             Ok((r.col(0)?, sender))
         })

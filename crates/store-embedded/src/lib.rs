@@ -10,6 +10,7 @@ mod catalogue;
 mod config;
 mod delivery;
 mod endpoint;
+mod erasure;
 mod error;
 mod finished;
 mod idempotency;

@@ -169,4 +169,20 @@ impl MaintenanceStore for EmbeddedStore {
     ) -> StoreResult<PurgeReport> {
         self.work_tx(move |t| purge(t, retention, batch)).await
     }
+
+    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
+        let account = account.clone();
+        self.work_tx(move |t| crate::erasure::begin(t, &account))
+            .await
+    }
+
+    async fn account_erase_batch(
+        &self,
+        account: &AccountId,
+        batch: PurgeBatch,
+    ) -> StoreResult<u64> {
+        let account = account.clone();
+        self.work_tx(move |t| crate::erasure::batch(t, &account, batch))
+            .await
+    }
 }

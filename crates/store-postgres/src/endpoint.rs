@@ -13,7 +13,7 @@ use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
 
 pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2";
+     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts";
 
 /// Refuses a store holding credentials sealed under keys it lacks.
 pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
@@ -102,6 +102,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         filter: r.col(15)?,
         headers: r.col(16)?,
         oauth2: r.col(17)?,
+        retry: EndpointRetry::from_stored(r.col::<Option<String>>(18)?.as_deref(), r.col(19)?)?,
     })
 }
 
@@ -114,8 +115,8 @@ pub(crate) async fn create(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, max_in_flight, filter, headers, oauth2) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13)",
+         description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -142,6 +143,8 @@ pub(crate) async fn create(
                     .transpose()?
                     .as_ref(),
             )?,
+            &req.retry.as_ref().map(EndpointRetry::schedule_text),
+            &req.retry.as_ref().map(|r| i64::from(r.max_attempts())),
         ],
     )
     .await
@@ -207,7 +210,8 @@ pub(crate) async fn update(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
-         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11 WHERE id = $7",
+         description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
+         retry_schedule = $12, max_attempts = $13 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -222,6 +226,8 @@ pub(crate) async fn update(
                 .seal_optional(id.0.as_bytes(), Slot::Headers, e.headers.as_ref())?,
             &t.keys
                 .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?,
+            &e.retry.as_ref().map(EndpointRetry::schedule_text),
+            &e.retry.as_ref().map(|r| i64::from(r.max_attempts())),
         ],
     )
     .await

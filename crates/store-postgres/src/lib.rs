@@ -9,6 +9,7 @@ mod catalogue;
 mod config;
 mod delivery;
 mod endpoint;
+mod erasure;
 mod error;
 mod idempotency;
 mod maintenance;

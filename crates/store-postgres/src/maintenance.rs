@@ -145,4 +145,16 @@ impl MaintenanceStore for PostgresStore {
     ) -> StoreResult<PurgeReport> {
         in_tx!(self, |t| purge(&t, retention, batch))
     }
+
+    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
+        in_tx!(self, |t| crate::erasure::begin(&t, account))
+    }
+
+    async fn account_erase_batch(
+        &self,
+        account: &AccountId,
+        batch: PurgeBatch,
+    ) -> StoreResult<u64> {
+        in_tx!(self, |t| crate::erasure::batch(&t, account, batch))
+    }
 }

@@ -49,6 +49,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (17, include_str!("migrations/0017_counts_and_rollups.sql")),
     (18, include_str!("migrations/0018_example_events.sql")),
     (19, include_str!("migrations/0019_tasks_by_state.sql")),
+    (20, include_str!("migrations/0020_endpoint_retry.sql")),
 ];
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.

@@ -1,7 +1,9 @@
 //! Admin routes: account keys and dashboard sessions.
 
 use super::*;
-use control_plane_core::KeyHash;
+use control_plane_core::{KeyHash, ERASE_TASK};
+
+use crate::views::ErasureStarted;
 
 /// Creates an account key (admin only); the key is shown this once.
 #[utoipa::path(
@@ -100,4 +102,43 @@ pub(crate) async fn session_revoke(
     }
     s.store.session_end(&p.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Erases an account (admin only): its keys are revoked, the dashboard
+/// sessions signed in with them ended and its endpoints disabled before the
+/// answer; then a workflow task (kind `control-plane.erase`) removes every
+/// row of the account in batches of at most 1000 per table, resuming after
+/// a crash. The task is the one row it keeps: `GET .../tasks/{id}` shows
+/// its progress, and its result once nothing else is left.
+#[utoipa::path(
+    delete,
+    path = "/v1/accounts/{account}",
+    tag = "keys",
+    params(AccountPath),
+    responses((status = 202, description = "Shut at once; the rest goes in the task", body = ErasureStarted)),
+)]
+pub(crate) async fn account_erase(State(s): Shared, AdminScope(account): AdminScope) -> Answer {
+    let begun = s.store.account_erase_begin(&account).await?;
+    let enqueued = s
+        .store
+        .workflow_enqueue(
+            TaskEnqueueRequest {
+                id: TaskId::new(format!("erase-{}", uuid::Uuid::now_v7()))?,
+                account,
+                kind: ERASE_TASK.into(),
+                payload: serde_json::json!({}),
+                run_at: None,
+            }
+            .checked()?,
+        )
+        .await?;
+    ok(
+        StatusCode::ACCEPTED,
+        ErasureStarted {
+            keys_revoked: begun.keys_revoked,
+            sessions_ended: begun.sessions_ended,
+            endpoints_disabled: begun.endpoints_disabled,
+            task: TaskView::from(&enqueued.task),
+        },
+    )
 }

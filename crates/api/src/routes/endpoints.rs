@@ -4,6 +4,8 @@
 use control_plane_core::ClientCredentials;
 use control_plane_core::{EndpointKey, SecretRotation};
 
+use crate::views::RetrySettings;
+
 use super::*;
 
 /// A caller's signing secret after checking it, or a fresh one.
@@ -46,6 +48,9 @@ pub(crate) struct EndpointCreateBody {
     rate_limit_per_s: Option<u32>,
     /// Deliveries in flight at most; absent means the service default.
     max_in_flight: Option<u32>,
+    /// Its own retry schedule and attempt limit; absent means the service's
+    /// (`CONTROLPLANE_RETRY_SCHEDULE`).
+    retry: Option<RetrySettings>,
     description: Option<String>,
 }
 
@@ -136,6 +141,7 @@ pub(crate) async fn endpoint_create(
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
+    req.retry = body.retry.map(RetrySettings::checked).transpose()?;
     req.description = body.description;
     let e = s.store.endpoint_create(req.checked()?).await?;
     ok(
@@ -209,6 +215,13 @@ pub(crate) struct EndpointUpdateBody {
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<u32>)]
     max_in_flight: Option<Option<u32>>,
+    /// A new retry schedule and attempt limit, replacing both; `null`
+    /// returns to the service's. Deliveries already made keep their attempt
+    /// limit until they are replayed; the schedule applies from their next
+    /// failure.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<RetrySettings>)]
+    retry: Option<Option<RetrySettings>>,
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<String>)]
     description: Option<Option<String>>,
@@ -246,6 +259,10 @@ pub(crate) async fn endpoint_update(
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
         max_in_flight: body.max_in_flight,
+        retry: body
+            .retry
+            .map(|r| r.map(RetrySettings::checked).transpose())
+            .transpose()?,
         description: body.description,
     };
     let e = s

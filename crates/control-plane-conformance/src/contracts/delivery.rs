@@ -572,3 +572,80 @@ pub async fn a_success_is_recorded_alike_on_every_path(f: &dyn StoreFactory) {
         "the same circuit"
     );
 }
+
+/// `EndpointStore::endpoint_create` and `DeliveryStore::delivery_record_outcome`:
+/// an endpoint's own retry setting gives its new deliveries its attempt
+/// limit (not the service's), reaches the dispatcher with every claim, is
+/// given again at replay, and changes with an update.
+pub async fn an_endpoint_retry_schedule_and_attempt_limit_are_its_own(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let retry = EndpointRetry::new(vec![Duration::from_secs(1)], Some(2)).unwrap();
+    let mut req = EndpointCreateRequest::new(
+        acct("a"),
+        "https://example.com/own",
+        Secret::new("whsec_dGVzdA=="),
+    );
+    req.retry = Some(retry.clone());
+    let own = create_endpoint(&h, req).await;
+    assert_eq!(own.retry.as_ref(), Some(&retry));
+    assert_eq!(reread(&h, &own).await.retry.as_ref(), Some(&retry));
+    let plain = endpoint(&h, "a", false).await;
+    assert_eq!(plain.retry, None);
+    let p = publish(&h, "a").await;
+    let limit_of = |e: EndpointId, ds: &[Delivery]| {
+        ds.iter()
+            .find(|d| d.endpoint_id == e)
+            .map(|d| d.max_attempts)
+    };
+    let mut made = Vec::new();
+    for id in &p.deliveries {
+        made.push(get(&h, "a", *id).await);
+    }
+    assert_eq!(limit_of(own.id, &made), Some(2), "the endpoint's limit");
+    let service = StoreOptions::default().max_attempts;
+    assert_eq!(limit_of(plain.id, &made), Some(service));
+    // Two failed attempts each: the endpoint's delivery is dead, the
+    // other one retries.
+    let mut last = HashMap::new();
+    for attempt in 1..=2u32 {
+        let claimed = claim(&h, 10).await;
+        assert_eq!(claimed.len(), 2, "attempt {attempt}");
+        for c in &claimed {
+            let expected = (c.delivery.endpoint_id == own.id).then(|| retry.clone());
+            assert_eq!(c.retry, expected, "a claim carries the endpoint's schedule");
+            let state = record(&h, c, fail_at(h.clock.now())).await.state;
+            last.insert(c.delivery.endpoint_id, (c.delivery.id, state));
+        }
+    }
+    assert_eq!(last[&own.id].1, DeliveryState::Dead);
+    assert_eq!(last[&plain.id].1, DeliveryState::Pending);
+    // A replay gives the endpoint's limit again.
+    let replayed = h
+        .store
+        .delivery_replay(&acct("a"), last[&own.id].0)
+        .await
+        .unwrap();
+    assert_eq!(replayed.max_attempts, 2 + 2);
+    // Back to the service's: new deliveries and claims follow.
+    let a = acct("a");
+    let key = EndpointKey::new(&a, own.id);
+    let back = h
+        .store
+        .endpoint_update(
+            key,
+            EndpointUpdateRequest {
+                retry: Some(None),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.retry, None);
+    let next = publish(&h, "a").await;
+    for id in &next.deliveries {
+        assert_eq!(get(&h, "a", *id).await.max_attempts, service);
+    }
+    let claimed = claim(&h, 10).await;
+    assert!(claimed.iter().any(|c| c.delivery.endpoint_id == own.id));
+    assert!(claimed.iter().all(|c| c.retry.is_none()));
+}

@@ -268,3 +268,202 @@ pub async fn retention_purges_ended_usage_windows(f: &dyn StoreFactory) {
         "the purged batch id is forgotten, so it counts again"
     );
 }
+
+/// What a reader of the port sees of one account: its rows, counted.
+#[derive(Debug, PartialEq, Eq)]
+struct Census {
+    endpoints: usize,
+    deliveries: usize,
+    events: usize,
+    attempts: usize,
+    alerts: usize,
+    usage: usize,
+    event_types: usize,
+    tasks: (bool, bool),
+    key: bool,
+    session: bool,
+}
+
+/// Gives `account` rows of every kind: two endpoints (one deleted later),
+/// an event type, a key and a session signed in with it, three events
+/// (one delivered, one dead, the rest pending), an alert, a usage
+/// window, a task and an erasure task.
+async fn fill(h: &Harness, account: &str) {
+    endpoint(h, account, false).await;
+    let gone = endpoint(h, account, false).await;
+    put_type(h, EventTypePut::new(acct(account), "invoice.paid", "paid")).await;
+    let hash = format!("{:0>64}", account.as_bytes()[0]);
+    h.store
+        .account_key_create(&acct(account), &key_hash(&hash))
+        .await
+        .unwrap();
+    let id = format!("{:f>64}", account.as_bytes()[0]);
+    let req = SessionCreateRequest::new(id, hash, "c".repeat(64), Duration::from_secs(60));
+    h.store.session_create(req.unwrap()).await.unwrap();
+    for _ in 0..3 {
+        publish(h, account).await;
+    }
+    let claimed = claim(h, 2).await;
+    record(h, &claimed[0], ok()).await;
+    let give_up = DeliveryOutcome::GiveUp(AttemptReport {
+        status_code: Some(400),
+        error: None,
+        latency_ms: 1,
+        response_body: None,
+    });
+    record(h, &claimed[1], give_up).await;
+    let usage = UsageBatch {
+        batch_id: format!("usage-{account}"),
+        entries: vec![UsageEntry {
+            account: acct(account),
+            metric: UsageMetric::EventsPublished,
+            at: h.clock.now(),
+            amount: 3,
+        }],
+    };
+    h.store
+        .usage_record(usage.checked().unwrap())
+        .await
+        .unwrap();
+    enqueue(h, "job", account, "some.kind").await;
+    enqueue(h, "erase", account, ERASE_TASK).await;
+    h.store
+        .endpoint_delete(&acct(account), gone.id)
+        .await
+        .unwrap();
+}
+
+async fn census(h: &Harness, account: &str) -> Census {
+    let a = acct(account);
+    let all = PageRequest::first(1000);
+    let events = EventListRequest {
+        account: a.clone(),
+        event_type: None,
+        since: None,
+        until: None,
+        page: all,
+    };
+    let exists = |r: StoreResult<Task>| r.is_ok();
+    Census {
+        endpoints: h.store.endpoint_list(&a).await.unwrap().len(),
+        deliveries: h
+            .store
+            .delivery_list(DeliveryListRequest::all(a.clone(), all))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        events: h.store.event_list(events).await.unwrap().items.len(),
+        attempts: h
+            .store
+            .attempt_search(AttemptQuery::new(a.clone(), all))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        alerts: h.store.alert_list(&a, all).await.unwrap().items.len(),
+        usage: h
+            .store
+            .usage_query(
+                &a,
+                TimeRange {
+                    from: Timestamp::from_millis(0),
+                    to: h.clock.now().plus(Duration::from_secs(7200)),
+                },
+            )
+            .await
+            .unwrap()
+            .len(),
+        event_types: h.store.event_type_list(&a).await.unwrap().len(),
+        tasks: (
+            exists(h.store.workflow_get(&a, &tid("job")).await),
+            exists(h.store.workflow_get(&a, &tid("erase")).await),
+        ),
+        key: h
+            .store
+            .account_key_find(&format!("{:0>64}", account.as_bytes()[0]))
+            .await
+            .unwrap()
+            .is_some(),
+        session: h
+            .store
+            .session_get(&format!("{:f>64}", account.as_bytes()[0]))
+            .await
+            .unwrap()
+            .is_some(),
+    }
+}
+
+/// `MaintenanceStore::account_erase_begin` and `account_erase_batch`: the
+/// start revokes the account's key, ends its session and stops its
+/// endpoints being claimed; small batches then remove every row of the
+/// account but its erasure task, and another account keeps every row.
+pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    fill(&h, "a").await;
+    fill(&h, "b").await;
+    let before_a = census(&h, "a").await;
+    assert!(
+        before_a.deliveries >= 4 && before_a.attempts >= 2,
+        "{before_a:?}"
+    );
+    assert!(before_a.key && before_a.session, "{before_a:?}");
+    assert!(
+        before_a.usage > 0 && before_a.alerts > 0 && before_a.event_types > 0,
+        "{before_a:?}"
+    );
+    let before_b = census(&h, "b").await;
+    let begun = h.store.account_erase_begin(&acct("a")).await.unwrap();
+    assert_eq!(
+        (
+            begun.keys_revoked,
+            begun.sessions_ended,
+            begun.endpoints_disabled
+        ),
+        (1, 1, 1)
+    );
+    let a = census(&h, "a").await;
+    assert!(!a.key && !a.session, "shut at once: {a:?}");
+    let claimed = claim(&h, 100).await;
+    assert!(!claimed.is_empty());
+    assert!(
+        claimed.iter().all(|c| c.delivery.account == acct("b")),
+        "nothing more is sent to the erased account's endpoints"
+    );
+    let batch = PurgeBatch::new(2).unwrap();
+    let mut rounds = 0;
+    while h
+        .store
+        .account_erase_batch(&acct("a"), batch)
+        .await
+        .unwrap()
+        > 0
+    {
+        rounds += 1;
+        assert!(rounds < 100, "an erasure ends");
+    }
+    assert!(rounds > 1, "batches are bounded: {rounds}");
+    assert_eq!(
+        census(&h, "a").await,
+        Census {
+            endpoints: 0,
+            deliveries: 0,
+            events: 0,
+            attempts: 0,
+            alerts: 0,
+            usage: 0,
+            event_types: 0,
+            tasks: (false, true),
+            key: false,
+            session: false,
+        }
+    );
+    assert_eq!(
+        census(&h, "b").await,
+        before_b,
+        "another account is untouched"
+    );
+    // The account may be used again, from nothing.
+    endpoint(&h, "a", false).await;
+    assert_eq!(publish(&h, "a").await.deliveries.len(), 1);
+}

@@ -270,7 +270,9 @@ pub trait DeliveryStore: Send + Sync {
     ///   log; its lease is lost once the delivery is claimed again
     ///   (`a_retried_delivery_keeps_its_place_and_its_log`).
     /// - Delivered, retry, give-up and exhaustion transitions
-    ///   (`outcomes_move_the_delivery`, `exhausted_attempts_end_dead`).
+    ///   (`outcomes_move_the_delivery`, `exhausted_attempts_end_dead`); the
+    ///   attempts allowed are the endpoint's own when it has a retry setting,
+    ///   also after a replay (`an_endpoint_retry_schedule_and_attempt_limit_are_its_own`).
     /// - `Gone` disables the endpoint and holds the delivery (`gone_disables_endpoint_and_holds_delivery`).
     /// - The circuit opens at its threshold, closes on a probe's success and
     ///   re-opens with a longer cooldown on its failure (`circuit_opens_at_threshold`,

@@ -9,6 +9,11 @@ pub trait EndpointStore: Send + Sync {
     ///
     /// # Behavior
     /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
+    /// - Its own retry setting ([`crate::EndpointRetry`]) gives its new
+    ///   deliveries its attempt limit instead of `StoreOptions::max_attempts`,
+    ///   goes with every claim of them, and is changed or removed
+    ///   (`Some(None)`) by an update
+    ///   (`an_endpoint_retry_schedule_and_attempt_limit_are_its_own`).
     ///
     /// # Errors
     /// None of its own: the request was checked when it was sealed

@@ -178,4 +178,34 @@ pub trait MaintenanceStore: Send + Sync {
         retention: Duration,
         batch: PurgeBatch,
     ) -> StoreResult<PurgeReport>;
+
+    /// The start of an erasure of `account` ([`crate::erasure`]): its
+    /// dashboard sessions signed in with its keys end, its keys are revoked
+    /// and its endpoints disabled, in one transaction, so that from its
+    /// commit nothing more is accepted from the account's keys or sent to
+    /// its endpoints. Running it again is harmless.
+    ///
+    /// # Behavior
+    /// - Keys stop working and endpoints stop being claimed at once
+    ///   (`erasing_an_account_removes_its_rows_and_no_others`).
+    ///
+    /// # Cancellation safety
+    /// Safe: one transaction.
+    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun>;
+
+    /// Removes one batch of `account`'s rows, at most `batch` rows per
+    /// table: attempts, their rollups, deliveries, events without
+    /// deliveries, endpoints without deliveries, event types, alerts,
+    /// usage windows, tasks (except its erasure tasks, [`crate::ERASE_TASK`]),
+    /// keys; how many it removed, `0` once nothing is left.
+    ///
+    /// # Behavior
+    /// - Batches end with nothing of the account left but its erasure task,
+    ///   and every other account's rows untouched
+    ///   (`erasing_an_account_removes_its_rows_and_no_others`).
+    ///
+    /// # Cancellation safety
+    /// Safe: each batch commits on its own.
+    async fn account_erase_batch(&self, account: &AccountId, batch: PurgeBatch)
+        -> StoreResult<u64>;
 }

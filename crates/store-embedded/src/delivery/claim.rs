@@ -650,6 +650,7 @@ fn sends(
                 probe,
                 traceparent: ev.traceparent.as_deref().and_then(TraceParent::parse),
                 oauth2: s.oauth2.clone().map(Secret::new),
+                retry: s.retry.clone(),
                 delivery,
             },
         );

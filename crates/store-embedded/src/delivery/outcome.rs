@@ -203,7 +203,8 @@ pub(crate) fn requeue(
         return Err(how.refused(id, None));
     }
     t.execute(
-        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + coalesce((SELECT e.max_attempts FROM endpoints e \
+         WHERE e.id = deliveries.endpoint_id), $2), lease_token = NULL, \
          last_outcome = NULL, updated_at = $1 WHERE id = $3",
         params![t.now.as_millis(), t.options.max_attempts, id.to_string()],
     )
@@ -220,7 +221,8 @@ pub(crate) fn requeue(
 pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> {
     let revived = moved_seqs(
         t,
-        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + $2, lease_token = NULL, \
+        "UPDATE deliveries SET state = 'pending', due_at = $1, max_attempts = attempts + coalesce((SELECT e.max_attempts FROM endpoints e \
+         WHERE e.id = deliveries.endpoint_id), $2), lease_token = NULL, \
          last_outcome = NULL, updated_at = $1 \
          WHERE account = $3 AND state = 'dead' AND ($4::VARCHAR IS NULL OR endpoint_id = $4) \
          AND ($5::BIGINT IS NULL OR updated_at >= $5) AND ($6::BIGINT IS NULL OR updated_at < $6) \

@@ -17,25 +17,30 @@ pub(super) struct NewRows {
     pub(super) d_endpoint: Vec<String>,
     pub(super) d_event: Vec<String>,
     pub(super) d_seq: Vec<i64>,
+    pub(super) d_max_attempts: Vec<i64>,
 }
 
 impl NewRows {
+    /// A new delivery of `event` to `endpoint`, with the endpoint's attempt
+    /// limit (or the service's).
     pub(super) fn delivery(
         &mut self,
         t: &mut Tx<'_>,
         account: &AccountId,
-        endpoint: EndpointId,
+        endpoint: &Endpoint,
         event: EventId,
     ) -> DeliveryId {
         let id = DeliveryId::new();
         let seq = t.next_seq();
+        let max_attempts = endpoint.attempt_limit(t.options.max_attempts);
+        let endpoint = endpoint.id;
         let row = LeaseRow {
             id,
             seq,
             account: account.clone(),
             endpoint_id: endpoint,
             attempts: 0,
-            max_attempts: t.options.max_attempts,
+            max_attempts,
             due_at: t.now,
             state: DeliveryState::Pending,
             lease_token: None,
@@ -55,6 +60,7 @@ impl NewRows {
         self.d_endpoint.push(endpoint.to_string());
         self.d_event.push(event.to_string());
         self.d_seq.push(seq);
+        self.d_max_attempts.push(i64::from(max_attempts));
         id
     }
 
@@ -78,6 +84,7 @@ impl NewRows {
             .push(event.traceparent.as_ref().map(|t| t.as_str().to_string()));
         let deliveries: Vec<DeliveryId> = fan_out(endpoints, &req.event_type, &req.payload, about)
             .into_iter()
+            .filter_map(|id| endpoints.iter().find(|e| e.id == id))
             .map(|e| self.delivery(t, &req.account, e, event.id))
             .collect();
         // Its claims will send it: kept for them (ADR 0028).
@@ -120,7 +127,7 @@ impl NewRows {
             t.execute(
                 "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, \
                  due_at, created_at, updated_at) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), \
-                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, $6::BIGINT, \
+                 unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::BIGINT[]), 'pending', 0, unnest($6::BIGINT[]), \
                  $7::BIGINT, $8::BIGINT, $9::BIGINT",
                 params![
                     list::text(self.d_id),
@@ -128,7 +135,7 @@ impl NewRows {
                     list::text(self.d_endpoint),
                     list::text(self.d_event),
                     list::of(self.d_seq),
-                    i64::from(t.options.max_attempts),
+                    list::of(self.d_max_attempts),
                     t.now.as_millis(),
                     t.now.as_millis(),
                     t.now.as_millis()
@@ -199,10 +206,10 @@ pub(crate) fn publish_example_to(
     req: Checked<PublishRequest>,
     to: EndpointId,
 ) -> StoreResult<Published> {
-    endpoint::get(t, &req.account, to)?;
+    let endpoint = endpoint::get(t, &req.account, to)?;
     let mut rows = NewRows::default();
     let mut published = rows.event(t, &req, &[], None);
-    let delivery = rows.delivery(t, &req.account, to, published.event.id);
+    let delivery = rows.delivery(t, &req.account, &endpoint, published.event.id);
     published.deliveries.push(delivery);
     rows.write(t)?;
     t.execute(
@@ -234,7 +241,7 @@ pub(crate) fn enqueue(
     endpoint_id: EndpointId,
     event: EventId,
 ) -> StoreResult<Enqueued> {
-    endpoint::get(t, account, endpoint_id)?;
+    let endpoint = endpoint::get(t, account, endpoint_id)?;
     event_get(t, account, event)?;
     let existing = t
         .query_row(
@@ -251,7 +258,7 @@ pub(crate) fn enqueue(
         }),
         None => {
             let mut rows = NewRows::default();
-            let delivery_id = rows.delivery(t, account, endpoint_id, event);
+            let delivery_id = rows.delivery(t, account, &endpoint, event);
             rows.write(t)?;
             Ok(Enqueued {
                 delivery_id,

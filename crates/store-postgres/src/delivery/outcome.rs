@@ -190,15 +190,17 @@ pub(crate) async fn record_outcome(
 
 /// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x
 /// USING deliveries d` in a CTE `x`: the dead rows it deleted go back to the
-/// queue, due at `$1`, with their own sequence numbers and `$2` more
-/// attempts, and leave the finished tally.
+/// queue, due at `$1`, with their own sequence numbers and their endpoint's
+/// attempt limit (or `$2`) more attempts, and leave the finished tally.
 pub(super) const REQUEUE: &str = "RETURNING d.endpoint_id, d.seq, d.id, d.account, x.attempts, x.last_error, \
      x.state AS was), \
      tally AS (INSERT INTO delivery_tallies (account, state, n) \
      SELECT account, was, -count(*) FROM x GROUP BY account, was) \
      INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, \
      due_at, last_error, updated_at) \
-     SELECT endpoint_id, seq, id, account, 'pending', attempts, attempts + $2, $1, last_error, $1 FROM x";
+     SELECT endpoint_id, seq, id, account, 'pending', attempts, \
+     attempts + coalesce((SELECT e.max_attempts FROM endpoints e WHERE e.id = x.endpoint_id), $2), \
+     $1, last_error, $1 FROM x";
 
 /// A finished delivery back to the queue ([`Requeue`]).
 pub(crate) async fn requeue(

@@ -47,7 +47,8 @@ pub(super) const INSERT_EVENTS: &str = "INSERT INTO events (id, account, event_t
      ON CONFLICT (account, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";
 
 /// Stores pending deliveries given as parallel arrays, their sequence
-/// numbers in the arrays' order: the immutable row and the live one;
+/// numbers in the arrays' order: the immutable row and the live one, with
+/// its endpoint's attempt limit or `$5`;
 /// returns the ids of those it stored (a pair already delivered is skipped).
 pub(super) const INSERT_DELIVERIES: &str = "WITH d AS (INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, created_at) \
      SELECT u.id, u.account, u.endpoint_id, u.event_id, nextval('delivery_seq'), $6 \
@@ -55,7 +56,9 @@ pub(super) const INSERT_DELIVERIES: &str = "WITH d AS (INSERT INTO deliveries (i
      AS u(id, account, endpoint_id, event_id, n) ORDER BY u.n \
      ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING id, account, endpoint_id, seq) \
      INSERT INTO delivery_queue (endpoint_id, seq, delivery_id, account, state, attempts, max_attempts, due_at, updated_at) \
-     SELECT endpoint_id, seq, id, account, 'pending', 0, $5, $6, $6 FROM d RETURNING delivery_id";
+     SELECT endpoint_id, seq, id, account, 'pending', 0, \
+     coalesce((SELECT e.max_attempts FROM endpoints e WHERE e.id = d.endpoint_id), $5), $6, $6 \
+     FROM d RETURNING delivery_id";
 
 /// What a publish writes, as the parallel arrays its statements take.
 pub(super) struct PublishRows<'a> {

@@ -1,0 +1,93 @@
+//! Erasure of an account ([`control_plane_core::erasure`]): the start that
+//! shuts its doors, and the batches that remove its rows.
+
+use control_plane_core::*;
+
+use crate::error::PgResultExt;
+use crate::store::Tx;
+
+/// Why the endpoints of an account being erased are disabled.
+const ERASING: &str = "the account is being erased";
+
+/// Ends the sessions signed in with the account's keys, revokes the keys
+/// and disables its endpoints.
+pub(crate) async fn begin(t: &Tx<'_>, account: &AccountId) -> StoreResult<ErasureBegun> {
+    let a = account.as_str();
+    let sessions_ended = t
+        .execute(
+            "DELETE FROM sessions WHERE token_hash IN (SELECT key_hash FROM account_keys WHERE account = $1)",
+            &[&a],
+        )
+        .await
+        .db()?;
+    let keys_revoked = t
+        .execute("DELETE FROM account_keys WHERE account = $1", &[&a])
+        .await
+        .db()?;
+    let endpoints_disabled = t
+        .execute(
+            "UPDATE endpoints SET enabled = false, disabled_reason = $2, updated_at = $3 \
+             WHERE account = $1 AND enabled AND deleted_at IS NULL",
+            &[&a, &ERASING, &t.now.as_millis()],
+        )
+        .await
+        .db()?;
+    Ok(ErasureBegun {
+        keys_revoked,
+        sessions_ended,
+        endpoints_disabled,
+    })
+}
+
+/// One statement per kind of row, each at most `$2` rows of account `$1`,
+/// in an order that leaves nothing pointing at a removed row: the attempt
+/// log and deliveries first, then the events and endpoints they name (an
+/// endpoint once the account has no delivery left and the endpoint no
+/// attempt), then the rest. `$3` is the erasure's own task kind, kept.
+const BATCH: &[&str] = &[
+    "DELETE FROM attempts WHERE id IN (SELECT a.id FROM endpoints e CROSS JOIN LATERAL \
+     (SELECT x.id FROM attempts x WHERE x.endpoint_id = e.id LIMIT $2) a WHERE e.account = $1 LIMIT $2)",
+    "DELETE FROM attempt_rollup WHERE ctid = ANY(ARRAY(SELECT r.ctid FROM endpoints e \
+     JOIN attempt_rollup r ON r.endpoint_id = e.id WHERE e.account = $1 LIMIT $2))",
+    "WITH d AS (SELECT id, account, endpoint_id, seq FROM deliveries WHERE account = $1 ORDER BY seq DESC LIMIT $2), \
+     q AS (DELETE FROM delivery_queue q USING d WHERE q.endpoint_id = d.endpoint_id AND q.seq = d.seq), \
+     f AS (DELETE FROM delivery_done f USING d WHERE f.delivery_id = d.id RETURNING d.account, f.state), \
+     tally AS (INSERT INTO delivery_tallies (account, state, n) \
+       SELECT account, state, -count(*) FROM f GROUP BY account, state) \
+     DELETE FROM deliveries x USING d WHERE x.id = d.id",
+    "DELETE FROM delivery_tallies WHERE account = $1 \
+     AND NOT EXISTS (SELECT 1 FROM deliveries WHERE account = $1)",
+    "DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.account = $1 \
+     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) LIMIT $2)",
+    "WITH e AS (SELECT id FROM endpoints e WHERE e.account = $1 \
+       AND NOT EXISTS (SELECT 1 FROM deliveries WHERE account = $1) \
+       AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.endpoint_id = e.id) \
+       AND NOT EXISTS (SELECT 1 FROM attempt_rollup r WHERE r.endpoint_id = e.id) LIMIT $2), \
+     c AS (DELETE FROM circuits c USING e WHERE c.endpoint_id = e.id), \
+     fl AS (DELETE FROM endpoint_flow fl USING e WHERE fl.endpoint_id = e.id) \
+     DELETE FROM endpoints x USING e WHERE x.id = e.id",
+    "DELETE FROM event_types WHERE (account, name) IN \
+     (SELECT account, name FROM event_types WHERE account = $1 LIMIT $2)",
+    "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE account = $1 LIMIT $2)",
+    "DELETE FROM usage_counters WHERE (account, metric, window_start) IN \
+     (SELECT account, metric, window_start FROM usage_counters WHERE account = $1 LIMIT $2)",
+    "DELETE FROM tasks WHERE (account, id) IN \
+     (SELECT account, id FROM tasks WHERE account = $1 AND kind <> $3 LIMIT $2)",
+    "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
+];
+
+/// One batch of [`BATCH`] in the caller's transaction; the rows removed.
+pub(crate) async fn batch(t: &Tx<'_>, account: &AccountId, batch: PurgeBatch) -> StoreResult<u64> {
+    let (a, n) = (account.as_str(), i64::from(batch.rows()));
+    let mut removed = 0;
+    for sql in BATCH {
+        let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&a, &n, &ERASE_TASK];
+        // Each statement takes the parameters it names.
+        let arity = (1..=3)
+            .filter(|i| sql.contains(&format!("${i}")))
+            .max()
+            .unwrap_or(0);
+        removed += t.execute(*sql, &all[..arity]).await.db()?;
+    }
+    Ok(removed)
+}
