@@ -9,7 +9,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use base64::Engine;
-use control_plane_core::AccountId;
+use control_plane_core::{AccountId, SignatureScheme};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
@@ -83,19 +83,43 @@ pub fn generate_secret() -> String {
     )
 }
 
-/// Checks a caller-given signing secret: `whsec_` then base64 of 24 to 64 bytes.
+/// Checks a caller-given signing secret of `scheme`: `whsec_` then base64
+/// of 24 to 64 bytes, or `whsk_` then base64 of a 32-byte Ed25519 seed.
 ///
 /// # Errors
 /// `422` saying what is accepted.
-pub fn validate_secret(secret: &str) -> Result<(), ApiError> {
-    let decoded = secret
-        .strip_prefix("whsec_")
-        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-    match decoded {
-        Some(bytes) if (24..=64).contains(&bytes.len()) => Ok(()),
-        _ => Err(ApiError::invalid(
-            "secret must be \"whsec_\" followed by the base64 of 24 to 64 random bytes",
-        )),
+pub fn validate_secret(secret: &str, scheme: SignatureScheme) -> Result<(), ApiError> {
+    match scheme {
+        SignatureScheme::Hmac => {
+            let decoded = secret
+                .strip_prefix("whsec_")
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+            match decoded {
+                Some(bytes) if (24..=64).contains(&bytes.len()) => Ok(()),
+                _ => Err(ApiError::invalid(
+                    "secret must be \"whsec_\" followed by the base64 of 24 to 64 random bytes \
+                     (the endpoint signs with hmac)",
+                )),
+            }
+        }
+        SignatureScheme::Ed25519 => match control_plane_core::signing::ed25519_seed(secret) {
+            Some(_) => Ok(()),
+            None => Err(ApiError::invalid(
+                "secret must be \"whsk_\" followed by the base64 of a 32-byte Ed25519 seed \
+                 (the endpoint signs with ed25519)",
+            )),
+        },
+    }
+}
+
+/// A new signing secret of `scheme`.
+///
+/// # Errors
+/// `503` when the system gives no random bytes for an Ed25519 key.
+pub fn new_secret(scheme: SignatureScheme) -> Result<String, ApiError> {
+    match scheme {
+        SignatureScheme::Hmac => Ok(generate_secret()),
+        SignatureScheme::Ed25519 => Ok(control_plane_core::signing::generate_ed25519_secret()?),
     }
 }
 

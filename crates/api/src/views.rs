@@ -3,6 +3,8 @@
 //! drift. Secrets appear only where a route says so (endpoint creation and
 //! rotation).
 
+use control_plane_core::signing::Ed25519Key;
+use control_plane_core::SignatureScheme;
 use control_plane_core::{
     Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId,
     EndpointRetry, Event, EventFilter, EventId, EventType, Page, Task, Timestamp, UsageRow,
@@ -42,6 +44,12 @@ pub(crate) struct EndpointView {
     max_in_flight: Option<u32>,
     /// Its own retry schedule and attempt limit; unset means the service's.
     retry: Option<RetrySettings>,
+    /// How its requests are signed: `hmac` (`v1`) or `ed25519` (`v1a`).
+    #[schema(pattern = "^(hmac|ed25519)$")]
+    signature: &'static str,
+    /// For `ed25519`: the public key (`whpk_` and base64) receivers verify
+    /// the `v1a` signatures with; it changes with every rotation.
+    public_key: Option<String>,
     description: Option<String>,
     #[schema(format = DateTime)]
     created_at: String,
@@ -117,6 +125,8 @@ impl From<&Endpoint> for EndpointView {
             rate_limit_per_s: e.rate_limit_per_s,
             max_in_flight: e.max_in_flight,
             retry: e.retry.as_ref().map(RetrySettings::from),
+            signature: SignatureScheme::of(e.secrets.current.expose()).as_str(),
+            public_key: Ed25519Key::from_secret(e.secrets.current.expose()).map(|k| k.public_key()),
             description: e.description.clone(),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),

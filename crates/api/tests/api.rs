@@ -308,6 +308,54 @@ async fn only_the_admin_erases_an_account_and_its_doors_shut_at_once() {
 }
 
 #[tokio::test]
+async fn an_ed25519_endpoint_shows_its_public_key_and_rotates_within_its_scheme() {
+    let api = api().await;
+    let (s, e) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/x", "signature": "ed25519"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    assert_eq!(e["signature"], "ed25519");
+    assert!(e["secret"].as_str().unwrap().starts_with("whsk_"), "{e}");
+    let first = e["public_key"].as_str().unwrap().to_string();
+    assert!(first.starts_with("whpk_"), "{e}");
+    let path = format!("/v1/accounts/acme/endpoints/{}", e["id"].as_str().unwrap());
+    let (_, got) = call("GET", &path).send(&api).await;
+    assert_eq!(got["public_key"], first.as_str());
+    assert!(got.get("secret").is_none(), "the key is shown once");
+    let (s, rotated) = call("POST", format!("{path}/rotate-secret"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{rotated}");
+    assert!(rotated["secret"].as_str().unwrap().starts_with("whsk_"));
+    assert_ne!(rotated["public_key"], first.as_str(), "a new key pair");
+    let hmac = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let (s, body) = call("POST", format!("{path}/rotate-secret"))
+        .json(json!({"secret": hmac}))
+        .send(&api)
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the scheme stays: {body}"
+    );
+    let (s, body) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/x", "signature": "ed25519", "secret": hmac}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (s, plain) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/x", "secret": hmac}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{plain}");
+    assert_eq!(
+        (&plain["signature"], &plain["public_key"]),
+        (&json!("hmac"), &Value::Null)
+    );
+}
+
+#[tokio::test]
 async fn keys_are_stored_hashed() {
     let api = api().await;
     let (_, key) = call("POST", "/v1/accounts/acme/keys").send(&api).await;

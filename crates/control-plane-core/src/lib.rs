@@ -147,6 +147,7 @@ pub mod policy;
 pub mod recover;
 pub mod sealing;
 pub mod session;
+pub mod signing;
 pub mod store;
 pub mod tick;
 pub mod trace;
@@ -176,6 +177,7 @@ pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOption
 pub use recover::{recover, RecoverProgress, Recovered, Recovery, RECOVER_TASK};
 pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
+pub use signing::SignatureScheme;
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
     DeliveryStore, DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore,

@@ -1,9 +1,12 @@
-//! Standard Webhooks signatures: `v1,<base64 HMAC-SHA256 of "id.timestamp.body">`
-//! under a secret written `whsec_<base64 key>`.
+//! Standard Webhooks signatures of `id.timestamp.body`: `v1,<base64
+//! HMAC-SHA256>` under a secret written `whsec_<base64 key>`, or
+//! `v1a,<base64 Ed25519 signature>` under a key written `whsk_<base64 seed>`
+//! (formats in [`control_plane_core::signing`]).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use control_plane_core::Secret;
+use control_plane_core::signing::{ed25519_verify, Ed25519Key};
+use control_plane_core::{Secret, SignatureScheme};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -32,11 +35,17 @@ fn key(secret: &Secret) -> Result<Vec<u8>, BadSecret> {
     })
 }
 
-/// One `v1,<signature>` for `id.timestamp.body`.
+/// One `v1,<signature>` (a `whsec_` secret) or `v1a,<signature>` (a
+/// `whsk_` key) for `id.timestamp.body`.
 ///
 /// # Errors
 /// [`BadSecret`] when the secret does not decode.
 pub fn sign(secret: &Secret, id: &str, timestamp: i64, body: &[u8]) -> Result<String, BadSecret> {
+    if SignatureScheme::of(secret.expose()) == SignatureScheme::Ed25519 {
+        let key = Ed25519Key::from_secret(secret.expose()).ok_or(BadSecret)?;
+        let signature = key.sign(&signed_content(id, timestamp, body));
+        return Ok(format!("v1a,{}", STANDARD.encode(signature)));
+    }
     let mut mac = Hmac::<Sha256>::new_from_slice(&key(secret)?).map_err(|_| BadSecret)?;
     mac.update(id.as_bytes());
     mac.update(b".");
@@ -78,6 +87,24 @@ pub fn verify(secret: &Secret, header: &str, id: &str, timestamp: i64, body: &[u
         .any(|s| bool::from(s.as_bytes().ct_eq(expected.as_bytes())))
 }
 
+/// What is signed: `id.timestamp.body`.
+fn signed_content(id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
+    let mut content = format!("{id}.{timestamp}.").into_bytes();
+    content.extend_from_slice(body);
+    content
+}
+
+/// Whether `header` holds a valid `v1a` signature of `id.timestamp.body`
+/// under the Ed25519 `public_key` (`whpk_`; what a receiver checks).
+pub fn verify_v1a(public_key: &str, header: &str, id: &str, timestamp: i64, body: &[u8]) -> bool {
+    let content = signed_content(id, timestamp, body);
+    header.split(' ').any(|s| {
+        s.strip_prefix("v1a,")
+            .and_then(|b| STANDARD.decode(b).ok())
+            .is_some_and(|sig| ed25519_verify(public_key, &content, &sig))
+    })
+}
+
 /// A new random secret, `whsec_` + base64 of 24 random bytes.
 pub fn generate_secret() -> Secret {
     let bytes: Vec<u8> = (0..3).flat_map(|_| uuid_bytes()).take(24).collect();
@@ -116,6 +143,28 @@ mod tests {
         assert!(verify(&b, &h, "id", 5, b"{}"));
         assert!(!verify(&a, &h, "id", 6, b"{}"), "the timestamp is signed");
         assert!(!verify(&generate_secret(), &h, "id", 5, b"{}"));
+    }
+
+    /// A `whsk_` key signs `v1a` over the same content as `v1`; the public
+    /// key verifies it, beside a `v1` signature of a rotated-out secret.
+    #[test]
+    fn an_ed25519_key_signs_v1a_that_its_public_key_verifies() {
+        let key = Secret::new(control_plane_core::signing::generate_ed25519_secret().unwrap());
+        let public = Ed25519Key::from_secret(key.expose()).unwrap().public_key();
+        let old = generate_secret();
+        let h = signature_header(&[&key, &old], "id", 5, b"{}").unwrap();
+        assert!(h.starts_with("v1a,"), "{h}");
+        assert!(verify_v1a(&public, &h, "id", 5, b"{}"));
+        assert!(verify(&old, &h, "id", 5, b"{}"));
+        assert!(
+            !verify_v1a(&public, &h, "id", 6, b"{}"),
+            "the timestamp is signed"
+        );
+        assert!(!verify_v1a(&public, &h, "other", 5, b"{}"));
+        assert_eq!(
+            sign(&Secret::new("whsk_dGVzdA=="), "i", 1, b""),
+            Err(BadSecret)
+        );
     }
 
     #[test]

@@ -329,6 +329,95 @@ async fn a_500_is_retried_with_the_same_webhook_id_then_delivered() {
     );
 }
 
+/// An Ed25519 endpoint's requests carry a Standard Webhooks `v1a`
+/// signature that its public key verifies, here and in OpenSSL (an
+/// implementation of Ed25519 that is not ours): the official Standard
+/// Webhooks libraries (Python and JavaScript, 1.3.0) verify only `v1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ed25519_endpoint_is_signed_v1a_and_openssl_verifies_it() {
+    use control_plane_core::signing::{generate_ed25519_secret, Ed25519Key};
+    let r = receiver(Vec::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::embedded_store(&dir, |_| {}).await;
+    let key = generate_ed25519_secret().unwrap();
+    let req = EndpointCreateRequest::new(
+        AccountId::new("acme").unwrap(),
+        &r.url,
+        Secret::new(key.clone()),
+    );
+    let endpoint = store.endpoint_create(req.checked().unwrap()).await.unwrap();
+    let s = Setup {
+        store,
+        endpoint,
+        _dir: dir,
+    };
+    let id = publish(&s).await;
+    run_until(&s, config(1), || async {
+        state(&s, id).await.state == DeliveryState::Delivered
+    })
+    .await;
+    let seen = r.seen.lock().unwrap()[0].clone();
+    let (msg_id, ts) = (
+        &seen.headers["webhook-id"],
+        &seen.headers["webhook-timestamp"],
+    );
+    let header = &seen.headers["webhook-signature"];
+    assert!(header.starts_with("v1a,"), "{header}");
+    let public = Ed25519Key::from_secret(&key).unwrap().public_key();
+    let ts_n: i64 = ts.parse().unwrap();
+    assert!(dispatcher::signing::verify_v1a(
+        &public,
+        header,
+        msg_id,
+        ts_n,
+        seen.body.as_bytes()
+    ));
+    // OpenSSL, given the key as SubjectPublicKeyInfo (RFC 8410's prefix).
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let raw = b64.decode(public.strip_prefix("whpk_").unwrap()).unwrap();
+    let mut der = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    der.extend_from_slice(&raw);
+    let work = tempfile::tempdir().unwrap();
+    let pem = work.path().join("key.pem");
+    std::fs::write(
+        &pem,
+        format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            b64.encode(&der)
+        ),
+    )
+    .unwrap();
+    let sig = work.path().join("sig");
+    std::fs::write(
+        &sig,
+        b64.decode(header.strip_prefix("v1a,").unwrap()).unwrap(),
+    )
+    .unwrap();
+    let openssl_verifies = |content: String| {
+        let msg = work.path().join("msg");
+        std::fs::write(&msg, content).unwrap();
+        std::process::Command::new("openssl")
+            .args(["pkeyutl", "-verify", "-pubin", "-rawin", "-inkey"])
+            .arg(&pem)
+            .arg("-in")
+            .arg(&msg)
+            .arg("-sigfile")
+            .arg(&sig)
+            .output()
+            .expect("openssl runs")
+            .status
+            .success()
+    };
+    assert!(openssl_verifies(format!("{msg_id}.{ts}.{}", seen.body)));
+    assert!(
+        !openssl_verifies(format!("{msg_id}.{ts}.{} ", seen.body)),
+        "a changed body fails"
+    );
+}
+
 /// An endpoint's own schedule (1 s) and limit (2 attempts) win over the
 /// service's (600 s): the delivery is dead after two sends, a second apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,17 +2,40 @@
 //! their stats, and their recovery.
 
 use control_plane_core::ClientCredentials;
-use control_plane_core::{EndpointKey, SecretRotation};
+use control_plane_core::{EndpointKey, SecretRotation, SignatureScheme};
 
 use crate::views::RetrySettings;
 
 use super::*;
 
-/// A caller's signing secret after checking it, or a fresh one.
-pub(super) fn given_or_new_secret(given: Option<String>) -> Result<String, ApiError> {
+/// A caller's signing secret of `scheme` after checking it, or a fresh one.
+pub(super) fn given_or_new_secret(
+    given: Option<String>,
+    scheme: SignatureScheme,
+) -> Result<String, ApiError> {
     match given {
-        Some(given) => validate_secret(&given).map(|()| given),
-        None => Ok(generate_secret()),
+        Some(given) => validate_secret(&given, scheme).map(|()| given),
+        None => new_secret(scheme),
+    }
+}
+
+/// How an endpoint's requests are signed (Standard Webhooks).
+#[derive(Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SignatureBody {
+    /// `v1`: HMAC-SHA256 under a shared `whsec_` secret.
+    Hmac,
+    /// `v1a`: Ed25519; the endpoint's `whsk_` key signs, receivers verify
+    /// with its `public_key` (`whpk_`).
+    Ed25519,
+}
+
+impl From<SignatureBody> for SignatureScheme {
+    fn from(b: SignatureBody) -> Self {
+        match b {
+            SignatureBody::Hmac => SignatureScheme::Hmac,
+            SignatureBody::Ed25519 => SignatureScheme::Ed25519,
+        }
     }
 }
 
@@ -39,8 +62,13 @@ pub(crate) struct EndpointCreateBody {
     /// `token_url` and sent as `Authorization: Bearer` (README, "OAuth2").
     /// Sealed at rest; the client secret is never shown again.
     oauth2: Option<OAuth2Body>,
-    /// `whsec_` and the base64 of 24 to 64 bytes; generated when absent.
+    /// `whsec_` and the base64 of 24 to 64 bytes (hmac), or `whsk_` and
+    /// the base64 of a 32-byte Ed25519 seed (ed25519); generated when absent.
     secret: Option<String>,
+    /// How requests are signed, fixed for the endpoint's life: `hmac`
+    /// (`v1`, the default) or `ed25519` (`v1a`); absent, the given secret's
+    /// prefix says.
+    signature: Option<SignatureBody>,
     /// One delivery in flight at a time, in publish order.
     #[serde(default)]
     ordered: bool,
@@ -132,7 +160,11 @@ pub(crate) async fn endpoint_create(
             setting,
         ));
     }
-    let secret = given_or_new_secret(body.secret)?;
+    let scheme = body.signature.map_or_else(
+        || SignatureScheme::of(body.secret.as_deref().unwrap_or_default()),
+        SignatureScheme::from,
+    );
+    let secret = given_or_new_secret(body.secret, scheme)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
@@ -348,7 +380,8 @@ pub(crate) async fn endpoint_delete(
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RotateBody {
-    /// `whsec_` and the base64 of 24 to 64 bytes.
+    /// Of the endpoint's scheme: `whsec_` and the base64 of 24 to 64 bytes
+    /// (hmac), or `whsk_` and the base64 of a 32-byte seed (ed25519).
     secret: Option<String>,
 }
 
@@ -369,7 +402,10 @@ pub(crate) async fn endpoint_rotate(
     OptionalJson(body): OptionalJson<RotateBody>,
 ) -> Answer {
     let endpoint: EndpointId = id("endpoint", &p.id)?;
-    let secret = given_or_new_secret(body.and_then(|b| b.secret))?;
+    // A rotation keeps the endpoint's scheme.
+    let current = s.store.endpoint_get(&account, endpoint).await?;
+    let scheme = SignatureScheme::of(current.secrets.current.expose());
+    let secret = given_or_new_secret(body.and_then(|b| b.secret), scheme)?;
     let e = s
         .store
         .endpoint_rotate_secret(

@@ -24,8 +24,8 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{
-    caller_for_hash, generate_secret, generate_token, hash_token, validate_secret, AdminScope,
-    Caller, Scope,
+    caller_for_hash, generate_token, hash_token, new_secret, validate_secret, AdminScope, Caller,
+    Scope,
 };
 use crate::error::{ApiError, ErrorBody};
 use crate::query::{self, page_request};
