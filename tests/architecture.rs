@@ -34,8 +34,59 @@ fn only_the_binary_depends_on_adapters() {
     }
 }
 
+/// The runtime (group commit, usage meter, trace bridge, the task use
+/// cases) sits on the port and beside it, never under it: it depends on
+/// core alone, and core on none of ours.
 #[test]
-fn the_dispatcher_and_the_api_depend_on_the_core_only() {
+fn the_runtime_depends_on_the_core_only_and_the_core_on_nothing_of_ours() {
+    let ours = |krate: &str| -> Vec<String> {
+        let (_, manifest) = manifests()
+            .into_iter()
+            .find(|(n, _)| n == krate)
+            .unwrap_or_else(|| panic!("crates/{krate}"));
+        normal_dependencies(&manifest)
+            .into_iter()
+            .filter(|d| d.starts_with("control-plane") || d.starts_with("store-"))
+            .collect()
+    };
+    assert_eq!(ours("control-plane-runtime"), vec!["control-plane-core"]);
+    assert!(ours("control-plane-core").is_empty());
+}
+
+/// Core is the port (issue 58): the OpenTelemetry bridge, the runtime's
+/// tokio machinery (group commit) and the reference model live elsewhere.
+/// (tokio itself stays for now: the port's wake-up channel is a
+/// `tokio::sync::watch` receiver.)
+#[test]
+fn core_holds_no_opentelemetry_and_no_runtime_machinery() {
+    let (_, manifest) = manifests()
+        .into_iter()
+        .find(|(n, _)| n == "control-plane-core")
+        .unwrap_or_else(|| panic!("crates/control-plane-core"));
+    let deps = normal_dependencies(&manifest);
+    for banned in ["opentelemetry", "tracing-opentelemetry"] {
+        assert!(
+            !deps.iter().any(|d| d == banned),
+            "core depends on {banned}"
+        );
+    }
+    for (path, text) in source_files() {
+        if path.starts_with("crates/control-plane-core/") {
+            for banned in [
+                "tokio::sync::mpsc",
+                "tokio::spawn",
+                "struct GroupCommit",
+                "struct UsageMeter",
+                "DeliveryModel",
+            ] {
+                assert!(!text.contains(banned), "{path} holds {banned}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_dispatcher_and_the_api_depend_on_the_core_and_the_runtime_only() {
     for krate in ["dispatcher", "api"] {
         let (_, manifest) = manifests()
             .into_iter()
@@ -50,7 +101,14 @@ fn the_dispatcher_and_the_api_depend_on_the_core_only() {
                     || d == "api"
             })
             .collect();
-        assert_eq!(ours, vec!["control-plane-core".to_string()], "{krate}");
+        assert_eq!(
+            ours,
+            vec![
+                "control-plane-core".to_string(),
+                "control-plane-runtime".to_string()
+            ],
+            "{krate}"
+        );
     }
 }
 

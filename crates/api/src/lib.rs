@@ -31,7 +31,8 @@ use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, Timestamp, UsageMeter};
+use control_plane_core::{Clock, DynControlPlaneStore, SystemClock, Timestamp};
+use control_plane_runtime::UsageMeter;
 
 pub use auth::{generate_secret, generate_token, hash_token, Caller, MAX_TOKEN_BYTES};
 pub use error::ApiError;

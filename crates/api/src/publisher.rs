@@ -13,10 +13,10 @@
 
 use std::sync::OnceLock;
 
-use control_plane_core::group::GroupCommit;
 use control_plane_core::{
     Checked, DynControlPlaneStore, PublishRequest, Published, StoreError, StoreResult,
 };
+use control_plane_runtime::GroupCommit;
 
 /// Most publishes written in one transaction. As many groups are in flight
 /// at once as the store's `write_concurrency` (each on its own connection

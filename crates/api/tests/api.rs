@@ -292,7 +292,7 @@ async fn only_the_admin_erases_an_account_and_its_doors_shut_at_once() {
     assert_eq!(listed["items"][0]["enabled"], false, "{listed}");
     // What the task runs: nothing of the account is left but the task.
     let gone = AccountId::new("gone").unwrap();
-    let done = control_plane_core::erase(api.store.as_ref(), &gone, None, |_| {})
+    let done = control_plane_runtime::erase(api.store.as_ref(), &gone, None, |_| {})
         .await
         .unwrap();
     assert!(done.done && done.rows_removed >= 1, "{done:?}");

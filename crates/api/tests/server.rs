@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::{router, ApiConfig, ServerLimits};
-use control_plane_core::{DynControlPlaneStore, SystemClock, UsageMeter};
+use control_plane_core::{DynControlPlaneStore, SystemClock};
+use control_plane_runtime::UsageMeter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;

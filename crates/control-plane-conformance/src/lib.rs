@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use control_plane_core::{DynControlPlaneStore, ManualClock, StoreOptions};
 
 pub mod contracts;
+pub mod model;
 pub mod model_test;
 pub mod secrets;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use control_plane_core::model::{DeliveryModel, ModelClaim, ModelError};
+use crate::model::{DeliveryModel, ModelClaim, ModelError};
 use control_plane_core::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -447,7 +447,7 @@ fn workflow_options() -> StoreOptions {
 }
 
 async fn run_workflow_case(factory: &dyn StoreFactory, ops: Vec<TaskOp>) -> Result<(), String> {
-    use control_plane_core::model::WorkflowModel;
+    use crate::model::WorkflowModel;
     let h = factory.open(workflow_options()).await;
     let account = AccountId::new("model").map_err(|e| e.to_string())?;
     let mut model = WorkflowModel::new(h.clock.now(), workflow_options().workflow);

@@ -1,6 +1,8 @@
-//! Retry delays of both queues, with one jitter: a factor derived from the
+//! The one jitter of both queues' retry delays: a factor derived from the
 //! item's id, so every replica and the reference model compute the same
-//! delay, while items that failed together spread out.
+//! delay, while items that failed together spread out; and an endpoint's
+//! own retry setting. The webhook schedule itself is the dispatcher's
+//! (`dispatcher::RetryPolicy`).
 
 use std::time::Duration;
 
@@ -17,57 +19,6 @@ pub fn jitter_unit(seed: &[u8]) -> f64 {
 /// `base` scaled by a factor in `[lo, hi]` picked by `unit` (from [`jitter_unit`]).
 pub fn jittered(base: Duration, unit: f64, lo: f64, hi: f64) -> Duration {
     base.mul_f64(lo + (hi - lo) * unit.clamp(0.0, 1.0))
-}
-
-/// The webhook retry schedule: delays before each retry, with jitter.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RetryPolicy {
-    /// Delay before retry n (n from 1); the last entry repeats.
-    pub schedule: Vec<Duration>,
-    /// Jitter as a fraction of the delay, added or removed (0.0 to 1.0).
-    pub jitter: f64,
-    /// `Retry-After` is honoured up to this long.
-    pub max_retry_after: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// README `CONTROLPLANE_RETRY_SCHEDULE`: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, jitter 10 %,
-    /// `Retry-After` honoured up to 1 h.
-    fn default() -> Self {
-        RetryPolicy {
-            schedule: default_retry_schedule(),
-            jitter: 0.1,
-            max_retry_after: Duration::from_secs(3600),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The delay after failed attempt `attempt` (from 1) of the delivery
-    /// whose id's bytes are `seed`; `retry_after` (bounded by
-    /// `max_retry_after`) wins when it is longer.
-    pub fn delay(&self, attempt: u32, seed: &[u8], retry_after: Option<Duration>) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.schedule.len().saturating_sub(1));
-        let base = self
-            .schedule
-            .get(idx)
-            .copied()
-            .unwrap_or(Duration::from_secs(60));
-        let jitter = self.jitter.clamp(0.0, 1.0);
-        let delay = jittered(base, jitter_unit(seed), 1.0 - jitter, 1.0 + jitter);
-        match retry_after {
-            Some(ra) => delay.max(ra.min(self.max_retry_after)),
-            None => delay,
-        }
-    }
-}
-
-/// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (after the first, immediate attempt).
-pub fn default_retry_schedule() -> Vec<Duration> {
-    [5, 300, 1800, 7200, 18_000, 36_000, 36_000]
-        .into_iter()
-        .map(Duration::from_secs)
-        .collect()
 }
 
 /// Most delays an endpoint's own schedule may list.
@@ -177,52 +128,11 @@ impl EndpointRetry {
             .map(Some)
             .map_err(|e| bad(e.to_string()))
     }
-
-    /// The service's `policy` with this schedule in place of its own.
-    pub fn policy(&self, policy: &RetryPolicy) -> RetryPolicy {
-        RetryPolicy {
-            schedule: self.schedule.clone(),
-            ..policy.clone()
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn delays_follow_the_schedule_with_bounded_jitter() {
-        let p = RetryPolicy::default();
-        for (attempt, base) in [(1u32, 5u64), (2, 300), (7, 36_000), (20, 36_000)] {
-            for seed in 0..50u64 {
-                let d = p.delay(attempt, &seed.to_le_bytes(), None).as_secs_f64();
-                let b = base as f64;
-                assert!(
-                    d >= b * 0.9 - 0.001 && d <= b * 1.1 + 0.001,
-                    "attempt {attempt}: {d} vs {b}"
-                );
-            }
-        }
-    }
-
-    /// Ids made in one millisecond (UUIDv7: the same leading bytes) still
-    /// get delays spread over the jitter's range.
-    #[test]
-    fn ids_of_one_moment_spread_out() {
-        let p = RetryPolicy::default();
-        let mut delays: Vec<f64> = (0..50u8)
-            .map(|i| {
-                let mut id = [7u8; 16];
-                id[15] = i;
-                p.delay(2, &id, None).as_secs_f64()
-            })
-            .collect();
-        delays.sort_by(f64::total_cmp);
-        let distinct = delays.windows(2).filter(|w| w[0] != w[1]).count() + 1;
-        assert!(distinct > 40, "{distinct} distinct delays");
-        assert!(delays[0] < 285.0 && delays[49] > 315.0, "{delays:?}");
-    }
 
     #[test]
     fn an_endpoint_retry_is_checked_and_round_trips() {
@@ -252,8 +162,5 @@ mod tests {
             100
         );
         assert!(EndpointRetry::from_stored(Some("5,x"), Some(2)).is_err());
-        let p = r.policy(&RetryPolicy::default());
-        assert_eq!(p.schedule, s(&[1, 60]));
-        assert_eq!(p.jitter, RetryPolicy::default().jitter);
     }
 }

@@ -2,11 +2,10 @@
 //! dashboard sessions are revoked and its endpoints disabled at once
 //! ([`crate::MaintenanceStore::account_erase_begin`]), then every row it
 //! owns goes in bounded batches ([`crate::MaintenanceStore::account_erase_batch`]),
-//! run by [`erase`] as a resumable workflow task of kind [`ERASE_TASK`].
+//! run by `control_plane_runtime::erase` as a resumable workflow task of
+//! kind [`ERASE_TASK`].
 
 use serde::{Deserialize, Serialize};
-
-use crate::{AccountId, ControlPlaneStore, PurgeBatch, StoreResult};
 
 /// The workflow task kind of an erasure; its task is the one row of the
 /// account that the erasure keeps, so that its progress and result stay
@@ -38,30 +37,3 @@ pub struct ErasureProgress {
 
 /// Rows one erasure batch removes at most, per table.
 pub const ERASE_BATCH_ROWS: u32 = 1000;
-
-/// Erases `account`: begins again (a key made since the request is revoked
-/// too), then runs batches until one removes nothing, reporting after each;
-/// a run cut short goes on `from` its last report.
-///
-/// # Errors
-/// The store's; the batches committed before stay done.
-pub async fn erase(
-    store: &dyn ControlPlaneStore,
-    account: &AccountId,
-    from: Option<ErasureProgress>,
-    mut report: impl FnMut(&ErasureProgress) + Send,
-) -> StoreResult<ErasureProgress> {
-    store.account_erase_begin(account).await?;
-    let batch = PurgeBatch::new(ERASE_BATCH_ROWS)?;
-    let mut at = from.unwrap_or_default();
-    loop {
-        let removed = store.account_erase_batch(account, batch).await?;
-        if removed == 0 {
-            at.done = true;
-            return Ok(at);
-        }
-        at.rows_removed += removed;
-        at.batches += 1;
-        report(&at);
-    }
-}

@@ -9,7 +9,7 @@
 //! delivery kept apart once finished, [`TaskRow::fence`] and
 //! [`TaskRow::fail_to`] for tasks (the architecture test
 //! `adapters_ask_the_lease_check_through_core_rows` keeps it so). The
-//! reference model ([`crate::model`]) asks [`fence`] directly; ticks fence
+//! reference model (`control_plane_conformance::model`) asks [`fence`] directly; ticks fence
 //! in their single `UPDATE ... WHERE token = $n` instead, since a tick has
 //! no outcome to repeat.
 //!

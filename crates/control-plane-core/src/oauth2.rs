@@ -5,7 +5,8 @@
 //!
 //! The settings are kept like custom headers: as one JSON text, sealed at
 //! rest with the signing secrets' key, write-only in the API (only the
-//! token URL, client id and scope are shown).
+//! token URL, client id and scope are shown). The token protocol itself
+//! (the request and its answer) is the dispatcher's.
 
 use serde::{Deserialize, Serialize};
 
@@ -103,95 +104,6 @@ impl ClientCredentials {
         serde_json::from_str(text.expose())
             .map_err(|_| StoreError::Backend("stored oauth2 settings are not readable".into()))
     }
-
-    /// The form body of the token request.
-    pub fn token_request_body(&self) -> String {
-        let mut body = String::from("grant_type=client_credentials");
-        for (name, value) in [("scope", &self.scope), ("audience", &self.audience)] {
-            if let Some(v) = value {
-                body.push('&');
-                body.push_str(name);
-                body.push('=');
-                body.push_str(&form_encode(v));
-            }
-        }
-        body
-    }
-
-    /// The `Authorization` header of the token request: HTTP basic with the
-    /// form-encoded id and secret (RFC 6749, section 2.3.1).
-    pub fn token_request_authorization(&self) -> String {
-        use base64::Engine as _;
-        let pair = format!(
-            "{}:{}",
-            form_encode(&self.client_id),
-            form_encode(&self.client_secret)
-        );
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(pair)
-        )
-    }
-}
-
-/// A value encoded for `application/x-www-form-urlencoded`.
-fn form_encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(b))
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// An access token as the token endpoint answered it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AccessToken {
-    /// The token sent as `Authorization: Bearer`.
-    pub token: String,
-    /// Seconds it is valid for, as the server said (`expires_in`), if it did.
-    pub expires_in: Option<u64>,
-}
-
-impl std::fmt::Debug for AccessToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AccessToken")
-            .field("token", &"<redacted>")
-            .field("expires_in", &self.expires_in)
-            .finish()
-    }
-}
-
-impl AccessToken {
-    /// Reads a token endpoint's successful answer (RFC 6749, section 5.1).
-    ///
-    /// # Errors
-    /// A message (never quoting the token) when the body is not JSON with
-    /// an `access_token`, or its `token_type` is not `Bearer`.
-    pub fn from_answer(body: &[u8]) -> Result<Self, String> {
-        let v: serde_json::Value =
-            serde_json::from_slice(body).map_err(|_| "the token answer is not JSON".to_string())?;
-        let token = v["access_token"]
-            .as_str()
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| (0x21..0x7f).contains(&b)))
-            .ok_or_else(|| "the token answer has no usable access_token".to_string())?;
-        if let Some(kind) = v["token_type"].as_str() {
-            if !kind.eq_ignore_ascii_case("bearer") {
-                return Err(format!(
-                    "the token answer's token_type is {kind:?}, not Bearer"
-                ));
-            }
-        }
-        Ok(AccessToken {
-            token: token.to_string(),
-            expires_in: v["expires_in"].as_u64(),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -256,40 +168,5 @@ mod tests {
             assert!(e.contains(&format!("oauth2.{field}")), "{e}");
         }
         assert!(ClientCredentials::from_text(&Secret::new("{\"x\":1}")).is_err());
-    }
-
-    #[test]
-    fn the_token_request_is_form_encoded_with_basic_credentials() {
-        let c = creds();
-        assert_eq!(
-            c.token_request_body(),
-            "grant_type=client_credentials&scope=hooks%3Awrite+read"
-        );
-        // base64("my+client:s3cr%3At%26")
-        assert_eq!(
-            c.token_request_authorization(),
-            "Basic bXkrY2xpZW50OnMzY3IlM0F0JTI2"
-        );
-    }
-
-    #[test]
-    fn a_token_answer_needs_a_bearer_access_token() {
-        let t = AccessToken::from_answer(
-            br#"{"access_token":"abc","token_type":"bearer","expires_in":3600}"#,
-        )
-        .unwrap();
-        assert_eq!((t.token.as_str(), t.expires_in), ("abc", Some(3600)));
-        assert!(!format!("{t:?}").contains("abc"));
-        let no_expiry = AccessToken::from_answer(br#"{"access_token":"abc"}"#).unwrap();
-        assert_eq!(no_expiry.expires_in, None);
-        for bad in [
-            &br#"not json"#[..],
-            br#"{"token_type":"Bearer"}"#,
-            br#"{"access_token":"a b"}"#,
-            br#"{"access_token":"abc","token_type":"mac"}"#,
-        ] {
-            let e = AccessToken::from_answer(bad).unwrap_err();
-            assert!(!e.contains("abc"), "{e}");
-        }
     }
 }

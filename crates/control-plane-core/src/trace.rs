@@ -2,14 +2,9 @@
 //! is stored with its event and sent on every delivery of it, so a trace
 //! started by the publisher continues in the service and at the receiver.
 //!
-//! [`TraceParent`] is the value (version `00`, checked); [`TraceParent::join`]
-//! and [`TraceParent::of`] bridge it to the `tracing` span that the
-//! OpenTelemetry layer exports, when the binary installs one. Without that
-//! layer, `join` does nothing and `of` finds nothing: the stored value is
-//! the caller's, passed on as it came.
-
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+//! [`TraceParent`] is the value (version `00`, checked); the bridge to the
+//! `tracing` spans that the OpenTelemetry layer exports is
+//! `control_plane_runtime::trace`.
 
 /// A W3C `traceparent` header value of version `00`:
 /// `00-<trace id: 32 hex>-<parent span id: 16 hex>-<flags: 2 hex>`, in
@@ -54,48 +49,6 @@ impl TraceParent {
     pub fn trace_id(&self) -> &str {
         self.0.get(3..35).unwrap_or_default()
     }
-
-    /// Makes `span` a child of this remote span, so that what the span
-    /// exports belongs to the caller's trace. Nothing happens when no
-    /// OpenTelemetry layer is installed or the span is disabled.
-    pub fn join(&self, span: &tracing::Span) {
-        let context = self.span_context();
-        if context.is_valid() {
-            // An error means no OpenTelemetry layer sees the span: nothing to join.
-            let _ =
-                span.set_parent(opentelemetry::Context::new().with_remote_span_context(context));
-        }
-    }
-
-    /// The `traceparent` of `span` itself, when an OpenTelemetry layer
-    /// exports it: what a request made inside it passes on.
-    pub fn of(span: &tracing::Span) -> Option<Self> {
-        let context = span.context();
-        let sc = context.span().span_context().clone();
-        if !sc.is_valid() {
-            return None;
-        }
-        TraceParent::parse(&format!(
-            "00-{}-{}-{:02x}",
-            sc.trace_id(),
-            sc.span_id(),
-            sc.trace_flags().to_u8()
-        ))
-    }
-
-    fn span_context(&self) -> SpanContext {
-        let part = |range: std::ops::Range<usize>| self.0.get(range).unwrap_or_default();
-        let trace = u128::from_str_radix(part(3..35), 16).unwrap_or(0);
-        let span = u64::from_str_radix(part(36..52), 16).unwrap_or(0);
-        let flags = u8::from_str_radix(part(53..55), 16).unwrap_or(0);
-        SpanContext::new(
-            TraceId::from(trace),
-            SpanId::from(span),
-            TraceFlags::new(flags),
-            true,
-            TraceState::default(),
-        )
-    }
 }
 
 #[cfg(test)]
@@ -108,8 +61,6 @@ mod tests {
         let t = TraceParent::parse(ok).unwrap();
         assert_eq!(t.as_str(), ok);
         assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(t.span_context().span_id().to_string(), "00f067aa0ba902b7");
-        assert!(t.span_context().is_sampled());
         for bad in [
             "",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",

@@ -98,11 +98,6 @@ impl AccountId {
             )))
         }
     }
-
-    /// A name written in this crate's code, known to be valid.
-    pub(crate) fn known(s: &'static str) -> Self {
-        AccountId(s.to_string())
-    }
 }
 
 /// Keyset pagination: at most `limit` items after `after` (exclusive).

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use api::MAX_TOKEN_BYTES;
-use control_plane_core::backoff::default_retry_schedule;
 use control_plane_core::migration::Migrations;
 use control_plane_core::{DatabaseUrl, Secret};
+use dispatcher::retry::default_retry_schedule;
 use dispatcher::Cidr;
 
 /// One `CONTROLPLANE_*` variable: its name, its default as shown to an

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;
-use control_plane_core::{Clock, DynControlPlaneStore, PurgeBatch, SystemClock, UsageMeter};
+use control_plane_core::{Clock, DynControlPlaneStore, PurgeBatch, SystemClock};
+use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;
 
 /// Runs maintenance on its tick every minute (a single replica does the

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, StoreProfile};
-use control_plane_core::{DynControlPlaneStore, UsageMeter};
+use control_plane_core::DynControlPlaneStore;
+use control_plane_runtime::UsageMeter;
 use dispatcher::{DeliveryMetrics, Dispatcher, DispatcherConfig, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

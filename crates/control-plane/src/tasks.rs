@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use control_plane_core::{
-    erase, recover, Check, DynControlPlaneStore, ErasureProgress, PublishRequest, RecoverProgress,
-    Recovery, StoreError, TaskId, UsageMeter, UsageMetric, ERASE_TASK, RECOVER_TASK,
+    Check, DynControlPlaneStore, ErasureProgress, PublishRequest, RecoverProgress, Recovery,
+    StoreError, TaskId, UsageMetric, ERASE_TASK, RECOVER_TASK,
 };
+use control_plane_runtime::{erase, recover, UsageMeter};
 use dispatcher::{TaskError, TaskRunner, TaskRunnerConfig};
 use sha2::{Digest, Sha256};
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use control_plane_core::backoff::RetryPolicy;
+use crate::retry::RetryPolicy;
 use control_plane_core::{AttemptReport, DeliveryOutcome, Timestamp};
 
 /// What one send observed.

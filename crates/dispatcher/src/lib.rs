@@ -8,14 +8,15 @@ pub mod metrics;
 mod oauth2;
 mod pace;
 mod pump;
+pub mod retry;
 pub mod signing;
 pub mod ssrf;
 pub mod tasks;
 pub mod worker;
 
 pub use classify::{classify, SendResult};
-pub use control_plane_core::backoff::RetryPolicy;
 pub use metrics::DeliveryMetrics;
+pub use retry::RetryPolicy;
 pub use ssrf::Cidr;
 pub use tasks::{Progress, TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig};

@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use control_plane_core::oauth2::AccessToken;
 use control_plane_core::{ClientCredentials, EndpointId, Secret};
 
 use crate::http::{Failure, HttpClient};
@@ -131,6 +130,85 @@ impl Tokens {
     }
 }
 
+/// The form body of the token request.
+fn token_request_body(creds: &ClientCredentials) -> String {
+    let mut body = String::from("grant_type=client_credentials");
+    for (name, value) in [("scope", &creds.scope), ("audience", &creds.audience)] {
+        if let Some(v) = value {
+            body.push('&');
+            body.push_str(name);
+            body.push('=');
+            body.push_str(&form_encode(v));
+        }
+    }
+    body
+}
+
+/// The `Authorization` header of the token request: HTTP basic with the
+/// form-encoded id and secret (RFC 6749, section 2.3.1).
+fn token_request_authorization(creds: &ClientCredentials) -> String {
+    use base64::Engine as _;
+    let pair = format!(
+        "{}:{}",
+        form_encode(&creds.client_id),
+        form_encode(&creds.client_secret)
+    );
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// A value encoded for `application/x-www-form-urlencoded`.
+fn form_encode(v: &str) -> String {
+    url::form_urlencoded::byte_serialize(v.as_bytes()).collect()
+}
+
+/// An access token as the token endpoint answered it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AccessToken {
+    /// The token sent as `Authorization: Bearer`.
+    pub token: String,
+    /// Seconds it is valid for, as the server said (`expires_in`), if it did.
+    pub expires_in: Option<u64>,
+}
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessToken")
+            .field("token", &"<redacted>")
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
+}
+
+impl AccessToken {
+    /// Reads a token endpoint's successful answer (RFC 6749, section 5.1).
+    ///
+    /// # Errors
+    /// A message (never quoting the token) when the body is not JSON with
+    /// an `access_token`, or its `token_type` is not `Bearer`.
+    pub fn from_answer(body: &[u8]) -> Result<Self, String> {
+        let v: serde_json::Value =
+            serde_json::from_slice(body).map_err(|_| "the token answer is not JSON".to_string())?;
+        let token = v["access_token"]
+            .as_str()
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| (0x21..0x7f).contains(&b)))
+            .ok_or_else(|| "the token answer has no usable access_token".to_string())?;
+        if let Some(kind) = v["token_type"].as_str() {
+            if !kind.eq_ignore_ascii_case("bearer") {
+                return Err(format!(
+                    "the token answer's token_type is {kind:?}, not Bearer"
+                ));
+            }
+        }
+        Ok(AccessToken {
+            token: token.to_string(),
+            expires_in: v["expires_in"].as_u64(),
+        })
+    }
+}
+
 /// The token request (RFC 6749, section 4.4.2) and its answer.
 async fn fetch(client: &HttpClient, creds: &ClientCredentials) -> Result<AccessToken, Failure> {
     let headers = [
@@ -139,9 +217,9 @@ async fn fetch(client: &HttpClient, creds: &ClientCredentials) -> Result<AccessT
             "application/x-www-form-urlencoded".to_string(),
         ),
         ("accept", "application/json".to_string()),
-        ("authorization", creds.token_request_authorization()),
+        ("authorization", token_request_authorization(creds)),
     ];
-    let body = creds.token_request_body();
+    let body = token_request_body(creds);
     let answer = client
         .post_keeping(
             &creds.token_url,
@@ -166,4 +244,55 @@ async fn fetch(client: &HttpClient, creds: &ClientCredentials) -> Result<AccessT
         }));
     }
     AccessToken::from_answer(&answer.body).map_err(|e| Failure::Failed(format!("oauth2: {e}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn creds() -> ClientCredentials {
+        ClientCredentials {
+            token_url: "https://auth.example.com/token".into(),
+            client_id: "my client".into(),
+            client_secret: "s3cr:t&".into(),
+            scope: Some("hooks:write read".into()),
+            audience: None,
+        }
+    }
+
+    #[test]
+    fn the_token_request_is_form_encoded_with_basic_credentials() {
+        let c = creds();
+        assert_eq!(
+            token_request_body(&c),
+            "grant_type=client_credentials&scope=hooks%3Awrite+read"
+        );
+        // base64("my+client:s3cr%3At%26")
+        assert_eq!(
+            token_request_authorization(&c),
+            "Basic bXkrY2xpZW50OnMzY3IlM0F0JTI2"
+        );
+    }
+
+    #[test]
+    fn a_token_answer_needs_a_bearer_access_token() {
+        let t = AccessToken::from_answer(
+            br#"{"access_token":"abc","token_type":"bearer","expires_in":3600}"#,
+        )
+        .unwrap();
+        assert_eq!((t.token.as_str(), t.expires_in), ("abc", Some(3600)));
+        assert!(!format!("{t:?}").contains("abc"));
+        let no_expiry = AccessToken::from_answer(br#"{"access_token":"abc"}"#).unwrap();
+        assert_eq!(no_expiry.expires_in, None);
+        for bad in [
+            &br#"not json"#[..],
+            br#"{"token_type":"Bearer"}"#,
+            br#"{"access_token":"a b"}"#,
+            br#"{"access_token":"abc","token_type":"mac"}"#,
+        ] {
+            let e = AccessToken::from_answer(bad).unwrap_err();
+            assert!(!e.contains("abc"), "{e}");
+        }
+    }
 }

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
-    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, TraceParent, UsageMeter,
+    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, TraceParent,
     UsageMetric,
 };
+use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -19,9 +20,9 @@ use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
 use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Work};
+use crate::retry::RetryPolicy;
 use crate::signing::signature_header;
-use control_plane_core::backoff::RetryPolicy;
-use control_plane_core::group::GroupCommit;
+use control_plane_runtime::GroupCommit;
 
 /// How long the loop may wait for more free send slots before it claims
 /// for the few it has (see [`Dispatcher::run`]).
@@ -309,9 +310,9 @@ async fn deliver(
         http.response.status_code = tracing::field::Empty,
     );
     if let Some(parent) = &c.traceparent {
-        parent.join(&span);
+        control_plane_runtime::trace::join(parent, &span);
     }
-    let traceparent = TraceParent::of(&span).or_else(|| c.traceparent.clone());
+    let traceparent = control_plane_runtime::trace::of(&span).or_else(|| c.traceparent.clone());
     async move {
         tracing::debug!("sending");
         let outcome = attempt(ctx, &c, traceparent.as_ref()).await;
@@ -433,7 +434,10 @@ async fn attempt(
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
     // The endpoint's own schedule, when it has one, in place of the service's.
-    let own = c.retry.as_ref().map(|r| r.policy(&ctx.policy));
+    let own = c
+        .retry
+        .as_ref()
+        .map(|r| crate::retry::for_endpoint(&ctx.policy, r));
     let outcome = classify(
         &result,
         c.lease.attempt,
@@ -555,7 +559,7 @@ async fn send(
 
 /// The completion batcher: sends report their outcomes here, and one writer
 /// records whatever has accumulated as one batch (`delivery_record_outcomes`,
-/// through `control_plane_core::group::GroupCommit`), so under load many
+/// through `control_plane_runtime::GroupCommit`), so under load many
 /// outcomes share a transaction, and when idle each is recorded at once.
 #[derive(Clone)]
 struct Recorder {

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use control_plane_core::*;
+use control_plane_runtime::UsageMeter;
 use dispatcher::signing::{generate_secret, verify};
 use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};

@@ -232,7 +232,7 @@ fn joined_trace(headers: &HeaderMap, span: &tracing::Span) -> Option<TraceParent
         .and_then(|v| v.to_str().ok())
         .and_then(TraceParent::parse);
     if let Some(c) = &caller {
-        c.join(span);
+        control_plane_runtime::trace::join(c, span);
     }
-    TraceParent::of(span).or(caller)
+    control_plane_runtime::trace::of(span).or(caller)
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use control_plane_core::maintenance::run_maintenance;
 use control_plane_core::*;
+use control_plane_runtime::recover;
 use serde_json::json;
 
 use crate::{Harness, StoreFactory};

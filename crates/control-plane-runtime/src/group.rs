@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::{StoreError, StoreResult};
+use control_plane_core::{StoreError, StoreResult};
 
 type Item<T, R> = (T, oneshot::Sender<StoreResult<R>>);
 

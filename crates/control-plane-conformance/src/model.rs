@@ -7,13 +7,15 @@
 
 use std::time::Duration;
 
-use crate::clock::Timestamp;
-use crate::flow::{share_claim, FlowCandidate};
-use crate::lease::{fence, FencedWrite, Held, Refused, Verdict};
-use crate::policy::{
+use control_plane_core::clock::Timestamp;
+use control_plane_core::flow::{share_claim, FlowCandidate};
+use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
+use control_plane_core::policy::{
     plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
 };
-use crate::{AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId};
+use control_plane_core::{
+    AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId,
+};
 
 /// Errors the model predicts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +100,7 @@ pub struct DeliveryModel {
     next_seq: i64,
     next_token: u64,
     /// When the claim-time housekeeping (sweep, probes) last ran, as the
-    /// adapters' [`crate::Housekeeping`] gate keeps it.
+    /// adapters' [`control_plane_core::Housekeeping`] gate keeps it.
     housekeeping_at: i64,
 }
 
@@ -115,7 +117,7 @@ fn model_endpoint_id(e: usize) -> EndpointId {
 
 /// The model's one account.
 fn model_account() -> AccountId {
-    AccountId::known("model")
+    AccountId::new("model").expect("a valid account id")
 }
 
 impl DeliveryModel {
@@ -296,7 +298,11 @@ impl DeliveryModel {
             });
         }
         let mut normal: Vec<usize> = Vec::new();
-        for (endpoint, n) in share_claim(&candidates, rest, &crate::flow::Throttle::default()) {
+        for (endpoint, n) in share_claim(
+            &candidates,
+            rest,
+            &control_plane_core::flow::Throttle::default(),
+        ) {
             let e = (0..self.endpoints.len())
                 .find(|&e| model_endpoint_id(e) == endpoint)
                 .unwrap_or_default();
@@ -314,7 +320,7 @@ impl DeliveryModel {
         let now = self.now;
         // Housekeeping (the sweep of expired leases, then probes) runs at
         // most once per `Housekeeping::EVERY_MS`, as in the adapters.
-        let housekeeping = crate::Housekeeping::due_since(self.housekeeping_at, now);
+        let housekeeping = control_plane_core::Housekeeping::due_since(self.housekeeping_at, now);
         if housekeeping {
             self.housekeeping_at = now.as_millis();
             self.sweep_expired();
@@ -357,7 +363,7 @@ impl DeliveryModel {
         out
     }
 
-    /// The lease check (`crate::lease`) on delivery `i`.
+    /// The lease check (`control_plane_core::lease`) on delivery `i`.
     fn fence(&self, i: usize, token: u64, write: FencedWrite<'_>) -> Result<Verdict, ModelError> {
         let held = self.deliveries.get(i).map(|d| Held {
             leased: d.state == DeliveryState::Leased,
@@ -465,13 +471,13 @@ impl DeliveryModel {
 #[derive(Clone, Debug)]
 pub struct ModelTask {
     /// Id.
-    pub id: crate::workflow::TaskId,
+    pub id: control_plane_core::workflow::TaskId,
     /// Kind.
     pub kind: String,
     /// Payload.
     pub payload: serde_json::Value,
     /// State.
-    pub state: crate::workflow::TaskState,
+    pub state: control_plane_core::workflow::TaskState,
     /// Attempts started.
     pub attempts: u32,
     /// Budget.
@@ -499,7 +505,7 @@ pub struct WorkflowModel {
     /// Clock.
     pub now: Timestamp,
     /// Retry policy.
-    pub policy: crate::workflow::WorkflowPolicy,
+    pub policy: control_plane_core::workflow::WorkflowPolicy,
     /// Tasks.
     pub tasks: Vec<ModelTask>,
     next_token: u64,
@@ -507,7 +513,7 @@ pub struct WorkflowModel {
 
 impl WorkflowModel {
     /// An empty queue at `now`.
-    pub fn new(now: Timestamp, policy: crate::workflow::WorkflowPolicy) -> Self {
+    pub fn new(now: Timestamp, policy: control_plane_core::workflow::WorkflowPolicy) -> Self {
         WorkflowModel {
             now,
             policy,
@@ -519,11 +525,11 @@ impl WorkflowModel {
     /// Enqueues; `(index, created)`.
     pub fn enqueue(
         &mut self,
-        id: crate::workflow::TaskId,
+        id: control_plane_core::workflow::TaskId,
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<(usize, bool), ModelError> {
-        use crate::workflow::TaskState;
+        use control_plane_core::workflow::TaskState;
         if let Some(i) = self.tasks.iter().position(|t| t.id == id) {
             let t = &self.tasks[i];
             return if t.kind == kind && t.payload == payload {
@@ -557,7 +563,7 @@ impl WorkflowModel {
         limit: u32,
         lease_for: Duration,
     ) -> Vec<(usize, u64, u32)> {
-        use crate::workflow::TaskState;
+        use control_plane_core::workflow::TaskState;
         let now = self.now;
         for t in self.tasks.iter_mut() {
             if t.state == TaskState::Leased && t.expires_at.is_some_and(|e| e <= now) {
@@ -599,10 +605,10 @@ impl WorkflowModel {
         out
     }
 
-    /// The lease check (`crate::lease`) on task `i`.
+    /// The lease check (`control_plane_core::lease`) on task `i`.
     fn fence(&self, i: usize, token: u64, write: FencedWrite<'_>) -> Result<Verdict, ModelError> {
         let held = self.tasks.get(i).map(|t| Held {
-            leased: t.state == crate::workflow::TaskState::Leased,
+            leased: t.state == control_plane_core::workflow::TaskState::Leased,
             token: t.token,
             expires_at: t.expires_at,
             last_outcome: t.last_outcome,
@@ -637,8 +643,8 @@ impl WorkflowModel {
         i: usize,
         token: u64,
         v: serde_json::Value,
-    ) -> Result<crate::workflow::TaskState, ModelError> {
-        use crate::workflow::TaskState;
+    ) -> Result<control_plane_core::workflow::TaskState, ModelError> {
+        use control_plane_core::workflow::TaskState;
         if self.fence(i, token, FencedWrite::End { kind: "complete" })? == Verdict::Repeat {
             return Ok(self.tasks[i].state);
         }
@@ -658,8 +664,8 @@ impl WorkflowModel {
         token: u64,
         error: &str,
         retryable: bool,
-    ) -> Result<crate::workflow::TaskState, ModelError> {
-        use crate::workflow::TaskState;
+    ) -> Result<control_plane_core::workflow::TaskState, ModelError> {
+        use control_plane_core::workflow::TaskState;
         if self.fence(i, token, FencedWrite::End { kind: "fail" })? == Verdict::Repeat {
             return Ok(self.tasks[i].state);
         }
@@ -684,7 +690,7 @@ impl WorkflowModel {
         self.fence(i, token, FencedWrite::Within)?;
         let now = self.now;
         let t = &mut self.tasks[i];
-        t.state = crate::workflow::TaskState::Pending;
+        t.state = control_plane_core::workflow::TaskState::Pending;
         t.attempts -= 1;
         t.run_at = now;
         t.token = None;
@@ -698,10 +704,10 @@ impl WorkflowModel {
         let now = self.now;
         let max = self.policy.max_attempts;
         let t = self.tasks.get_mut(i).ok_or(ModelError::Conflict)?;
-        if t.state != crate::workflow::TaskState::DeadLettered {
+        if t.state != control_plane_core::workflow::TaskState::DeadLettered {
             return Err(ModelError::Conflict);
         }
-        t.state = crate::workflow::TaskState::Pending;
+        t.state = control_plane_core::workflow::TaskState::Pending;
         t.run_at = now;
         t.max_attempts = t.attempts + max;
         t.token = None;
@@ -713,7 +719,7 @@ impl WorkflowModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AttemptReport;
+    use control_plane_core::AttemptReport;
 
     #[test]
     fn model_claims_each_delivery_once_and_orders_an_ordered_endpoint() {
