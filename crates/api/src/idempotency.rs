@@ -59,15 +59,13 @@ pub(crate) fn header_key(headers: &axum::http::HeaderMap) -> Result<Option<Strin
     headers
         .get("idempotency-key")
         .map(|v| {
-            v.to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
-                    )
-                })
+            let key = v.to_str().map_err(|_| {
+                ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters")
+            })?;
+            // Core's one rule of keys; a bad header is the request's fault (400).
+            control_plane_core::validate_idempotency_key(key)
+                .map_err(|e| ApiError::bad_request(format!("Idempotency-Key: {e}")))?;
+            Ok(key.to_string())
         })
         .transpose()
 }

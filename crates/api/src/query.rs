@@ -36,17 +36,15 @@ pub fn page_request(limit: Option<u32>, cursor: Option<&str>) -> Result<PageRequ
     Ok(PageRequest::new(limit.unwrap_or(50), after)?)
 }
 
-/// An optional delivery state from a query parameter (empty means none).
+/// An optional delivery state from a query parameter (empty means none):
+/// the one parse of the API and the dashboard.
 ///
 /// # Errors
-/// `400` naming the unknown state.
+/// `422` naming the states there are.
 pub fn delivery_state(v: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
-    v.filter(|v| !v.is_empty())
-        .map(|v| {
-            v.parse::<DeliveryState>()
-                .map_err(|_| ApiError::bad_request(format!("unknown state {v:?}")))
-        })
-        .transpose()
+    Ok(v.filter(|v| !v.is_empty())
+        .map(str::parse::<DeliveryState>)
+        .transpose()?)
 }
 
 /// Queues the recovery of one endpoint's window as a task (the endpoint

@@ -107,11 +107,11 @@ impl PublishRequest {
 impl crate::Check for PublishRequest {
     /// Validates the event type (see [`crate::catalogue::validate_type_name`]:
     /// the types of operational events are the store's own, and `*` is for
-    /// subscriptions) and the key (see [`validate_short_text`]).
+    /// subscriptions) and the key (see [`crate::validate_idempotency_key`]).
     fn check(&self) -> Result<(), StoreError> {
         crate::catalogue::validate_type_name(&self.event_type)?;
         if let Some(k) = &self.idempotency_key {
-            validate_short_text("idempotency key", k)?;
+            crate::validate_idempotency_key(k)?;
         }
         Ok(())
     }

@@ -177,6 +177,9 @@ pub fn fan_out(
     ids
 }
 
+/// The longest reason an operator may give for disabling an endpoint.
+pub const MAX_DISABLE_REASON_BYTES: usize = 500;
+
 /// What [`crate::EndpointStore::endpoint_set_enabled`] makes of an endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Enablement {
@@ -192,13 +195,25 @@ pub enum Enablement {
 impl Enablement {
     /// `(enabled, disabled_reason)`, as the endpoint's row keeps them: a
     /// disabled endpoint always shows a reason.
-    pub fn into_row(self) -> (bool, Option<String>) {
+    ///
+    /// # Errors
+    /// `InvalidInput` for a reason that is empty, over
+    /// [`MAX_DISABLE_REASON_BYTES`] or holds NUL: the one check of it, made
+    /// by every adapter as it writes the row.
+    pub fn into_row(self) -> Result<(bool, Option<String>), StoreError> {
         match self {
-            Enablement::Enabled => (true, None),
-            Enablement::Disabled { reason } => (
+            Enablement::Enabled => Ok((true, None)),
+            Enablement::Disabled { reason: Some(r) }
+                if r.is_empty() || r.len() > MAX_DISABLE_REASON_BYTES || r.contains('\0') =>
+            {
+                Err(StoreError::InvalidInput(format!(
+                    "reason must be 1 to {MAX_DISABLE_REASON_BYTES} characters, without NUL"
+                )))
+            }
+            Enablement::Disabled { reason } => Ok((
                 false,
                 Some(reason.unwrap_or_else(|| "disabled by an operator".into())),
-            ),
+            )),
         }
     }
 }

@@ -74,6 +74,16 @@ pub struct IdempotencyToken {
     pub token: LeaseToken,
 }
 
+/// Checks an idempotency key: 1 to 255 characters, no control
+/// characters. The one rule of every key: a publish's, the API's
+/// `Idempotency-Key` header and the store's records.
+///
+/// # Errors
+/// `InvalidInput` saying what a key may be.
+pub fn validate_idempotency_key(key: &str) -> StoreResult<()> {
+    validate_short_text("idempotency key", key)
+}
+
 /// What [`crate::IdempotencyStore::idempotency_begin`] asks: take `key` of
 /// `scope` for the request hashing to `request_hash`, for `ttl`. Checked
 /// when built, so a store never sees an empty or oversized key.
@@ -99,7 +109,7 @@ impl IdempotencyBeginRequest {
     ) -> StoreResult<Self> {
         let (scope, key) = (scope.into(), key.into());
         validate_short_text("idempotency scope", &scope)?;
-        validate_short_text("idempotency key", &key)?;
+        validate_idempotency_key(&key)?;
         Ok(IdempotencyBeginRequest {
             scope,
             key,

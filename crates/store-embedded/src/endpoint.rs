@@ -296,7 +296,7 @@ pub(crate) fn set_enabled(
     enablement: Enablement,
 ) -> StoreResult<Endpoint> {
     get(t, account, id)?;
-    let (enabled, reason) = enablement.into_row();
+    let (enabled, reason) = enablement.into_row()?;
     t.execute(
         "UPDATE endpoints SET enabled = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4",
         params![enabled, reason, t.now.as_millis(), id.to_string()],

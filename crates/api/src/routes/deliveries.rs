@@ -36,11 +36,7 @@ pub(crate) async fn delivery_list(
     Scope(account): Scope,
     Query(q): Query<DeliveryQuery>,
 ) -> Answer {
-    let state = q
-        .state
-        .as_deref()
-        .map(str::parse::<DeliveryState>)
-        .transpose()?;
+    let state = query::delivery_state(q.state.as_deref())?;
     let bad =
         |what: &str, v: &str| ApiError::bad_request(format!("{what} must be a UUID, got {v:?}"));
     let endpoint_id = q

@@ -468,15 +468,8 @@ pub(crate) async fn endpoint_disable(
     OptionalJson(body): OptionalJson<DisableBody>,
 ) -> Answer {
     let endpoint = id("endpoint", &p.id)?;
+    // Checked by the store (`Enablement::into_row`): 422 when it is refused.
     let reason = body.and_then(|b| b.reason);
-    if reason
-        .as_ref()
-        .is_some_and(|r| r.is_empty() || r.len() > 500 || r.contains('\0'))
-    {
-        return Err(ApiError::invalid(
-            "reason must be 1 to 500 characters, without NUL",
-        ));
-    }
     let e = s
         .store
         .endpoint_set_enabled(

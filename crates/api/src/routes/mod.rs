@@ -13,11 +13,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use control_plane_core::{
-    AccountId, AttemptQuery, AttemptResult, Check, DeliveryListRequest, DeliveryState,
-    EndpointCreateRequest, EndpointId, EndpointUpdateRequest, EventFilter, EventId,
-    EventListRequest, EventType, EventTypePut, KeyId, PageRequest, PublishRequest, Recovery,
-    ReplayFilter, Secret, TaskEnqueueRequest, TaskId, TaskListRequest, TaskState, Timestamp,
-    UsageMetric,
+    AccountId, AttemptQuery, AttemptResult, Check, DeliveryListRequest, EndpointCreateRequest,
+    EndpointId, EndpointUpdateRequest, EventFilter, EventId, EventListRequest, EventType,
+    EventTypePut, KeyId, PageRequest, PublishRequest, Recovery, ReplayFilter, Secret,
+    TaskEnqueueRequest, TaskId, TaskListRequest, TaskState, Timestamp, UsageMetric,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

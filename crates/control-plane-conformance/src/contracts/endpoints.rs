@@ -308,6 +308,28 @@ pub async fn disabled_endpoint_holds_deliveries_until_enabled(f: &dyn StoreFacto
     assert_eq!(ids(&claim(&h, 10).await), vec![before, during]);
 }
 
+/// `EndpointStore::endpoint_set_enabled`: the store checks an operator's
+/// reason (empty, over 500 bytes, NUL) and leaves the endpoint as it was.
+pub async fn a_disable_reason_is_checked_by_the_store(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let a = acct("a");
+    let key = || EndpointKey::new(&a, e.id);
+    for bad in [String::new(), "x".repeat(501), "a\0b".into()] {
+        let r = h
+            .store
+            .endpoint_set_enabled(key(), Enablement::Disabled { reason: Some(bad) })
+            .await;
+        is_invalid(r);
+    }
+    assert!(reread(&h, &e).await.enabled, "nothing changed");
+    let ok = Enablement::Disabled {
+        reason: Some("x".repeat(500)),
+    };
+    let d = h.store.endpoint_set_enabled(key(), ok).await.unwrap();
+    assert!(!d.enabled);
+}
+
 /// `EndpointStore::endpoint_delete`: undelivered deliveries are parked as dead.
 pub async fn deleting_endpoint_parks_deliveries_as_dead(f: &dyn StoreFactory) {
     let h = open(f).await;

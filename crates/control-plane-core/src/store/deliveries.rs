@@ -347,7 +347,7 @@ pub trait DeliveryStore: Send + Sync {
     /// - Delivered or dead becomes pending and claimable, keeping its id,
     ///   sequence number and attempt log; the lease that finished it is lost
     ///   (`a_finished_delivery_is_resent_under_its_id`).
-    /// - [`crate::recover()`] builds on it and on `delivery_enqueue`: an
+    /// - `control_plane_runtime::recover` builds on it and on `delivery_enqueue`: an
     ///   endpoint gets a window's events again, once each
     ///   (`recovering_an_endpoint_sends_its_window_again_once`), and a run
     ///   cut short goes on from its last page

@@ -103,9 +103,12 @@ pub trait EndpointStore: Send + Sync {
     /// # Behavior
     /// - A disabled endpoint's deliveries are held, not dropped, and are claimed
     ///   again once it is enabled (`disabled_endpoint_holds_deliveries_until_enabled`).
+    /// - The reason is checked here, by every adapter ([`crate::Enablement::into_row`]);
+    ///   a refused one changes nothing (`a_disable_reason_is_checked_by_the_store`).
     ///
     /// # Errors
-    /// `NotFound`.
+    /// `NotFound`; `InvalidInput` for a reason that is empty, over 500 bytes
+    /// or holds NUL.
     ///
     /// # Cancellation safety
     /// Cancelling may or may not apply the change.
