@@ -83,32 +83,22 @@ pub fn generate_secret() -> String {
     )
 }
 
-/// Checks a caller-given signing secret of `scheme`: `whsec_` then base64
-/// of 24 to 64 bytes, or `whsk_` then base64 of a 32-byte Ed25519 seed.
+/// Checks a caller-given signing secret of `scheme`: core's one rule
+/// ([`control_plane_core::signing::validate_signing_secret`]), and the scheme.
 ///
 /// # Errors
 /// `422` saying what is accepted.
 pub fn validate_secret(secret: &str, scheme: SignatureScheme) -> Result<(), ApiError> {
-    match scheme {
-        SignatureScheme::Hmac => {
-            let decoded = secret
-                .strip_prefix("whsec_")
-                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-            match decoded {
-                Some(bytes) if (24..=64).contains(&bytes.len()) => Ok(()),
-                _ => Err(ApiError::invalid(
-                    "secret must be \"whsec_\" followed by the base64 of 24 to 64 random bytes \
-                     (the endpoint signs with hmac)",
-                )),
+    match control_plane_core::signing::validate_signing_secret(secret)? {
+        given if given == scheme => Ok(()),
+        _ => Err(ApiError::invalid(format!(
+            "the endpoint signs with {}: its secret starts with {}",
+            scheme.as_str(),
+            match scheme {
+                SignatureScheme::Hmac => "whsec_",
+                SignatureScheme::Ed25519 => "whsk_",
             }
-        }
-        SignatureScheme::Ed25519 => match control_plane_core::signing::ed25519_seed(secret) {
-            Some(_) => Ok(()),
-            None => Err(ApiError::invalid(
-                "secret must be \"whsk_\" followed by the base64 of a 32-byte Ed25519 seed \
-                 (the endpoint signs with ed25519)",
-            )),
-        },
+        ))),
     }
 }
 

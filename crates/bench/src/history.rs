@@ -106,7 +106,11 @@ async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> Ben
 }
 
 /// `size` finished deliveries of one endpoint, written by SQL (postgres).
-async fn pg_history(c: &tokio_postgres::Client, e: EndpointId, size: i64) -> BenchResult<()> {
+pub(crate) async fn pg_history(
+    c: &tokio_postgres::Client,
+    e: EndpointId,
+    size: i64,
+) -> BenchResult<()> {
     let now = now_ms();
     c.execute(
         "WITH ev AS (INSERT INTO events (id, account, event_type, body, idempotency_key, created_at) \
@@ -189,7 +193,7 @@ fn bounds() -> Vec<i64> {
 
 /// `size` finished deliveries of endpoint `e`, written by SQL into the
 /// DuckDB file at `path` while no store has it open.
-fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult<()> {
+pub(crate) fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult<()> {
     let c = duckdb::Connection::open(path).map_err(fail)?;
     let now = now_ms();
     let e = e.to_string();

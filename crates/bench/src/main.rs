@@ -23,6 +23,7 @@ use workspace_tests::{answer_after, api_call, Receiver};
 
 mod checks;
 mod delivery;
+mod erase;
 mod growth;
 mod held;
 mod history;
@@ -687,6 +688,13 @@ async fn sizes(
             out,
             "## Limits: half-open connections and costly schemas (issue 54; one run)\n\n{}",
             limits::limits(a, dir).await?
+        );
+    }
+    if want("erase") {
+        let _ = writeln!(
+            out,
+            "## Erasure of an account at volume (issue 57; one run)\n\n{}",
+            erase::erase(a, dir).await?
         );
     }
     if want("memory") {

@@ -70,6 +70,7 @@ macro_rules! conformance_suite {
             a_claim_sends_with_the_endpoint_as_it_is_now,
             an_endpoint_retry_schedule_and_attempt_limit_are_its_own,
             a_disable_reason_is_checked_by_the_store,
+            a_signing_secret_is_checked_and_keeps_its_scheme,
             erasing_an_account_removes_its_rows_and_no_others,
             oauth2_credentials_are_checked_replaced_removed_and_claimed,
             publish_with_same_idempotency_key_creates_nothing_new,

@@ -112,7 +112,7 @@ async fn run_case(factory: &dyn StoreFactory, ops: Vec<Op>) -> Result<(), String
         let mut req = EndpointCreateRequest::new(
             account.clone(),
             "https://example.com/m",
-            Secret::new("whsec_bQ=="),
+            Secret::new("whsec_bW1tbW1tbW1tbW1tbW1tbW1tbW1tbW1t"),
         );
         req.ordered = i == 0;
         created.push((

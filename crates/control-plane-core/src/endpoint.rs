@@ -225,7 +225,8 @@ pub struct EndpointCreateRequest {
     pub account: AccountId,
     /// Destination URL (`http` or `https`).
     pub url: String,
-    /// Signing secret, `whsec_` + base64.
+    /// Signing secret: `whsec_` + base64 of 24 to 64 bytes, or `whsk_` +
+    /// base64 of a 32-byte Ed25519 seed.
     pub secret: Secret,
     /// Event types received; empty means every type.
     pub event_types: Vec<String>,
@@ -272,10 +273,12 @@ impl crate::Check for EndpointCreateRequest {
     /// Checks what every adapter must check before storing the endpoint.
     ///
     /// # Errors
-    /// `InvalidInput` for a bad URL or event type, a limit out of range or a
-    /// NUL in the description.
+    /// `InvalidInput` for a bad URL, signing secret
+    /// ([`crate::signing::validate_signing_secret`]) or event type, a limit
+    /// out of range or a NUL in the description.
     fn check(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
+        crate::signing::validate_signing_secret(self.secret.expose())?;
         validate_event_types(&self.event_types)?;
         custom_headers_text(&self.headers)?;
         if let Some(o) = &self.oauth2 {
@@ -633,7 +636,7 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_in_debug() {
-        let s = Secret::new("whsec_c2VjcmV0");
+        let s = Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0");
         assert!(!format!("{s:?}").contains("c2VjcmV0"));
     }
 

@@ -36,6 +36,64 @@ impl SignatureScheme {
     }
 }
 
+/// Checks a signing secret as the port stores it, and says its scheme:
+/// `whsec_` and the base64 of 24 to 64 bytes (`hmac`), or `whsk_` and the
+/// base64 of a 32-byte Ed25519 seed (`ed25519`). The one rule of secrets:
+/// the API answers with its message, and every adapter meets it through
+/// [`crate::EndpointCreateRequest`]'s check and [`check_rotation`].
+///
+/// # Errors
+/// `InvalidInput` saying what a secret of its scheme must be.
+pub fn validate_signing_secret(secret: &str) -> Result<SignatureScheme, crate::StoreError> {
+    let scheme = SignatureScheme::of(secret);
+    let valid = match scheme {
+        SignatureScheme::Hmac => secret
+            .strip_prefix(HMAC_PREFIX)
+            .and_then(|b| STANDARD.decode(b).ok())
+            .is_some_and(|k| (24..=64).contains(&k.len())),
+        SignatureScheme::Ed25519 => ed25519_seed(secret).is_some(),
+    };
+    if valid {
+        return Ok(scheme);
+    }
+    Err(crate::StoreError::InvalidInput(match scheme {
+        SignatureScheme::Hmac => {
+            "secret must be \"whsec_\" followed by the base64 of 24 to 64 random bytes \
+             (or \"whsk_\" and a 32-byte Ed25519 seed)"
+                .into()
+        }
+        SignatureScheme::Ed25519 => {
+            "secret must be \"whsk_\" followed by the base64 of a 32-byte Ed25519 seed".into()
+        }
+    }))
+}
+
+/// Checks the secret an endpoint rotates to: valid, and of the scheme of
+/// the secret it replaces (an endpoint keeps its scheme for life).
+///
+/// # Errors
+/// `InvalidInput` for a bad secret or another scheme.
+pub fn check_rotation(
+    current: &crate::Secret,
+    next: &crate::Secret,
+) -> Result<(), crate::StoreError> {
+    let (was, is) = (
+        SignatureScheme::of(current.expose()),
+        validate_signing_secret(next.expose())?,
+    );
+    if was != is {
+        return Err(crate::StoreError::InvalidInput(format!(
+            "the endpoint signs with {}: rotate to a {} secret",
+            was.as_str(),
+            match was {
+                SignatureScheme::Hmac => HMAC_PREFIX,
+                SignatureScheme::Ed25519 => ED25519_PREFIX,
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// The Ed25519 seed of a `whsk_` key: `None` unless it is `whsk_` and the
 /// base64 of exactly 32 bytes.
 pub fn ed25519_seed(secret: &str) -> Option<[u8; 32]> {
@@ -123,6 +181,36 @@ mod tests {
             "ed25519".parse::<SignatureScheme>(),
             Ok(SignatureScheme::Ed25519)
         );
+    }
+
+    #[test]
+    fn secrets_are_checked_once_for_every_caller() {
+        let hmac = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert_eq!(
+            validate_signing_secret(hmac).unwrap(),
+            SignatureScheme::Hmac
+        );
+        let key = ed25519_secret(&[1; 32]);
+        assert_eq!(
+            validate_signing_secret(&key).unwrap(),
+            SignatureScheme::Ed25519
+        );
+        for bad in [
+            "",
+            "whsec_",
+            "whsec_dGVzdA==",
+            "whsec_!!",
+            "whsk_dGVzdA==",
+            "secret",
+        ] {
+            assert!(validate_signing_secret(bad).is_err(), "{bad:?}");
+        }
+        let (h, k) = (crate::Secret::new(hmac), crate::Secret::new(key));
+        assert!(check_rotation(&h, &h).is_ok());
+        assert!(check_rotation(&k, &k).is_ok());
+        assert!(check_rotation(&h, &k).is_err(), "the scheme stays");
+        assert!(check_rotation(&k, &h).is_err());
+        assert!(check_rotation(&h, &crate::Secret::new("whsec_eA==")).is_err());
     }
 
     /// RFC 8032's first test vector: the seed gives its public key and its

@@ -488,9 +488,13 @@ pub(crate) mod tests {
         let account = AccountId::new("a").unwrap();
         store
             .endpoint_create(
-                EndpointCreateRequest::new(account.clone(), &url, Secret::new("whsec_dGVzdA=="))
-                    .checked()
-                    .unwrap(),
+                EndpointCreateRequest::new(
+                    account.clone(),
+                    &url,
+                    Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
+                )
+                .checked()
+                .unwrap(),
             )
             .await
             .unwrap();

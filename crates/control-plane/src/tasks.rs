@@ -158,7 +158,7 @@ mod tests {
         let req = EndpointCreateRequest::new(
             account.clone(),
             "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
         );
         let e = store.endpoint_create(req.checked().unwrap()).await.unwrap();
         (store, account, e)

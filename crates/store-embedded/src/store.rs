@@ -637,7 +637,7 @@ pub(crate) mod tests {
         let req = EndpointCreateRequest::new(
             account.clone(),
             "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
         );
         store.endpoint_create(req.checked().unwrap()).await.unwrap();
         if schema {

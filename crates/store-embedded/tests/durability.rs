@@ -20,9 +20,13 @@ fn acct() -> AccountId {
 /// one claim can show that nothing acknowledged was lost.
 /// The account's one endpoint.
 fn hook() -> Checked<EndpointCreateRequest> {
-    EndpointCreateRequest::new(acct(), "https://example.com/h", Secret::new("whsec_eA=="))
-        .checked()
-        .unwrap()
+    EndpointCreateRequest::new(
+        acct(),
+        "https://example.com/h",
+        Secret::new("whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4"),
+    )
+    .checked()
+    .unwrap()
 }
 
 async fn open(path: &Path) -> StoreResult<EmbeddedStore> {

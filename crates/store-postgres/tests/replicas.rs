@@ -81,9 +81,13 @@ where
 async fn add_endpoint(store: &PostgresStore) -> Endpoint {
     store
         .endpoint_create(
-            EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="))
-                .checked()
-                .unwrap(),
+            EndpointCreateRequest::new(
+                acct(),
+                "https://example.com/r",
+                Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
+            )
+            .checked()
+            .unwrap(),
         )
         .await
         .unwrap()
@@ -142,8 +146,11 @@ async fn four_replicas_claim_20000_deliveries_without_double_claims_or_losses() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_concurrent_enqueues_have_exactly_one_winner() {
     let Replicas { stores, .. } = &replicas(4, StoreOptions::default()).await;
-    let mut filtered =
-        EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
+    let mut filtered = EndpointCreateRequest::new(
+        acct(),
+        "https://example.com/r",
+        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
+    );
     filtered.event_types = vec!["never".into()];
     let e = stores[0]
         .endpoint_create(filtered.checked().unwrap())
@@ -552,8 +559,11 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
         ..StoreOptions::default()
     };
     let Replicas { clock, stores, .. } = &replicas(3, options).await;
-    let mut create =
-        EndpointCreateRequest::new(acct(), "https://example.com/r", Secret::new("whsec_cg=="));
+    let mut create = EndpointCreateRequest::new(
+        acct(),
+        "https://example.com/r",
+        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
+    );
     create.rate_limit_per_s = Some(20);
     stores[0]
         .endpoint_create(create.checked().unwrap())

@@ -220,7 +220,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/other",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.event_types = vec!["invoice.paid".into()];
     req.filter = Some(EventFilter::parse(json!({"data.amount": {"$gt": 0}})).unwrap());
@@ -259,7 +259,7 @@ pub async fn an_example_is_sent_to_one_endpoint(f: &dyn StoreFactory) {
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/orders",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.event_types = vec!["order.created".into()];
     let subscriber = create_endpoint(&h, req).await;
@@ -337,7 +337,7 @@ pub async fn wildcard_subscriptions_take_every_type_under_their_prefix(f: &dyn S
     let mut bad = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/hook",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     bad.event_types = vec!["order*".into()];
     invalid(bad.checked(), "'*'");

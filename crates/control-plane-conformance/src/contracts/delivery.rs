@@ -583,7 +583,7 @@ pub async fn an_endpoint_retry_schedule_and_attempt_limit_are_its_own(f: &dyn St
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/own",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.retry = Some(retry.clone());
     let own = create_endpoint(&h, req).await;

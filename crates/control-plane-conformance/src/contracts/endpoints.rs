@@ -9,7 +9,7 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/x",
-        Secret::new("whsec_c2VjcmV0"),
+        Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"),
     );
     req.event_types = vec!["invoice.paid".into(), "invoice.void".into()];
     req.ordered = true;
@@ -17,7 +17,10 @@ pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {
     req.description = Some("billing".into());
     let e = create_endpoint(&h, req).await;
     assert!(e.enabled);
-    assert_eq!(e.secrets.current.expose(), "whsec_c2VjcmV0");
+    assert_eq!(
+        e.secrets.current.expose(),
+        "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
+    );
     assert_eq!(e.created_at, h.clock.now());
     let got = reread(&h, &e).await;
     assert_eq!(got, e);
@@ -40,12 +43,64 @@ pub async fn endpoint_create_rejects_bad_url(_: &dyn StoreFactory) {
         "https://",
         "https://a b",
     ] {
-        let r = EndpointCreateRequest::new(acct("a"), url, Secret::new("whsec_eA==")).checked();
+        let r = EndpointCreateRequest::new(
+            acct("a"),
+            url,
+            Secret::new("whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4"),
+        )
+        .checked();
         assert!(
             matches!(r, Err(StoreError::InvalidInput(_))),
             "{url}: {r:?}"
         );
     }
+}
+
+/// `EndpointStore::endpoint_create` and `endpoint_rotate_secret`: a
+/// signing secret meets core's one rule (its seal refuses a bad one), and
+/// a rotation keeps the endpoint's scheme, refused by the store otherwise.
+pub async fn a_signing_secret_is_checked_and_keeps_its_scheme(f: &dyn StoreFactory) {
+    for bad in ["whsec_eA==", "whsec_!!", "whsk_eHh4", "plain"] {
+        let r = EndpointCreateRequest::new(acct("a"), "https://example.com/x", Secret::new(bad))
+            .checked();
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{bad}: {r:?}"
+        );
+    }
+    let h = open(f).await;
+    let e = endpoint(&h, "a", false).await;
+    let a = acct("a");
+    let key = signing::ed25519_secret(&[9; 32]);
+    let to = |secret: &str| SecretRotation {
+        secret: Secret::new(secret),
+        grace: Duration::from_secs(60),
+    };
+    let r = h
+        .store
+        .endpoint_rotate_secret(EndpointKey::new(&a, e.id), to(&key))
+        .await;
+    is_invalid(r);
+    is_invalid(
+        h.store
+            .endpoint_rotate_secret(EndpointKey::new(&a, e.id), to("whsec_eA=="))
+            .await,
+    );
+    assert_eq!(
+        reread(&h, &e).await.secrets.current,
+        e.secrets.current,
+        "unchanged"
+    );
+    let mut req = EndpointCreateRequest::new(acct("a"), "https://example.com/k", Secret::new(key));
+    req.event_types = vec!["other".into()];
+    let k = create_endpoint(&h, req).await;
+    let next = signing::ed25519_secret(&[8; 32]);
+    let rotated = h
+        .store
+        .endpoint_rotate_secret(EndpointKey::new(&a, k.id), to(&next))
+        .await
+        .unwrap();
+    assert_eq!(rotated.secrets.current.expose(), next);
 }
 
 /// `EndpointStore::endpoint_get`: another account's endpoint is `NotFound` everywhere.
@@ -88,7 +143,7 @@ pub async fn endpoint_update_changes_only_given_fields(f: &dyn StoreFactory) {
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/1",
-        Secret::new("whsec_eA=="),
+        Secret::new("whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4"),
     );
     req.description = Some("d".into());
     req.rate_limit_per_s = Some(5);
@@ -142,7 +197,10 @@ pub async fn rotate_secret_keeps_previous_for_grace(f: &dyn StoreFactory) {
     let h = open(f).await;
     let e = endpoint(&h, "a", false).await;
     let r = rotate(&h, "a", &e, Duration::from_secs(60)).await;
-    assert_eq!(r.secrets.current.expose(), "whsec_bmV3");
+    assert_eq!(
+        r.secrets.current.expose(),
+        "whsec_bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3"
+    );
     assert_eq!(
         r.secrets.previous.as_ref().map(Secret::expose),
         Some(e.secrets.current.expose())
@@ -170,7 +228,7 @@ pub async fn endpoint_filters_decide_which_events_fan_out(f: &dyn StoreFactory) 
         let mut req = EndpointCreateRequest::new(
             acct("a"),
             "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
         );
         req.filter = Some(EventFilter::parse(v).unwrap());
         req
@@ -439,7 +497,7 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
         EndpointCreateRequest::new(
             a.clone(),
             "https://example.com/hook",
-            Secret::new("whsec_b2xk"),
+            Secret::new("whsec_b2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xk"),
         ),
     )
     .await;
@@ -449,7 +507,7 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
     let kept = h.store.endpoint_get(&a, e.id).await.unwrap();
     assert_eq!(
         kept.secrets.previous.as_ref().map(Secret::expose),
-        Some("whsec_b2xk")
+        Some("whsec_b2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xk")
     );
     h.clock.advance(Duration::from_secs(3601));
     let r = purge_all(&h, Duration::from_secs(86_400)).await;
@@ -457,7 +515,10 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
     let cleared = h.store.endpoint_get(&a, e.id).await.unwrap();
     assert_eq!(cleared.secrets.previous, None);
     assert_eq!(cleared.secrets.previous_expires_at, None);
-    assert_eq!(cleared.secrets.current.expose(), "whsec_bmV3");
+    assert_eq!(
+        cleared.secrets.current.expose(),
+        "whsec_bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3"
+    );
 }
 
 /// `EndpointStore::endpoint_create`: custom headers are checked (reserved
@@ -470,7 +531,7 @@ pub async fn custom_headers_are_checked_replaced_and_claimed(f: &dyn StoreFactor
         let mut req = EndpointCreateRequest::new(
             acct("a"),
             "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
         );
         req.headers = pairs
             .iter()
@@ -593,16 +654,22 @@ pub async fn a_claim_sends_with_the_endpoint_as_it_is_now(f: &dyn StoreFactory) 
     let c = next().await;
     assert_eq!(
         (c.url.as_str(), c.secrets.current.expose()),
-        ("https://example.com/hook", "whsec_dGVzdA==")
+        (
+            "https://example.com/hook",
+            "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"
+        )
     );
     finish(c).await;
 
     rotate(&h, "a", &e, Duration::from_secs(60)).await;
     let c = next().await;
-    assert_eq!(c.secrets.current.expose(), "whsec_bmV3");
+    assert_eq!(
+        c.secrets.current.expose(),
+        "whsec_bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3"
+    );
     assert_eq!(
         c.secrets.previous.as_ref().map(Secret::expose),
-        Some("whsec_dGVzdA==")
+        Some("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0")
     );
     finish(c).await;
 
@@ -670,7 +737,7 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
         let mut req = EndpointCreateRequest::new(
             acct("a"),
             "https://example.com/hook",
-            Secret::new("whsec_dGVzdA=="),
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
         );
         req.oauth2 = Some(c);
         req

@@ -51,7 +51,7 @@ pub(super) async fn endpoint(h: &Harness, account: &str, ordered: bool) -> Endpo
     let mut req = EndpointCreateRequest::new(
         acct(account),
         "https://example.com/hook",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.ordered = ordered;
     create_endpoint(h, req).await
@@ -61,7 +61,7 @@ pub(super) async fn endpoint_for(h: &Harness, account: &str, types: &[&str]) -> 
     let mut req = EndpointCreateRequest::new(
         acct(account),
         "https://example.com/hook",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.event_types = types.iter().map(|s| s.to_string()).collect();
     create_endpoint(h, req).await
@@ -173,7 +173,7 @@ pub(super) async fn limited_endpoint(
     let mut req = EndpointCreateRequest::new(
         acct(account),
         "https://example.com/hook",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.event_types = vec![ty.to_string()];
     req.max_in_flight = max_in_flight;
@@ -371,7 +371,7 @@ pub(super) async fn rotate(h: &Harness, account: &str, e: &Endpoint, grace: Dura
         .endpoint_rotate_secret(
             EndpointKey::new(&acct(account), e.id),
             SecretRotation {
-                secret: Secret::new("whsec_bmV3"),
+                secret: Secret::new("whsec_bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3"),
                 grace,
             },
         )

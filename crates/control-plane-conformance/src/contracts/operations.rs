@@ -366,7 +366,7 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         let mut req = EndpointCreateRequest::new(
             acct(account),
             "https://example.com/x",
-            Secret::new("whsec_eA=="),
+            Secret::new("whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4"),
         );
         req.event_types = types.into_iter().map(String::from).collect();
         h.store.endpoint_create(req.checked().unwrap())

@@ -259,7 +259,7 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
     let mut req = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/hook",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     req.description = Some("line one\nline two".into());
     let e = create_endpoint(&h, req.clone()).await;
@@ -289,7 +289,7 @@ pub async fn control_characters_are_invalid_input(f: &dyn StoreFactory) {
     let mut bad_url = EndpointCreateRequest::new(
         acct("a"),
         "https://example.com/nul\u{0}",
-        Secret::new("whsec_dGVzdA=="),
+        Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
     );
     let created = bad_url.clone().checked();
     is_invalid(created);

@@ -9,6 +9,9 @@ pub trait EndpointStore: Send + Sync {
     ///
     /// # Behavior
     /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
+    /// - Its seal refuses a signing secret outside the one rule of secrets
+    ///   ([`crate::signing::validate_signing_secret`];
+    ///   `a_signing_secret_is_checked_and_keeps_its_scheme`).
     /// - Its own retry setting ([`crate::EndpointRetry`]) gives its new
     ///   deliveries its attempt limit instead of `StoreOptions::max_attempts`,
     ///   goes with every claim of them, and is changed or removed
@@ -69,9 +72,12 @@ pub trait EndpointStore: Send + Sync {
     ///
     /// # Behavior
     /// - Both secrets sign until the grace period ends (`rotate_secret_keeps_previous_for_grace`).
+    /// - The new secret meets the one rule of secrets and keeps the endpoint's
+    ///   scheme ([`crate::signing::check_rotation`]); a refused one changes
+    ///   nothing (`a_signing_secret_is_checked_and_keeps_its_scheme`).
     ///
     /// # Errors
-    /// `NotFound`.
+    /// `NotFound`; `InvalidInput` for a bad secret or another scheme.
     ///
     /// # Cancellation safety
     /// Cancelling may or may not rotate.

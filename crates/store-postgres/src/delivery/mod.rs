@@ -264,7 +264,7 @@ mod tests {
                 EndpointCreateRequest::new(
                     account.clone(),
                     "https://example.com/hook",
-                    Secret::new("whsec_dGVzdA=="),
+                    Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
                 )
                 .checked()
                 .unwrap(),
