@@ -154,21 +154,38 @@ pub mod usage;
 pub mod wakeup;
 pub mod workflow;
 
-pub use account_key::*;
-pub use alert::*;
-pub use attempt::*;
+pub use account_key::{AccountKey, KeyHash};
+pub use alert::{Alert, AlertKind, NewAlert};
+pub use attempt::{
+    latency_bucket, latency_bucket_bound, nearest_rank, rollup_bucket, rollup_minute,
+    storable_body, AttemptQuery, AttemptRecord, AttemptResult, AttemptStats, RollupRow,
+    LATENCY_BUCKETS, ROLLUP_HORIZON, ROLLUP_MINUTE_MS,
+};
 pub use backoff::EndpointRetry;
 pub use catalogue::{EventType, EventTypePut};
 pub use checked::{Check, Checked};
 pub use clock::{Clock, Housekeeping, ManualClock, SystemClock, Timestamp};
 pub use database_url::DatabaseUrl;
-pub use delivery::*;
-pub use endpoint::*;
+pub use delivery::{
+    cut_by_time, validate_lease, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery,
+    DeliveryListRequest, DeliveryOutcome, DeliveryState, Enqueued, Event, EventListRequest, Lease,
+    OutcomeRecorded, PublishRequest, Published, ReplayFilter, Requeue, TimeCut,
+};
+pub use endpoint::{
+    custom_header_pairs, custom_headers_text, fan_out, validate_description, validate_endpoint_url,
+    validate_event_types, validate_flow_limits, Enablement, Endpoint, EndpointCreateRequest,
+    EndpointUpdateRequest, Secret, SecretRotation, SigningSecrets, MAX_CUSTOM_HEADERS,
+    MAX_CUSTOM_HEADER_BYTES, MAX_DISABLE_REASON_BYTES, MAX_ENDPOINT_DESCRIPTION_BYTES,
+    MAX_ENDPOINT_EVENT_TYPES, RESERVED_HEADERS,
+};
 pub use erasure::{ErasureBegun, ErasureProgress, ERASE_TASK};
 pub use error::{StoreError, StoreResult};
 pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
-pub use idempotency::*;
+pub use idempotency::{
+    validate_idempotency_key, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyRecord,
+    IdempotencyToken, StoredResponse,
+};
 pub use maintenance::{PurgeBatch, PurgeReport};
 pub use oauth2::ClientCredentials;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
@@ -181,9 +198,17 @@ pub use store::{
     DeliveryStore, DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore,
     MaintenanceStore, SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
 };
-pub use tick::*;
+pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;
-pub use types::*;
-pub use usage::*;
+pub use types::{
+    fenced, validate_free_text, validate_json_text, validate_limit, validate_short_text, AccountId,
+    DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest, TimeRange,
+    OTHER_ACCOUNTS,
+};
+pub use usage::{usage_window, UsageBatch, UsageEntry, UsageMetric, UsageRow, USAGE_WINDOW};
 pub use wakeup::Wakeup;
-pub use workflow::*;
+pub use workflow::{
+    listable, validate_progress, ClaimedTask, Task, TaskClaimRequest, TaskEnqueueRequest,
+    TaskEnqueued, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease, TaskListRequest,
+    TaskState, WorkflowPolicy, MAX_PROGRESS_BYTES,
+};

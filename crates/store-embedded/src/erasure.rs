@@ -46,12 +46,13 @@ pub(crate) fn begin(t: &mut Tx<'_>, account: &AccountId) -> StoreResult<ErasureB
 
 /// The statements of a batch after the deliveries' ([`deliveries`]), each
 /// at most `$2` rows of account `$1`, in an order that leaves nothing
-/// pointing at a removed row: events once no delivery names them,
+/// pointing at a removed row: the events left once the account has no
+/// delivery (those of removed deliveries went with them, [`deliveries`]),
 /// endpoints once the account has no delivery and the endpoint no attempt.
 /// `$3` is the erasure's own task kind, kept.
 const REST: &[&str] = &[
     "DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.account = $1 \
-     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) LIMIT $2)",
+     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.account = $1) LIMIT $2)",
     "DELETE FROM endpoints WHERE id IN (SELECT e.id FROM endpoints e WHERE e.account = $1 \
      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.account = $1) \
      AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.endpoint_id = e.id) \
@@ -99,15 +100,17 @@ pub(crate) fn batch(t: &mut Tx<'_>, account: &AccountId, batch: PurgeBatch) -> S
 }
 
 /// Deletes up to `n` deliveries of `account`, their dead letters too, and
-/// takes them off the writer's finished tally and live index.
+/// the events they named that no delivery names any more (so events go at
+/// the pace of their deliveries, not searched for among the account's),
+/// and takes them off the writer's finished tally and live index.
 fn deliveries(t: &mut Tx<'_>, account: &AccountId, n: i64) -> StoreResult<u64> {
     let mut gone: HashMap<DeliveryState, u64> = HashMap::new();
-    let mut dead = Vec::new();
+    let (mut dead, mut events) = (Vec::new(), Vec::new());
     {
         let mut st = t
             .prepare(
                 "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE account = $1 LIMIT $2) \
-                 RETURNING state, seq",
+                 RETURNING state, seq, event_id",
             )
             .db()?;
         let mut rows = st.query(params![account.as_str(), n]).db()?;
@@ -116,11 +119,21 @@ fn deliveries(t: &mut Tx<'_>, account: &AccountId, n: i64) -> StoreResult<u64> {
             if state == DeliveryState::Dead {
                 dead.push(r.get(1).db()?);
             }
+            events.push(r.get::<_, String>(2).db()?);
             *gone.entry(state).or_default() += 1;
         }
     }
     crate::delivery::dead_letters_remove(t, &dead)?;
-    let mut total = 0;
+    let mut total = if events.is_empty() {
+        0
+    } else {
+        t.execute(
+            "DELETE FROM events e WHERE e.id IN (SELECT unnest($1::VARCHAR[])) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)",
+            params![crate::util::list::text(events)],
+        )
+        .db()? as u64
+    };
     for (state, k) in gone {
         if !state.is_final() {
             t.live_mut().forget();

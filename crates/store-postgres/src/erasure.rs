@@ -5,6 +5,7 @@ use control_plane_core::*;
 
 use crate::error::PgResultExt;
 use crate::store::Tx;
+use crate::util::RowExt;
 
 /// Why the endpoints of an account being erased are disabled.
 const ERASING: &str = "the account is being erased";
@@ -39,26 +40,21 @@ pub(crate) async fn begin(t: &Tx<'_>, account: &AccountId) -> StoreResult<Erasur
     })
 }
 
-/// One statement per kind of row, each at most `$2` rows of account `$1`,
-/// in an order that leaves nothing pointing at a removed row: the attempt
-/// log and deliveries first, then the events and endpoints they name (an
-/// endpoint once the account has no delivery left and the endpoint no
-/// attempt), then the rest. `$3` is the erasure's own task kind, kept.
+/// After the deliveries ([`DELIVERIES`]), one statement per kind of row,
+/// each at most `$2` rows of account `$1`, in an order that leaves nothing
+/// pointing at a removed row: the attempt log, the tallies and the events
+/// left without deliveries once the account has none, its endpoints once
+/// it has no delivery and the endpoint no attempt, then the rest. `$3` is
+/// the erasure's own task kind, kept.
 const BATCH: &[&str] = &[
     "DELETE FROM attempts WHERE id IN (SELECT a.id FROM endpoints e CROSS JOIN LATERAL \
      (SELECT x.id FROM attempts x WHERE x.endpoint_id = e.id LIMIT $2) a WHERE e.account = $1 LIMIT $2)",
     "DELETE FROM attempt_rollup WHERE ctid = ANY(ARRAY(SELECT r.ctid FROM endpoints e \
      JOIN attempt_rollup r ON r.endpoint_id = e.id WHERE e.account = $1 LIMIT $2))",
-    "WITH d AS (SELECT id, account, endpoint_id, seq FROM deliveries WHERE account = $1 ORDER BY seq DESC LIMIT $2), \
-     q AS (DELETE FROM delivery_queue q USING d WHERE q.endpoint_id = d.endpoint_id AND q.seq = d.seq), \
-     f AS (DELETE FROM delivery_done f USING d WHERE f.delivery_id = d.id RETURNING d.account, f.state), \
-     tally AS (INSERT INTO delivery_tallies (account, state, n) \
-       SELECT account, state, -count(*) FROM f GROUP BY account, state) \
-     DELETE FROM deliveries x USING d WHERE x.id = d.id",
     "DELETE FROM delivery_tallies WHERE account = $1 \
      AND NOT EXISTS (SELECT 1 FROM deliveries WHERE account = $1)",
     "DELETE FROM events WHERE id IN (SELECT e.id FROM events e WHERE e.account = $1 \
-     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) LIMIT $2)",
+     AND NOT EXISTS (SELECT 1 FROM deliveries WHERE account = $1) LIMIT $2)",
     "WITH e AS (SELECT id FROM endpoints e WHERE e.account = $1 \
        AND NOT EXISTS (SELECT 1 FROM deliveries WHERE account = $1) \
        AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.endpoint_id = e.id) \
@@ -76,10 +72,35 @@ const BATCH: &[&str] = &[
     "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
 ];
 
-/// One batch of [`BATCH`] in the caller's transaction; the rows removed.
+/// Up to `$2` deliveries of account `$1`, newest first, live and finished
+/// (the tallies taken down as they go); returns the events they named.
+const DELIVERIES: &str = "WITH d AS (SELECT id, account, endpoint_id, seq FROM deliveries \
+     WHERE account = $1 ORDER BY seq DESC LIMIT $2), \
+     q AS (DELETE FROM delivery_queue q USING d WHERE q.endpoint_id = d.endpoint_id AND q.seq = d.seq), \
+     f AS (DELETE FROM delivery_done f USING d WHERE f.delivery_id = d.id RETURNING d.account, f.state), \
+     tally AS (INSERT INTO delivery_tallies (account, state, n) \
+       SELECT account, state, -count(*) FROM f GROUP BY account, state) \
+     DELETE FROM deliveries x USING d WHERE x.id = d.id RETURNING x.event_id";
+
+/// The events among `$1` that no delivery names any more: those of the
+/// deliveries a batch removed, so the events go at the pace of their
+/// deliveries instead of being searched for among the account's events.
+const THEIR_EVENTS: &str = "DELETE FROM events e WHERE e.id = ANY($1) \
+     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)";
+
+/// One batch in the caller's transaction: the deliveries and their events,
+/// then [`BATCH`]; the rows removed.
 pub(crate) async fn batch(t: &Tx<'_>, account: &AccountId, batch: PurgeBatch) -> StoreResult<u64> {
     let (a, n) = (account.as_str(), i64::from(batch.rows()));
-    let mut removed = 0;
+    let events: Vec<uuid::Uuid> = t
+        .query(DELIVERIES, &[&a, &n])
+        .await
+        .db()?
+        .iter()
+        .map(|r| r.col(0))
+        .collect::<StoreResult<_>>()?;
+    let mut removed = events.len() as u64;
+    removed += t.execute(THEIR_EVENTS, &[&events]).await.db()?;
     for sql in BATCH {
         let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&a, &n, &ERASE_TASK];
         // Each statement takes the parameters it names.
