@@ -1,6 +1,6 @@
 //! Account API keys.
 
-use crate::*;
+use crate::{AccountId, KeyId, Timestamp};
 
 string_id! {
     /// The hash of an account key, as the store keeps it: 1 to 255

@@ -1,6 +1,6 @@
 //! Operational alerts.
 
-use crate::*;
+use crate::{AccountId, DeliveryId, EndpointId, PublishRequest, Timestamp};
 
 named_enum! {
     /// The kind of an operational alert.

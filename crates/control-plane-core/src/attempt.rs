@@ -1,6 +1,6 @@
 //! The attempt log.
 
-use crate::*;
+use crate::{AccountId, DeliveryId, EndpointId, Timestamp};
 
 named_enum! {
     /// Why an attempt ended, in the attempt log.

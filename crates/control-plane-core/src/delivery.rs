@@ -1,6 +1,9 @@
 //! Events, deliveries, leases and outcomes.
 
-use crate::*;
+use crate::{
+    validate_limit, AccountId, DeliveryId, EndpointId, EventId, LeaseToken, PageRequest, Secret,
+    SigningSecrets, StoreError, Timestamp, TraceParent,
+};
 
 /// A published event.
 #[derive(Clone, Debug, PartialEq)]
@@ -521,6 +524,7 @@ pub struct Enqueued {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{AlertKind, CircuitMode};
 
     #[test]
     fn named_values_round_trip_through_their_names_and_serde() {

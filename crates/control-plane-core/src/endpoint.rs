@@ -5,7 +5,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::*;
+use crate::{
+    validate_free_text, AccountId, EndpointId, EndpointRetry, EventFilter, StoreError, Timestamp,
+};
 
 /// A secret value (signing secret, password). `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

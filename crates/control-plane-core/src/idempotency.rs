@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use crate::*;
+use crate::{validate_short_text, LeaseToken, StoreResult};
 
 /// A response stored for replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +143,7 @@ impl IdempotencyBeginRequest {
 mod begin_tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::StoreError;
 
     #[test]
     fn a_begin_request_refuses_an_empty_or_oversized_key_or_scope() {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::*;
+use crate::{validate_short_text, LeaseToken, StoreResult, Timestamp};
 
 /// Single-flight ownership of a tick.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,6 +62,7 @@ impl TickClaimRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::StoreError;
 
     #[test]
     fn a_tick_claim_refuses_an_empty_or_oversized_name() {

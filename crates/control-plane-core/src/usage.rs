@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::*;
+use crate::{AccountId, Timestamp};
 
 named_enum! {
     /// A usage metric.
