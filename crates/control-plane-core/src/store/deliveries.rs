@@ -1,6 +1,16 @@
 //! Events, the event-type catalogue, the delivery queue, the attempt log and circuits.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{
+    AccountId, AttemptQuery, AttemptRecord, AttemptStats, Checked, Circuit, ClaimRequest,
+    ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest, DeliveryOutcome, DeliveryState,
+    EndpointId, EndpointKey, Enqueued, Event, EventId, EventListRequest, EventType, EventTypePut,
+    Lease, OutcomeRecorded, Page, PublishRequest, Published, ReplayFilter, RollupRow, StoreError,
+    StoreResult, Timestamp,
+};
 
 /// Events: publishing them (with their fan-out to deliveries, in the same
 /// transaction) and reading them back.

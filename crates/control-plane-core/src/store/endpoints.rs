@@ -1,6 +1,11 @@
 //! Endpoints: created, read, changed, rotated, enabled and removed.
 
-use super::*;
+use async_trait::async_trait;
+
+use crate::{
+    AccountId, Checked, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    EndpointUpdateRequest, SecretRotation, StoreResult,
+};
 
 /// Endpoints: destinations owned by one account.
 #[async_trait]

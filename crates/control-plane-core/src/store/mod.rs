@@ -5,25 +5,22 @@
 //! the store's injected [`crate::Clock`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::clock::Timestamp;
 use crate::error::StoreResult;
-use crate::policy::Circuit;
-use crate::workflow::*;
-use crate::*;
 
 mod deliveries;
 mod endpoints;
 mod operations;
 mod workflows;
 
-pub use deliveries::*;
-pub use endpoints::*;
-pub use operations::*;
-pub use workflows::*;
+pub use deliveries::{AttemptLogStore, CatalogueStore, CircuitStore, DeliveryStore, EventStore};
+pub use endpoints::EndpointStore;
+pub use operations::{
+    AccountKeyStore, AlertStore, MaintenanceStore, SessionStore, UsageStore, MAX_SESSIONS_LISTED,
+};
+pub use workflows::{IdempotencyStore, TickStore, WorkflowStore};
 
 /// The whole port. Object-safe; used as [`DynControlPlaneStore`].
 #[async_trait]

@@ -1,6 +1,14 @@
 //! Usage, alerts, account keys, dashboard sessions and maintenance.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{
+    AccountId, AccountKey, Alert, Checked, DashboardSession, ErasureBegun, KeyHash, KeyId, Page,
+    PageRequest, PurgeBatch, PurgeReport, SessionCreateRequest, StoreResult, TimeRange, Timestamp,
+    UsageBatch, UsageRow,
+};
 
 /// Per-account usage counters.
 #[async_trait]
@@ -13,7 +21,7 @@ pub trait UsageStore: Send + Sync {
     ///   (`usage_batches_are_idempotent_and_queryable_by_window`).
     ///
     /// The batch id (1 to 255 characters) was checked when the batch was
-    /// sealed ([`Check::checked`]).
+    /// sealed ([`crate::Check::checked`]).
     ///
     /// # Cancellation safety
     /// Safe to retry.

@@ -1,6 +1,12 @@
 //! The workflow queue, request idempotency and single-flight ticks.
 
-use super::*;
+use async_trait::async_trait;
+
+use crate::{
+    AccountId, Checked, ClaimedTask, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyToken,
+    Page, StoreResult, StoredResponse, Task, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued,
+    TaskFailed, TaskHeartbeat, TaskId, TaskLease, TaskListRequest, TickClaimRequest, TickLease,
+};
 
 /// The workflow handoff queue: leased jobs handed between processes.
 ///
