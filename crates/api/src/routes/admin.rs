@@ -1,6 +1,11 @@
 //! Admin routes: account keys and dashboard sessions.
 
-use super::*;
+use super::{
+    caller_for_hash, generate_token, hash_token, id, ok, views, AccountPath, AdminScope, Answer,
+    ApiError, Caller, Check, Deserialize, IntoParams, IntoResponse, ItemPath, KeyCreated, KeyId,
+    Path, SessionList, SessionView, Shared, State, StatusCode, TaskEnqueueRequest, TaskId,
+    TaskView,
+};
 use control_plane_core::{KeyHash, ERASE_TASK};
 
 use crate::views::ErasureStarted;

@@ -1,6 +1,11 @@
 //! Deliveries: list and read; replay, resend and bulk replay.
 
-use super::*;
+use super::{
+    id, ok, page_request, query, unix_seconds, AccountId, AccountPath, Answer, ApiError,
+    AttemptLogView, AttemptQuery, AttemptResult, DeliveryDetail, DeliveryListRequest, DeliveryView,
+    Deserialize, EndpointId, EventId, FromStr, IntoParams, ItemPath, Listing, OptionalJson, Path,
+    Query, ReplayFilter, Replayed, Scope, Shared, State, StatusCode, ToSchema,
+};
 
 /// Filters of the delivery listing.
 #[derive(Deserialize, IntoParams)]

@@ -6,7 +6,14 @@ use control_plane_core::{EndpointKey, SecretRotation, SignatureScheme};
 
 use crate::views::RetrySettings;
 
-use super::*;
+use super::{
+    double, id, new_secret, ok, over_quota, query, unix_seconds, validate_secret, AccountPath,
+    Answer, ApiError, ApiState, BTreeMap, Caller, Check, Deserialize, Duration,
+    EndpointCreateRequest, EndpointDeleted, EndpointDetail, EndpointId, EndpointStats,
+    EndpointUpdateRequest, EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath,
+    Json, ListQuery, Listing, OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State,
+    StatusCode, TaskView, Timestamp, ToSchema, Value,
+};
 
 /// A caller's signing secret of `scheme` after checking it, or a fresh one.
 pub(super) fn given_or_new_secret(

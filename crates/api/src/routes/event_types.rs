@@ -1,6 +1,10 @@
 //! The event-type catalogue: register, read, list, remove, send an example.
 
-use super::*;
+use super::{
+    id, ok, over_quota, query, AccountPath, Answer, ApiError, ApiState, Check, Deserialize,
+    EventType, EventTypePut, EventTypeView, IntoParams, IntoResponse, ItemPath, Json, ListQuery,
+    Listing, Path, Published, Query, Scope, Shared, State, StatusCode, ToSchema, Value,
+};
 
 /// One registered type of an account.
 #[derive(Deserialize, IntoParams)]

@@ -3,7 +3,12 @@
 use control_plane_core::{StoreError, TraceParent};
 use tracing::Instrument;
 
-use super::*;
+use super::{
+    id, ok, page_request, unix_seconds, AccountPath, Answer, ApiError, Check, Deserialize,
+    EventListRequest, EventView, HeaderMap, IntoParams, ItemPath, Json, Listing, Path,
+    PublishRequest, Published, Query, Scope, Serialize, Shared, State, StatusCode, ToSchema,
+    UsageMetric, Value,
+};
 
 /// Filters of the event listing.
 #[derive(Deserialize, IntoParams)]

@@ -1,6 +1,9 @@
 //! Operations: metered usage and alerts.
 
-use super::*;
+use super::{
+    ok, unix_seconds, AccountPath, AlertView, Answer, ApiError, Deserialize, Duration, IntoParams,
+    Listing, PageQuery, Query, Scope, Shared, State, StatusCode, UsageList, UsageView,
+};
 use control_plane_core::TimeRange;
 
 /// The time range of a usage query.

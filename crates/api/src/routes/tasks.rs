@@ -1,6 +1,10 @@
 //! Workflow tasks: enqueue, read, dead letters and their retry.
 
-use super::*;
+use super::{
+    ok, page_request, AccountPath, Answer, ApiError, Check, Deserialize, Duration, IntoParams,
+    ItemPath, Json, Listing, PageQuery, Path, Query, Scope, Shared, State, StatusCode,
+    TaskEnqueueRequest, TaskId, TaskListRequest, TaskState, TaskView, ToSchema, Value,
+};
 
 /// A workflow task to enqueue.
 #[derive(Deserialize, ToSchema)]
