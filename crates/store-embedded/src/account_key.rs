@@ -1,7 +1,9 @@
 //! Account API keys.
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, AccountKey, AccountKeyStore, KeyHash, KeyId, StoreError, StoreResult,
+};
 use duckdb::{params, OptionalExt};
 
 use crate::error::DuckResultExt;

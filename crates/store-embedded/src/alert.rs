@@ -1,7 +1,7 @@
 //! Operational alerts.
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{AccountId, Alert, AlertStore, NewAlert, Page, PageRequest, StoreResult};
 use duckdb::params;
 
 use crate::error::DuckResultExt;

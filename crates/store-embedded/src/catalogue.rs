@@ -2,7 +2,10 @@
 
 use async_trait::async_trait;
 use control_plane_core::catalogue::{types_by_account, StoredSchema};
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
+    PublishRequest, Published, StoreError, StoreResult, Timestamp,
+};
 use duckdb::{params, OptionalExt};
 
 use crate::delivery::publish_example_to;

@@ -4,7 +4,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::sealing::{Slot, SEALED_PREFIX};
-use control_plane_core::*;
+use control_plane_core::{
+    custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
+    DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    EndpointRetry, EndpointStore, EndpointUpdateRequest, EventFilter, Secret, SecretKeys,
+    SecretRotation, SigningSecrets, StoreError, StoreResult, Timestamp,
+};
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK,
+};
 use duckdb::params;
 
 use crate::error::DuckResultExt;

@@ -1,7 +1,10 @@
 //! Request idempotency records.
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    fenced, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyRecord, IdempotencyStore,
+    IdempotencyToken, LeaseToken, StoreResult, StoredResponse,
+};
 use duckdb::{params, OptionalExt};
 
 use crate::error::DuckResultExt;

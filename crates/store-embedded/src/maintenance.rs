@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::maintenance::Purged;
-use control_plane_core::*;
+use control_plane_core::{
+    rollup_minute, AccountId, DeliveryState, ErasureBegun, MaintenanceStore, PurgeBatch,
+    PurgeReport, StoreResult, ROLLUP_MINUTE_MS,
+};
 use duckdb::params;
 
 use crate::attempt::{ROLLUP_BY_KEY, ROLLUP_SUM};

@@ -1,7 +1,10 @@
 //! Dashboard sessions (ADR 0021).
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    DashboardSession, SessionCreateRequest, SessionStore, StoreError, StoreResult, Timestamp,
+    MAX_SESSIONS_LISTED,
+};
 use duckdb::{params, OptionalExt};
 
 use crate::error::DuckResultExt;

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::clock::duration_millis;
-use control_plane_core::*;
+use control_plane_core::{
+    fenced, LeaseToken, StoreError, StoreResult, TickClaimRequest, TickLease, TickStore,
+};
 use duckdb::{params, OptionalExt};
 
 use crate::error::DuckResultExt;

@@ -1,7 +1,9 @@
 //! Usage counters.
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, Checked, StoreResult, TimeRange, UsageBatch, UsageRow, UsageStore,
+};
 use duckdb::params;
 
 use crate::error::DuckResultExt;

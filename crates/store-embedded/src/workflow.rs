@@ -2,7 +2,11 @@
 
 use async_trait::async_trait;
 use control_plane_core::lease::{FencedWrite, TaskRow, Verdict};
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, Checked, ClaimedTask, LeaseToken, Page, StoreError, StoreResult, Task,
+    TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailed, TaskHeartbeat, TaskId,
+    TaskLease, TaskListRequest, TaskState, Timestamp, WorkflowStore,
+};
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;

@@ -2,7 +2,9 @@
 
 use crate::util::RowExt;
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, AccountKey, AccountKeyStore, KeyHash, KeyId, StoreError, StoreResult,
+};
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};

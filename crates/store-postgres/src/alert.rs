@@ -2,7 +2,7 @@
 
 use crate::util::RowExt;
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{AccountId, Alert, AlertStore, NewAlert, Page, PageRequest, StoreResult};
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};

@@ -2,7 +2,11 @@
 
 use async_trait::async_trait;
 use control_plane_core::policy::AttemptDraft;
-use control_plane_core::*;
+use control_plane_core::{
+    rollup_bucket, rollup_minute, AccountId, AttemptLogStore, AttemptQuery, AttemptRecord,
+    AttemptResult, AttemptStats, DeliveryId, EndpointId, EndpointKey, Page, RollupRow, StoreError,
+    StoreResult, Timestamp,
+};
 use tokio_postgres::Row;
 
 use crate::error::PgResultExt;

@@ -3,7 +3,10 @@
 use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::catalogue::{types_by_account, StoredSchema};
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
+    PublishRequest, Published, StoreError, StoreResult,
+};
 
 use crate::delivery::publish_example_to;
 use crate::error::PgResultExt;

@@ -1,7 +1,7 @@
 //! Erasure of an account ([`control_plane_core::erasure`]): the start that
 //! shuts its doors, and the batches that remove its rows.
 
-use control_plane_core::*;
+use control_plane_core::{AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK};
 
 use crate::error::PgResultExt;
 use crate::store::Tx;

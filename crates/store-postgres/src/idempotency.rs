@@ -3,7 +3,10 @@
 use crate::util::RowExt;
 
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    fenced, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyRecord, IdempotencyStore,
+    IdempotencyToken, LeaseToken, StoreResult, StoredResponse,
+};
 use uuid::Uuid;
 
 use crate::error::PgResultExt;

@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::maintenance::Purged;
-use control_plane_core::*;
+use control_plane_core::{
+    rollup_minute, AccountId, ErasureBegun, MaintenanceStore, PurgeBatch, PurgeReport, StoreResult,
+    Timestamp, ROLLUP_MINUTE_MS,
+};
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};

@@ -2,7 +2,10 @@
 
 use crate::util::RowExt;
 use async_trait::async_trait;
-use control_plane_core::*;
+use control_plane_core::{
+    DashboardSession, SessionCreateRequest, SessionStore, StoreError, StoreResult, Timestamp,
+    MAX_SESSIONS_LISTED,
+};
 
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};

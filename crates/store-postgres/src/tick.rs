@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::clock::duration_millis;
-use control_plane_core::*;
+use control_plane_core::{fenced, LeaseToken, StoreResult, TickClaimRequest, TickLease, TickStore};
 use uuid::Uuid;
 
 use crate::error::PgResultExt;
