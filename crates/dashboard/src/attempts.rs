@@ -8,9 +8,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use crate::layout::{base, link, next_link, segment, table, time, Tab};
-use crate::pages::{show, Shared};
+use crate::pages::show;
 use crate::session::AccountPage;
 use crate::Page;
+use crate::Shared;
 
 #[derive(Deserialize)]
 pub(crate) struct AttemptFilters {

@@ -10,9 +10,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use crate::layout::{base, csrf_field, json_block, segment, table, Tab};
-use crate::pages::{show, to, Shared};
+use crate::pages::show;
 use crate::session::{AccountPage, Action, Posted};
 use crate::Page;
+use crate::{to, Shared};
 
 /// The send-example form of type `t`: a choice of the account's endpoints.
 fn send_form(t: &EventType, endpoints: &[Endpoint], csrf: &str) -> Markup {

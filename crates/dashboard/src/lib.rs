@@ -115,6 +115,21 @@ async fn stylesheet() -> impl IntoResponse {
 /// What a page handler answers.
 type Page = Result<Response, UiError>;
 
+/// The dashboard's handlers' state: the API's.
+pub(crate) type Shared = axum::extract::State<Arc<ApiState>>;
+
+/// A redirect to `to` (after an action).
+pub(crate) fn to(to: &str) -> Page {
+    Ok(Redirect::to(to).into_response())
+}
+
+/// The `{id}` of an item's path (its `{account}` is checked by
+/// `AccountPage` or `Action`).
+#[derive(serde::Deserialize)]
+pub(crate) struct ItemPath {
+    pub(crate) id: String,
+}
+
 /// An error shown as a page (with the status the API would answer).
 struct UiError(ApiError);
 

@@ -4,14 +4,12 @@
 //! gets `404` for every page of another account), reads through
 //! `api::query`, and renders with a template of this file.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use api::auth::Caller;
 use api::query::{self, DeliveryPage, DeliveryRecord, EndpointHealth, Overview};
-use api::{ApiError, ApiState};
+use api::ApiError;
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Redirect};
 use control_plane_core::{
     AccountId, AttemptRecord, Delivery, DeliveryState, Endpoint, ReplayFilter,
 };
@@ -22,9 +20,7 @@ use crate::layout::{
     answer, bars, base, button, csrf_field, link, next_link, notice, page, table, time, Tab,
 };
 use crate::session::{AccountPage, Action, CsrfForm, Posted, Session};
-use crate::Page;
-
-pub(crate) type Shared = State<Arc<ApiState>>;
+use crate::{to, ItemPath, Page, Shared};
 
 /// A page of an account, in its frame.
 pub(crate) fn show(
@@ -40,18 +36,6 @@ pub(crate) fn show(
         Some(&session.csrf),
         body,
     )))
-}
-
-/// A redirect to `to` (after an action).
-pub(crate) fn to(to: &str) -> Page {
-    Ok(Redirect::to(to).into_response())
-}
-
-/// The `{id}` of an item's path (its `{account}` is checked by
-/// `AccountPage` or `Action`).
-#[derive(Deserialize)]
-pub(crate) struct ItemPath {
-    pub(crate) id: String,
 }
 
 #[derive(Deserialize)]

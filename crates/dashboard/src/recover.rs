@@ -12,9 +12,9 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use crate::layout::{base, csrf_field, segment};
-use crate::pages::{to, ItemPath, Shared};
 use crate::session::{Action, Posted};
 use crate::Page;
+use crate::{to, ItemPath, Shared};
 
 /// The windows the form offers, in hours back from now.
 const WINDOWS: [u32; 5] = [1, 6, 24, 72, 168];

@@ -10,9 +10,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use crate::layout::{base, button, link, next_link, notice, segment, table, time, Tab};
-use crate::pages::{show, to, ItemPath, Shared};
+use crate::pages::show;
 use crate::session::{AccountPage, Action, CsrfForm};
 use crate::Page;
+use crate::{to, ItemPath, Shared};
 
 #[derive(Deserialize)]
 pub(crate) struct TaskQuery {

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
 mod answer;
+mod resolve;
 
 pub(crate) use answer::parse_for_fuzzing;
 use answer::*;
@@ -298,7 +299,7 @@ impl HttpClient {
     /// POSTs `body` with `headers` to `url` and returns the answer, or the
     /// failure in words without the URL (it may carry credentials). The
     /// destination's addresses are checked when a connection is made
-    /// ([`crate::ssrf::resolve`]); a kept-alive one was checked then.
+    /// ([`resolve::resolve`]); a kept-alive one was checked then.
     pub(crate) async fn post(
         &self,
         url: &str,
@@ -369,7 +370,7 @@ impl HttpClient {
     async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
         let addrs = tokio::time::timeout(
             self.connect_timeout,
-            crate::ssrf::resolve(&origin.host, origin.port, &self.allowed),
+            resolve::resolve(&origin.host, origin.port, &self.allowed),
         )
         .await
         .map_err(|_| format!("cannot resolve {} in time", origin.host))??;
