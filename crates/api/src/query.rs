@@ -60,12 +60,27 @@ pub async fn queue_recovery(
     store.endpoint_get(&account, recovery.endpoint_id).await?;
     let payload =
         serde_json::to_value(&recovery).map_err(|e| ApiError::invalid(format!("recovery: {e}")))?;
+    queue_task(store, account, RECOVER_TASK, payload).await
+}
+
+/// Queues a task of one of the service's own kinds (`kind`), its id the
+/// kind's last word and a time-ordered UUID (`recover-…`, `erase-…`).
+///
+/// # Errors
+/// The store's.
+pub async fn queue_task(
+    store: &DynControlPlaneStore,
+    account: AccountId,
+    kind: &str,
+    payload: serde_json::Value,
+) -> Result<Task, ApiError> {
+    let prefix = kind.rsplit('.').next().unwrap_or(kind);
     let enqueued = store
         .workflow_enqueue(
             TaskEnqueueRequest {
-                id: TaskId::new(format!("recover-{}", uuid::Uuid::now_v7()))?,
+                id: TaskId::new(format!("{prefix}-{}", uuid::Uuid::now_v7()))?,
                 account,
-                kind: RECOVER_TASK.into(),
+                kind: kind.into(),
                 payload,
                 run_at: None,
             }

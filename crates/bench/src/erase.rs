@@ -108,18 +108,7 @@ pub(crate) async fn erase(a: &Args, dir: &std::path::Path) -> BenchResult<String
     }
     {
         let size = size / 4;
-        let dir = dir.join(unique("erase"));
-        std::fs::create_dir_all(&dir).map_err(fail)?;
-        let path = dir.join("bench.duckdb");
-        let open = || EmbeddedStore::open(EmbeddedConfig::new(path.clone()), Arc::new(SystemClock));
-        let store = open().await.map_err(fail)?;
-        let e = endpoint(&store, "https://example.com/hook").await?;
-        drop(store);
-        let fill = path.clone();
-        tokio::task::spawn_blocking(move || history::duck_history(&fill, e.id, size))
-            .await
-            .map_err(fail)??;
-        let store = open().await.map_err(fail)?;
+        let (store, _, dir) = history::embedded_with_history(dir, "erase", size).await?;
         neighbour(&store).await?;
         let r = run(&store).await?;
         let kept = neighbour_left(&store).await?;

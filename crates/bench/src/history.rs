@@ -193,7 +193,7 @@ fn bounds() -> Vec<i64> {
 
 /// `size` finished deliveries of endpoint `e`, written by SQL into the
 /// DuckDB file at `path` while no store has it open.
-pub(crate) fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult<()> {
+fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult<()> {
     let c = duckdb::Connection::open(path).map_err(fail)?;
     let now = now_ms();
     let e = e.to_string();
@@ -276,9 +276,15 @@ async fn pg_at(a: &Args, size: i64, runs: usize) -> BenchResult<Vec<f64>> {
     medians
 }
 
-/// The medians of every read path at `size` finished deliveries, embedded.
-async fn embedded_at(dir: &std::path::Path, size: i64, runs: usize) -> BenchResult<Vec<f64>> {
-    let dir = dir.join(unique("history"));
+/// An embedded store in a new directory under `dir` (named after
+/// `prefix`) whose one endpoint has `size` finished deliveries written by
+/// [`duck_history`]: the store, the endpoint and the directory to remove.
+pub(crate) async fn embedded_with_history(
+    dir: &std::path::Path,
+    prefix: &str,
+    size: i64,
+) -> BenchResult<(EmbeddedStore, EndpointId, std::path::PathBuf)> {
+    let dir = dir.join(unique(prefix));
     std::fs::create_dir_all(&dir).map_err(fail)?;
     let path = dir.join("bench.duckdb");
     let open = || EmbeddedStore::open(EmbeddedConfig::new(path.clone()), Arc::new(SystemClock));
@@ -289,8 +295,14 @@ async fn embedded_at(dir: &std::path::Path, size: i64, runs: usize) -> BenchResu
     tokio::task::spawn_blocking(move || duck_history(&fill, e.id, size))
         .await
         .map_err(fail)??;
-    let store: DynControlPlaneStore = Arc::new(open().await.map_err(fail)?);
-    let medians = measure(store.clone(), e.id, runs).await;
+    Ok((open().await.map_err(fail)?, e.id, dir))
+}
+
+/// The medians of every read path at `size` finished deliveries, embedded.
+async fn embedded_at(dir: &std::path::Path, size: i64, runs: usize) -> BenchResult<Vec<f64>> {
+    let (store, e, dir) = embedded_with_history(dir, "history", size).await?;
+    let store: DynControlPlaneStore = Arc::new(store);
+    let medians = measure(store.clone(), e, runs).await;
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
     medians

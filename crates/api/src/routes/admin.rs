@@ -1,10 +1,9 @@
 //! Admin routes: account keys and dashboard sessions.
 
 use super::{
-    caller_for_hash, generate_token, hash_token, id, ok, views, AccountPath, AdminScope, Answer,
-    ApiError, Caller, Check, Deserialize, IntoParams, IntoResponse, ItemPath, KeyCreated, KeyId,
-    Path, SessionList, SessionView, Shared, State, StatusCode, TaskEnqueueRequest, TaskId,
-    TaskView,
+    caller_for_hash, generate_token, hash_token, id, ok, query, views, AccountPath, AdminScope,
+    Answer, ApiError, Caller, Deserialize, IntoParams, IntoResponse, ItemPath, KeyCreated, KeyId,
+    Path, SessionList, SessionView, Shared, State, StatusCode, TaskView,
 };
 use control_plane_core::{KeyHash, ERASE_TASK};
 
@@ -124,26 +123,14 @@ pub(crate) async fn session_revoke(
 )]
 pub(crate) async fn account_erase(State(s): Shared, AdminScope(account): AdminScope) -> Answer {
     let begun = s.store.account_erase_begin(&account).await?;
-    let enqueued = s
-        .store
-        .workflow_enqueue(
-            TaskEnqueueRequest {
-                id: TaskId::new(format!("erase-{}", uuid::Uuid::now_v7()))?,
-                account,
-                kind: ERASE_TASK.into(),
-                payload: serde_json::json!({}),
-                run_at: None,
-            }
-            .checked()?,
-        )
-        .await?;
+    let task = query::queue_task(&s.store, account, ERASE_TASK, serde_json::json!({})).await?;
     ok(
         StatusCode::ACCEPTED,
         ErasureStarted {
             keys_revoked: begun.keys_revoked,
             sessions_ended: begun.sessions_ended,
             endpoints_disabled: begun.endpoints_disabled,
-            task: TaskView::from(&enqueued.task),
+            task: TaskView::from(&task),
         },
     )
 }
