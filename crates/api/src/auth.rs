@@ -94,10 +94,7 @@ pub fn validate_secret(secret: &str, scheme: SignatureScheme) -> Result<(), ApiE
         _ => Err(ApiError::invalid(format!(
             "the endpoint signs with {}: its secret starts with {}",
             scheme.as_str(),
-            match scheme {
-                SignatureScheme::Hmac => "whsec_",
-                SignatureScheme::Ed25519 => "whsk_",
-            }
+            scheme.prefix()
         ))),
     }
 }

@@ -26,6 +26,14 @@ named_enum! {
 }
 
 impl SignatureScheme {
+    /// The prefix of its secrets: `whsec_` or `whsk_`.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            SignatureScheme::Hmac => HMAC_PREFIX,
+            SignatureScheme::Ed25519 => ED25519_PREFIX,
+        }
+    }
+
     /// The scheme a stored or given secret signs with, by its prefix.
     pub fn of(secret: &str) -> SignatureScheme {
         if secret.starts_with(ED25519_PREFIX) {
@@ -85,10 +93,7 @@ pub fn check_rotation(
         return Err(crate::StoreError::InvalidInput(format!(
             "the endpoint signs with {}: rotate to a {} secret",
             was.as_str(),
-            match was {
-                SignatureScheme::Hmac => HMAC_PREFIX,
-                SignatureScheme::Ed25519 => ED25519_PREFIX,
-            }
+            was.prefix()
         )));
     }
     Ok(())
