@@ -201,17 +201,22 @@ pub fn key_file() -> PathBuf {
             .mode(0o600)
             .open(&path)
             .unwrap();
-        writeln!(f, "{}", control_plane_core::SecretKey::generate().to_text()).unwrap();
+        writeln!(
+            f,
+            "{}",
+            control_plane_store_kit::SecretKey::generate().to_text()
+        )
+        .unwrap();
         path
     })
     .clone()
 }
 
 /// The keys of [`key_file`], for a store a test opens beside the processes.
-pub fn secret_keys() -> control_plane_core::SecretKeys {
+pub fn secret_keys() -> control_plane_store_kit::SecretKeys {
     let text = std::fs::read_to_string(key_file()).unwrap();
-    control_plane_core::SecretKeys::new(
-        control_plane_core::SecretKey::parse(&text).unwrap(),
+    control_plane_store_kit::SecretKeys::new(
+        control_plane_store_kit::SecretKey::parse(&text).unwrap(),
         vec![],
     )
 }

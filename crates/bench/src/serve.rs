@@ -41,8 +41,12 @@ pub(crate) fn key_file(schema: &str) -> BenchResult<std::path::PathBuf> {
             .mode(0o600)
             .open(&path)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        writeln!(f, "{}", control_plane_core::SecretKey::generate().to_text())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        writeln!(
+            f,
+            "{}",
+            control_plane_store_kit::SecretKey::generate().to_text()
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(path)
 }

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::sealing::{key_id_of, SEALED_PREFIX};
 use control_plane_core::*;
+use control_plane_store_kit::sealing::{key_id_of, SEALED_PREFIX};
+use control_plane_store_kit::{SecretKey, SecretKeys};
 
 /// One store's location, opened again as the service opens it after a
 /// restart, and read raw.

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// readable.
 pub const ERASE_TASK: &str = "control-plane.erase";
 
+/// The reason an erased account's endpoints are disabled with.
+pub const ERASING: &str = "the account is being erased";
+
 /// What the start of an erasure did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErasureBegun {

@@ -35,6 +35,16 @@ impl RateBudget {
         f64::from(rate_per_s.max(1))
     }
 
+    /// The bucket as a store keeps it, in two columns: its tokens and the
+    /// time of that count (ms). Both or neither: `None` is a bucket never
+    /// stored, which [`RateBudget::refilled`] counts as full.
+    pub fn stored(tokens: Option<f64>, at_ms: Option<i64>) -> Option<RateBudget> {
+        Some(RateBudget {
+            tokens: tokens?,
+            at: Timestamp::from_millis(at_ms?),
+        })
+    }
+
     /// The bucket at `now`: `stored` refilled for the time since, or full.
     pub fn refilled(stored: Option<RateBudget>, rate_per_s: u32, now: Timestamp) -> RateBudget {
         let burst = Self::burst(rate_per_s);
@@ -253,6 +263,14 @@ pub fn share_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_bucket_needs_both_columns() {
+        let b = RateBudget::stored(Some(2.5), Some(7)).unwrap();
+        assert_eq!((b.tokens, b.at), (2.5, Timestamp::from_millis(7)));
+        assert_eq!(RateBudget::stored(Some(2.5), None), None);
+        assert_eq!(RateBudget::stored(None, Some(7)), None);
+    }
 
     fn cand(account: &str, n: u128, oldest: i64, due: u32) -> FlowCandidate {
         FlowCandidate {

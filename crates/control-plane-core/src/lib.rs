@@ -143,7 +143,6 @@ pub mod migration;
 pub mod oauth2;
 pub mod policy;
 pub mod recover;
-pub mod sealing;
 pub mod session;
 pub mod signing;
 pub mod store;
@@ -151,7 +150,6 @@ pub mod tick;
 pub mod trace;
 pub mod types;
 pub mod usage;
-pub mod wakeup;
 pub mod workflow;
 
 pub use account_key::{AccountKey, KeyHash};
@@ -178,7 +176,7 @@ pub use endpoint::{
     MAX_CUSTOM_HEADER_BYTES, MAX_DISABLE_REASON_BYTES, MAX_ENDPOINT_DESCRIPTION_BYTES,
     MAX_ENDPOINT_EVENT_TYPES, RESERVED_HEADERS,
 };
-pub use erasure::{ErasureBegun, ErasureProgress, ERASE_TASK};
+pub use erasure::{ErasureBegun, ErasureProgress, ERASE_TASK, ERASING};
 pub use error::{StoreError, StoreResult};
 pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
@@ -190,13 +188,13 @@ pub use maintenance::{PurgeBatch, PurgeReport};
 pub use oauth2::ClientCredentials;
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
 pub use recover::{RecoverProgress, Recovered, Recovery, RECOVER_TASK};
-pub use sealing::{SecretKey, SecretKeys};
 pub use session::{DashboardSession, SessionCreateRequest};
 pub use signing::SignatureScheme;
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
     DeliveryStore, DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore,
-    MaintenanceStore, SessionStore, TickStore, UsageStore, WorkflowStore, MAX_SESSIONS_LISTED,
+    MaintenanceStore, SessionStore, TickStore, UsageStore, Wakeups, WorkflowStore,
+    MAX_SESSIONS_LISTED,
 };
 pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;
@@ -206,7 +204,6 @@ pub use types::{
     OTHER_ACCOUNTS,
 };
 pub use usage::{usage_window, UsageBatch, UsageEntry, UsageMetric, UsageRow, USAGE_WINDOW};
-pub use wakeup::Wakeup;
 pub use workflow::{
     listable, validate_progress, ClaimedTask, Task, TaskClaimRequest, TaskEnqueueRequest,
     TaskEnqueued, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease, TaskListRequest,

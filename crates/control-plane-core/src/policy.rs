@@ -65,6 +65,14 @@ pub struct StoreOptions {
 /// concurrency (64), so one slow endpoint leaves most send slots to others.
 pub const DEFAULT_ENDPOINT_CONCURRENCY: u32 = 16;
 
+impl StoreOptions {
+    /// The in-flight cap of an endpoint whose row stores `max_in_flight`:
+    /// its own, or [`StoreOptions::endpoint_concurrency`] when it sets none.
+    pub fn cap_of(&self, max_in_flight: Option<u32>) -> u32 {
+        max_in_flight.unwrap_or(self.endpoint_concurrency)
+    }
+}
+
 impl Default for StoreOptions {
     /// Eight attempts (the default schedule: at once, then 5 s, 5 min, 30 min,
     /// 2 h, 5 h, 10 h, 10 h), the default breaker, disable after 5 days.
@@ -420,6 +428,16 @@ pub fn alerts_for(
 mod tests {
     use super::*;
     use crate::AttemptReport;
+
+    #[test]
+    fn an_endpoint_without_a_cap_takes_the_stores_default() {
+        let o = StoreOptions {
+            endpoint_concurrency: 9,
+            ..StoreOptions::default()
+        };
+        assert_eq!(o.cap_of(None), 9);
+        assert_eq!(o.cap_of(Some(3)), 3);
+    }
 
     fn t(ms: i64) -> Timestamp {
         Timestamp::from_millis(ms)

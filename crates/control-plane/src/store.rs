@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::config::{Config, SecretKeyFiles, StoreProfile};
 use control_plane_core::migration::Migrations;
-use control_plane_core::{DynControlPlaneStore, SecretKey, SecretKeys, StoreOptions, SystemClock};
+use control_plane_core::{DynControlPlaneStore, StoreOptions, SystemClock};
+use control_plane_store_kit::{SecretKey, SecretKeys};
 
 use crate::Role;
 

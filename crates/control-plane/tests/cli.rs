@@ -530,6 +530,7 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_file_is_created_and_rotate_key_seals_what_was_plain() {
     use control_plane_core::*;
+    use control_plane_store_kit::SecretKey;
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.duckdb");

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use control_plane_core::Wakeups;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +36,7 @@ pub(crate) trait Work: Send + Sync {
     fn lost(&self) -> Self::Ended;
 
     /// Wake-ups that make an idle loop claim before its poll interval.
-    fn wakeups(&self) -> Option<watch::Receiver<u64>> {
+    fn wakeups(&self) -> Option<Box<dyn Wakeups>> {
         None
     }
 }
@@ -107,7 +108,7 @@ impl Pump {
                 }
             };
             if let Some(w) = wake.as_mut() {
-                w.borrow_and_update();
+                w.seen();
             }
             let claimed = work.claim(free.min(self.max_batch).max(1)).await;
             if claimed.is_empty() {
@@ -232,10 +233,10 @@ async fn hold_or_park<F: Future>(
 }
 
 /// Resolves when `wake` changes; never without one.
-async fn changed(wake: &mut Option<watch::Receiver<u64>>) {
+async fn changed(wake: &mut Option<Box<dyn Wakeups>>) {
     match wake {
         Some(w) => {
-            if w.changed().await.is_err() {
+            if !w.changed().await {
                 std::future::pending::<()>().await;
             }
         }

@@ -263,7 +263,7 @@ impl Work for Sends {
         Sent::NotRecorded
     }
 
-    fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+    fn wakeups(&self) -> Option<Box<dyn control_plane_core::Wakeups>> {
         Some(self.store.delivery_wakeups())
     }
 }

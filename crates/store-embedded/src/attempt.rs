@@ -7,16 +7,13 @@ use control_plane_core::{
     AttemptStats, DeliveryId, EndpointId, EndpointKey, Page, RollupRow, StoreError, StoreResult,
     Timestamp, LATENCY_BUCKETS,
 };
+use control_plane_store_kit::columns::ATTEMPT_COLS;
 use duckdb::{params, Row};
 
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{list, RowExt};
-
-const ATTEMPT_COLS: &str =
-    "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-     latency_ms, will_retry, next_attempt_at, recorded_at, response_body";
 
 fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
     Ok(AttemptRecord {

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use control_plane_core::policy::Circuit;
-use control_plane_core::{AccountId, DeliveryId, Endpoint, EndpointId, EventId};
-
-use crate::endpoint::Sender;
+use control_plane_core::{
+    AccountId, DeliveryId, Endpoint, EndpointId, EndpointRetry, EventId, RateBudget, Timestamp,
+};
 
 /// The sequence numbers of deliveries this writer leased, by id. A
 /// delivery's `seq` never changes, so an entry is never wrong; it spares the
@@ -155,6 +155,25 @@ impl CircuitCache {
     }
 }
 
+/// What a claim reads of an endpoint: its flow settings and what a send
+/// needs, with the credentials as stored (sealed).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sender {
+    pub account: String,
+    /// Enabled and not removed.
+    pub live: bool,
+    pub cap: Option<u32>,
+    pub rate: Option<u32>,
+    /// The stored rate budget.
+    pub budget: Option<RateBudget>,
+    pub ordered: bool,
+    pub url: String,
+    pub secrets: (String, Option<String>, Option<Timestamp>),
+    pub headers: Option<String>,
+    pub oauth2: Option<String>,
+    pub retry: Option<EndpointRetry>,
+}
+
 /// What a claim reads of each endpoint it serves ([`Sender`]): every write
 /// of an endpoint row forgets its entry ([`crate::endpoint`]), except the
 /// circuit (kept in [`CircuitCache`], not here) and the rate budget, which
@@ -187,8 +206,8 @@ impl SenderCache {
         self.0.clear();
     }
 
-    /// The rate budget of `endpoint` is now `budget` (tokens, at).
-    pub fn set_budget(&mut self, endpoint: EndpointId, budget: (f64, i64)) {
+    /// The rate budget of `endpoint` is now `budget`.
+    pub fn set_budget(&mut self, endpoint: EndpointId, budget: RateBudget) {
         if let Some(s) = self.0.map.get_mut(&endpoint) {
             s.budget = Some(budget);
             self.0.changes += 1;
@@ -350,9 +369,10 @@ mod tests {
             },
         );
         let before = c.0.changes;
-        c.set_budget(kept, (2.5, 7));
-        c.set_budget(other, (1.0, 7));
-        assert_eq!(c.get(kept).and_then(|s| s.budget), Some((2.5, 7)));
+        let spent = RateBudget::stored(Some(2.5), Some(7)).unwrap();
+        c.set_budget(kept, spent);
+        c.set_budget(other, spent);
+        assert_eq!(c.get(kept).and_then(|s| s.budget), Some(spent));
         assert!(c.get(other).is_none());
         assert_eq!(c.0.changes, before + 1);
     }

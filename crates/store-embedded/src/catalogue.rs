@@ -12,8 +12,7 @@ use crate::delivery::publish_example_to;
 use crate::error::DuckResultExt;
 use crate::store::{EmbeddedStore, Tx};
 use crate::util::{list, RowExt};
-
-const TYPE_COLS: &str = "account, name, description, schema, example, created_at, updated_at";
+use control_plane_store_kit::columns::TYPE_COLS;
 
 type TypeRow = (
     String,

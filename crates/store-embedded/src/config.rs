@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use control_plane_core::{SecretKeys, StoreOptions};
+use control_plane_core::StoreOptions;
+use control_plane_store_kit::SecretKeys;
 
 /// Where and how to open the embedded store.
 #[derive(Clone, Debug)]

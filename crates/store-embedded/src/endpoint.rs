@@ -3,43 +3,22 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::sealing::{Slot, SEALED_PREFIX};
 use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
     DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
-    EndpointRetry, EndpointStore, EndpointUpdateRequest, EventFilter, Secret, SecretKeys,
+    EndpointRetry, EndpointStore, EndpointUpdateRequest, EventFilter, RateBudget, Secret,
     SecretRotation, SigningSecrets, StoreError, StoreResult, Timestamp,
 };
+use control_plane_store_kit::columns::ENDPOINT_COLS;
+use control_plane_store_kit::reseal_candidates;
+use control_plane_store_kit::sealing::{Slot, StoredCredentials, RESEAL_UPDATE};
 use duckdb::{params, OptionalExt, Row};
 
+use crate::cache::Sender;
 use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{conversion, RowExt};
-
-pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts";
-
-/// The ids of the keys stored credentials are sealed under.
-fn sealed_key_ids_sql() -> String {
-    format!(
-        "SELECT DISTINCT split_part(s, ':', 2) FROM \
-         (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
-         UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
-         WHERE s LIKE '{SEALED_PREFIX}%'"
-    )
-}
-
-/// Refuses a store holding credentials sealed under keys `keys` lacks.
-pub(crate) fn check_keys(conn: &duckdb::Connection, keys: &SecretKeys) -> StoreResult<()> {
-    let mut st = conn.prepare(&sealed_key_ids_sql()).db()?;
-    let ids = st
-        .query_map([], |r| r.get::<_, String>(0))
-        .db()?
-        .collect::<Result<Vec<_>, _>>()
-        .db()?;
-    keys.check_known(ids.iter().map(String::as_str))
-}
 
 /// The endpoint as read, its credentials opened with the transaction's keys.
 fn opened(t: &Tx<'_>, e: Endpoint) -> StoreResult<Endpoint> {
@@ -250,44 +229,25 @@ pub(crate) fn rotate_secret(
 pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
     let pattern = t.keys.current_pattern()?;
     let rows = {
-        let mut st = t
-            .prepare(
-                "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
-                 WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
-                 OR oauth2 NOT LIKE $1 LIMIT $2",
-            )
-            .db()?;
+        let mut st = t.prepare(reseal_candidates!()).db()?;
         let rows = st
             .query_map(params![pattern, limit], |r| {
-                Ok((
-                    r.col::<uuid::Uuid>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                ))
+                let stored = StoredCredentials {
+                    secret: r.get(1)?,
+                    previous: r.get(2)?,
+                    headers: r.get(3)?,
+                    oauth2: r.get(4)?,
+                };
+                Ok((r.col::<uuid::Uuid>(0)?, stored))
             })
             .db()?;
         rows.collect::<Result<Vec<_>, _>>().db()?
     };
-    for (id, secret, previous, headers, oauth2) in &rows {
-        let owner = id.as_bytes();
-        let secret = t.keys.reseal(owner, Slot::Current, secret)?;
-        let previous = previous
-            .as_deref()
-            .map(|p| t.keys.reseal(owner, Slot::Previous, p))
-            .transpose()?;
-        let headers = headers
-            .as_deref()
-            .map(|h| t.keys.reseal(owner, Slot::Headers, h))
-            .transpose()?;
-        let oauth2 = oauth2
-            .as_deref()
-            .map(|o| t.keys.reseal(owner, Slot::OAuth2, o))
-            .transpose()?;
+    for (id, stored) in &rows {
+        let c = t.keys.reseal_credentials(id.as_bytes(), stored)?;
         t.execute(
-            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4, oauth2 = $5 WHERE id = $3",
-            params![secret, previous, id.to_string(), headers, oauth2],
+            RESEAL_UPDATE,
+            params![c.secret, c.previous, id.to_string(), c.headers, c.oauth2],
         )
         .db()?;
         t.senders.forget(EndpointId(*id));
@@ -350,25 +310,6 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     Ok(n)
 }
 
-/// What a claim reads of an endpoint: its flow settings and what a send
-/// needs, with the credentials as stored (sealed).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Sender {
-    pub account: String,
-    /// Enabled and not removed.
-    pub live: bool,
-    pub cap: Option<u32>,
-    pub rate: Option<u32>,
-    /// The stored rate budget: tokens, and when they were counted.
-    pub budget: Option<(f64, i64)>,
-    pub ordered: bool,
-    pub url: String,
-    pub secrets: (String, Option<String>, Option<Timestamp>),
-    pub headers: Option<String>,
-    pub oauth2: Option<String>,
-    pub retry: Option<EndpointRetry>,
-}
-
 const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
      budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2, \
      retry_schedule, max_attempts FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
@@ -380,10 +321,7 @@ fn read_senders(
     let mut st = t.prepare(SENDERS).db()?;
     let rows = st
         .query_map(params![crate::util::list::text(ids)], |r| {
-            let budget = match (r.get::<_, Option<f64>>(5)?, r.get::<_, Option<i64>>(6)?) {
-                (Some(tokens), Some(at)) => Some((tokens, at)),
-                _ => None,
-            };
+            let budget = RateBudget::stored(r.get(5)?, r.get(6)?);
             let sender = Sender {
                 account: r.get(1)?,
                 live: r.get(2)?,
@@ -459,24 +397,27 @@ pub(crate) fn load_circuit(t: &mut Tx<'_>, id: EndpointId) -> StoreResult<Circui
     Ok(c)
 }
 
+/// A stored circuit mode or probe id that does not parse reads as closed /
+/// none: the circuit is read inside every claim, and one bad row must not
+/// stop the claims of every endpoint.
+fn row_to_circuit(r: &Row<'_>) -> duckdb::Result<Circuit> {
+    Ok(Circuit {
+        mode: r.col(0).unwrap_or(CircuitMode::Closed),
+        consecutive_failures: r.get(1)?,
+        open_until: r.col(2)?,
+        reopen_count: r.get(3)?,
+        failing_since: r.col(4)?,
+        probe: r.col(5).unwrap_or(None),
+    })
+}
+
+/// The circuit as the endpoints table holds it.
 fn read_circuit(t: &Tx<'_>, id: EndpointId) -> StoreResult<Circuit> {
     t.query_row(
         "SELECT circuit_mode, circuit_failures, circuit_open_until, circuit_reopen_count, \
          circuit_failing_since, circuit_probe FROM endpoints WHERE id = $1",
         params![id.to_string()],
-        |r| {
-            // A mode or probe id that does not parse reads as closed / none:
-            // the circuit is read inside every claim, and one bad row must
-            // not stop the claims of every endpoint.
-            Ok(Circuit {
-                mode: r.col(0).unwrap_or(CircuitMode::Closed),
-                consecutive_failures: r.get(1)?,
-                open_until: r.col(2)?,
-                reopen_count: r.get(3)?,
-                failing_since: r.col(4)?,
-                probe: r.col(5).unwrap_or(None),
-            })
-        },
+        row_to_circuit,
     )
     .optional()
     .db()?

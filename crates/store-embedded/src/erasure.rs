@@ -5,16 +5,13 @@
 use std::collections::HashMap;
 
 use control_plane_core::{
-    AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK,
+    AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK, ERASING,
 };
 use duckdb::params;
 
 use crate::error::DuckResultExt;
 use crate::store::Tx;
 use crate::util::RowExt;
-
-/// Why the endpoints of an account being erased are disabled.
-const ERASING: &str = "the account is being erased";
 
 /// Ends the sessions signed in with the account's keys, revokes the keys
 /// and disables its endpoints.

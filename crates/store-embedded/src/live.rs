@@ -29,9 +29,29 @@ use control_plane_core::{
 };
 use duckdb::params;
 
-use crate::delivery::{row_to_lease_row, LEASE_COLS};
 use crate::error::DuckResultExt;
 use crate::util::RowExt;
+
+/// A delivery's row as the lease check reads it ([`LeaseRow`]).
+pub(crate) const LEASE_COLS: &str =
+    "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
+     lease_expires_at, last_outcome, seq";
+
+pub(crate) fn row_to_lease_row(r: &duckdb::Row<'_>) -> duckdb::Result<LeaseRow> {
+    Ok(LeaseRow {
+        id: r.col(0)?,
+        account: r.col(1)?,
+        endpoint_id: r.col(2)?,
+        attempts: r.get(3)?,
+        max_attempts: r.get(4)?,
+        due_at: r.col(5)?,
+        state: r.col(6)?,
+        lease_token: r.col(7)?,
+        lease_expires_at: r.col(8)?,
+        last_outcome: r.get(9)?,
+        seq: r.get(10)?,
+    })
+}
 
 /// A live delivery as the index keeps it: its row as the lease check reads
 /// it, and the columns beside it that a claim hands out, so that a claim

@@ -15,9 +15,11 @@ use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{
-    Clock, DeliveryId, DeliveryListRequest, EndpointId, Housekeeping, SecretKeys, StoreError,
-    StoreOptions, StoreResult, Timestamp,
+    Clock, DeliveryId, DeliveryListRequest, EndpointId, Housekeeping, StoreError, StoreOptions,
+    StoreResult, Timestamp,
 };
+use control_plane_store_kit::sealing::SEALED_KEY_IDS;
+use control_plane_store_kit::SecretKeys;
 use duckdb::Connection;
 use tokio::sync::oneshot;
 
@@ -468,7 +470,7 @@ pub(crate) fn migrate(conn: &mut Connection, policy: Migrations) -> StoreResult<
 /// The embedded adapter. Cheap to share behind an `Arc`; dropping the last
 /// handle finishes queued calls, closes the file and releases its lock.
 pub struct EmbeddedStore {
-    pub(crate) wakeup: control_plane_core::Wakeup,
+    pub(crate) wakeup: control_plane_store_kit::Wakeup,
     jobs: Option<mpsc::Sender<(Lane, Job)>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -496,7 +498,7 @@ impl EmbeddedStore {
                 let writer = (|| {
                     let mut conn = open_connection(&config.path)?;
                     migrate(&mut conn, config.options.migrations)?;
-                    crate::endpoint::check_keys(&conn, &config.keys)?;
+                    check_keys(&conn, &config.keys)?;
                     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
                     let mut counters = Counters::new();
                     {
@@ -545,7 +547,7 @@ impl EmbeddedStore {
         });
         match ready.and_then(|r| r) {
             Ok(()) => Ok(EmbeddedStore {
-                wakeup: control_plane_core::Wakeup::default(),
+                wakeup: control_plane_store_kit::Wakeup::default(),
                 jobs: Some(jobs),
                 thread: Some(thread),
             }),
@@ -604,6 +606,17 @@ impl Drop for EmbeddedStore {
             let _ = t.join();
         }
     }
+}
+
+/// Refuses a store holding credentials sealed under keys `keys` lacks.
+pub(crate) fn check_keys(conn: &duckdb::Connection, keys: &SecretKeys) -> StoreResult<()> {
+    let mut st = conn.prepare(SEALED_KEY_IDS).db()?;
+    let ids = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .db()?
+        .collect::<Result<Vec<_>, _>>()
+        .db()?;
+    keys.check_known(ids.iter().map(String::as_str))
 }
 
 #[cfg(test)]

@@ -13,10 +13,7 @@ use crate::error::DuckResultExt;
 use crate::store::EmbeddedStore;
 use crate::store::Tx;
 use crate::util::{conversion, RowExt};
-
-const TASK_COLS: &str =
-    "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
-     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result, progress";
+use control_plane_store_kit::columns::TASK_COLS;
 
 fn json_col(r: &Row<'_>, i: usize) -> duckdb::Result<Option<serde_json::Value>> {
     let v: Option<String> = r.get(i)?;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::{conformance_suite, Harness, StoreFactory};
-use control_plane_core::{ManualClock, SecretKey, SecretKeys, StoreOptions};
+use control_plane_core::{ManualClock, StoreOptions};
+use control_plane_store_kit::{SecretKey, SecretKeys};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
 /// Each store gets a fresh file in its own temporary directory, and keeps

@@ -12,10 +12,7 @@ use tokio_postgres::Row;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
-
-const ATTEMPT_COLS: &str =
-    "id, delivery_id, endpoint_id, account, attempt, result, status_code, error, \
-     latency_ms, will_retry, next_attempt_at, recorded_at, response_body";
+use control_plane_store_kit::columns::ATTEMPT_COLS;
 
 fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
     Ok(AttemptRecord {

@@ -7,12 +7,11 @@ use control_plane_core::{
     AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
     PublishRequest, Published, StoreError, StoreResult,
 };
+use control_plane_store_kit::columns::TYPE_COLS;
 
 use crate::delivery::publish_example_to;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
-
-const TYPE_COLS: &str = "account, name, description, schema, example, created_at, updated_at";
 
 fn json(what: &str, text: Option<String>) -> StoreResult<Option<serde_json::Value>> {
     text.map(|t| {

@@ -3,13 +3,15 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::sealing::{Slot, SEALED_PREFIX};
 use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
     Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, EndpointRetry,
     EndpointStore, EndpointUpdateRequest, EventFilter, Secret, SecretRotation, SigningSecrets,
     StoreError, StoreResult, Timestamp,
 };
+use control_plane_store_kit::columns::ENDPOINT_COLS;
+use control_plane_store_kit::reseal_candidates;
+use control_plane_store_kit::sealing::{Slot, StoredCredentials, RESEAL_UPDATE};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -17,59 +19,24 @@ use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
 
-pub(crate) const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
-     event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts";
-
-/// Refuses a store holding credentials sealed under keys it lacks.
-pub(crate) async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
-    let client = store.pool.get().await.map_err(crate::error::map_pool)?;
-    let sql = format!(
-        "SELECT DISTINCT split_part(s, ':', 2) FROM \
-         (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
-         UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
-         WHERE s LIKE '{SEALED_PREFIX}%'"
-    );
-    let rows = client.query(&sql, &[]).await.db()?;
-    let stored = rows
-        .iter()
-        .map(|r| r.col::<String>(0))
-        .collect::<StoreResult<Vec<_>>>()?;
-    store.keys.check_known(stored.iter().map(String::as_str))
-}
-
 /// Seals the credentials of up to `limit` endpoints (deleted ones included)
 /// that are not sealed under the current key; how many it rewrote.
 pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
     let pattern = t.keys.current_pattern()?;
-    let rows = t
-        .query(
-            "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
-             WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
-             OR oauth2 NOT LIKE $1 ORDER BY id LIMIT $2 \
-             FOR NO KEY UPDATE",
-            &[&pattern, &i64::from(limit)],
-        )
-        .await
-        .db()?;
+    let sql = concat!(reseal_candidates!(), " FOR NO KEY UPDATE");
+    let rows = t.query(sql, &[&pattern, &i64::from(limit)]).await.db()?;
     for r in &rows {
         let id: Uuid = r.col(0)?;
-        let owner = id.as_bytes();
-        let secret = t.keys.reseal(owner, Slot::Current, &r.col::<String>(1)?)?;
-        let previous = r
-            .col::<Option<String>>(2)?
-            .map(|p| t.keys.reseal(owner, Slot::Previous, &p))
-            .transpose()?;
-        let headers = r
-            .col::<Option<String>>(3)?
-            .map(|h| t.keys.reseal(owner, Slot::Headers, &h))
-            .transpose()?;
-        let oauth2 = r
-            .col::<Option<String>>(4)?
-            .map(|o| t.keys.reseal(owner, Slot::OAuth2, &o))
-            .transpose()?;
+        let stored = StoredCredentials {
+            secret: r.col(1)?,
+            previous: r.col(2)?,
+            headers: r.col(3)?,
+            oauth2: r.col(4)?,
+        };
+        let c = t.keys.reseal_credentials(id.as_bytes(), &stored)?;
         t.execute(
-            "UPDATE endpoints SET secret = $1, previous_secret = $2, headers = $4, oauth2 = $5 WHERE id = $3",
-            &[&secret, &previous, &id, &headers, &oauth2],
+            RESEAL_UPDATE,
+            &[&c.secret, &c.previous, &id, &c.headers, &c.oauth2],
         )
         .await
         .db()?;

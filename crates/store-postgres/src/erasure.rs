@@ -1,14 +1,11 @@
 //! Erasure of an account ([`control_plane_core::erasure`]): the start that
 //! shuts its doors, and the batches that remove its rows.
 
-use control_plane_core::{AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK};
+use control_plane_core::{AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK, ERASING};
 
 use crate::error::PgResultExt;
 use crate::store::Tx;
 use crate::util::RowExt;
-
-/// Why the endpoints of an account being erased are disabled.
-const ERASING: &str = "the account is being erased";
 
 /// Ends the sessions signed in with the account's keys, revokes the keys
 /// and disables its endpoints.

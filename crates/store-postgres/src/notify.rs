@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use control_plane_core::Wakeup;
+use control_plane_store_kit::Wakeup;
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, NoTls};

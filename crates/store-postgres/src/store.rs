@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use control_plane_core::hash::fnv1a;
 use control_plane_core::migration::{self, Migration};
-use control_plane_core::{
-    Clock, Housekeeping, SecretKeys, StoreError, StoreOptions, StoreResult, Timestamp, Wakeup,
-};
+use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_store_kit::sealing::SEALED_KEY_IDS;
+use control_plane_store_kit::{SecretKeys, Wakeup};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, StatementCache};
 use tokio_postgres::NoTls;
 
@@ -164,7 +164,7 @@ impl PostgresStore {
             _listener: listener,
         };
         store.migrate().await?;
-        crate::endpoint::check_keys(&store).await?;
+        check_keys(&store).await?;
         Ok(store)
     }
 
@@ -390,6 +390,17 @@ macro_rules! in_tx {
     }};
 }
 pub(crate) use in_tx;
+
+/// Refuses a store holding credentials sealed under keys it lacks.
+async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
+    let client = store.pool.get().await.map_err(map_pool)?;
+    let rows = client.query(SEALED_KEY_IDS, &[]).await.db()?;
+    let stored = rows
+        .iter()
+        .map(|r| r.col::<String>(0))
+        .collect::<StoreResult<Vec<_>>>()?;
+    store.keys.check_known(stored.iter().map(String::as_str))
+}
 
 #[cfg(test)]
 pub(crate) mod tests {

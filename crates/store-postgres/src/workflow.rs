@@ -13,10 +13,7 @@ use uuid::Uuid;
 use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
-
-const TASK_COLS: &str =
-    "id, account, kind, payload, state, attempts, max_attempts, run_at, lease_expires_at, \
-     last_error, result, created_at, updated_at, seq, lease_token, last_outcome, staged_result, progress";
+use control_plane_store_kit::columns::TASK_COLS;
 
 /// [`TASK_COLS`] qualified by the alias `t` (for `UPDATE tasks t ... FROM c`).
 const TASK_COLS_OF_T: &str =

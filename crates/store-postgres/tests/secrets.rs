@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use control_plane_conformance::secrets::{secrets_are_sealed_at_rest_and_rotate, Reopen};
-use control_plane_core::{DynControlPlaneStore, EndpointId, SecretKeys, StoreResult, SystemClock};
+use control_plane_core::{DynControlPlaneStore, EndpointId, StoreResult, SystemClock};
+use control_plane_store_kit::SecretKeys;
 use store_postgres::{PostgresConfig, PostgresStore};
 
 struct Schema(common::SchemaGuard);

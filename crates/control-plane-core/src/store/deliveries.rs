@@ -411,14 +411,14 @@ pub trait DeliveryStore: Send + Sync {
     /// Safe.
     async fn delivery_list(&self, req: DeliveryListRequest) -> StoreResult<Page<Delivery>>;
 
-    /// A receiver that changes whenever work may have become due: a publish,
+    /// A subscription that moves whenever work may have become due: a publish,
     /// enqueue, replay, release or enable committed (on postgres, by any
     /// replica, through LISTEN/NOTIFY). Workers wait on it between empty
     /// claims, with polling as the fallback.
     ///
     /// # Behavior
     /// - A publish wakes a subscriber (`publish_wakes_idle_workers`).
-    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64>;
+    fn delivery_wakeups(&self) -> Box<dyn Wakeups>;
 
     /// Counts all deliveries by state (for `status` and metrics). Live
     /// states are counted in the live set, finished ones from tallies kept
@@ -558,4 +558,21 @@ pub trait CircuitStore: Send + Sync {
     /// # Cancellation safety
     /// Safe.
     async fn circuit_count_open(&self) -> StoreResult<u64>;
+}
+
+/// A subscription to "work may be due", from
+/// [`DeliveryStore::delivery_wakeups`]. The port names only what a worker
+/// does with it; the adapters' channel behind it is theirs (the store kit's).
+#[async_trait]
+pub trait Wakeups: Send {
+    /// Marks every notification so far as seen; whether one was unseen.
+    fn seen(&mut self) -> bool;
+
+    /// Waits for a notification not yet seen and marks it seen; `false` when
+    /// the store is gone and none will come. A notification sent between
+    /// two waits is not lost.
+    ///
+    /// # Cancellation safety
+    /// Safe: dropped before it returns, it marks nothing seen.
+    async fn changed(&mut self) -> bool;
 }

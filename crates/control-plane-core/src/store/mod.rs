@@ -15,7 +15,9 @@ mod endpoints;
 mod operations;
 mod workflows;
 
-pub use deliveries::{AttemptLogStore, CatalogueStore, CircuitStore, DeliveryStore, EventStore};
+pub use deliveries::{
+    AttemptLogStore, CatalogueStore, CircuitStore, DeliveryStore, EventStore, Wakeups,
+};
 pub use endpoints::EndpointStore;
 pub use operations::{
     AccountKeyStore, AlertStore, MaintenanceStore, SessionStore, UsageStore, MAX_SESSIONS_LISTED,

@@ -146,7 +146,7 @@ struct FlowEndpoint {
     account: String,
     cap: Option<u32>,
     rate: Option<u32>,
-    budget: Option<(f64, i64)>,
+    budget: Option<RateBudget>,
     ordered: bool,
 }
 
@@ -157,13 +157,7 @@ impl FlowEndpoint {
             account: r.get(at[1])?,
             cap: r.get(at[2])?,
             rate: r.get(at[3])?,
-            budget: match (
-                r.get::<_, Option<f64>>(at[4])?,
-                r.get::<_, Option<i64>>(at[5])?,
-            ) {
-                (Some(tokens), Some(at)) => Some((tokens, at)),
-                _ => None,
-            },
+            budget: RateBudget::stored(r.get(at[4])?, r.get(at[5])?),
             ordered: r.get(at[6])?,
         })
     }
@@ -180,17 +174,13 @@ impl FlowEndpoint {
         heads: Vec<Candidate>,
     ) -> StoreResult<Flow> {
         let now = t.now;
-        let budget = self.rate.map(|rate| {
-            let stored = self.budget.map(|(tokens, at)| RateBudget {
-                tokens,
-                at: Timestamp::from_millis(at),
-            });
-            (rate, RateBudget::refilled(stored, rate, now))
-        });
+        let budget = self
+            .rate
+            .map(|rate| (rate, RateBudget::refilled(self.budget, rate, now)));
         let oldest = heads
             .first()
             .map_or((0, 0), |(_, _, due, seq)| (*due, *seq));
-        let cap = self.cap.unwrap_or(t.options.endpoint_concurrency);
+        let cap = t.options.cap_of(self.cap);
         Ok(Flow {
             candidate: FlowCandidate {
                 endpoint: self.endpoint,
@@ -366,8 +356,7 @@ pub(super) fn spend_budgets(
             continue;
         }
         let left = budget.spend(u32::try_from(taken).unwrap_or(u32::MAX));
-        t.senders
-            .set_budget(f.candidate.endpoint, (left.tokens, left.at.as_millis()));
+        t.senders.set_budget(f.candidate.endpoint, left);
         t.execute(
             "UPDATE endpoints SET budget_tokens = $1, budget_at = $2 WHERE id = $3",
             params![

@@ -34,11 +34,10 @@ use publish::*;
 use read::*;
 use transition::*;
 
+pub(crate) use crate::live::{row_to_lease_row, LEASE_COLS};
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
-pub(crate) use transition::{
-    dead_letters_add, dead_letters_remove, moved_seqs, row_to_lease_row, LEASE_COLS,
-};
+pub(crate) use transition::{dead_letters_add, dead_letters_remove, moved_seqs};
 
 #[async_trait]
 impl EventStore for EmbeddedStore {
@@ -138,7 +137,7 @@ impl DeliveryStore for EmbeddedStore {
         self.tx(move |t| list(t, req)).await
     }
 
-    fn delivery_wakeups(&self) -> tokio::sync::watch::Receiver<u64> {
+    fn delivery_wakeups(&self) -> Box<dyn Wakeups> {
         self.wakeup.subscribe()
     }
 

@@ -1,6 +1,7 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
 use super::*;
+use control_plane_store_kit::columns::EVENT_COLS;
 
 /// New events and deliveries gathered during one transaction and written by
 /// one statement each.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::finished::{count_in_table, Counts};
+use control_plane_store_kit::columns::EVENT_COLS;
 
 pub(super) const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -42,9 +43,6 @@ pub(super) fn row_to_event(r: &Row<'_>) -> duckdb::Result<Event> {
         example: r.get(7)?,
     })
 }
-
-pub(super) const EVENT_COLS: &str =
-    "id, account, event_type, body, idempotency_key, created_at, traceparent, example";
 
 pub(crate) fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreResult<Event> {
     t.query_row(

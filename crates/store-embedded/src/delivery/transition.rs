@@ -6,10 +6,6 @@ use super::*;
 
 pub(super) use control_plane_core::lease::LeaseRow;
 
-pub(crate) const LEASE_COLS: &str =
-    "id, account, endpoint_id, attempts, max_attempts, due_at, state, lease_token, \
-     lease_expires_at, last_outcome, seq";
-
 /// The lowest and highest of `seqs`, when there is one. Batches address
 /// deliveries by `seq`, not by id: it is an integer, unique, and rows are
 /// stored in its order, so with `seq BETWEEN lowest AND highest` DuckDB's
@@ -17,22 +13,6 @@ pub(crate) const LEASE_COLS: &str =
 /// id of the table (measured: 1.6 ms instead of 9.5 ms at 200,000 rows).
 pub(super) fn seq_range(seqs: &[i64]) -> Option<(i64, i64)> {
     Some((*seqs.iter().min()?, *seqs.iter().max()?))
-}
-
-pub(crate) fn row_to_lease_row(r: &Row<'_>) -> duckdb::Result<LeaseRow> {
-    Ok(LeaseRow {
-        id: r.col(0)?,
-        account: r.col(1)?,
-        endpoint_id: r.col(2)?,
-        attempts: r.get(3)?,
-        max_attempts: r.get(4)?,
-        due_at: r.col(5)?,
-        state: r.col(6)?,
-        lease_token: r.col(7)?,
-        lease_expires_at: r.col(8)?,
-        last_outcome: r.get(9)?,
-        seq: r.get(10)?,
-    })
 }
 
 pub(super) fn lease_row(t: &Tx<'_>, id: DeliveryId) -> StoreResult<Option<LeaseRow>> {

@@ -117,16 +117,6 @@ pub(super) const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.se
      WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND e.ordered \
      AND h.state = 'pending' AND h.due_at <= $1";
 
-pub(super) fn budget_of(tokens: Option<f64>, at: Option<i64>) -> Option<RateBudget> {
-    match (tokens, at) {
-        (Some(tokens), Some(at)) => Some(RateBudget {
-            tokens,
-            at: Timestamp::from_millis(at),
-        }),
-        _ => None,
-    }
-}
-
 /// Whether a claim's transaction is still open when the claim returns:
 /// the pipelined path sends its `COMMIT` with the claim statement, every
 /// other path leaves it to [`DeliveryStore::delivery_claim`].
@@ -244,7 +234,7 @@ async fn flow_candidates(
     let mut candidates = Vec::with_capacity(rows.len());
     for r in &rows {
         let rate: Option<i64> = r.col(7)?;
-        let stored = budget_of(r.col(8)?, r.col(9)?);
+        let stored = RateBudget::stored(r.col(8)?, r.col(9)?);
         let budget = rate.map(|rate| RateBudget::refilled(stored, u32_of(rate), t.now));
         let endpoint = r.col(0)?;
         candidates.push(FlowCandidate {
@@ -255,8 +245,7 @@ async fn flow_candidates(
             in_flight: r.col(5)?,
             cap: throttle.cap(
                 endpoint,
-                r.col::<Option<i64>>(6)?
-                    .map_or(t.options.endpoint_concurrency, u32_of),
+                t.options.cap_of(r.col::<Option<i64>>(6)?.map(u32_of)),
             ),
             rate_room: budget.map(|b| b.whole()),
             ordered: r.col(10)?,
@@ -287,7 +276,7 @@ fn cut_shares(
             let stored = locked
                 .iter()
                 .find(|r| r.col::<Uuid>(0).is_ok_and(|id| id == endpoint.0))
-                .and_then(|r| budget_of(r.col(1).ok().flatten(), r.col(2).ok().flatten()));
+                .and_then(|r| RateBudget::stored(r.col(1).ok().flatten(), r.col(2).ok().flatten()));
             RateBudget::refilled(stored, u32_of(rate), t.now)
         });
         let now_seen = FlowCandidate {

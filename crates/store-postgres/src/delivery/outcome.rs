@@ -87,8 +87,84 @@ pub const RECORD_DELIVERED: &str = "WITH i AS (SELECT * FROM unnest($1::uuid[], 
      SELECT g.delivery_id, g.endpoint_id, g.account, g.attempts, 'delivered', g.code, g.error, g.latency, \
      false, NULL, $6, g.body FROM g RETURNING delivery_id";
 
+/// Records a batch of outcomes (`DeliveryStore::delivery_record_outcomes`):
+/// the successes of deliveries named once in one statement
+/// ([`RECORD_DELIVERED`]) with its transaction's `BEGIN` and `COMMIT` in one
+/// round trip, the rest one by one ([`record_outcome`]) in a second
+/// transaction. Both commit waiting for the disk or not as configured (ADR
+/// 0034).
+pub(crate) async fn record_outcomes(
+    store: &PostgresStore,
+    batch: Vec<(Lease, DeliveryOutcome)>,
+) -> StoreResult<Vec<StoreResult<OutcomeRecorded>>> {
+    let now = store.now();
+    let mut seen = std::collections::HashMap::new();
+    for (lease, _) in &batch {
+        *seen.entry(lease.delivery_id).or_insert(0u32) += 1;
+    }
+    // Successes of deliveries named once in the batch go in one statement.
+    let fast: Vec<(&Lease, &AttemptReport)> = batch
+        .iter()
+        .filter(|(l, _)| seen.get(&l.delivery_id) == Some(&1))
+        .filter_map(|(l, o)| match o {
+            DeliveryOutcome::Delivered(r) => Some((l, r)),
+            _ => None,
+        })
+        .collect();
+    // The common successes in one statement, sent with its transaction's
+    // `BEGIN` and `COMMIT` (one round trip), the commit waiting for the
+    // disk or not as configured (ADR 0034); the rest, if any, in a
+    // second transaction committed the same way.
+    let tx = PipelinedTx::connect(store).await?;
+    let out = {
+        let client = tx.client()?;
+        let mut done = std::collections::HashSet::new();
+        if !fast.is_empty() {
+            // Prepared first, so that the statement goes out between
+            // the `BEGIN` and the `COMMIT`.
+            client.prepare_cached(RECORD_DELIVERED).await.db()?;
+            let (_, ids, _) = futures::try_join!(
+                async { client.batch_execute(store.begin_outcomes).await.db() },
+                record_delivered(client, now, &fast),
+                async { client.batch_execute("COMMIT").await.db() }
+            )?;
+            done.extend(ids);
+        }
+        // `done` holds only deliveries named once: all of the batch, or
+        // a second transaction records the rest.
+        let rest = done.len() < batch.len();
+        if rest {
+            client.batch_execute(store.begin_outcomes).await.db()?;
+        }
+        // The same store time as the fast statement above.
+        let t = Tx::new(client, Some(&client.statement_cache), store, now);
+        let mut out = Vec::with_capacity(batch.len());
+        for (lease, outcome) in batch {
+            if done.contains(&lease.delivery_id) {
+                out.push(Ok(OutcomeRecorded {
+                    state: DeliveryState::Delivered,
+                    duplicate: false,
+                }));
+                continue;
+            }
+            // Contract answers come from checks, not from failed
+            // statements, so the transaction stays usable after them.
+            match record_outcome(&t, &lease, outcome).await {
+                Err(e) if !e.is_contract_answer() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        if rest {
+            client.batch_execute("COMMIT").await.db()?;
+        }
+        out
+    };
+    tx.ended();
+    Ok(out)
+}
+
 /// Runs [`RECORD_DELIVERED`] on `items`.
-pub(crate) async fn record_delivered_fast_batch(
+pub(crate) async fn record_delivered(
     client: &deadpool_postgres::ClientWrapper,
     now: Timestamp,
     items: &[(&Lease, &AttemptReport)],

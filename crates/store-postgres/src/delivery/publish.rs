@@ -1,6 +1,7 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
 use super::*;
+use control_plane_store_kit::columns::EVENT_COLS;
 
 /// Inserts the delivery of `(endpoint, event)` unless it exists; `Some(id)` when this call created it.
 pub(super) async fn insert_delivery(

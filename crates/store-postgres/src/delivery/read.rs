@@ -1,6 +1,7 @@
 //! Reading deliveries and events: by id, listings, counts by state.
 
 use super::*;
+use control_plane_store_kit::columns::EVENT_COLS;
 
 /// A delivery with its state: the immutable row `d`, and its live row `l`
 /// while it is pending or leased or its finished row `x` once it is
@@ -36,9 +37,6 @@ pub(super) fn row_to_delivery(r: &Row) -> StoreResult<Delivery> {
         updated_at: r.col(12)?,
     })
 }
-
-pub(super) const EVENT_COLS: &str =
-    "id, account, event_type, body, idempotency_key, created_at, traceparent, example";
 
 pub(super) fn row_to_event(r: &Row) -> StoreResult<Event> {
     Ok(Event {

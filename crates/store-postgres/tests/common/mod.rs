@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use control_plane_core::DatabaseUrl;
-use control_plane_core::{Clock, SecretKey, SecretKeys, StoreOptions};
+use control_plane_core::{Clock, StoreOptions};
+use control_plane_store_kit::{SecretKey, SecretKeys};
 use store_postgres::{PostgresConfig, PostgresStore};
 
 /// The test database. Fails (never skips) when none is configured: run the

@@ -13,9 +13,9 @@ use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use sha2::{Digest, Sha256};
 
-use crate::delivery::ClaimedDelivery;
-use crate::endpoint::{Endpoint, Secret, SigningSecrets};
-use crate::error::{StoreError, StoreResult};
+use control_plane_core::{
+    ClaimedDelivery, Endpoint, Secret, SigningSecrets, StoreError, StoreResult,
+};
 
 /// The prefix of every sealed value; the format's version is part of it.
 pub const SEALED_PREFIX: &str = "sealed1:";
@@ -368,6 +368,71 @@ fn unknown_key(id: &str) -> StoreError {
     ))
 }
 
+/// The ids of the keys stored credentials are sealed under, one row each
+/// (both adapters' SQL): a store refuses to open when one is missing
+/// ([`SecretKeys::check_known`]).
+pub const SEALED_KEY_IDS: &str = "SELECT DISTINCT split_part(s, ':', 2) FROM \
+     (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
+     UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
+     WHERE s LIKE 'sealed1:%'";
+
+/// Up to `$2` endpoints (deleted ones included) holding a credential not
+/// sealed under the current key (`$1`, [`SecretKeys::current_pattern`]),
+/// with the credentials in [`StoredCredentials`] order after the id. A
+/// macro so postgres can append its row lock with `concat!`.
+#[macro_export]
+macro_rules! reseal_candidates {
+    () => {
+        "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
+         WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
+         OR oauth2 NOT LIKE $1 ORDER BY id LIMIT $2"
+    };
+}
+
+/// Writes one endpoint's resealed credentials: `$1` secret, `$2` previous,
+/// `$3` the id, `$4` headers, `$5` OAuth2.
+pub const RESEAL_UPDATE: &str = "UPDATE endpoints SET secret = $1, previous_secret = $2, \
+     headers = $4, oauth2 = $5 WHERE id = $3";
+
+/// An endpoint's credentials as its row stores them (sealed or plain).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredCredentials {
+    /// The signing secret.
+    pub secret: String,
+    /// The previous secret, during a rotation.
+    pub previous: Option<String>,
+    /// The custom headers' JSON object.
+    pub headers: Option<String>,
+    /// The OAuth2 client credentials' JSON object.
+    pub oauth2: Option<String>,
+}
+
+impl SecretKeys {
+    /// Seals each of an endpoint's credentials under the current key, each in
+    /// its own slot (the reseal step of a key rotation).
+    ///
+    /// # Errors
+    /// As [`SecretKeys::reseal`]: a value sealed under a key this process
+    /// lacks, or altered.
+    pub fn reseal_credentials(
+        &self,
+        owner: &[u8],
+        c: &StoredCredentials,
+    ) -> StoreResult<StoredCredentials> {
+        let reseal = |slot, v: &Option<String>| {
+            v.as_deref()
+                .map(|v| self.reseal(owner, slot, v))
+                .transpose()
+        };
+        Ok(StoredCredentials {
+            secret: self.reseal(owner, Slot::Current, &c.secret)?,
+            previous: reseal(Slot::Previous, &c.previous)?,
+            headers: reseal(Slot::Headers, &c.headers)?,
+            oauth2: reseal(Slot::OAuth2, &c.oauth2)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -452,6 +517,11 @@ mod tests {
             "whsec_p"
         );
         assert!(!keys.is_current("whsec_p"));
+    }
+
+    #[test]
+    fn the_key_id_query_looks_for_the_sealed_prefix() {
+        assert!(SEALED_KEY_IDS.contains(&format!("LIKE '{SEALED_PREFIX}%'")));
     }
 
     #[test]
