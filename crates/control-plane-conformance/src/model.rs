@@ -100,7 +100,7 @@ pub struct DeliveryModel {
     next_seq: i64,
     next_token: u64,
     /// When the claim-time housekeeping (sweep, probes) last ran, as the
-    /// adapters' [`control_plane_core::Housekeeping`] gate keeps it.
+    /// adapters' [`control_plane_store_kit::Housekeeping`] gate keeps it.
     housekeeping_at: i64,
 }
 
@@ -320,7 +320,8 @@ impl DeliveryModel {
         let now = self.now;
         // Housekeeping (the sweep of expired leases, then probes) runs at
         // most once per `Housekeeping::EVERY_MS`, as in the adapters.
-        let housekeeping = control_plane_core::Housekeeping::due_since(self.housekeeping_at, now);
+        let housekeeping =
+            control_plane_store_kit::Housekeeping::due_since(self.housekeeping_at, now);
         if housekeeping {
             self.housekeeping_at = now.as_millis();
             self.sweep_expired();

@@ -162,7 +162,7 @@ pub use attempt::{
 pub use backoff::EndpointRetry;
 pub use catalogue::{EventType, EventTypePut};
 pub use checked::{Check, Checked};
-pub use clock::{Clock, Housekeeping, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use database_url::DatabaseUrl;
 pub use delivery::{
     cut_by_time, validate_lease, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery,

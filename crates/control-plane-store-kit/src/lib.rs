@@ -8,6 +8,7 @@
 //!   `DeliveryStore::delivery_wakeups`.
 //! - [`columns`]: the column lists both adapters select and read back by
 //!   position.
+//! - [`housekeeping`]: the gate of the claim path's periodic work.
 //!
 //! Only the adapters, the binary that wires them (it loads the keys) and
 //! their tests depend on it.
@@ -15,8 +16,10 @@
 #![warn(missing_docs)]
 
 pub mod columns;
+pub mod housekeeping;
 pub mod sealing;
 pub mod wakeup;
 
+pub use housekeeping::Housekeeping;
 pub use sealing::{SecretKey, SecretKeys, StoredCredentials};
 pub use wakeup::Wakeup;

@@ -15,11 +15,11 @@ use std::thread::JoinHandle;
 
 use control_plane_core::migration::{self, Migration, Migrations};
 use control_plane_core::{
-    Clock, DeliveryId, DeliveryListRequest, EndpointId, Housekeeping, StoreError, StoreOptions,
-    StoreResult, Timestamp,
+    Clock, DeliveryId, DeliveryListRequest, EndpointId, StoreError, StoreOptions, StoreResult,
+    Timestamp,
 };
 use control_plane_store_kit::sealing::SEALED_KEY_IDS;
-use control_plane_store_kit::SecretKeys;
+use control_plane_store_kit::{Housekeeping, SecretKeys};
 use duckdb::Connection;
 use tokio::sync::oneshot;
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use control_plane_core::hash::fnv1a;
 use control_plane_core::migration::{self, Migration};
-use control_plane_core::{Clock, Housekeeping, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
 use control_plane_store_kit::sealing::SEALED_KEY_IDS;
-use control_plane_store_kit::{SecretKeys, Wakeup};
+use control_plane_store_kit::{Housekeeping, SecretKeys, Wakeup};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, StatementCache};
 use tokio_postgres::NoTls;
 
