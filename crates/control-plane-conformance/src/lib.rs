@@ -68,6 +68,7 @@ macro_rules! conformance_suite {
             wildcard_subscriptions_take_every_type_under_their_prefix,
             custom_headers_are_checked_replaced_and_claimed,
             a_claim_sends_with_the_endpoint_as_it_is_now,
+            a_broker_destination_is_stored_and_claimed_as_given,
             an_endpoint_retry_schedule_and_attempt_limit_are_its_own,
             a_disable_reason_is_checked_by_the_store,
             a_signing_secret_is_checked_and_keeps_its_scheme,

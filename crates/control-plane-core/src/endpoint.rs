@@ -285,6 +285,7 @@ impl crate::Check for EndpointCreateRequest {
         custom_headers_text(&self.headers)?;
         if let Some(o) = &self.oauth2 {
             o.validate()?;
+            oauth2_needs_http(&self.url)?;
         }
         if let Some(d) = &self.description {
             validate_description(d)?;
@@ -346,8 +347,7 @@ impl EndpointUpdateRequest {
             // origin unless the change says so: otherwise a caller who may
             // change the URL but was never told them could have them sent
             // to a host of its choosing.
-            let origin = |u: &str| url::Url::parse(u).map(|u| u.origin().ascii_serialization());
-            if origin(url).ok() != origin(&e.url).ok() {
+            if origin_of(url) != origin_of(&e.url) {
                 let kept = [
                     ("headers", e.headers.is_some() && self.headers.is_none()),
                     ("oauth2", e.oauth2.is_some() && self.oauth2.is_none()),
@@ -372,6 +372,13 @@ impl EndpointUpdateRequest {
         };
         if let Some(Some(d)) = &self.description {
             validate_description(d)?;
+        }
+        let oauth2_after = match &self.oauth2 {
+            Some(o) => o.is_some(),
+            None => e.oauth2.is_some(),
+        };
+        if oauth2_after {
+            oauth2_needs_http(self.url.as_deref().unwrap_or(&e.url))?;
         }
         validate_flow_limits(
             self.rate_limit_per_s.flatten(),
@@ -559,6 +566,30 @@ pub fn validate_description(d: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Where a URL's requests go: scheme, host and port (a broker URL's
+/// `url::Url::origin` is opaque, so it is not used). `None` when it does
+/// not parse.
+fn origin_of(url: &str) -> Option<(String, String, Option<u16>)> {
+    let u = url::Url::parse(url).ok()?;
+    Some((
+        u.scheme().to_string(),
+        u.host_str().unwrap_or_default().to_string(),
+        u.port_or_known_default(),
+    ))
+}
+
+/// OAuth2 client credentials get a bearer token for HTTP requests; a broker
+/// destination has no use for one, so it is refused rather than ignored.
+fn oauth2_needs_http(url: &str) -> Result<(), StoreError> {
+    match crate::Destination::parse(url)? {
+        crate::Destination::Http { .. } => Ok(()),
+        other => Err(StoreError::InvalidInput(format!(
+            "oauth2 applies to http(s) endpoints only; this endpoint's destination is {}",
+            other.kind()
+        ))),
+    }
+}
+
 /// Query parameter names that carry a credential: the end of the name
 /// (lower case, `-` as `_`) is one of these.
 const CREDENTIAL_PARAMS: &[&str] = &[
@@ -581,7 +612,7 @@ const CREDENTIAL_PARAMS: &[&str] = &[
 /// before the host, or a query parameter named like one. A URL is shown by
 /// every read and on the dashboard, so a credential belongs in a custom
 /// header, which is sealed at rest and never shown again.
-fn refuse_credentials_in(url: &str, rest: &str) -> Result<(), StoreError> {
+pub(crate) fn refuse_credentials_in(url: &str, rest: &str) -> Result<(), StoreError> {
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.contains('@') {
         return Err(StoreError::InvalidInput(format!(
@@ -612,8 +643,22 @@ fn refuse_credentials_in(url: &str, rest: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Checks a URL the way every adapter must before storing it.
+/// Checks an endpoint's URL the way every adapter must before storing it:
+/// an HTTP URL or a broker's ([`crate::Destination`]).
+///
+/// # Errors
+/// `InvalidInput` saying what is wrong.
 pub fn validate_endpoint_url(url: &str) -> Result<(), StoreError> {
+    crate::Destination::parse(url).map(|_| ())
+}
+
+/// Checks an HTTP(S) URL: absolute, at most 2048 characters, no spaces or
+/// control characters, no credential in the clear. An OAuth2 token URL must
+/// be one.
+///
+/// # Errors
+/// `InvalidInput` saying what is wrong.
+pub fn validate_http_url(url: &str) -> Result<(), StoreError> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"));
@@ -640,6 +685,35 @@ mod tests {
     fn secrets_are_redacted_in_debug() {
         let s = Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0");
         assert!(!format!("{s:?}").contains("c2VjcmV0"));
+    }
+
+    #[test]
+    fn a_broker_destination_takes_no_oauth2_and_has_an_origin_of_its_own() {
+        use crate::Check;
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let account = AccountId::new("a").unwrap();
+        let nats = "nats://127.0.0.1:4222?subject=orders";
+        assert!(
+            EndpointCreateRequest::new(account.clone(), nats, secret.clone())
+                .check()
+                .is_ok()
+        );
+        let mut req = EndpointCreateRequest::new(account, nats, secret);
+        req.oauth2 = Some(crate::ClientCredentials {
+            token_url: "https://auth.example.com/token".into(),
+            client_id: "id".into(),
+            client_secret: "s".into(),
+            scope: None,
+            audience: None,
+        });
+        let e = req.check().unwrap_err().to_string();
+        assert!(e.contains("http(s) endpoints only"), "{e}");
+        // Another broker host is another origin, though `url` calls both opaque.
+        assert_ne!(
+            origin_of("amqp://a/%2f?exchange=&routing_key=k"),
+            origin_of("amqp://b/%2f?exchange=&routing_key=k")
+        );
+        assert_eq!(origin_of("https://a/x"), origin_of("https://a:443/y?z=1"));
     }
 
     #[test]

@@ -130,6 +130,7 @@ pub mod checked;
 pub mod clock;
 pub mod database_url;
 pub mod delivery;
+pub mod destination;
 pub mod endpoint;
 pub mod erasure;
 pub mod error;
@@ -169,12 +170,13 @@ pub use delivery::{
     DeliveryListRequest, DeliveryOutcome, DeliveryState, Enqueued, Event, EventListRequest, Lease,
     OutcomeRecorded, PublishRequest, Published, ReplayFilter, Requeue, TimeCut,
 };
+pub use destination::Destination;
 pub use endpoint::{
     custom_header_pairs, custom_headers_text, fan_out, validate_description, validate_endpoint_url,
-    validate_event_types, validate_flow_limits, Enablement, Endpoint, EndpointCreateRequest,
-    EndpointUpdateRequest, Secret, SecretRotation, SigningSecrets, MAX_CUSTOM_HEADERS,
-    MAX_CUSTOM_HEADER_BYTES, MAX_DISABLE_REASON_BYTES, MAX_ENDPOINT_DESCRIPTION_BYTES,
-    MAX_ENDPOINT_EVENT_TYPES, RESERVED_HEADERS,
+    validate_event_types, validate_flow_limits, validate_http_url, Enablement, Endpoint,
+    EndpointCreateRequest, EndpointUpdateRequest, Secret, SecretRotation, SigningSecrets,
+    MAX_CUSTOM_HEADERS, MAX_CUSTOM_HEADER_BYTES, MAX_DISABLE_REASON_BYTES,
+    MAX_ENDPOINT_DESCRIPTION_BYTES, MAX_ENDPOINT_EVENT_TYPES, RESERVED_HEADERS,
 };
 pub use erasure::{ErasureBegun, ErasureProgress, ERASE_TASK, ERASING};
 pub use error::{StoreError, StoreResult};

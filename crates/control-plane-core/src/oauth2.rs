@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{validate_endpoint_url, Secret, StoreError};
+use crate::{validate_http_url, Secret, StoreError};
 
 /// The longest client id, scope or audience.
 const MAX_FIELD_BYTES: usize = 1024;
@@ -54,7 +54,7 @@ impl ClientCredentials {
     /// `http(s)`; a client id, secret, scope or audience that is empty,
     /// longer than 1024 bytes, or not visible ASCII and spaces.
     pub fn validate(&self) -> Result<(), StoreError> {
-        validate_endpoint_url(&self.token_url)
+        validate_http_url(&self.token_url)
             .map_err(|e| StoreError::InvalidInput(format!("oauth2.token_url: {e}")))?;
         let with_credentials = url::Url::parse(&self.token_url)
             .map(|u| !u.username().is_empty() || u.password().is_some())

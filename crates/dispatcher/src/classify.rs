@@ -19,10 +19,13 @@ pub struct SendResult {
     pub latency_ms: u64,
     /// The start of the answer's body, when one was kept.
     pub response_body: Option<String>,
+    /// A broker acknowledged the message (a broker destination has no
+    /// status: its ack is what delivers).
+    pub acked: bool,
 }
 
 /// The outcome to record for `result` of attempt `attempt` at `now`:
-/// 2xx delivered; 410 gone (disables the endpoint); 408, 425, 429, 5xx,
+/// a broker's ack or a 2xx delivered; 410 gone (disables the endpoint); 408, 425, 429, 5xx,
 /// transport errors, 3xx (redirects are not followed) and other 4xx retry.
 pub fn classify(
     result: &SendResult,
@@ -43,6 +46,7 @@ pub fn classify(
         response_body: result.response_body.clone(),
     };
     match result.status {
+        _ if result.acked => DeliveryOutcome::Delivered(report),
         Some(s) if (200..300).contains(&s) => DeliveryOutcome::Delivered(report),
         Some(410) => DeliveryOutcome::Gone(report),
         _ => {
@@ -79,6 +83,7 @@ mod tests {
             error: None,
             latency_ms: 3,
             response_body: None,
+            acked: false,
         }
     }
 
@@ -93,6 +98,18 @@ mod tests {
         assert!(matches!(
             classify(&res(Some(410)), 1, &[1], &p, now),
             DeliveryOutcome::Gone(_)
+        ));
+        let acked = SendResult {
+            acked: true,
+            ..res(None)
+        };
+        let DeliveryOutcome::Delivered(report) = classify(&acked, 1, &[1], &p, now) else {
+            panic!("a broker's ack delivers")
+        };
+        assert_eq!((report.status_code, report.error), (None, None));
+        assert!(matches!(
+            classify(&res(None), 1, &[1], &p, now),
+            DeliveryOutcome::Retry { .. }
         ));
         for s in [301, 400, 404, 408, 425, 429, 500, 503] {
             assert!(
@@ -109,6 +126,7 @@ mod tests {
             error: Some("connection refused".into()),
             latency_ms: 1,
             response_body: None,
+            acked: false,
         };
         let DeliveryOutcome::Retry { report, .. } = classify(&refused, 1, &[1], &p, now) else {
             panic!("retry")

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod broker;
 pub mod classify;
 mod http;
 pub mod metrics;

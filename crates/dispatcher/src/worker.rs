@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
-    DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock, TraceParent,
-    UsageMetric,
+    Destination, DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock,
+    TraceParent, UsageMetric,
 };
 use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;
@@ -101,6 +101,7 @@ struct SendContext {
     metrics: Arc<DeliveryMetrics>,
     usage: Arc<UsageMeter>,
     tokens: crate::oauth2::Tokens,
+    brokers: crate::broker::Brokers,
 }
 
 impl Dispatcher {
@@ -130,6 +131,10 @@ impl Dispatcher {
             metrics: Arc::default(),
             usage: Arc::default(),
             tokens: crate::oauth2::Tokens::default(),
+            brokers: crate::broker::Brokers::new(
+                config.allowed_targets.clone(),
+                config.request_timeout,
+            ),
         });
         Ok(Dispatcher { store, config, ctx })
     }
@@ -484,36 +489,39 @@ async fn oauth2_token(ctx: &SendContext, c: &ClaimedDelivery) -> Result<Option<S
             error: Some(error),
             latency_ms: 0,
             response_body: None,
+            acked: false,
         })),
     }
 }
 
-/// The signed request itself: status and `Retry-After`, or the error; or,
-/// as `Err`, why it was not made.
-async fn send(
-    ctx: &SendContext,
-    c: &ClaimedDelivery,
+/// The endpoint's custom headers, opened.
+fn custom_of(c: &ClaimedDelivery) -> Result<Vec<(String, String)>, Unsent> {
+    Ok(match &c.headers {
+        Some(h) => custom_header_pairs(h).map_err(|e| e.to_string())?,
+        None => Vec::new(),
+    })
+}
+
+/// The headers of a delivery's request or message: the endpoint's own
+/// (`custom`) first; they cannot replace these four
+/// (`control_plane_core::RESERVED_HEADERS`); an event's trace context
+/// replaces a custom `traceparent`, and an OAuth2 token a custom
+/// `authorization`.
+fn headers_of<'a>(
+    custom: &'a [(String, String)],
     id: &str,
     timestamp: i64,
     signature: String,
     traceparent: Option<&TraceParent>,
-) -> Result<SendResult, Unsent> {
-    let token = oauth2_token(ctx, c).await?;
-    // The endpoint's own headers next; they cannot replace these four
-    // (`control_plane_core::RESERVED_HEADERS`); an event's trace context
-    // replaces a custom `traceparent`, and an OAuth2 token a custom
-    // `authorization`.
-    let custom = match &c.headers {
-        Some(h) => custom_header_pairs(h).map_err(|e| e.to_string())?,
-        None => Vec::new(),
-    };
+    token: Option<&str>,
+) -> Vec<(&'a str, String)> {
     let mut headers: Vec<(&str, String)> = custom
         .iter()
         .filter(|(n, _)| traceparent.is_none() || n != "traceparent")
         .filter(|(n, _)| token.is_none() || n != "authorization")
         .map(|(n, v)| (n.as_str(), v.clone()))
         .collect();
-    if let Some(t) = &token {
+    if let Some(t) = token {
         headers.push(("authorization", format!("Bearer {t}")));
     }
     headers.extend([
@@ -525,6 +533,36 @@ async fn send(
     if let Some(t) = traceparent {
         headers.push(("traceparent", t.as_str().to_string()));
     }
+    headers
+}
+
+/// The signed request itself, or the message to a broker: status and
+/// `Retry-After` (or the broker's ack), or the error; or, as `Err`, why it
+/// was not made.
+async fn send(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    id: &str,
+    timestamp: i64,
+    signature: String,
+    traceparent: Option<&TraceParent>,
+) -> Result<SendResult, Unsent> {
+    let dest = Destination::parse(&c.url).map_err(|e| Unsent::Refused(e.to_string()))?;
+    if !matches!(dest, Destination::Http { .. }) {
+        let custom = custom_of(c)?;
+        let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
+        return publish(ctx, &dest, id, &headers, c.body.as_bytes()).await;
+    }
+    let token = oauth2_token(ctx, c).await?;
+    let custom = custom_of(c)?;
+    let headers = headers_of(
+        &custom,
+        id,
+        timestamp,
+        signature,
+        traceparent,
+        token.as_deref(),
+    );
     // The receiver's latency: from the request, not from the token fetch.
     let started = Instant::now();
     let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
@@ -545,6 +583,7 @@ async fn send(
             latency_ms,
             response_body: (!answer.body.is_empty())
                 .then(|| String::from_utf8_lossy(&answer.body).into_owned()),
+            acked: false,
         },
         Err(Failure::Failed(error)) => SendResult {
             status: None,
@@ -552,8 +591,37 @@ async fn send(
             error: Some(error),
             latency_ms,
             response_body: None,
+            acked: false,
         },
         Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
+    })
+}
+
+/// Publishes to a broker: an ack delivers; a failure is a failed attempt
+/// with the broker's error; a refused destination sends nothing.
+async fn publish(
+    ctx: &SendContext,
+    dest: &Destination,
+    id: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Result<SendResult, Unsent> {
+    let started = Instant::now();
+    let msg = crate::broker::Message { id, headers, body };
+    let sent = ctx.brokers.publish(dest, &msg).await;
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let (acked, error) = match sent {
+        Ok(()) => (true, None),
+        Err(Failure::Failed(e)) => (false, Some(e)),
+        Err(Failure::Refused(why)) => return Err(Unsent::Refused(why)),
+    };
+    Ok(SendResult {
+        status: None,
+        retry_after: None,
+        error,
+        latency_ms,
+        response_body: None,
+        acked,
     })
 }
 

@@ -50,7 +50,9 @@ impl From<SignatureBody> for SignatureScheme {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointCreateBody {
-    /// `http` or `https` URL the deliveries are sent to.
+    /// Where the deliveries go: an `http(s)://` URL, or a broker's
+    /// (`amqp(s)://…?exchange=E&routing_key=K`, `nats://…?subject=S`,
+    /// `redis(s)://…?stream=K&maxlen=N`; README, "Destinations").
     url: String,
     /// Event types it receives; empty or absent means every type.
     #[serde(default)]
@@ -235,6 +237,7 @@ pub(crate) async fn endpoint_get(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointUpdateBody {
+    /// A new destination URL (as at create).
     url: Option<String>,
     event_types: Option<Vec<String>>,
     /// A new filter; `null` removes it.

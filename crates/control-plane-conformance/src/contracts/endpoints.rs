@@ -822,3 +822,73 @@ pub async fn oauth2_credentials_are_checked_replaced_removed_and_claimed(f: &dyn
     let read = reread(&h, &e).await;
     assert_eq!(read.oauth2, None);
 }
+
+/// `EndpointStore::endpoint_create` and `endpoint_update`: a broker
+/// destination (`amqp(s)`, `nats`, `redis(s)`; [`control_plane_core::Destination`])
+/// is stored and claimed exactly as given, and a change of broker host
+/// needs the endpoint's credentials given again, as for HTTP.
+pub async fn a_broker_destination_is_stored_and_claimed_as_given(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let secret = Secret::new("whsec_eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4");
+    for (account, url) in [
+        (
+            "amqp",
+            "amqp://rabbit.internal:5672/%2f?exchange=events&routing_key=orders.paid",
+        ),
+        ("nats", "nats://nats.internal:4222?subject=orders.paid"),
+        (
+            "redis",
+            "rediss://cache.internal:6380/2?stream=orders&maxlen=5000",
+        ),
+    ] {
+        let mut req = EndpointCreateRequest::new(acct(account), url, secret.clone());
+        req.headers = [("x-tenant".to_string(), "t-1".to_string())].into();
+        let e = h
+            .store
+            .endpoint_create(req.checked().unwrap())
+            .await
+            .unwrap();
+        let read = h.store.endpoint_get(&acct(account), e.id).await.unwrap();
+        assert_eq!(read.url, url);
+        publish(&h, account).await;
+        let c = claim(&h, 10).await;
+        assert_eq!(c.len(), 1, "{account}");
+        assert_eq!(c[0].url, url, "the claim carries the destination as stored");
+        h.store
+            .delivery_record_outcome(&c[0].lease, ok())
+            .await
+            .unwrap();
+        let moved = EndpointUpdateRequest {
+            url: Some(url.replace(".internal", ".elsewhere")),
+            ..EndpointUpdateRequest::default()
+        };
+        let r = h
+            .store
+            .endpoint_update(EndpointKey::new(&acct(account), e.id), moved)
+            .await;
+        assert!(
+            matches!(&r, Err(StoreError::InvalidInput(m)) if m.contains("another origin")),
+            "{account}: {r:?}"
+        );
+        let with_oauth2 = EndpointUpdateRequest {
+            oauth2: Some(Some(ClientCredentials {
+                token_url: "https://auth.example.com/token".into(),
+                client_id: "id".into(),
+                client_secret: "s".into(),
+                scope: None,
+                audience: None,
+            })),
+            ..EndpointUpdateRequest::default()
+        };
+        let r = h
+            .store
+            .endpoint_update(EndpointKey::new(&acct(account), e.id), with_oauth2)
+            .await;
+        assert!(
+            matches!(r, Err(StoreError::InvalidInput(_))),
+            "{account}: {r:?}"
+        );
+        let kept = h.store.endpoint_get(&acct(account), e.id).await.unwrap();
+        assert_eq!((kept.url.as_str(), kept.oauth2.is_none()), (url, true));
+    }
+}

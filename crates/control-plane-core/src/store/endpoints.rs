@@ -22,11 +22,14 @@ pub trait EndpointStore: Send + Sync {
     ///   goes with every claim of them, and is changed or removed
     ///   (`Some(None)`) by an update
     ///   (`an_endpoint_retry_schedule_and_attempt_limit_are_its_own`).
+    /// - A broker destination ([`crate::Destination`]) is stored and claimed
+    ///   exactly as given (`a_broker_destination_is_stored_and_claimed_as_given`).
     ///
     /// # Errors
     /// None of its own: the request was checked when it was sealed
-    /// ([`crate::Check::checked`]), which refuses a URL that is not absolute
-    /// `http(s)` (`endpoint_create_rejects_bad_url`).
+    /// ([`crate::Check::checked`]), which refuses a URL that is not an
+    /// absolute `http(s)` URL or a broker's ([`crate::Destination::parse`];
+    /// `endpoint_create_rejects_bad_url`).
     ///
     /// # Cancellation safety
     /// Cancelling may or may not create the endpoint.

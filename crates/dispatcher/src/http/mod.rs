@@ -26,6 +26,7 @@ mod resolve;
 
 pub(crate) use answer::parse_for_fuzzing;
 use answer::*;
+pub(crate) use resolve::resolve;
 
 /// What the answer's head is first read into; it grows only while a head
 /// does not fit, up to [`HEAD_LIMIT`].

@@ -1,0 +1,53 @@
+//! NATS JetStream through async-nats: a publish with headers, waiting for
+//! the stream's ack. `Nats-Msg-Id` is the delivery id, so a resend within
+//! the stream's duplicate window is acknowledged without being stored twice.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::{HeaderMap, HeaderName};
+
+use super::Message;
+use crate::http::Failure;
+
+/// A JetStream context on a connected client (cheap to clone).
+pub(super) type Link = jetstream::Context;
+
+/// Connects to `url`; acknowledgements are awaited at most `timeout`.
+pub(super) async fn connect(url: &str, timeout: Duration) -> Result<Link, Failure> {
+    let client = async_nats::ConnectOptions::new()
+        .name("control-plane")
+        .connection_timeout(timeout)
+        .connect(url)
+        .await
+        .map_err(|e| Failure::Failed(format!("nats: cannot connect: {e}")))?;
+    Ok(jetstream::ContextBuilder::new()
+        .timeout(timeout)
+        .build(client))
+}
+
+/// Publishes `msg` to `subject` and waits for the stream's ack.
+pub(super) async fn publish(link: &Link, subject: &str, msg: &Message<'_>) -> Result<(), Failure> {
+    let mut headers = HeaderMap::new();
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, msg.id);
+    for (name, value) in msg.headers {
+        let name = HeaderName::from_str(name)
+            .map_err(|e| Failure::Refused(format!("nats: header {name:?}: {e}")))?;
+        headers.insert(name, value.as_str());
+    }
+    let body = bytes::Bytes::copy_from_slice(msg.body);
+    let ack = link
+        .publish_with_headers(subject.to_string(), headers, body)
+        .await
+        .map_err(|e| Failure::Failed(format!("nats: publish to {subject:?}: {e}")))?
+        .await
+        .map_err(|e| Failure::Failed(format!("nats: no ack for {subject:?}: {e}")))?;
+    tracing::debug!(
+        stream = ack.stream,
+        sequence = ack.sequence,
+        duplicate = ack.duplicate,
+        "acknowledged"
+    );
+    Ok(())
+}

@@ -1,0 +1,338 @@
+//! Broker destinations (issue 59) against the real brokers this machine
+//! runs: RabbitMQ on 127.0.0.1:5672, NATS with JetStream on 4222, Redis on
+//! 6379. A broker that cannot be reached fails these tests; they never skip.
+//! Each test reads back what was published and verifies its signature as a
+//! consumer would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use control_plane_core::*;
+use dispatcher::signing::{generate_secret, verify};
+use dispatcher::{Dispatcher, DispatcherConfig, RetryPolicy};
+
+const ACCOUNT: &str = "acme";
+
+struct Setup {
+    store: DynControlPlaneStore,
+    secret: Secret,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(url: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::embedded_store(&dir, |_| {}).await;
+    let secret = generate_secret();
+    store
+        .endpoint_create(
+            EndpointCreateRequest::new(AccountId::new(ACCOUNT).unwrap(), url, secret.clone())
+                .checked()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    Setup {
+        store,
+        secret,
+        _dir: dir,
+    }
+}
+
+fn config(allowed: &[&str]) -> DispatcherConfig {
+    DispatcherConfig {
+        poll_interval: Duration::from_millis(50),
+        request_timeout: Duration::from_secs(3),
+        grace: Duration::from_millis(300),
+        retry: RetryPolicy {
+            schedule: vec![Duration::from_secs(600)],
+            jitter: 0.0,
+            max_retry_after: Duration::from_secs(600),
+        },
+        allowed_targets: allowed
+            .iter()
+            .map(|c| dispatcher::Cidr::parse(c).unwrap())
+            .collect(),
+        ..DispatcherConfig::default()
+    }
+}
+
+fn loopback() -> DispatcherConfig {
+    config(&["127.0.0.0/8"])
+}
+
+async fn publish(s: &Setup) -> DeliveryId {
+    s.store
+        .event_publish(
+            PublishRequest::new(
+                AccountId::new(ACCOUNT).unwrap(),
+                "invoice.paid",
+                serde_json::json!({"amount": 42}),
+            )
+            .checked()
+            .unwrap(),
+        )
+        .await
+        .unwrap()
+        .deliveries[0]
+}
+
+async fn delivery(s: &Setup, id: DeliveryId) -> Delivery {
+    s.store
+        .delivery_get(&AccountId::new(ACCOUNT).unwrap(), id)
+        .await
+        .unwrap()
+}
+
+/// Runs a dispatcher until `id` has `attempts` attempts recorded (or 20 s
+/// pass), then stops it; the delivery as it is then, and its attempts.
+async fn dispatch(
+    s: &Setup,
+    cfg: DispatcherConfig,
+    id: DeliveryId,
+) -> (Delivery, Vec<AttemptRecord>) {
+    let d = Dispatcher::new(s.store.clone(), cfg).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { d.run(stop).await }
+    });
+    let start = Instant::now();
+    while delivery(s, id).await.attempts == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no attempt was recorded; is the broker running?"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    stop.cancel();
+    run.await.unwrap();
+    let attempts = s
+        .store
+        .attempt_list_for_delivery(&AccountId::new(ACCOUNT).unwrap(), id)
+        .await
+        .unwrap();
+    (delivery(s, id).await, attempts)
+}
+
+/// What a consumer checks: the Standard Webhooks headers are there, name
+/// the delivery, and sign the body with the endpoint's secret.
+fn assert_signed(s: &Setup, id: DeliveryId, headers: &HashMap<String, String>, body: &[u8]) {
+    assert_eq!(headers["webhook-id"], id.to_string());
+    let ts: i64 = headers["webhook-timestamp"].parse().unwrap();
+    assert!(
+        verify(
+            &s.secret,
+            &headers["webhook-signature"],
+            &headers["webhook-id"],
+            ts,
+            body
+        ),
+        "the signature verifies: {headers:?}"
+    );
+    let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(body["type"], "invoice.paid");
+    assert_eq!(body["data"], serde_json::json!({"amount": 42}));
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
+// ------------------------------------------------------------------ AMQP
+
+async fn amqp_channel() -> (lapin::Connection, lapin::Channel) {
+    let conn = lapin::Connection::connect(
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+        lapin::ConnectionProperties::default(),
+    )
+    .await
+    .expect("RabbitMQ on 127.0.0.1:5672");
+    let channel = conn.create_channel().await.unwrap();
+    (conn, channel)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_delivery_is_confirmed_persistent_and_verifiable() {
+    let (_conn, ch) = amqp_channel().await;
+    let queue = unique("cp-test-");
+    ch.queue_declare(
+        queue.as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let s = setup(&format!(
+        "amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}"
+    ))
+    .await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Delivered, "{attempts:?}");
+    assert_eq!(attempts[0].result, AttemptResult::Delivered);
+    let got = ch
+        .basic_get(
+            queue.as_str().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .expect("the message is in the queue");
+    let props = &got.delivery.properties;
+    assert_eq!(props.delivery_mode(), &Some(2), "persistent");
+    assert_eq!(
+        props.message_id().as_ref().map(|m| m.to_string()),
+        Some(id.to_string())
+    );
+    let headers: HashMap<String, String> = props
+        .headers()
+        .as_ref()
+        .unwrap()
+        .inner()
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                lapin::types::AMQPValue::LongString(s) => s.to_string(),
+                other => panic!("{k}: {other:?}"),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    assert_signed(&s, id, &headers, &got.delivery.data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_an_unroutable_message_is_a_failed_attempt_retried_later() {
+    let s = setup(&format!(
+        "amqp://127.0.0.1:5672/%2f?exchange=&routing_key={}",
+        unique("cp-no-queue-")
+    ))
+    .await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Pending, "retried on the schedule");
+    assert_eq!(attempts[0].result, AttemptResult::Failed);
+    let error = attempts[0].error.clone().unwrap_or_default();
+    assert!(error.contains("no queue is bound"), "{error}");
+}
+
+// ------------------------------------------------------------------ NATS
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_delivery_is_acknowledged_by_the_stream_with_its_id() {
+    let client = async_nats::connect("nats://127.0.0.1:4222")
+        .await
+        .expect("NATS on 127.0.0.1:4222");
+    let js = async_nats::jetstream::new(client);
+    let name = unique("CPTEST");
+    let subject = format!("{}.orders", name.to_lowercase());
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            storage: async_nats::jetstream::stream::StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let s = setup(&format!("nats://127.0.0.1:4222?subject={subject}")).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Delivered, "{attempts:?}");
+    let got = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
+    let _ = js.delete_stream(&name).await;
+    let headers: HashMap<String, String> = got
+        .headers
+        .iter()
+        .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.to_string())))
+        .collect();
+    assert_eq!(headers["Nats-Msg-Id"], id.to_string());
+    assert_signed(&s, id, &headers, &got.payload);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_subject_no_stream_covers_is_a_failed_attempt() {
+    let s = setup(&format!(
+        "nats://127.0.0.1:4222?subject={}.nowhere",
+        unique("cpnostream")
+    ))
+    .await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Pending);
+    let error = attempts[0].error.clone().unwrap_or_default();
+    assert!(error.contains("nats"), "{error}");
+}
+
+// ----------------------------------------------------------------- Redis
+
+/// A stream entry's field and value.
+type Field = (String, Vec<u8>);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_delivery_is_appended_to_a_bounded_stream() {
+    let stream = unique("cp-test-");
+    let s = setup(&format!(
+        "redis://127.0.0.1:6379/0?stream={stream}&maxlen=1000"
+    ))
+    .await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Delivered, "{attempts:?}");
+    let client = redis::Client::open("redis://127.0.0.1:6379/0").unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis on 127.0.0.1:6379");
+    let entries: Vec<(String, Vec<Field>)> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&stream)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    let fields: HashMap<String, Vec<u8>> = entries[0].1.iter().cloned().collect();
+    let headers: HashMap<String, String> = fields
+        .iter()
+        .filter(|(k, _)| *k != "body")
+        .map(|(k, v)| (k.clone(), String::from_utf8(v.clone()).unwrap()))
+        .collect();
+    assert_signed(&s, id, &headers, &fields["body"]);
+}
+
+// ------------------------------------------------------- destination rules
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_on_a_private_address_is_refused_unless_allowed() {
+    for url in [
+        "amqp://127.0.0.1:5672/%2f?exchange=&routing_key=x",
+        "nats://127.0.0.1:4222?subject=x",
+        "redis://127.0.0.1:6379?stream=x",
+    ] {
+        let s = setup(url).await;
+        let id = publish(&s).await;
+        let (d, attempts) = dispatch(&s, config(&[]), id).await;
+        assert_eq!(d.state, DeliveryState::Dead, "{url}: refused, not retried");
+        let error = attempts[0].error.clone().unwrap_or_default();
+        assert!(
+            error.contains("CONTROLPLANE_ALLOWED_TARGETS"),
+            "{url}: {error}"
+        );
+    }
+}
