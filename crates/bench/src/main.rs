@@ -21,6 +21,7 @@ use store_postgres::{PostgresConfig, PostgresStore};
 use tokio_util::sync::CancellationToken;
 use workspace_tests::{answer_after, api_call, Receiver};
 
+mod brokers;
 mod checks;
 mod delivery;
 mod erase;
@@ -624,6 +625,13 @@ async fn run(a: &Args) -> BenchResult<String> {
             out,
             "## The user's path: HTTP publishes, one event per call, delivered by the same process (one run each)\n\n{}",
             user_path(a, &dir).await?
+        );
+    }
+    if want("brokers") {
+        let _ = writeln!(
+            out,
+            "## Destinations: HTTP beside RabbitMQ, NATS JetStream and Redis streams (issue 59; one run each, 10,000 deliveries)\n\n{}",
+            brokers::brokers(a, &dir).await?
         );
     }
     if want("checks") {

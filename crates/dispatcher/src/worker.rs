@@ -549,9 +549,25 @@ async fn send(
 ) -> Result<SendResult, Unsent> {
     let dest = Destination::parse(&c.url).map_err(|e| Unsent::Refused(e.to_string()))?;
     if !matches!(dest, Destination::Http { .. }) {
-        let custom = custom_of(c)?;
+        // A broker's `authorization` header authenticates the connection
+        // and is not sent with the message.
+        let (auth, custom): (Vec<_>, Vec<_>) = custom_of(c)?
+            .into_iter()
+            .partition(|(n, _)| n == "authorization");
+        let creds = auth
+            .first()
+            .map(|(_, v)| crate::broker::Credentials::from_authorization(v))
+            .transpose()
+            .map_err(|f| match f {
+                Failure::Refused(why) | Failure::Failed(why) => Unsent::Refused(why),
+            })?;
         let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
-        return publish(ctx, &dest, id, &headers, c.body.as_bytes()).await;
+        let msg = crate::broker::Message {
+            id,
+            headers: &headers,
+            body: c.body.as_bytes(),
+        };
+        return publish(ctx, &dest, creds.as_ref(), &msg).await;
     }
     let token = oauth2_token(ctx, c).await?;
     let custom = custom_of(c)?;
@@ -602,13 +618,11 @@ async fn send(
 async fn publish(
     ctx: &SendContext,
     dest: &Destination,
-    id: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
+    creds: Option<&crate::broker::Credentials>,
+    msg: &crate::broker::Message<'_>,
 ) -> Result<SendResult, Unsent> {
     let started = Instant::now();
-    let msg = crate::broker::Message { id, headers, body };
-    let sent = ctx.brokers.publish(dest, &msg).await;
+    let sent = ctx.brokers.publish(dest, creds, msg).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (acked, error) = match sent {
         Ok(()) => (true, None),

@@ -24,17 +24,20 @@ struct Setup {
 }
 
 async fn setup(url: &str) -> Setup {
+    setup_with(url, &[]).await
+}
+
+/// An endpoint on `url` with custom `headers`.
+async fn setup_with(url: &str, headers: &[(&str, &str)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = common::embedded_store(&dir, |_| {}).await;
     let secret = generate_secret();
-    store
-        .endpoint_create(
-            EndpointCreateRequest::new(AccountId::new(ACCOUNT).unwrap(), url, secret.clone())
-                .checked()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let mut req = EndpointCreateRequest::new(AccountId::new(ACCOUNT).unwrap(), url, secret.clone());
+    req.headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    store.endpoint_create(req.checked().unwrap()).await.unwrap();
     Setup {
         store,
         secret,
@@ -223,6 +226,64 @@ async fn amqp_an_unroutable_message_is_a_failed_attempt_retried_later() {
     assert!(error.contains("no queue is bound"), "{error}");
 }
 
+/// `Basic` credentials as an `authorization` header value.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_credentials_come_from_the_authorization_header_and_are_not_sent() {
+    let (_conn, ch) = amqp_channel().await;
+    let queue = unique("cp-test-");
+    ch.queue_declare(
+        queue.as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let url = format!("amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}");
+    let good = basic("guest", "guest");
+    let s = setup_with(&url, &[("authorization", &good), ("x-tenant", "t-1")]).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Delivered, "{attempts:?}");
+    let got = ch
+        .basic_get(
+            queue.as_str().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .expect("the message is in the queue");
+    let headers = got.delivery.properties.headers().clone().unwrap();
+    let names: Vec<String> = headers.inner().keys().map(|k| k.to_string()).collect();
+    assert!(names.contains(&"x-tenant".to_string()), "{names:?}");
+    assert!(
+        !names.contains(&"authorization".to_string()),
+        "the credentials stay out of the message: {names:?}"
+    );
+
+    let bad = basic("guest", "wrong");
+    let s = setup_with(&url, &[("authorization", &bad)]).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(
+        d.state,
+        DeliveryState::Pending,
+        "a refused login is retried"
+    );
+    let error = attempts[0].error.clone().unwrap_or_default();
+    assert!(error.contains("amqp: cannot connect"), "{error}");
+}
+
 // ------------------------------------------------------------------ NATS
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,6 +377,29 @@ async fn redis_a_delivery_is_appended_to_a_bounded_stream() {
     assert_signed(&s, id, &headers, &fields["body"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_password_from_the_authorization_header_is_sent() {
+    // This Redis has no password: one given is refused by it, which shows
+    // it was sent; a malformed header is refused before any connection.
+    let url = format!("redis://127.0.0.1:6379/0?stream={}", unique("cp-test-"));
+    let s = setup_with(&url, &[("authorization", "Bearer not-configured")]).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(d.state, DeliveryState::Pending);
+    let error = attempts[0].error.clone().unwrap_or_default();
+    assert!(error.contains("redis: cannot connect"), "{error}");
+    let s = setup_with(&url, &[("authorization", "Digest x")]).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, loopback(), id).await;
+    assert_eq!(
+        d.state,
+        DeliveryState::Dead,
+        "a malformed header cannot work later"
+    );
+    let error = attempts[0].error.clone().unwrap_or_default();
+    assert!(error.contains("Basic"), "{error}");
+}
+
 // ------------------------------------------------------- destination rules
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,4 +419,177 @@ async fn a_broker_on_a_private_address_is_refused_unless_allowed() {
             "{url}: {error}"
         );
     }
+}
+
+// ------------------------------------------------------ a broker going away
+
+/// Waits until `done` holds, at most 30 s.
+async fn until<F, Fut>(what: &str, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !done().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A TCP proxy to RabbitMQ that can be cut (every connection closed, new
+/// ones refused) and restored, as a broker restart or a blocked port is.
+struct Proxy {
+    port: u16,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &'static str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> =
+            std::sync::Arc::default();
+        let (o, l) = (open.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !o.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                l.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut broker) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                    }
+                }));
+            }
+        });
+        Proxy { port, open, links }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for l in self.links.lock().unwrap().drain(..) {
+            l.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_broker_going_away_opens_the_circuit_and_its_return_closes_it() {
+    let (_conn, ch) = amqp_channel().await;
+    let queue = unique("cp-test-");
+    ch.queue_declare(
+        queue.as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let proxy = Proxy::start("127.0.0.1:5672").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::embedded_store(&dir, |c| {
+        c.options.max_attempts = 50;
+        c.options.breaker = BreakerPolicy {
+            failure_threshold: 2,
+            cooldown: Duration::from_secs(1),
+            max_cooldown: Duration::from_secs(1),
+        };
+    })
+    .await;
+    let secret = generate_secret();
+    let url = format!(
+        "amqp://127.0.0.1:{}/%2f?exchange=&routing_key={queue}",
+        proxy.port
+    );
+    let account = AccountId::new(ACCOUNT).unwrap();
+    let e = store
+        .endpoint_create(
+            EndpointCreateRequest::new(account.clone(), url.as_str(), secret.clone())
+                .checked()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let s = Setup {
+        store: store.clone(),
+        secret,
+        _dir: dir,
+    };
+    let mut cfg = loopback();
+    cfg.retry.schedule = vec![Duration::from_millis(200)];
+    let d = Dispatcher::new(store.clone(), cfg).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { d.run(stop).await }
+    });
+    let first = publish(&s).await;
+    let state = |id| {
+        let (store, account) = (&store, &account);
+        async move { store.delivery_get(account, id).await.unwrap().state }
+    };
+    until("the first delivery", || async {
+        state(first).await == DeliveryState::Delivered
+    })
+    .await;
+
+    proxy.cut();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(publish(&s).await);
+    }
+    until("the circuit to open", || async {
+        store.circuit_get(&account, e.id).await.unwrap().mode != CircuitMode::Closed
+    })
+    .await;
+
+    proxy.restore();
+    until("every held delivery after the broker is back", || async {
+        for id in &held {
+            if state(*id).await != DeliveryState::Delivered {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let circuit = store.circuit_get(&account, e.id).await.unwrap();
+    assert_eq!(circuit.mode, CircuitMode::Closed, "the probe closed it");
+    stop.cancel();
+    run.await.unwrap();
+    let failed = store
+        .attempt_list_for_delivery(&account, held[0])
+        .await
+        .unwrap()
+        .iter()
+        .filter(|a| a.result == AttemptResult::Failed)
+        .count();
+    assert!(
+        failed >= 1,
+        "the held delivery failed while the broker was away"
+    );
+    let mut got = 0;
+    while let Some(m) = ch
+        .basic_get(
+            queue.as_str().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+    {
+        let _ = m;
+        got += 1;
+    }
+    assert!(got >= 4, "every delivery reached the queue, got {got}");
 }

@@ -9,6 +9,12 @@
 //! HTTP connection (`CONTROLPLANE_ALLOWED_TARGETS`), and dropped when a send
 //! on it fails or times out, so the next send makes a new one. At most
 //! [`MAX_LINKS`] are kept per transport.
+//!
+//! A broker's credentials come from the endpoint's `authorization` custom
+//! header (sealed at rest and write-only, like every custom header):
+//! `Basic` gives a user and password, `Bearer` a token (NATS's token, or a
+//! Redis password). That header then authenticates the connection and is not
+//! sent with the message.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -42,7 +48,87 @@ pub(crate) struct Message<'a> {
     pub body: &'a [u8],
 }
 
-/// The links of one transport, by server URL.
+/// How a connection to a broker authenticates, from the endpoint's
+/// `authorization` header.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Credentials {
+    /// `Basic`: a user and a password.
+    Login {
+        /// The user.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// `Bearer`: a token.
+    Token(String),
+}
+
+impl Credentials {
+    /// Reads an `authorization` header value: `Basic <base64 of
+    /// user:password>` or `Bearer <token>`.
+    ///
+    /// # Errors
+    /// [`Failure::Refused`] for any other form: retrying cannot help.
+    pub(crate) fn from_authorization(value: &str) -> Result<Credentials, Failure> {
+        use base64::Engine;
+        let refused = || {
+            Failure::Refused(
+                "a broker's authorization header must be \"Basic <base64 of user:password>\" \
+                 or \"Bearer <token>\""
+                    .into(),
+            )
+        };
+        let (scheme, rest) = value.trim().split_once(' ').ok_or_else(refused)?;
+        let rest = rest.trim();
+        if scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty() {
+            return Ok(Credentials::Token(rest.to_string()));
+        }
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return Err(refused());
+        }
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(refused)?;
+        let (user, password) = decoded.split_once(':').ok_or_else(refused)?;
+        Ok(Credentials::Login {
+            user: user.to_string(),
+            password: password.to_string(),
+        })
+    }
+
+    /// What a link with these credentials is kept under, beside its
+    /// server: links with other credentials are other links.
+    fn key(creds: Option<&Credentials>) -> String {
+        match creds {
+            None => String::new(),
+            Some(Credentials::Login { user, password }) => format!("login\n{user}\n{password}"),
+            Some(Credentials::Token(t)) => format!("token\n{t}"),
+        }
+    }
+
+    /// Puts these credentials in `url` as its user and password (a token
+    /// as the password).
+    #[allow(dead_code)] // without the amqp and redis features
+    fn into_url(creds: Option<&Credentials>, url: &str) -> Result<String, Failure> {
+        let Some(c) = creds else {
+            return Ok(url.to_string());
+        };
+        let mut u = url::Url::parse(url)
+            .map_err(|e| Failure::Refused(format!("the destination URL does not parse: {e}")))?;
+        let (user, password) = match c {
+            Credentials::Login { user, password } => (user.as_str(), password.as_str()),
+            Credentials::Token(t) => ("", t.as_str()),
+        };
+        u.set_username(user)
+            .and_then(|()| u.set_password(Some(password)))
+            .map_err(|()| Failure::Refused("the destination URL takes no credentials".into()))?;
+        Ok(u.to_string())
+    }
+}
+
+/// The links of one transport, by server URL and credentials.
 struct Links<T>(tokio::sync::Mutex<HashMap<String, T>>);
 
 impl<T: Clone> Links<T> {
@@ -50,27 +136,27 @@ impl<T: Clone> Links<T> {
         Links(tokio::sync::Mutex::new(HashMap::new()))
     }
 
-    /// The link to `server`, made by `connect` when there is none.
-    async fn get<F, Fut>(&self, server: &str, connect: F) -> Result<T, Failure>
+    /// The link kept under `key`, made by `connect` when there is none.
+    async fn get<F, Fut>(&self, key: &str, connect: F) -> Result<T, Failure>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
     {
         let mut kept = self.0.lock().await;
-        if let Some(link) = kept.get(server) {
+        if let Some(link) = kept.get(key) {
             return Ok(link.clone());
         }
         let link = connect().await?;
         if kept.len() >= MAX_LINKS {
             kept.clear();
         }
-        kept.insert(server.to_string(), link.clone());
+        kept.insert(key.to_string(), link.clone());
         Ok(link)
     }
 
-    /// Drops the link to `server`: the next send makes a new one.
-    async fn forget(&self, server: &str) {
-        self.0.lock().await.remove(server);
+    /// Drops the link kept under `key`: the next send makes a new one.
+    async fn forget(&self, key: &str) {
+        self.0.lock().await.remove(key);
     }
 }
 
@@ -102,9 +188,9 @@ impl Brokers {
         }
     }
 
-    /// Publishes `msg` to `dest` and waits for the broker's
-    /// acknowledgement, at most the request timeout. A link that failed
-    /// or timed out is dropped.
+    /// Publishes `msg` to `dest`, connecting with `creds`, and waits for
+    /// the broker's acknowledgement, at most the request timeout. A link
+    /// that failed or timed out is dropped.
     ///
     /// # Errors
     /// [`Failure::Refused`] for a destination that may not be sent to (its
@@ -113,20 +199,29 @@ impl Brokers {
     pub(crate) async fn publish(
         &self,
         dest: &Destination,
+        creds: Option<&Credentials>,
         msg: &Message<'_>,
     ) -> Result<(), Failure> {
-        let sent = tokio::time::timeout(self.timeout, self.publish_now(dest, msg)).await;
+        let key = format!("{}\n{}", dest.server(), Credentials::key(creds));
+        let sent =
+            tokio::time::timeout(self.timeout, self.publish_now(dest, &key, creds, msg)).await;
         let failed = match sent {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(Failure::Refused(why))) => return Err(Failure::Refused(why)),
             Ok(Err(Failure::Failed(e))) => e,
             Err(_) => format!("timed out after {:?} waiting for the broker", self.timeout),
         };
-        self.forget(dest).await;
+        self.forget(dest, &key).await;
         Err(Failure::Failed(failed))
     }
 
-    async fn publish_now(&self, dest: &Destination, msg: &Message<'_>) -> Result<(), Failure> {
+    async fn publish_now(
+        &self,
+        dest: &Destination,
+        key: &str,
+        creds: Option<&Credentials>,
+        msg: &Message<'_>,
+    ) -> Result<(), Failure> {
         match dest {
             Destination::Http { .. } => Err(Failure::Refused(
                 "an HTTP destination is not a broker".into(),
@@ -139,8 +234,9 @@ impl Brokers {
             } => {
                 let link = self
                     .amqp
-                    .get(server, || async {
-                        amqp::connect(&self.reachable(server).await?).await
+                    .get(key, || async {
+                        let url = Credentials::into_url(creds, &self.reachable(server).await?)?;
+                        amqp::connect(&url).await
                     })
                     .await?;
                 amqp::publish(&link, exchange, routing_key, msg).await
@@ -149,8 +245,8 @@ impl Brokers {
             Destination::Nats { server, subject } => {
                 let link = self
                     .nats
-                    .get(server, || async {
-                        nats::connect(&self.reachable(server).await?, self.timeout).await
+                    .get(key, || async {
+                        nats::connect(&self.reachable(server).await?, creds, self.timeout).await
                     })
                     .await?;
                 nats::publish(&link, subject, msg).await
@@ -163,8 +259,9 @@ impl Brokers {
             } => {
                 let link = self
                     .redis
-                    .get(server, || async {
-                        redis::connect(&self.reachable(server).await?, self.timeout).await
+                    .get(key, || async {
+                        let url = Credentials::into_url(creds, &self.reachable(server).await?)?;
+                        redis::connect(&url, self.timeout).await
                     })
                     .await?;
                 redis::publish(link, stream, *maxlen, msg).await
@@ -178,14 +275,15 @@ impl Brokers {
         }
     }
 
-    async fn forget(&self, dest: &Destination) {
+    #[allow(unused_variables)] // without any broker feature
+    async fn forget(&self, dest: &Destination, key: &str) {
         match dest {
             #[cfg(feature = "amqp")]
-            Destination::Amqp { server, .. } => self.amqp.forget(server).await,
+            Destination::Amqp { .. } => self.amqp.forget(key).await,
             #[cfg(feature = "nats")]
-            Destination::Nats { server, .. } => self.nats.forget(server).await,
+            Destination::Nats { .. } => self.nats.forget(key).await,
             #[cfg(feature = "redis")]
-            Destination::Redis { server, .. } => self.redis.forget(server).await,
+            Destination::Redis { .. } => self.redis.forget(key).await,
             _ => {}
         }
     }
@@ -222,5 +320,54 @@ impl Brokers {
             }
         }
         Ok(url.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_read_from_basic_and_bearer_only() {
+        assert!(
+            Credentials::from_authorization("Basic dXNlcjpwOnc=").unwrap()
+                == Credentials::Login {
+                    user: "user".into(),
+                    password: "p:w".into()
+                }
+        );
+        assert!(
+            Credentials::from_authorization("bearer t0k").unwrap()
+                == Credentials::Token("t0k".into())
+        );
+        for bad in ["Basic !!", "Basic dXNlcg==", "Digest x", "Bearer", "token"] {
+            assert!(
+                matches!(
+                    Credentials::from_authorization(bad),
+                    Err(Failure::Refused(_))
+                ),
+                "{bad}"
+            );
+        }
+        let url = Credentials::into_url(
+            Some(&Credentials::Login {
+                user: "u".into(),
+                password: "p@ss".into(),
+            }),
+            "amqp://127.0.0.1:5672/%2f",
+        )
+        .unwrap();
+        assert_eq!(url, "amqp://u:p%40ss@127.0.0.1:5672/%2f");
+        let url = Credentials::into_url(
+            Some(&Credentials::Token("t".into())),
+            "redis://127.0.0.1:6379/0",
+        )
+        .unwrap();
+        assert_eq!(url, "redis://:t@127.0.0.1:6379/0");
+        assert_ne!(
+            Credentials::key(None),
+            Credentials::key(Some(&Credentials::Token("t".into())))
+        );
     }
 }

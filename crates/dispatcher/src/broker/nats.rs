@@ -8,17 +8,31 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::{HeaderMap, HeaderName};
 
-use super::Message;
+use super::{Credentials, Message};
 use crate::http::Failure;
 
 /// A JetStream context on a connected client (cheap to clone).
 pub(super) type Link = jetstream::Context;
 
-/// Connects to `url`; acknowledgements are awaited at most `timeout`.
-pub(super) async fn connect(url: &str, timeout: Duration) -> Result<Link, Failure> {
-    let client = async_nats::ConnectOptions::new()
+/// Connects to `url` with `creds`; acknowledgements are awaited at most
+/// `timeout`. (The client reads no credentials from a URL: they are given
+/// here.)
+pub(super) async fn connect(
+    url: &str,
+    creds: Option<&Credentials>,
+    timeout: Duration,
+) -> Result<Link, Failure> {
+    let options = async_nats::ConnectOptions::new()
         .name("control-plane")
-        .connection_timeout(timeout)
+        .connection_timeout(timeout);
+    let options = match creds {
+        None => options,
+        Some(Credentials::Login { user, password }) => {
+            options.user_and_password(user.clone(), password.clone())
+        }
+        Some(Credentials::Token(t)) => options.token(t.clone()),
+    };
+    let client = options
         .connect(url)
         .await
         .map_err(|e| Failure::Failed(format!("nats: cannot connect: {e}")))?;
