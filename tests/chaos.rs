@@ -352,6 +352,108 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     drop(store);
 }
 
+/// Issue 59's kill test: workers SIGKILLed and restarted while they publish
+/// to RabbitMQ (an AMQP destination). Nothing is lost: every delivery ends
+/// final, every delivered one is in the queue, and every message the queue
+/// got twice is explained by a lease that expired (a worker killed between
+/// the broker's confirm and the recording of the outcome).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_while_publishing_to_rabbitmq_lose_nothing() {
+    let total = env_usize("CHAOS_EVENTS", 2_000);
+    let kills = env_usize("CHAOS_KILLS", 5);
+    let mut rng = Lcg(env_usize("CHAOS_SEED", 11) as u64);
+    let schema = Schema::new("cp_chaos_amqp");
+    let env = schema.env(8);
+    let conn = lapin::Connection::connect(
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+        lapin::ConnectionProperties::default(),
+    )
+    .await
+    .expect("RabbitMQ on 127.0.0.1:5672");
+    let ch = conn.create_channel().await.unwrap();
+    let queue = format!("cp-chaos-{}", uuid::Uuid::new_v4().simple());
+    ch.queue_declare(
+        queue.as_str().into(),
+        lapin::options::QueueDeclareOptions::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let mut cfg =
+        store_postgres::PostgresConfig::new(control_plane_core::DatabaseUrl::new(database_url()));
+    cfg.schema = Some(schema.0.clone());
+    cfg.pool_size = 4;
+    cfg.keys = secret_keys();
+    let store = store_postgres::PostgresStore::open(cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let account = AccountId::new("chaos").unwrap();
+    let url = format!("amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}");
+    store.endpoint_create(hook(&account, &url)).await.unwrap();
+    let mut workers: Vec<Process> = (0..3).map(|_| spawn("worker", &env)).collect();
+    // Publish slowly enough that sends are in flight at every kill.
+    let publisher = {
+        let (store, account) = (store.clone(), account.clone());
+        tokio::spawn(async move {
+            let mut left = total;
+            while left > 0 {
+                let n = left.min(40);
+                store
+                    .event_publish_batch(
+                        control_plane_core::Checked::all(events(&account, "chaos", n)).unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                left -= n;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let i = rng.next(3) as usize;
+        workers[i].kill();
+        workers[i] = spawn("worker", &env);
+    }
+    publisher.await.unwrap();
+    let client = pg_client().await;
+    client
+        .batch_execute(&format!("SET search_path TO {}", schema.0))
+        .await
+        .unwrap();
+    wait_drained(&client).await;
+    for w in &mut workers {
+        w.kill();
+    }
+    let (states, log) = end_state(&client).await;
+    let mut got = Receipts::new();
+    while let Some(m) = ch
+        .basic_get(
+            queue.as_str().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+    {
+        let id = m
+            .delivery
+            .properties
+            .message_id()
+            .clone()
+            .unwrap()
+            .to_string();
+        got.entry(id).or_default().push(Instant::now());
+    }
+    let _ = ch
+        .queue_delete(
+            queue.as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await;
+    verify(total, &states, &log, &got, kills, None);
+    drop(store);
+}
+
 /// PostgreSQL itself crashes mid-run (`pg_ctl stop -m immediate`: no
 /// checkpoint, what only its memory held is gone, recovery from the WAL at
 /// the next start) while workers are SIGKILLed and restarted around it, on a

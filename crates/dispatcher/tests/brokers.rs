@@ -90,7 +90,7 @@ async fn delivery(s: &Setup, id: DeliveryId) -> Delivery {
         .unwrap()
 }
 
-/// Runs a dispatcher until `id` has `attempts` attempts recorded (or 20 s
+/// Runs a dispatcher until `id` has an attempt in the log (or 20 s
 /// pass), then stops it; the delivery as it is then, and its attempts.
 async fn dispatch(
     s: &Setup,
@@ -103,8 +103,14 @@ async fn dispatch(
         let stop = stop.clone();
         async move { d.run(stop).await }
     });
+    let attempts_of = || async {
+        s.store
+            .attempt_list_for_delivery(&AccountId::new(ACCOUNT).unwrap(), id)
+            .await
+            .unwrap()
+    };
     let start = Instant::now();
-    while delivery(s, id).await.attempts == 0 {
+    while attempts_of().await.is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "no attempt was recorded; is the broker running?"
@@ -113,11 +119,7 @@ async fn dispatch(
     }
     stop.cancel();
     run.await.unwrap();
-    let attempts = s
-        .store
-        .attempt_list_for_delivery(&AccountId::new(ACCOUNT).unwrap(), id)
-        .await
-        .unwrap();
+    let attempts = attempts_of().await;
     (delivery(s, id).await, attempts)
 }
 
@@ -398,6 +400,46 @@ async fn redis_a_password_from_the_authorization_header_is_sent() {
     );
     let error = attempts[0].error.clone().unwrap_or_default();
     assert!(error.contains("Basic"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_costs_a_slot_only_until_the_request_timeout() {
+    // Accepts connections and never says a word: each transport's
+    // handshake waits for the server, so every send must end at the
+    // request timeout, as a silent HTTP receiver's does.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = silent.accept().await {
+            keep.lock().unwrap().push(sock);
+        }
+    });
+    for url in [
+        format!("amqp://127.0.0.1:{port}/%2f?exchange=&routing_key=x"),
+        format!("nats://127.0.0.1:{port}?subject=x"),
+        format!("redis://127.0.0.1:{port}?stream=x"),
+    ] {
+        let s = setup(&url).await;
+        let id = publish(&s).await;
+        let mut cfg = loopback();
+        cfg.request_timeout = Duration::from_secs(1);
+        let started = Instant::now();
+        let (d, attempts) = dispatch(&s, cfg, id).await;
+        let took = started.elapsed();
+        assert_eq!(d.state, DeliveryState::Pending, "{url}: retried later");
+        assert_eq!(attempts[0].result, AttemptResult::Failed, "{url}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{url}: the slot came back in {took:?}"
+        );
+        assert!(attempts[0].latency_ms >= 900, "{url}: {:?}", attempts[0]);
+    }
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the broker port was reached"
+    );
 }
 
 // ------------------------------------------------------- destination rules
