@@ -221,6 +221,15 @@ fn endpoint_row(h: &EndpointHealth, csrf: &str) -> Vec<Markup> {
     ]
 }
 
+/// The kind of a broker destination (`amqp`, `nats`, `redis`); `None` for
+/// an HTTP one (README, "Destinations").
+fn broker_kind(url: &str) -> Option<&'static str> {
+    match control_plane_core::Destination::parse(url).ok()? {
+        control_plane_core::Destination::Http { .. } => None,
+        other => Some(other.kind()),
+    }
+}
+
 /// The endpoints page's first cell: URL, description, filter, the names of
 /// its custom headers (never their values), the token URL and client id of
 /// its OAuth2 credentials (never the secret), and its own retry schedule.
@@ -228,6 +237,9 @@ fn endpoint_cell(e: &Endpoint) -> Markup {
     let headers = e.header_names();
     html! {
         span.url { (e.url) }
+        @if let Some(kind) = broker_kind(&e.url) {
+            br; small.destination { "destination: " (kind) " broker" }
+        }
         br; small { (e.description.as_deref().unwrap_or("")) }
         @if let Some(f) = &e.filter {
             br; small { "filter: " code { (f.to_text()) } }
@@ -393,7 +405,8 @@ fn delivery_body(account: &AccountId, r: &DeliveryRecord, csrf: &str) -> Markup 
         }
         h2 { "Request" }
         pre id="request" {
-            "POST " (r.url.as_deref().unwrap_or("(endpoint deleted)")) "\n"
+            (r.url.as_deref().and_then(broker_kind).map_or("POST", |_| "PUBLISH")) " "
+            (r.url.as_deref().unwrap_or("(endpoint deleted)")) "\n"
             "content-type: application/json\n"
             "webhook-id: " (d.id) "\n"
             "webhook-timestamp: (the Unix time of each attempt)\n"
@@ -534,4 +547,20 @@ pub(crate) async fn dead_replay(
     }
     let n = s.store().delivery_replay_dead(filter).await?;
     to(&format!("{}/dead?replayed={n}", base(&account)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_destination_is_named_by_its_kind_and_http_by_nothing() {
+        assert_eq!(broker_kind("nats://n:4222?subject=a.b"), Some("nats"));
+        assert_eq!(
+            broker_kind("amqp://r/%2f?exchange=&routing_key=q"),
+            Some("amqp")
+        );
+        assert_eq!(broker_kind("https://example.com/hook"), None);
+        assert_eq!(broker_kind("not a url"), None);
+    }
 }
