@@ -97,7 +97,28 @@ fn tidy() -> Result<(), String> {
             "warnings",
         ],
         &[],
-    )
+    )?;
+    // Each broker transport is a cargo feature of the dispatcher (ADR
+    // 0037): it builds with none of them and with each alone. (`-p` picks
+    // only the dispatcher's own features; no DuckDB is built.)
+    for features in ["", "amqp", "nats", "redis"] {
+        cargo(
+            &[
+                "clippy",
+                "-p",
+                "dispatcher",
+                "--lib",
+                "--no-default-features",
+                "--features",
+                features,
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+        )?;
+    }
+    Ok(())
 }
 
 /// The database the postgres tests use: `CONTROLPLANE_TEST_DATABASE_URL`

@@ -16,6 +16,12 @@
 //! Redis password). That header then authenticates the connection and is not
 //! sent with the message.
 
+// A build without any transport keeps the types and refuses every broker.
+#![cfg_attr(
+    not(any(feature = "amqp", feature = "nats", feature = "redis")),
+    allow(dead_code, unused_variables)
+)]
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
@@ -41,6 +47,7 @@ const MAX_LINKS: usize = 256;
 pub(crate) struct Message<'a> {
     /// The delivery id (`webhook-id`): AMQP's `message_id`, NATS's
     /// `Nats-Msg-Id`.
+    #[cfg_attr(not(any(feature = "amqp", feature = "nats")), allow(dead_code))]
     pub id: &'a str,
     /// Header names (lower case) and values.
     pub headers: &'a [(&'a str, String)],
