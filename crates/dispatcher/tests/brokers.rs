@@ -442,6 +442,93 @@ async fn a_silent_broker_costs_a_slot_only_until_the_request_timeout() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_does_not_hold_up_another_of_its_transport() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    let client = async_nats::connect("nats://127.0.0.1:4222")
+        .await
+        .expect("NATS on 127.0.0.1:4222");
+    let js = async_nats::jetstream::new(client);
+    let name = unique("CPTEST");
+    let subject = format!("{}.orders", name.to_lowercase());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: name.clone(),
+        subjects: vec![subject.clone()],
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let s = setup(&format!("nats://127.0.0.1:{port}?subject=x")).await;
+    let mut req = EndpointCreateRequest::new(
+        AccountId::new(ACCOUNT).unwrap(),
+        format!("nats://127.0.0.1:4222?subject={subject}"),
+        s.secret.clone(),
+    );
+    req.event_types = vec!["invoice.paid".into()];
+    let healthy = s
+        .store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap();
+    let publish_type = |ty: &'static str| {
+        let store = s.store.clone();
+        async move {
+            store
+                .event_publish(
+                    PublishRequest::new(
+                        AccountId::new(ACCOUNT).unwrap(),
+                        ty,
+                        serde_json::json!({}),
+                    )
+                    .checked()
+                    .unwrap(),
+                )
+                .await
+                .unwrap()
+                .deliveries
+        }
+    };
+    // The silent broker's connect starts first and hangs.
+    publish_type("slow.event").await;
+    let mut cfg = loopback();
+    cfg.request_timeout = Duration::from_secs(10);
+    let d = Dispatcher::new(s.store.clone(), cfg).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { d.run(stop).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut to_healthy = None;
+    for id in publish_type("invoice.paid").await {
+        if delivery(&s, id).await.endpoint_id == healthy.id {
+            to_healthy = Some(id);
+        }
+    }
+    let id = to_healthy.unwrap();
+    until("the healthy broker's delivery", || async {
+        delivery(&s, id).await.state == DeliveryState::Delivered
+    })
+    .await;
+    let took = started.elapsed();
+    stop.cancel();
+    run.await.unwrap();
+    let _ = js.delete_stream(&name).await;
+    assert!(
+        took < Duration::from_secs(5),
+        "the healthy broker waited for the silent one's connect: {took:?}"
+    );
+}
+
 // ------------------------------------------------------- destination rules
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,35 +135,51 @@ impl Credentials {
     }
 }
 
-/// The links of one transport, by server URL and credentials.
-struct Links<T>(tokio::sync::Mutex<HashMap<String, T>>);
+/// One link, made once by whichever send needs it first.
+type Cell<T> = std::sync::Arc<tokio::sync::OnceCell<T>>;
+
+/// The links of one transport, by server URL and credentials. The map is
+/// locked only to find or add a link's cell, never while connecting: a
+/// broker that is slow to answer holds up the sends to it alone.
+struct Links<T>(std::sync::Mutex<HashMap<String, Cell<T>>>);
 
 impl<T: Clone> Links<T> {
     fn new() -> Self {
-        Links(tokio::sync::Mutex::new(HashMap::new()))
+        Links(std::sync::Mutex::new(HashMap::new()))
     }
 
-    /// The link kept under `key`, made by `connect` when there is none.
+    fn cell(&self, key: &str) -> Cell<T> {
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = kept.get(key) {
+            return c.clone();
+        }
+        if kept.len() >= MAX_LINKS {
+            kept.clear();
+        }
+        let c = Cell::default();
+        kept.insert(key.to_string(), c.clone());
+        c
+    }
+
+    /// The link kept under `key`, made by `connect` when there is none (a
+    /// failed `connect` leaves none, so the next send tries again).
     async fn get<F, Fut>(&self, key: &str, connect: F) -> Result<T, Failure>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let mut kept = self.0.lock().await;
-        if let Some(link) = kept.get(key) {
-            return Ok(link.clone());
-        }
-        let link = connect().await?;
-        if kept.len() >= MAX_LINKS {
-            kept.clear();
-        }
-        kept.insert(key.to_string(), link.clone());
-        Ok(link)
+        self.cell(key).get_or_try_init(connect).await.cloned()
     }
 
     /// Drops the link kept under `key`: the next send makes a new one.
-    async fn forget(&self, key: &str) {
-        self.0.lock().await.remove(key);
+    fn forget(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
     }
 }
 
@@ -218,7 +234,7 @@ impl Brokers {
             Ok(Err(Failure::Failed(e))) => e,
             Err(_) => format!("timed out after {:?} waiting for the broker", self.timeout),
         };
-        self.forget(dest, &key).await;
+        self.forget(dest, &key);
         Err(Failure::Failed(failed))
     }
 
@@ -283,14 +299,14 @@ impl Brokers {
     }
 
     #[allow(unused_variables)] // without any broker feature
-    async fn forget(&self, dest: &Destination, key: &str) {
+    fn forget(&self, dest: &Destination, key: &str) {
         match dest {
             #[cfg(feature = "amqp")]
-            Destination::Amqp { .. } => self.amqp.forget(key).await,
+            Destination::Amqp { .. } => self.amqp.forget(key),
             #[cfg(feature = "nats")]
-            Destination::Nats { .. } => self.nats.forget(key).await,
+            Destination::Nats { .. } => self.nats.forget(key),
             #[cfg(feature = "redis")]
-            Destination::Redis { .. } => self.redis.forget(key).await,
+            Destination::Redis { .. } => self.redis.forget(key),
             _ => {}
         }
     }
