@@ -102,21 +102,15 @@ fn tidy() -> Result<(), String> {
     // 0037): it builds with none of them and with each alone. (`-p` picks
     // only the dispatcher's own features; no DuckDB is built.)
     for features in ["", "amqp", "nats", "redis"] {
-        cargo(
-            &[
-                "clippy",
-                "-p",
-                "dispatcher",
-                "--lib",
-                "--no-default-features",
-                "--features",
-                features,
-                "--",
-                "-D",
-                "warnings",
-            ],
-            &[],
-        )?;
+        let lib = [
+            "clippy",
+            "-p",
+            "dispatcher",
+            "--lib",
+            "--no-default-features",
+        ];
+        let rest = ["--features", features, "--", "-D", "warnings"];
+        cargo(&[&lib[..], &rest].concat(), &[])?;
     }
     Ok(())
 }
