@@ -60,7 +60,7 @@ async fn destination(kind: &str) -> BenchResult<(String, Option<Arc<Receiver>>)>
     }
 }
 
-/// Removes what [`destination`] made on a broker.
+/// Removes what [`destination()`] made on a broker.
 async fn remove(kind: &str, url: &str) -> BenchResult<()> {
     let after = |key: &str| {
         url.split(key)
