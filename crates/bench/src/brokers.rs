@@ -8,6 +8,18 @@ use crate::*;
 /// The destinations measured: HTTP to a local receiver, then each broker.
 const KINDS: [&str; 4] = ["http", "amqp", "nats", "redis"];
 
+/// A channel on the machine's RabbitMQ, and the connection it lives on.
+async fn amqp_channel() -> BenchResult<(lapin::Connection, lapin::Channel)> {
+    let conn = lapin::Connection::connect(
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+        lapin::ConnectionProperties::default(),
+    )
+    .await
+    .map_err(fail)?;
+    let ch = conn.create_channel().await.map_err(fail)?;
+    Ok((conn, ch))
+}
+
 /// A destination of `kind` made ready to take messages (a queue, a stream),
 /// its endpoint URL, and what keeps it alive (the receiver).
 async fn destination(kind: &str) -> BenchResult<(String, Option<Arc<Receiver>>)> {
@@ -18,13 +30,7 @@ async fn destination(kind: &str) -> BenchResult<(String, Option<Arc<Receiver>>)>
             Ok((url, Some(r)))
         }
         "amqp" => {
-            let conn = lapin::Connection::connect(
-                "amqp://guest:guest@127.0.0.1:5672/%2f",
-                lapin::ConnectionProperties::default(),
-            )
-            .await
-            .map_err(fail)?;
-            let ch = conn.create_channel().await.map_err(fail)?;
+            let (_conn, ch) = amqp_channel().await?;
             let args = lapin::types::FieldTable::default();
             let opts = lapin::options::QueueDeclareOptions {
                 auto_delete: false,
@@ -71,13 +77,7 @@ async fn remove(kind: &str, url: &str) -> BenchResult<()> {
     };
     match kind {
         "amqp" => {
-            let conn = lapin::Connection::connect(
-                "amqp://guest:guest@127.0.0.1:5672/%2f",
-                lapin::ConnectionProperties::default(),
-            )
-            .await
-            .map_err(fail)?;
-            let ch = conn.create_channel().await.map_err(fail)?;
+            let (_conn, ch) = amqp_channel().await?;
             let queue = after("routing_key=");
             ch.queue_delete(
                 queue.as_str().into(),
@@ -166,22 +166,7 @@ async fn one(
     let stopped = stop.clone();
     let start = Instant::now();
     let run = tokio::spawn(async move { d.run(stopped).await });
-    loop {
-        let counts = store.delivery_count_by_state().await.map_err(fail)?;
-        let delivered = counts
-            .iter()
-            .find(|(s, _)| *s == DeliveryState::Delivered)
-            .map_or(0, |(_, n)| *n);
-        if delivered as usize >= total {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(600) {
-            return Err(format!(
-                "{kind} on {profile}: {delivered} of {total} after 10 min"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_delivered(store.as_ref(), total, &format!("{kind} on {profile}")).await?;
     let rate = total as f64 / start.elapsed().as_secs_f64();
     stop.cancel();
     let _ = run.await;

@@ -36,6 +36,30 @@ pub(crate) fn dispatcher_for(
     )
 }
 
+/// Waits until the store counts `total` deliveries delivered; an error
+/// naming `what` after 10 minutes.
+pub(crate) async fn wait_delivered(
+    store: &dyn ControlPlaneStore,
+    total: usize,
+    what: &str,
+) -> BenchResult<()> {
+    let start = Instant::now();
+    loop {
+        let counts = store.delivery_count_by_state().await.map_err(fail)?;
+        let delivered = counts
+            .iter()
+            .find(|(s, _)| *s == DeliveryState::Delivered)
+            .map_or(0, |(_, n)| *n);
+        if delivered as usize >= total {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            return Err(format!("{what}: {delivered} of {total} after 10 min"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub(crate) async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<String> {
     let mut out = String::from(
         "| adapter | deliveries through the dispatcher to a local receiver (deliveries/s, median of the runs) |\n| --- | --- |\n",
@@ -59,22 +83,7 @@ pub(crate) async fn end_to_end(a: &Args, dir: &std::path::Path) -> BenchResult<S
             let stopped = stop.clone();
             let start = Instant::now();
             let run = tokio::spawn(async move { d.run(stopped).await });
-            loop {
-                let counts = store.delivery_count_by_state().await.map_err(fail)?;
-                let delivered = counts
-                    .iter()
-                    .find(|(s, _)| *s == DeliveryState::Delivered)
-                    .map_or(0, |(_, n)| *n);
-                if delivered as usize >= total {
-                    break;
-                }
-                if start.elapsed() > Duration::from_secs(600) {
-                    return Err(format!(
-                        "end to end on {profile}: {delivered} of {total} after 10 min"
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            wait_delivered(store.as_ref(), total, &format!("end to end on {profile}")).await?;
             let rate = total as f64 / start.elapsed().as_secs_f64();
             stop.cancel();
             let _ = run.await;

@@ -160,9 +160,9 @@ async fn amqp_channel() -> (lapin::Connection, lapin::Channel) {
     (conn, channel)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn amqp_a_delivery_is_confirmed_persistent_and_verifiable() {
-    let (_conn, ch) = amqp_channel().await;
+/// A new queue (deleted with its last consumer), on a channel of its own.
+async fn amqp_queue() -> (lapin::Connection, lapin::Channel, String) {
+    let (conn, ch) = amqp_channel().await;
     let queue = unique("cp-test-");
     ch.queue_declare(
         queue.as_str().into(),
@@ -174,6 +174,12 @@ async fn amqp_a_delivery_is_confirmed_persistent_and_verifiable() {
     )
     .await
     .unwrap();
+    (conn, ch, queue)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_a_delivery_is_confirmed_persistent_and_verifiable() {
+    let (_conn, ch, queue) = amqp_queue().await;
     let s = setup(&format!(
         "amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}"
     ))
@@ -239,18 +245,7 @@ fn basic(user: &str, password: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_credentials_come_from_the_authorization_header_and_are_not_sent() {
-    let (_conn, ch) = amqp_channel().await;
-    let queue = unique("cp-test-");
-    ch.queue_declare(
-        queue.as_str().into(),
-        lapin::options::QueueDeclareOptions {
-            auto_delete: true,
-            ..Default::default()
-        },
-        lapin::types::FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch, queue) = amqp_queue().await;
     let url = format!("amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}");
     let good = basic("guest", "guest");
     let s = setup_with(&url, &[("authorization", &good), ("x-tenant", "t-1")]).await;
@@ -288,8 +283,14 @@ async fn amqp_credentials_come_from_the_authorization_header_and_are_not_sent() 
 
 // ------------------------------------------------------------------ NATS
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_a_delivery_is_acknowledged_by_the_stream_with_its_id() {
+/// A new in-memory stream taking one subject: the context, the stream, its
+/// name (to delete it) and its subject.
+async fn nats_stream() -> (
+    async_nats::jetstream::Context,
+    async_nats::jetstream::stream::Stream,
+    String,
+    String,
+) {
     let client = async_nats::connect("nats://127.0.0.1:4222")
         .await
         .expect("NATS on 127.0.0.1:4222");
@@ -305,6 +306,12 @@ async fn nats_a_delivery_is_acknowledged_by_the_stream_with_its_id() {
         })
         .await
         .unwrap();
+    (js, stream, name, subject)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_delivery_is_acknowledged_by_the_stream_with_its_id() {
+    let (js, stream, name, subject) = nats_stream().await;
     let s = setup(&format!("nats://127.0.0.1:4222?subject={subject}")).await;
     let id = publish(&s).await;
     let (d, attempts) = dispatch(&s, loopback(), id).await;
@@ -452,20 +459,7 @@ async fn a_silent_broker_does_not_hold_up_another_of_its_transport() {
             held.push(sock);
         }
     });
-    let client = async_nats::connect("nats://127.0.0.1:4222")
-        .await
-        .expect("NATS on 127.0.0.1:4222");
-    let js = async_nats::jetstream::new(client);
-    let name = unique("CPTEST");
-    let subject = format!("{}.orders", name.to_lowercase());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: name.clone(),
-        subjects: vec![subject.clone()],
-        storage: async_nats::jetstream::stream::StorageType::Memory,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (js, _stream, name, subject) = nats_stream().await;
     let s = setup(&format!("nats://127.0.0.1:{port}?subject=x")).await;
     let mut req = EndpointCreateRequest::new(
         AccountId::new(ACCOUNT).unwrap(),
@@ -613,18 +607,7 @@ impl Proxy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_a_broker_going_away_opens_the_circuit_and_its_return_closes_it() {
-    let (_conn, ch) = amqp_channel().await;
-    let queue = unique("cp-test-");
-    ch.queue_declare(
-        queue.as_str().into(),
-        lapin::options::QueueDeclareOptions {
-            auto_delete: true,
-            ..Default::default()
-        },
-        lapin::types::FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch, queue) = amqp_queue().await;
     let proxy = Proxy::start("127.0.0.1:5672").await;
     let dir = tempfile::tempdir().unwrap();
     let store = common::embedded_store(&dir, |c| {
