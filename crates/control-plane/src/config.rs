@@ -68,6 +68,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_ALLOWED_TARGETS", default: "(none)", help: "CIDRs that destinations may resolve to despite being private", commands: WORKERS },
     Variable { name: "CONTROLPLANE_RETRY_SCHEDULE", default: "5s,5m,30m,2h,5h,10h,10h", help: "delays before each retry", commands: SERVICE },
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_CLAIM_AHEAD", default: "100", help: "deliveries a worker claims beyond its free send slots while every endpoint answers quickly, 0 to 10000", commands: WORKERS },
     Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: WORKERS },
@@ -147,6 +148,8 @@ pub struct Config {
     pub retry_schedule: Vec<Duration>,
     /// In-flight sends per worker process.
     pub concurrency: u32,
+    /// Deliveries claimed beyond the free send slots (ADR 0038).
+    pub claim_ahead: u32,
     /// Lease length.
     pub lease: Duration,
     /// Answers slower than this lower the endpoint's in-flight cap (ADR 0019).
@@ -278,6 +281,10 @@ impl Config {
             concurrency: match vars.get("CONTROLPLANE_CONCURRENCY") {
                 Some(v) => parse_u32_in("CONTROLPLANE_CONCURRENCY", v, 1, 10_000)?,
                 None => 64,
+            },
+            claim_ahead: match vars.get("CONTROLPLANE_CLAIM_AHEAD") {
+                Some(v) => parse_u32_in("CONTROLPLANE_CLAIM_AHEAD", v, 0, 10_000)?,
+                None => 100,
             },
             lease: lease(&vars)?,
             slow_answer: slow_answer(&vars)?,
@@ -696,6 +703,7 @@ mod tests {
         assert_eq!(c.retry_schedule.len(), 7);
         assert_eq!(c.lease, Duration::from_secs(30));
         assert_eq!(c.slow_answer, Duration::from_secs(1));
+        assert_eq!(c.claim_ahead, 100);
         assert_eq!(c.migrations, Migrations::Apply);
         assert_eq!(c.retention, Duration::from_secs(30 * 86_400));
         assert_eq!((c.log.as_str(), c.log_format), ("info", LogFormat::Text));
@@ -913,6 +921,8 @@ mod tests {
             ("CONTROLPLANE_SLOW_ANSWER", "1ms"),
             ("CONTROLPLANE_SLOW_ANSWER", "2h"),
             ("CONTROLPLANE_CONCURRENCY", "0"),
+            ("CONTROLPLANE_CLAIM_AHEAD", "10001"),
+            ("CONTROLPLANE_CLAIM_AHEAD", "-1"),
             ("CONTROLPLANE_RETRY_SCHEDULE", "5s,x"),
             ("CONTROLPLANE_ALLOWED_TARGETS", "10.0.0.0/33"),
             ("CONTROLPLANE_ADMIN_TOKEN", "short"),

@@ -42,6 +42,7 @@ fn dispatcher_config(config: &Config) -> DispatcherConfig {
     DispatcherConfig {
         worker: format!("control-plane-{}", std::process::id()),
         concurrency: config.concurrency as usize,
+        ahead: config.claim_ahead as usize,
         lease: config.lease,
         request_timeout: config.lease.mul_f64(0.5).min(Duration::from_secs(15)),
         retry: RetryPolicy {
@@ -383,6 +384,7 @@ pub(crate) mod tests {
         let config = Config::from_vars([
             ("CONTROLPLANE_RESPONSE_BODY_BYTES", "7"),
             ("CONTROLPLANE_CONCURRENCY", "3"),
+            ("CONTROLPLANE_CLAIM_AHEAD", "9"),
             ("CONTROLPLANE_LEASE", "40s"),
             ("CONTROLPLANE_RETRY_SCHEDULE", "1s,2s"),
         ])
@@ -390,6 +392,7 @@ pub(crate) mod tests {
         let d = dispatcher_config(&config);
         assert_eq!(d.response_body_bytes, 7);
         assert_eq!(d.concurrency, 3);
+        assert_eq!(d.ahead, 9);
         assert_eq!(d.lease, Duration::from_secs(40));
         assert_eq!(d.request_timeout, Duration::from_secs(15));
         assert_eq!(

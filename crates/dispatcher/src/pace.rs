@@ -32,8 +32,9 @@ const FORGET_AFTER: Duration = Duration::from_secs(300);
 struct Flow {
     /// The learned cap; `None` while the endpoint is not throttled.
     cap: Option<u32>,
-    /// Sends in flight from this worker, with when each started.
-    sending: Vec<(DeliveryId, Instant)>,
+    /// Deliveries claimed by this worker and not ended, with when each
+    /// send started (`None` while it waits in the local queue).
+    sending: Vec<(DeliveryId, Option<Instant>)>,
     /// The last cut, so one slow round halves the cap once.
     cut_at: Option<Instant>,
     /// The last time a send started or ended.
@@ -41,6 +42,13 @@ struct Flow {
 }
 
 impl Flow {
+    /// Whether a send to it has run `slow` or longer by `now`.
+    fn overdue(&self, now: Instant, slow: Duration) -> bool {
+        self.sending
+            .iter()
+            .any(|(_, started)| started.is_some_and(|s| now.saturating_duration_since(s) >= slow))
+    }
+
     /// Halves the cap, at most once per `slow`.
     fn cut(&mut self, now: Instant, slow: Duration) {
         if self
@@ -110,11 +118,7 @@ impl Pace {
                     .is_some_and(|s| now.saturating_duration_since(s) < FORGET_AFTER)
         });
         for (endpoint, f) in flows.iter_mut() {
-            let overdue = f
-                .sending
-                .iter()
-                .any(|(_, started)| now.saturating_duration_since(*started) >= self.slow);
-            if overdue {
+            if f.overdue(now, self.slow) {
                 f.cut(now, self.slow);
             }
             if let Some(cap) = f.cap {
@@ -134,12 +138,35 @@ impl Pace {
         }
     }
 
-    /// A claimed delivery's send starts.
+    /// A delivery was claimed: it counts as in flight from now on, though
+    /// its send has not started.
+    pub(crate) fn claimed(&self, endpoint: EndpointId, delivery: DeliveryId, now: Instant) {
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        let f = flows.entry(endpoint).or_default();
+        f.sending.push((delivery, None));
+        f.seen = Some(now);
+    }
+
+    /// A delivery's send starts (claimed before, or not).
     pub(crate) fn started(&self, endpoint: EndpointId, delivery: DeliveryId, now: Instant) {
         let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
         let f = flows.entry(endpoint).or_default();
-        f.sending.push((delivery, now));
+        match f.sending.iter_mut().find(|(d, _)| *d == delivery) {
+            Some((_, started)) => *started = Some(now),
+            None => f.sending.push((delivery, Some(now))),
+        }
         f.seen = Some(now);
+    }
+
+    /// Whether every endpoint this worker sends to answers quickly: none is
+    /// throttled and no send has run `slow` yet. Only then does the worker
+    /// claim ahead of its free slots (ADR 0038), so that a slow receiver's
+    /// deliveries never queue in front of a quick one's.
+    pub(crate) fn calm(&self, now: Instant) -> bool {
+        let flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        flows
+            .values()
+            .all(|f| f.cap.is_none() && !f.overdue(now, self.slow))
     }
 
     /// A send ended after `took`, answered as `answered`.
@@ -301,6 +328,27 @@ mod tests {
             );
         }
         assert_eq!(cap_of(&pace.throttle(t0), 1), None, "raised past 4 slots");
+    }
+
+    #[test]
+    fn a_worker_is_calm_until_a_send_runs_slow_and_queued_ones_never_count_as_slow() {
+        let pace = Pace::new(16, SLOW);
+        let t0 = Instant::now();
+        pace.claimed(endpoint(1), delivery(0), t0);
+        pace.claimed(endpoint(1), delivery(1), t0);
+        assert!(pace.calm(t0 + SLOW * 5), "claimed and queued, not sending");
+        assert!(pace.throttle(t0 + SLOW * 5).caps.is_empty());
+        pace.started(endpoint(1), delivery(0), t0 + SLOW * 5);
+        assert!(pace.calm(t0 + SLOW * 5));
+        assert!(!pace.calm(t0 + SLOW * 6), "a send ran past slow");
+        pace.ended(
+            endpoint(1),
+            delivery(0),
+            SLOW,
+            Answered::Success,
+            t0 + SLOW * 6,
+        );
+        assert!(!pace.calm(t0 + SLOW * 6), "throttled now");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use control_plane_core::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::pump::{Pump, Work};
+use crate::pump::{Pump, Slot, Work};
 
 /// Why a handler failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,12 +168,15 @@ impl TaskRunner {
         }
         let pump = Pump {
             concurrency: self.config.concurrency,
+            // A task's lease runs while it waits: claimed for free slots only.
+            ahead: 0,
             max_batch: 100,
             poll_interval: self.config.poll_interval,
             grace: self.config.grace,
             gather_below: 0,
             gather: Duration::ZERO,
             park_after: None,
+            stale_after: None,
         };
         let work = Tasks {
             runner: self,
@@ -224,6 +227,7 @@ impl Work for Tasks<'_> {
         &self,
         c: ClaimedTask,
         halt: CancellationToken,
+        _slot: Slot,
     ) -> impl Future<Output = Ended> + Send + 'static {
         let store = self.runner.store.clone();
         let handler = self.runner.handlers.get(&c.task.kind).cloned();
@@ -245,6 +249,14 @@ impl Work for Tasks<'_> {
             ended
         }
         .instrument(span)
+    }
+
+    fn give_back(&self, c: ClaimedTask) -> impl Future<Output = Ended> + Send + 'static {
+        let store = self.runner.store.clone();
+        async move {
+            let _ = store.workflow_release(&c.lease).await;
+            Ended::Released
+        }
     }
 
     fn lost(&self) -> Ended {

@@ -1,6 +1,6 @@
-//! The delivery worker: claims batches sized to free capacity, sends
-//! concurrently with one shared client, records outcomes, and drains on
-//! shutdown.
+//! The delivery worker: claims batches for its free slots and a local queue
+//! (ADR 0038), sends concurrently with one shared client, records outcomes
+//! in batches, and drains on shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::classify::{classify, parse_retry_after, SendResult};
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
 use crate::pace::{Answered, Pace, Tracked};
-use crate::pump::{Pump, Work};
+use crate::pump::{Pump, Slot, Work};
 use crate::retry::RetryPolicy;
 use crate::signing::signature_header;
 use control_plane_runtime::GroupCommit;
@@ -38,6 +38,12 @@ pub struct DispatcherConfig {
     pub concurrency: usize,
     /// Largest claim.
     pub max_batch: u32,
+    /// Deliveries claimed beyond the free send slots at most, waiting in a
+    /// local queue the slots draw from, while every endpoint answers
+    /// quickly (ADR 0038). Claims then stay large when slots are few (one
+    /// process of several), and a send's slot goes to the next delivery
+    /// while its outcome is recorded. `0` claims for free slots only.
+    pub ahead: usize,
     /// Lease per claimed delivery; longer than `request_timeout`.
     pub lease: Duration,
     /// Poll when no wake-up arrives.
@@ -63,6 +69,7 @@ impl Default for DispatcherConfig {
             worker: "dispatcher".into(),
             concurrency: 64,
             max_batch: 100,
+            ahead: 100,
             lease: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             request_timeout: Duration::from_secs(15),
@@ -190,14 +197,19 @@ impl Dispatcher {
         report
     }
 
-    /// The loop's settings: with fewer free slots than a quarter of a full
-    /// claim and sends finishing, it waits up to [`GATHER`] for more.
+    /// The loop's settings: with fewer free places than a quarter of a full
+    /// claim and sends finishing, it waits up to [`GATHER`] for more. A
+    /// queued delivery is given back once it could no longer be sent
+    /// within its lease.
     fn pump(&self) -> Pump {
-        let full = u32::try_from(self.config.concurrency)
+        let c = &self.config;
+        let full = u32::try_from(c.concurrency.saturating_add(c.ahead))
             .unwrap_or(u32::MAX)
-            .min(self.config.max_batch);
+            .min(c.max_batch);
         Pump {
-            concurrency: self.config.concurrency,
+            concurrency: c.concurrency,
+            ahead: c.ahead,
+            stale_after: Some(c.lease.saturating_sub(c.request_timeout)),
             max_batch: self.config.max_batch,
             poll_interval: self.config.poll_interval,
             grace: self.config.grace,
@@ -237,7 +249,7 @@ impl Work for Sends {
             let now = Instant::now();
             for c in &claimed {
                 self.pace
-                    .started(c.delivery.endpoint_id, c.delivery.id, now);
+                    .claimed(c.delivery.endpoint_id, c.delivery.id, now);
             }
             claimed
         }
@@ -247,19 +259,34 @@ impl Work for Sends {
         &self,
         c: ClaimedDelivery,
         halt: CancellationToken,
+        slot: Slot,
     ) -> impl Future<Output = Sent> + Send + 'static {
         let (store, ctx, recorder) = (self.store.clone(), self.ctx.clone(), self.recorder.clone());
         let pace = self.pace.clone();
         async move {
             let lease = c.lease.clone();
+            pace.started(c.delivery.endpoint_id, c.delivery.id, Instant::now());
             // Halted, the send is dropped with its tracking: nothing learned.
             let tracked = Tracked::new(pace, c.delivery.endpoint_id, c.delivery.id);
             tokio::select! {
-                sent = deliver(&ctx, &recorder, c, tracked) => sent,
+                sent = deliver(&ctx, &recorder, c, tracked, slot) => sent,
                 () = halt.cancelled() => match store.delivery_release(&lease).await {
                     Ok(()) => Sent::Released,
                     Err(_) => Sent::NotRecorded,
                 },
+            }
+        }
+    }
+
+    fn give_back(&self, c: ClaimedDelivery) -> impl Future<Output = Sent> + Send + 'static {
+        let store = self.store.clone();
+        // Never sent: nothing learned, and no longer in flight.
+        let tracked = Tracked::new(self.pace.clone(), c.delivery.endpoint_id, c.delivery.id);
+        async move {
+            drop(tracked);
+            match store.delivery_release(&c.lease).await {
+                Ok(()) => Sent::Released,
+                Err(_) => Sent::NotRecorded,
             }
         }
     }
@@ -270,6 +297,10 @@ impl Work for Sends {
 
     fn wakeups(&self) -> Option<Box<dyn control_plane_core::Wakeups>> {
         Some(self.store.delivery_wakeups())
+    }
+
+    fn may_run_ahead(&self) -> bool {
+        self.pace.calm(Instant::now())
     }
 }
 
@@ -296,6 +327,7 @@ async fn deliver(
     recorder: &Recorder,
     c: ClaimedDelivery,
     tracked: Tracked,
+    mut slot: Slot,
 ) -> Sent {
     // A `debug` span: at the default `info` level it is never built, which
     // matters at thousands of sends a second; the dead-letter line names the
@@ -336,6 +368,8 @@ async fn deliver(
             },
             Duration::from_millis(report.latency_ms),
         );
+        // Recording needs no send slot: the next delivery takes it.
+        slot.free();
         record(recorder, &c, outcome).await
     }
     .instrument(span)
