@@ -158,15 +158,16 @@ impl Pace {
         f.seen = Some(now);
     }
 
-    /// Whether every endpoint this worker sends to answers quickly: none is
-    /// throttled and no send has run `slow` yet. Only then does the worker
-    /// claim ahead of its free slots (ADR 0038), so that a slow receiver's
-    /// deliveries never queue in front of a quick one's.
+    /// Whether every endpoint this worker has deliveries of answers
+    /// quickly: none of them is throttled and no send has run `slow` yet
+    /// (a throttled endpoint with nothing in hand does not count). Only then
+    /// does the worker claim ahead of its free slots (ADR 0038), so that a
+    /// slow receiver's deliveries never queue in front of a quick one's.
     pub(crate) fn calm(&self, now: Instant) -> bool {
         let flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
         flows
             .values()
-            .all(|f| f.cap.is_none() && !f.overdue(now, self.slow))
+            .all(|f| (f.cap.is_none() || f.sending.is_empty()) && !f.overdue(now, self.slow))
     }
 
     /// A send ended after `took`, answered as `answered`.
@@ -348,7 +349,17 @@ mod tests {
             Answered::Success,
             t0 + SLOW * 6,
         );
-        assert!(!pace.calm(t0 + SLOW * 6), "throttled now");
+        assert!(!pace.calm(t0 + SLOW * 6), "throttled now, with one in hand");
+        let later = t0 + SLOW * 6;
+        pace.ended(
+            endpoint(1),
+            delivery(1),
+            Duration::ZERO,
+            Answered::Nothing,
+            later,
+        );
+        assert!(cap_of(&pace.throttle(later), 1).is_some());
+        assert!(pace.calm(later), "throttled, but nothing in hand");
     }
 
     #[test]

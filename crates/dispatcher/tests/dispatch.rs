@@ -866,3 +866,49 @@ async fn every_reserved_name_is_refused_as_a_custom_header() {
             .unwrap_or_else(|e| panic!("{allowed}: {e}"));
     }
 }
+
+/// The store's count of deliveries in `state`.
+async fn count(s: &Setup, state: DeliveryState) -> usize {
+    let counts = s.store.delivery_count_by_state().await.unwrap();
+    counts
+        .iter()
+        .find(|(st, _)| *st == state)
+        .map_or(0, |(_, n)| usize::try_from(*n).unwrap())
+}
+
+/// While its receiver answers quickly, a worker of one send slot claims
+/// `ahead` more deliveries into its local queue (ADR 0038): the store shows
+/// them leased at once. With `ahead` 0 it never holds more than its slot,
+/// outcomes being recorded included. Every delivery arrives either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_run_ahead_of_one_slot_while_the_receiver_is_quick() {
+    for ahead in [20usize, 0] {
+        let r = receiver(vec![(200, None, Duration::from_millis(20)); 30]).await;
+        let s = setup(&r.url).await;
+        for _ in 0..30 {
+            publish(&s).await;
+        }
+        let peak = AtomicUsize::new(0);
+        let cfg = DispatcherConfig {
+            concurrency: 1,
+            ahead,
+            ..config(5)
+        };
+        let report = run_until(&s, cfg, || async {
+            peak.fetch_max(count(&s, DeliveryState::Leased).await, Ordering::SeqCst);
+            count(&s, DeliveryState::Delivered).await == 30
+        })
+        .await;
+        assert_eq!(report.delivered, 30);
+        assert_eq!(r.seen.lock().unwrap().len(), 30, "each sent once");
+        let peak = peak.load(Ordering::SeqCst);
+        if ahead == 0 {
+            assert!(peak <= 1, "one slot, nothing ahead: {peak} leased at once");
+        } else {
+            assert!(
+                peak >= 10,
+                "claimed ahead of the one slot: {peak} leased at most"
+            );
+        }
+    }
+}
