@@ -276,10 +276,11 @@ impl Pump {
     /// The free places to claim for now (only as many as the free slots
     /// unless `ahead`); or a wait for one to free up, with the item that
     /// ended during it, if any: when none is free; when fewer than
-    /// `gather_below` (at most a quarter of the places open) are free and items are queued (they keep the
-    /// slots busy meanwhile); or, with fewer free and items running, for up
-    /// to `gather`. A wait ends early when the oldest queued item goes
-    /// stale, so that it is given back.
+    /// `gather_below` (unless `ahead`, at most a quarter of the slots) are
+    /// free and items are queued (they keep the slots busy meanwhile); or,
+    /// with fewer free and items running, for up to `gather`. A wait ends
+    /// early when the oldest queued item goes stale, so that it is given
+    /// back.
     async fn room<I, E: 'static>(
         &self,
         l: &mut Loop<I, E>,
@@ -295,9 +296,12 @@ impl Pump {
         };
         let free = l.places.available_permits().saturating_sub(kept);
         let free = u32::try_from(free).unwrap_or(u32::MAX);
-        let below = self
-            .gather_below
-            .min(u32::try_from(open / 4).unwrap_or(u32::MAX).max(1));
+        let below = if ahead {
+            self.gather_below
+        } else {
+            self.gather_below
+                .min(u32::try_from(open / 4).unwrap_or(u32::MAX).max(1))
+        };
         let running = !l.running.is_empty();
         let wait = if free == 0 || (free < below && !l.queue.is_empty()) {
             None

@@ -197,10 +197,14 @@ impl Dispatcher {
         report
     }
 
-    /// The loop's settings: with fewer free places than a quarter of a full
-    /// claim and sends finishing, it waits up to [`GATHER`] for more. A
-    /// queued delivery is given back once it could no longer be sent
-    /// within its lease.
+    /// The loop's settings: with fewer free places than half a full claim
+    /// (a quarter of the slots when not claiming ahead) and sends
+    /// finishing, it waits for more: while deliveries are queued, until
+    /// they free up; otherwise up to [`GATHER`]. Half rather than a quarter:
+    /// measured, four processes of 16 slots cost 0.080 commits per delivery
+    /// with a quarter (one run) and 0.067 to 0.071 with half (three runs),
+    /// and drained faster (ADR 0038). A queued delivery is given back once it could no longer be
+    /// sent within its lease.
     fn pump(&self) -> Pump {
         let c = &self.config;
         let full = u32::try_from(c.concurrency.saturating_add(c.ahead))
@@ -213,7 +217,7 @@ impl Dispatcher {
             max_batch: self.config.max_batch,
             poll_interval: self.config.poll_interval,
             grace: self.config.grace,
-            gather_below: (full / 4).max(1),
+            gather_below: (full / 2).max(1),
             gather: GATHER,
             park_after: Some(self.config.slow_answer),
         }
