@@ -154,8 +154,15 @@ impl Pump {
             while let Some(done) = l.running.try_join_next() {
                 tally(Some(done));
             }
-            self.start(work, &mut l);
             let ahead = work.may_run_ahead();
+            if !ahead {
+                // A receiver turned slow: the queue goes back, to be claimed
+                // again fairly for free slots, rather than wait behind it.
+                for q in std::mem::take(&mut l.queue) {
+                    l.running.spawn(holding(work.give_back(q.item), q.place));
+                }
+            }
+            self.start(work, &mut l);
             let free = match self.room(&mut l, ahead, &stop, &mut gathering).await {
                 Ok(free) => free,
                 Err(done) => {
@@ -423,6 +430,9 @@ mod tests {
 
     struct Items {
         runs: Runs,
+        /// Claims may run ahead for this long after the start (always when `None`).
+        calm_for: Option<Duration>,
+        born: Instant,
         next: AtomicU32,
         asked: Mutex<Vec<u32>>,
         started: AtomicU32,
@@ -476,6 +486,10 @@ mod tests {
         fn lost(&self) -> End {
             End::Halted
         }
+
+        fn may_run_ahead(&self) -> bool {
+            self.calm_for.is_none_or(|d| self.born.elapsed() < d)
+        }
     }
 
     fn pump(concurrency: usize, ahead: usize, max_batch: u32) -> Pump {
@@ -494,8 +508,19 @@ mod tests {
 
     /// Runs `pump` over items that run as `runs` for `for_ms`; how each ended.
     async fn run_for(pump: Pump, runs: Runs, for_ms: u64) -> (Items, Vec<End>) {
+        run_calm_for(pump, runs, for_ms, None).await
+    }
+
+    async fn run_calm_for(
+        pump: Pump,
+        runs: Runs,
+        for_ms: u64,
+        calm_for: Option<Duration>,
+    ) -> (Items, Vec<End>) {
         let work = Items {
             runs,
+            calm_for,
+            born: Instant::now(),
             next: AtomicU32::new(0),
             asked: Mutex::default(),
             started: AtomicU32::new(0),
@@ -591,6 +616,27 @@ mod tests {
             work.given_back.load(Ordering::SeqCst) > 4,
             "stale items are given back and their places claimed again, not only the two queued at stop: {}",
             work.given_back.load(Ordering::SeqCst)
+        );
+    }
+
+    #[tokio::test]
+    async fn when_claims_may_no_longer_run_ahead_the_queue_goes_back() {
+        let parking = Pump {
+            park_after: Some(Duration::from_millis(50)),
+            ..pump(1, 5, 100)
+        };
+        let calm = Some(Duration::from_millis(30));
+        let (work, _) = run_calm_for(parking, Runs::UntilHalted, 300, calm).await;
+        let asked = work.asked.lock().unwrap().clone();
+        assert_eq!(asked[0], 6, "calm at first: the slot and five ahead");
+        assert!(
+            asked[1..].iter().all(|n| *n == 1),
+            "then for the free slot only: {asked:?}"
+        );
+        assert!(asked.len() > 1, "the parked item freed its slot: {asked:?}");
+        assert!(
+            work.given_back.load(Ordering::SeqCst) >= 5,
+            "the five queued went back"
         );
     }
 }
