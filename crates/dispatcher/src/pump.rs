@@ -158,9 +158,7 @@ impl Pump {
             if !ahead {
                 // A receiver turned slow: the queue goes back, to be claimed
                 // again fairly for free slots, rather than wait behind it.
-                for q in std::mem::take(&mut l.queue) {
-                    l.running.spawn(holding(work.give_back(q.item), q.place));
-                }
+                give_back_queued(work, &mut l);
             }
             self.start(work, &mut l);
             let free = match self.room(&mut l, ahead, &stop, &mut gathering).await {
@@ -203,9 +201,7 @@ impl Pump {
             }
             self.start(work, &mut l);
         }
-        for q in std::mem::take(&mut l.queue) {
-            l.running.spawn(holding(work.give_back(q.item), q.place));
-        }
+        give_back_queued(work, &mut l);
         drain(&mut l.running, self.grace, &l.halt, &mut tally).await;
     }
 
@@ -247,6 +243,13 @@ impl Pump {
                 l.freed.clone(),
             ));
         }
+    }
+}
+
+/// Gives back every queued item, unrun.
+fn give_back_queued<W: Work>(work: &W, l: &mut Loop<W::Item, W::Ended>) {
+    for q in std::mem::take(&mut l.queue) {
+        l.running.spawn(holding(work.give_back(q.item), q.place));
     }
 }
 
