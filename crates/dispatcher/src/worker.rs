@@ -89,7 +89,8 @@ pub struct DispatchReport {
     pub delivered: u64,
     /// Attempts that failed (retry, gone, give up).
     pub failed: u64,
-    /// Leases released at shutdown.
+    /// Leases released unsent: at shutdown, or given back from the local
+    /// queue (ADR 0038).
     pub released: u64,
 }
 
@@ -214,12 +215,12 @@ impl Dispatcher {
             concurrency: c.concurrency,
             ahead: c.ahead,
             stale_after: Some(c.lease.saturating_sub(c.request_timeout)),
-            max_batch: self.config.max_batch,
-            poll_interval: self.config.poll_interval,
-            grace: self.config.grace,
+            max_batch: c.max_batch,
+            poll_interval: c.poll_interval,
+            grace: c.grace,
             gather_below: (full / 2).max(1),
             gather: GATHER,
-            park_after: Some(self.config.slow_answer),
+            park_after: Some(c.slow_answer),
         }
     }
 }
