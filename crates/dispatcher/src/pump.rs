@@ -212,19 +212,16 @@ impl Pump {
             let stale = self
                 .stale_after
                 .is_some_and(|after| front.claimed.elapsed() >= after);
-            let slot = if stale {
-                None
-            } else {
-                match l.slots.clone().try_acquire_owned() {
-                    Ok(slot) => Some(slot),
-                    Err(_) => return,
+            if stale {
+                if let Some(q) = l.queue.pop_front() {
+                    l.running.spawn(holding(work.give_back(q.item), q.place));
                 }
+                continue;
+            }
+            let Ok(slot) = l.slots.clone().try_acquire_owned() else {
+                return;
             };
             let Some(q) = l.queue.pop_front() else { return };
-            let Some(slot) = slot else {
-                l.running.spawn(holding(work.give_back(q.item), q.place));
-                continue;
-            };
             let (tx, rx) = oneshot::channel();
             // Boxed: an async block that awaits a future it captured
             // holds it twice (the capture and the awaited state), and

@@ -241,8 +241,7 @@ impl Work for Tasks<'_> {
         );
         async move {
             let Some(handler) = handler else {
-                let _ = store.workflow_release(&c.lease).await;
-                return Ended::Released;
+                return release(&store, &c.lease).await;
             };
             let ended = run_one(&store, handler, c, lease_for, halt).await;
             tracing::debug!(ended = ?ended, "task ended");
@@ -253,15 +252,18 @@ impl Work for Tasks<'_> {
 
     fn give_back(&self, c: ClaimedTask) -> impl Future<Output = Ended> + Send + 'static {
         let store = self.runner.store.clone();
-        async move {
-            let _ = store.workflow_release(&c.lease).await;
-            Ended::Released
-        }
+        async move { release(&store, &c.lease).await }
     }
 
     fn lost(&self) -> Ended {
         Ended::Lost
     }
+}
+
+/// Gives `lease` back unrun or halted; a failed release leaves it to expire.
+async fn release(store: &DynControlPlaneStore, lease: &TaskLease) -> Ended {
+    let _ = store.workflow_release(lease).await;
+    Ended::Released
 }
 
 /// Why a handler's task ended without a result: its panic, or its
@@ -304,8 +306,7 @@ async fn run_one(
             _ = beat.tick() => false,
             _ = halt.cancelled() => {
                 work.abort();
-                let _ = store.workflow_release(&lease).await;
-                return Ended::Released;
+                return release(store, &lease).await;
             }
         };
         // `changed` marked the new report seen: take it as it is.

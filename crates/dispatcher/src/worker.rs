@@ -275,10 +275,7 @@ impl Work for Sends {
             let tracked = Tracked::new(pace, c.delivery.endpoint_id, c.delivery.id);
             tokio::select! {
                 sent = deliver(&ctx, &recorder, c, tracked, slot) => sent,
-                () = halt.cancelled() => match store.delivery_release(&lease).await {
-                    Ok(()) => Sent::Released,
-                    Err(_) => Sent::NotRecorded,
-                },
+                () = halt.cancelled() => release(&store, &lease).await,
             }
         }
     }
@@ -289,10 +286,7 @@ impl Work for Sends {
         let tracked = Tracked::new(self.pace.clone(), c.delivery.endpoint_id, c.delivery.id);
         async move {
             drop(tracked);
-            match store.delivery_release(&c.lease).await {
-                Ok(()) => Sent::Released,
-                Err(_) => Sent::NotRecorded,
-            }
+            release(&store, &c.lease).await
         }
     }
 
@@ -306,6 +300,15 @@ impl Work for Sends {
 
     fn may_run_ahead(&self) -> bool {
         self.pace.calm(Instant::now())
+    }
+}
+
+/// Releases `lease` unsent: halted at shutdown, or given back from the
+/// local queue.
+async fn release(store: &DynControlPlaneStore, lease: &Lease) -> Sent {
+    match store.delivery_release(lease).await {
+        Ok(()) => Sent::Released,
+        Err(_) => Sent::NotRecorded,
     }
 }
 
