@@ -154,7 +154,9 @@ impl Pump {
             while let Some(done) = l.running.try_join_next() {
                 tally(Some(done));
             }
-            let ahead = work.may_run_ahead();
+            // Without places beyond the slots there is nothing to run ahead
+            // with: the slots' own gathering rule applies.
+            let ahead = self.ahead > 0 && work.may_run_ahead();
             if !ahead {
                 // A receiver turned slow: the queue goes back, to be claimed
                 // again fairly for free slots, rather than wait behind it.
@@ -638,5 +640,20 @@ mod tests {
             work.given_back.load(Ordering::SeqCst) >= 5,
             "the five queued went back"
         );
+    }
+
+    #[tokio::test]
+    async fn without_places_ahead_the_gathering_is_the_slots_own() {
+        // Gathering until 8 places are free would wait out the long gather
+        // after the first claim; with nothing ahead it is a quarter of the
+        // 8 slots, so the quick items are claimed again and again.
+        let gathering = Pump {
+            gather_below: 8,
+            gather: Duration::from_secs(10),
+            ..pump(8, 0, 100)
+        };
+        let (work, _) = run_for(gathering, Runs::TwoStuck, 300).await;
+        let asked = work.asked.lock().unwrap().clone();
+        assert!(asked.len() > 2, "claims: {asked:?}");
     }
 }
