@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             claim_increments_attempt_number,
             claim_rejects_bad_limits,
             claim_respects_the_in_flight_cap_under_concurrent_claimers,
+            a_large_cap_holds_under_many_concurrent_claimers,
             claim_respects_the_rate_limit_under_concurrent_claimers,
             quiet_endpoint_is_claimed_next_despite_a_backlog,
             claims_are_shared_fairly_between_accounts,

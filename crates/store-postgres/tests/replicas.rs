@@ -669,3 +669,58 @@ async fn the_claim_plan_made_on_an_empty_store_reads_by_index() {
         "the claim does not find each live row by its whole key:\n{plan}"
     );
 }
+
+/// Claim lanes (ADR 0039): sixteen claimers on four replicas, held back by
+/// a lock on the endpoint's flow row and then let go at once, so that
+/// claims in lanes of one endpoint run at the same moment: the leases reach
+/// the cap (450, far enough above a claim of 100 for lanes) and never pass
+/// it, and no delivery is handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_in_lanes_let_go_at_once_never_pass_the_cap() {
+    let options = StoreOptions {
+        endpoint_concurrency: 10_000,
+        ..StoreOptions::default()
+    };
+    let r = replicas(4, options).await;
+    let mut create = EndpointCreateRequest::new(
+        acct(),
+        "https://example.com/r",
+        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
+    );
+    create.max_in_flight = Some(450);
+    r.stores[0]
+        .endpoint_create(create.checked().unwrap())
+        .await
+        .unwrap();
+    for chunk in 0..10 {
+        let reqs = (chunk * 100..(chunk + 1) * 100).map(req).collect();
+        r.stores[0]
+            .event_publish_batch(control_plane_core::Checked::all(reqs).unwrap())
+            .await
+            .unwrap();
+    }
+    let schema = r._guard.0.clone();
+    let holder = raw_client(&schema).await;
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM endpoint_flow FOR UPDATE")
+        .await
+        .unwrap();
+    let stores = r.stores.clone();
+    let claims = tokio::spawn(async move {
+        claim_on_every_replica(&stores, 4, |s, name| async move {
+            s.delivery_claim(ClaimRequest::new(name, 100, Duration::from_secs(3600)).unwrap())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.delivery.id)
+                .collect()
+        })
+        .await
+    });
+    // Every claimer has read the flows and waits for the row.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    let seen = claims.await.unwrap();
+    assert!(seen.values().all(|n| *n == 1), "no delivery twice");
+    assert_eq!(seen.len(), 450, "the cap of 450, reached and never passed");
+}

@@ -80,6 +80,26 @@ pub async fn claim_respects_the_in_flight_cap_under_concurrent_claimers(f: &dyn 
     );
 }
 
+/// `DeliveryStore::delivery_claim`: a cap far above one claim holds too
+/// when many claimers lease one endpoint at the same moment (the postgres
+/// adapter lets them share it in lanes then, ADR 0039): the leases reach
+/// the cap and never pass it, and no delivery is handed out twice.
+pub async fn a_large_cap_holds_under_many_concurrent_claimers(f: &dyn StoreFactory) {
+    let h = f.open(with_endpoint_concurrency(10_000)).await;
+    let e = limited_endpoint(&h, "a", "x", Some(450), None).await;
+    for _ in 0..10 {
+        publish_n(&h, "a", "x", 100).await;
+    }
+    let got = claim_until_empty(&h, 16, 100).await;
+    let distinct: std::collections::HashSet<_> = ids(&got).into_iter().collect();
+    assert_eq!(distinct.len(), got.len(), "no delivery is handed out twice");
+    assert_eq!(
+        count_for(&got, &e),
+        450,
+        "leases reach the cap of 450 and never pass it"
+    );
+}
+
 /// `DeliveryStore::delivery_claim`: an endpoint's rate limit holds across
 /// concurrent claimers: at most one second of sends at once, then the rate;
 /// deliveries beyond it stay pending without spending attempts.

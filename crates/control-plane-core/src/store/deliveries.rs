@@ -220,7 +220,9 @@ pub trait DeliveryStore: Send + Sync {
     ///   together to its budget (`a_throttled_endpoint_gets_its_lowered_cap_within_the_budget`).
     /// - Leased deliveries of an endpoint never exceed its cap, across every
     ///   claimer; expired leases free their slot
-    ///   (`claim_respects_the_in_flight_cap_under_concurrent_claimers`).
+    ///   (`claim_respects_the_in_flight_cap_under_concurrent_claimers`), also
+    ///   a cap far above one claim under many claimers at once
+    ///   (`a_large_cap_holds_under_many_concurrent_claimers`).
     /// - A rate-limited endpoint is claimed at most at its rate, bursts of one
     ///   second; what waits stays `pending` and spends no attempt
     ///   (`claim_respects_the_rate_limit_under_concurrent_claimers`).
