@@ -670,13 +670,13 @@ async fn the_claim_plan_made_on_an_empty_store_reads_by_index() {
     );
 }
 
-/// Claim lanes (ADR 0039): sixteen claimers on four replicas, held back by
-/// a lock on the endpoint's flow row and then let go at once, so that
-/// claims in lanes of one endpoint run at the same moment: the leases reach
-/// the cap (450, far enough above a claim of 100 for lanes) and never pass
-/// it, and no delivery is handed out twice.
+/// Sixteen claimers on four replicas, held back by a lock on the
+/// endpoint's flow row and then let go at once, all of them having seen an
+/// endpoint far below its cap (450, above four claims of 100): the leases
+/// reach the cap and never pass it, and no delivery is handed out twice
+/// (ADR 0039 tried letting such claimers lease one endpoint side by side).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_in_lanes_let_go_at_once_never_pass_the_cap() {
+async fn claimers_let_go_at_once_never_pass_a_large_cap() {
     let options = StoreOptions {
         endpoint_concurrency: 10_000,
         ..StoreOptions::default()

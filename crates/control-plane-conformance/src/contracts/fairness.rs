@@ -81,9 +81,8 @@ pub async fn claim_respects_the_in_flight_cap_under_concurrent_claimers(f: &dyn 
 }
 
 /// `DeliveryStore::delivery_claim`: a cap far above one claim holds too
-/// when many claimers lease one endpoint at the same moment (the postgres
-/// adapter lets them share it in lanes then, ADR 0039): the leases reach
-/// the cap and never pass it, and no delivery is handed out twice.
+/// when many claimers lease one endpoint at the same moment: the leases
+/// reach the cap and never pass it, and no delivery is handed out twice.
 pub async fn a_large_cap_holds_under_many_concurrent_claimers(f: &dyn StoreFactory) {
     let h = f.open(with_endpoint_concurrency(10_000)).await;
     let e = limited_endpoint(&h, "a", "x", Some(450), None).await;

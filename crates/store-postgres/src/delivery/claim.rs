@@ -153,7 +153,13 @@ pub(super) async fn claim_fair(
     };
     // Serialize with other claimers of these endpoints: the claim statement,
     // issued after the lock is granted, recounts the leases.
-    let lock = t.prepare_cached(&flow_lock("UPDATE")).await.db()?;
+    let lock = t
+        .prepare_cached(
+            "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
+             WHERE f.endpoint_id = ANY($1) ORDER BY f.endpoint_id FOR UPDATE",
+        )
+        .await
+        .db()?;
     let claim = t.prepare_cached(&claim_statement()).await.db()?;
     let limited = shares.iter().any(|(e, _)| rate_of(e).is_some());
     // Without a rate limit the lock's answer changes nothing in the claim:
@@ -168,13 +174,10 @@ pub(super) async fn claim_fair(
     } else {
         Vec::new()
     };
-    let mut wanted = cut_shares(t, &shares, &candidates, rate_of, &locked);
+    let wanted = cut_shares(t, &shares, &candidates, rate_of, &locked);
     if wanted.is_empty() {
         return Ok((Vec::new(), ClaimTx::Open));
     }
-    // Far below every cap, claimers share the endpoints in lanes instead
-    // of queueing on their flow rows one by one (ADR 0039).
-    let lanes = !limited && in_lanes(&mut wanted, &candidates);
     let endpoints: Vec<Uuid> = wanted.iter().map(|w| w.0).collect();
     let counts: Vec<i64> = wanted.iter().map(|w| w.1).collect();
     let heads: Vec<Option<i64>> = wanted.iter().map(|w| w.2).collect();
@@ -182,62 +185,28 @@ pub(super) async fn claim_fair(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
         &now_ms, &endpoints, &expires, &worker, &counts, &heads, &caps,
     ];
-    if !limited {
-        let lock = if lanes {
-            t.prepare_cached(&flow_lock("KEY SHARE")).await.db()?
-        } else {
-            lock
-        };
-        let claimed = claim_locked(
-            t,
-            (&lock, &ids),
-            lanes.then_some(&endpoints),
-            &claim,
-            &params,
+    let rows = if limited {
+        t.query(&claim, &params).await.db()?
+    } else {
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+        let (_, rows, ()) = futures::try_join!(
+            t.query(&lock, &lock_params),
+            t.query(&claim, &params),
+            t.batch_execute("COMMIT")
         )
-        .await?;
+        .db()?;
+        let claimed = rows
+            .iter()
+            .map(|r| row_to_claimed(r, false))
+            .collect::<StoreResult<Vec<_>>>()?;
         return Ok((claimed, ClaimTx::Committed));
-    }
-    let rows = t.query(&claim, &params).await.db()?;
+    };
     let claimed = rows
         .iter()
         .map(|r| row_to_claimed(r, false))
         .collect::<StoreResult<Vec<_>>>()?;
     spend_buckets(t, &wanted, &claimed).await?;
     Ok((claimed, ClaimTx::Open))
-}
-
-/// The pipelined end of a claim without a rate limit: the flow-row `lock`
-/// of `ids`, the lanes of `lanes` when it goes in lanes ([`TAKE_LANES`]),
-/// the `claim` statement and the `COMMIT`, sent together.
-async fn claim_locked(
-    t: &Tx<'_>,
-    (lock, ids): (&tokio_postgres::Statement, &Vec<Uuid>),
-    lanes: Option<&Vec<Uuid>>,
-    claim: &tokio_postgres::Statement,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> StoreResult<Vec<ClaimedDelivery>> {
-    let take_lanes = match lanes {
-        Some(endpoints) => Some((
-            t.prepare_cached(TAKE_LANES).await.db()?,
-            lane_keys(endpoints),
-        )),
-        None => None,
-    };
-    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [ids];
-    let (_, (), rows, ()) = futures::try_join!(
-        t.query(lock, &lock_params),
-        async {
-            match &take_lanes {
-                Some((take, keys)) => t.query(take, &[keys]).await.map(|_| ()),
-                None => Ok(()),
-            }
-        },
-        t.query(claim, params),
-        t.batch_execute("COMMIT")
-    )
-    .db()?;
-    rows.iter().map(|r| row_to_claimed(r, false)).collect()
 }
 
 /// The flows with due work (`FLOW_CANDIDATES`' rows, and what
@@ -288,77 +257,6 @@ async fn flow_candidates(
 /// What a claim asks of one endpoint: (endpoint, count, head of an ordered
 /// one, cap, refilled bucket).
 type Want = (Uuid, i64, Option<i64>, i64, Option<RateBudget>);
-
-/// Claim lanes per endpoint (ADR 0039): how many claimers may lease one
-/// endpoint's deliveries at the same time while it is far below its cap.
-pub const CLAIM_LANES: i64 = 4;
-
-/// The most deliveries of one endpoint a claim in a lane leases; a claim
-/// that asks more of one endpoint goes alone.
-pub const LANE_CLAIM: i64 = 100;
-
-/// The flow rows of endpoints `$1`, locked in id order `FOR {strength}`:
-/// `UPDATE` for a claim that must be alone on them, `KEY SHARE` for one in
-/// lanes (which waits only for the former).
-fn flow_lock(strength: &str) -> String {
-    format!(
-        "SELECT f.endpoint_id, f.tokens, f.refilled_at FROM endpoint_flow f \
-         WHERE f.endpoint_id = ANY($1) ORDER BY f.endpoint_id FOR {strength}"
-    )
-}
-
-/// Takes one lane of each endpoint key of `$1` (sorted, so that claimers
-/// never wait on each other in a circle): the first free one, or, when all
-/// are taken, a random one after waiting for it. Transaction-scoped
-/// advisory locks `(key, lane)`, released at the claim's commit.
-pub(super) const TAKE_LANES: &str = "SELECT u.i, coalesce(\
-     (SELECT l FROM generate_series(0, 3) l WHERE pg_try_advisory_xact_lock(u.k, l) LIMIT 1), \
-     (SELECT y.r FROM (SELECT z.r, pg_advisory_xact_lock(u.k, z.r) AS w \
-       FROM (SELECT floor(random() * 4)::int AS r) z) y)) \
-     FROM unnest($1::int[]) WITH ORDINALITY u(k, i) ORDER BY u.i";
-
-/// The advisory-lock keys of `endpoints`' lanes, sorted: each id folded to
-/// 32 bits (two endpoints that share a key only share their lanes).
-fn lane_keys(endpoints: &[Uuid]) -> Vec<i32> {
-    let mut keys: Vec<i32> = endpoints
-        .iter()
-        .map(|e| {
-            let b = e.as_bytes();
-            let word = |i: usize| i32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-            word(0) ^ word(4) ^ word(8) ^ word(12)
-        })
-        .collect();
-    keys.sort_unstable();
-    keys
-}
-
-/// Whether the claim of `wanted` may go in lanes (ADR 0039): it asks at
-/// most [`LANE_CLAIM`] of each endpoint, and every endpoint is unordered,
-/// has no rate limit, and has room for a full lane claim in every lane
-/// below its cap, as counted before the lock. Then each cap is cut by what
-/// the other lanes may take, so the claim statement, which recounts the
-/// leases under the lane, never takes a lease the other lanes could need:
-/// at most one claim per other lane is in progress, of [`LANE_CLAIM`] at
-/// most, and none that locks the flow row alone.
-fn in_lanes(wanted: &mut [Want], candidates: &[FlowCandidate]) -> bool {
-    let others = (CLAIM_LANES - 1) * LANE_CLAIM;
-    let roomy = wanted.iter().all(|(endpoint, n, head, cap, budget)| {
-        let seen = candidates
-            .iter()
-            .find(|c| c.endpoint.0 == *endpoint)
-            .map(|c| i64::from(c.in_flight));
-        *n <= LANE_CLAIM
-            && head.is_none()
-            && budget.is_none()
-            && seen.is_some_and(|seen| cap - seen >= others + LANE_CLAIM)
-    });
-    if roomy {
-        for w in wanted.iter_mut() {
-            w.3 -= others;
-        }
-    }
-    roomy
-}
 
 /// Each share cut to the room rule, with the buckets the lock shows
 /// (`locked`; none without a rate limit) refilled to `t.now`.
