@@ -27,7 +27,7 @@ async fn replicas(n: usize, options: StoreOptions) -> Replicas {
         stores.push(open_in(&schema, options, clock.clone(), 4).await);
     }
     Replicas {
-        _guard: guard,
+        guard,
         clock,
         stores,
     }
@@ -36,7 +36,7 @@ async fn replicas(n: usize, options: StoreOptions) -> Replicas {
 /// Replicas of one fresh schema on one manual clock; the schema is dropped
 /// with them.
 struct Replicas {
-    _guard: SchemaGuard,
+    guard: SchemaGuard,
     clock: Arc<ManualClock>,
     stores: Vec<PostgresStore>,
 }
@@ -78,17 +78,18 @@ where
     seen
 }
 
+/// The request of the replicas' endpoint, every event type.
+fn endpoint_request() -> EndpointCreateRequest {
+    EndpointCreateRequest::new(
+        acct(),
+        "https://example.com/r",
+        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
+    )
+}
+
 async fn add_endpoint(store: &PostgresStore) -> Endpoint {
     store
-        .endpoint_create(
-            EndpointCreateRequest::new(
-                acct(),
-                "https://example.com/r",
-                Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
-            )
-            .checked()
-            .unwrap(),
-        )
+        .endpoint_create(endpoint_request().checked().unwrap())
         .await
         .unwrap()
 }
@@ -558,11 +559,7 @@ async fn three_replicas_together_keep_an_endpoints_rate_limit() {
         ..StoreOptions::default()
     };
     let Replicas { clock, stores, .. } = &replicas(3, options).await;
-    let mut create = EndpointCreateRequest::new(
-        acct(),
-        "https://example.com/r",
-        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
-    );
+    let mut create = endpoint_request();
     create.rate_limit_per_s = Some(20);
     stores[0]
         .endpoint_create(create.checked().unwrap())
@@ -682,11 +679,7 @@ async fn claimers_let_go_at_once_never_pass_a_large_cap() {
         ..StoreOptions::default()
     };
     let r = replicas(4, options).await;
-    let mut create = EndpointCreateRequest::new(
-        acct(),
-        "https://example.com/r",
-        Secret::new("whsec_cnJycnJycnJycnJycnJycnJycnJycnJy"),
-    );
+    let mut create = endpoint_request();
     create.max_in_flight = Some(450);
     r.stores[0]
         .endpoint_create(create.checked().unwrap())
@@ -699,7 +692,7 @@ async fn claimers_let_go_at_once_never_pass_a_large_cap() {
             .await
             .unwrap();
     }
-    let schema = r._guard.0.clone();
+    let schema = r.guard.0.clone();
     let holder = raw_client(&schema).await;
     holder
         .batch_execute("BEGIN; SELECT 1 FROM endpoint_flow FOR UPDATE")
