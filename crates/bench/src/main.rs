@@ -515,7 +515,16 @@ async fn complete_raw(
         .execute(
             complete,
             &[
-                &ids, &tokens, &errors, &codes, &latencies, &at, &bodies, &buckets, &minute,
+                &ids,
+                &tokens,
+                &errors,
+                &codes,
+                &latencies,
+                &at,
+                &bodies,
+                &buckets,
+                &minute,
+                &store_postgres::LEASED,
             ],
         )
         .await

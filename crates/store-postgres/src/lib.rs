@@ -25,9 +25,9 @@ use async_trait::async_trait;
 use control_plane_core::*;
 
 pub use config::PostgresConfig;
-pub use delivery::{claim_statement, RECORD_DELIVERED};
+pub use delivery::{claim_statement, LEASED, RECORD_DELIVERED};
 pub use error::classify;
-pub use store::{PostgresStore, CLAIM_SETTINGS};
+pub use store::{PostgresStore, CLAIM_SETTINGS, GENERIC_PLANS};
 
 #[async_trait]
 impl ControlPlaneStore for PostgresStore {

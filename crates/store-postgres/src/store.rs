@@ -52,6 +52,29 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (20, include_str!("migrations/0020_endpoint_retry.sql")),
 ];
 
+/// The plan settings of the delivery path's transactions (claims,
+/// keyless publishes, outcome batches), sent with their `BEGIN`:
+/// - prepared statements run their cached generic plan instead of being
+///   planned at every run (`plan_cache_mode`, set to custom for the session
+///   in [`PostgresStore::open`] so that every other statement keeps the plan
+///   made for its parameters): these statements take a few rows by key or
+///   from `unnest` of their array parameters, whatever the values, and
+///   planning them cost about as much as running them (ADR 0040: planning
+///   was 43 % of the statement time of the HTTP user path);
+/// - no sequential scan, and no hash or merge join: a generic plan is made
+///   once per connection with the statistics of that moment, and one made
+///   while the tables were small would scan whole tables (or whole indexes,
+///   to hash them) at every run as they grow; every one of these
+///   statements reads a few rows by index, so nested loops of index
+///   lookups are always right (ADR 0020).
+macro_rules! generic_plans {
+    () => {
+        "SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off; \
+         SET LOCAL enable_hashjoin TO off; SET LOCAL enable_mergejoin TO off"
+    };
+}
+pub(crate) use generic_plans;
+
 /// The postgres adapter: a connection pool plus the store's clock and policy.
 #[derive(Clone)]
 pub struct PostgresStore {
@@ -157,9 +180,12 @@ impl PostgresStore {
             channel,
             housekeeping: Arc::default(),
             begin_outcomes: if config.synchronous_outcomes {
-                "BEGIN"
+                concat!("BEGIN; ", generic_plans!())
             } else {
-                "BEGIN; SET LOCAL synchronous_commit TO off"
+                concat!(
+                    "BEGIN; SET LOCAL synchronous_commit TO off; ",
+                    generic_plans!()
+                )
             },
             _listener: listener,
         };
@@ -295,28 +321,19 @@ impl<'a> Tx<'a> {
 }
 
 /// The settings a delivery claim's transaction starts with (ADR 0016), sent
-/// with its `BEGIN`:
-/// - its commit returns without waiting for its WAL to reach the disk
-///   (`synchronous_commit = off`): the next fenced outcome's synchronous
-///   commit flushes the claim with it, and a claim lost in a crash only
-///   hands its deliveries out again, which at-least-once allows;
-/// - its prepared statements run their cached generic plan instead of
-///   being planned at every run (`plan_cache_mode`, set to custom for the
-///   session in [`PostgresStore::open`]): the claim's statements take one
-///   endpoint's index range each, whatever the parameters, and their
-///   planning costs about as much as running them;
-/// - no sequential scan, and no hash or merge join: a generic plan is made
-///   once per connection with the statistics of that moment, and one made
-///   while the tables were small would scan whole tables (or whole indexes,
-///   to hash them) at every claim as they grow; every statement of the claim
-///   reads a few rows by index, so nested loops of index lookups are always
-///   right (ADR 0020).
+/// with its `BEGIN`: its commit returns without waiting for its WAL to
+/// reach the disk (`synchronous_commit = off`): the next fenced outcome's
+/// synchronous commit flushes the claim with it, and a claim lost in a
+/// crash only hands its deliveries out again, which at-least-once allows;
+/// and the delivery path's plan settings ([`GENERIC_PLANS`]).
 ///
 /// What it buys: claimers of one endpoint hold its flow-row lock for one
 /// disk flush and one planning less. Public for the plan test.
-pub const CLAIM_SETTINGS: &str = "SET LOCAL synchronous_commit TO off; \
-     SET LOCAL plan_cache_mode TO force_generic_plan; SET LOCAL enable_seqscan TO off; \
-     SET LOCAL enable_hashjoin TO off; SET LOCAL enable_mergejoin TO off";
+pub const CLAIM_SETTINGS: &str = concat!("SET LOCAL synchronous_commit TO off; ", generic_plans!());
+
+/// The delivery path's plan settings alone (see `generic_plans!`). Public
+/// for the plan test.
+pub const GENERIC_PLANS: &str = generic_plans!();
 
 /// A transaction on a pooled connection that its user ends by sending
 /// `COMMIT` itself, so the commit can go out pipelined with the last

@@ -34,7 +34,7 @@ use read::*;
 use transition::*;
 
 pub use claim::claim_statement;
-pub use outcome::RECORD_DELIVERED;
+pub use outcome::{LEASED, RECORD_DELIVERED};
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
 
@@ -333,6 +333,155 @@ mod tests {
         assert_eq!(stored, 1);
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+    /// The delivery path's statements (a keyless publish, a claim, an
+    /// outcome batch with a success and a failure) run their cached generic
+    /// plan (ADR 0040), and the same connection's other calls still plan for
+    /// their parameters (the session's setting): PostgreSQL counts both
+    /// kinds per prepared statement of the store's one pooled connection.
+    #[tokio::test]
+    async fn the_delivery_path_runs_generic_plans_and_other_calls_do_not() {
+        let (store, admin) = open_test_store().await;
+        let account = AccountId::new("a").unwrap();
+        hook(&store, &account).await;
+        let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
+        for _ in 0..3 {
+            store
+                .event_publish_batch(
+                    control_plane_core::Checked::all(vec![req.clone(), req.clone()]).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        let claimed = store
+            .delivery_claim(ClaimRequest::new("w", 6, Duration::from_secs(30)).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 6);
+        let report = |code| AttemptReport {
+            status_code: Some(code),
+            error: None,
+            latency_ms: 3,
+            response_body: None,
+        };
+        let outcomes = claimed
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let outcome = if i == 0 {
+                    DeliveryOutcome::GiveUp(report(400))
+                } else {
+                    DeliveryOutcome::Delivered(report(200))
+                };
+                (c.lease.clone(), outcome)
+            })
+            .collect();
+        for recorded in store.delivery_record_outcomes(outcomes).await.unwrap() {
+            recorded.unwrap();
+        }
+        let plans = |sql: String| {
+            let store = store.clone();
+            async move {
+                let client = store.pool.get().await.unwrap();
+                let row = client
+                    .query_opt(
+                        "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
+                         WHERE statement = $1",
+                        &[&sql],
+                    )
+                    .await
+                    .unwrap();
+                row.map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1)))
+                    .unwrap_or_else(|| panic!("not prepared on the connection: {sql}"))
+            }
+        };
+        let list = format!(
+            "SELECT {} FROM endpoints WHERE account = $1 AND deleted_at IS NULL ORDER BY created_at, id",
+            control_plane_store_kit::columns::ENDPOINT_COLS
+        );
+        for sql in [
+            publish::INSERT_EVENTS.to_string(),
+            publish::INSERT_DELIVERIES.to_string(),
+            publish::LOCK_ORDERED.to_string(),
+            RECORD_DELIVERED.to_string(),
+            list.clone(),
+        ] {
+            let (generic, custom) = plans(sql.clone()).await;
+            assert!(
+                generic >= 1 && custom == 0,
+                "{generic} generic, {custom} custom plans: {sql}"
+            );
+        }
+        // The same endpoint list, read through the API's call.
+        assert_eq!(store.endpoint_list(&account).await.unwrap().len(), 1);
+        let (_, custom) = plans(list).await;
+        assert_eq!(custom, 1, "the endpoint list outside the delivery path");
+        admin
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", store.schema()))
+            .await
+            .unwrap();
+    }
+    /// The generic plans of the delivery path's write statements, made on
+    /// empty tables (the worst statistics they can be made with), read each
+    /// row by index: no sequential scan, no hash or merge join, and a live
+    /// row by its whole key, not among its endpoint's leases (ADR 0040).
+    #[tokio::test]
+    async fn the_delivery_path_generic_plans_read_by_index() {
+        let (store, admin) = open_test_store().await;
+        let u = "ARRAY[gen_random_uuid()]";
+        // Each with its arguments and, where it finds a live row, how.
+        let statements = [
+            (
+                publish::INSERT_EVENTS,
+                format!("{u}, ARRAY['a'], ARRAY['t'], ARRAY['{{}}'], ARRAY[NULL::text], 0, ARRAY[NULL::text]"),
+                None,
+            ),
+            (publish::INSERT_DELIVERIES, format!("{u}, ARRAY['a'], {u}, {u}, 5, 0"), None),
+            (publish::LOCK_ORDERED, u.to_string(), None),
+            (
+                RECORD_DELIVERED,
+                format!(
+                    "{u}, {u}, ARRAY[NULL::text], ARRAY[200::bigint], ARRAY[1::bigint], 0, \
+                     ARRAY[NULL::text], ARRAY[1::smallint], 0, '{LEASED}'"
+                ),
+                Some("Index Cond: ((l.endpoint_id = d.endpoint_id) AND (l.seq = d.seq))"),
+            ),
+        ];
+        for (sql, args, finds) in statements {
+            admin
+                .batch_execute(&format!(
+                    "BEGIN; SET LOCAL search_path TO {}; {}; PREPARE p AS {sql}",
+                    store.schema(),
+                    crate::GENERIC_PLANS
+                ))
+                .await
+                .unwrap();
+            let plan: Vec<String> = admin
+                .query(&format!("EXPLAIN (VERBOSE) EXECUTE p ({args})"), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            admin.batch_execute("ROLLBACK; DEALLOCATE p").await.unwrap();
+            let plan = plan.join("\n");
+            assert!(plan.contains("$1"), "not the generic plan:\n{plan}");
+            assert!(!plan.contains("Seq Scan"), "a whole table scanned:\n{plan}");
+            assert!(
+                !plan.contains("Hash Join") && !plan.contains("Merge Join"),
+                "whole tables joined:\n{plan}"
+            );
+            if let Some(finds) = finds {
+                assert!(
+                    plan.contains(finds),
+                    "a live row not found by its whole key:\n{plan}"
+                );
+            }
+        }
+        admin
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", store.schema()))
             .await
             .unwrap();
     }

@@ -276,10 +276,14 @@ pub(super) async fn publish_keyless(
         let client = tx.client()?;
         let t = Tx::new(client, Some(&client.statement_cache), store, store.now());
         let accounts = accounts_of(reqs);
-        // BEGIN is sent first: the lists and schemas are read inside the
-        // transaction.
+        // BEGIN is sent first, with the delivery path's plan settings: the
+        // lists and schemas are read inside the transaction.
         let ((), lists, schemas) = futures::try_join!(
-            async { t.batch_execute("BEGIN").await.db() },
+            async {
+                t.batch_execute(concat!("BEGIN; ", crate::store::generic_plans!()))
+                    .await
+                    .db()
+            },
             futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a))),
             crate::catalogue::schemas(&t, reqs),
         )?;
