@@ -138,10 +138,13 @@ impl PostgresStore {
         })?;
         let timeout_ms = config.statement_timeout.as_millis();
         // Hot statements are prepared once per connection (no parse round
-        // trip), but planned at every execution: after five runs PostgreSQL
-        // would otherwise switch to a generic plan, which for the claim
-        // (`due_at <= $1 ... LIMIT $2`) drained about 5,500/s instead of
-        // 13,000-16,000/s in the burn-down benchmark (ADR 0005).
+        // trip). By default they are planned at every execution: after five
+        // runs PostgreSQL would otherwise pick a generic plan made with the
+        // statistics of that moment, which for an early claim drained about
+        // 5,500/s instead of 13,000-16,000/s (ADR 0005). The delivery path's
+        // transactions (claims, keyless publishes, outcome batches) opt into
+        // generic plans with `generic_plans!`, written to be right whatever
+        // the statistics (ADR 0016, ADR 0040).
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={timeout_ms} \
              -c plan_cache_mode=force_custom_plan"
@@ -307,8 +310,8 @@ impl<'a> Tx<'a> {
     }
 
     /// A statement prepared once per connection (planned at every run, see
-    /// [`PostgresStore::open`]; a claim transaction runs its generic plan,
-    /// see [`CLAIM_SETTINGS`]).
+    /// [`PostgresStore::open`]; the delivery path's transactions run its
+    /// generic plan, see `generic_plans!`).
     pub(crate) async fn prepare_cached(
         &self,
         sql: &str,
