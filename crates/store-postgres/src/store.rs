@@ -137,14 +137,11 @@ impl PostgresStore {
             ))
         })?;
         let timeout_ms = config.statement_timeout.as_millis();
-        // Hot statements are prepared once per connection (no parse round
-        // trip). By default they are planned at every execution: after five
-        // runs PostgreSQL would otherwise pick a generic plan made with the
-        // statistics of that moment, which for an early claim drained about
-        // 5,500/s instead of 13,000-16,000/s (ADR 0005). The delivery path's
-        // transactions (claims, keyless publishes, outcome batches) opt into
-        // generic plans with `generic_plans!`, written to be right whatever
-        // the statistics (ADR 0016, ADR 0040).
+        // Statements are prepared once per connection and, by default,
+        // planned at every run: a generic plan made with early statistics
+        // drained claims at 5,500/s instead of 13,000-16,000/s (ADR 0005).
+        // The delivery path's transactions opt into generic plans written to
+        // be right whatever the statistics (`generic_plans!`, ADR 0040).
         pg.options(format!(
             "-c search_path={schema} -c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={timeout_ms} \
              -c plan_cache_mode=force_custom_plan"
