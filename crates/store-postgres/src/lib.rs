@@ -27,7 +27,7 @@ use control_plane_core::*;
 pub use config::PostgresConfig;
 pub use delivery::{claim_statement, LEASED, RECORD_DELIVERED};
 pub use error::classify;
-pub use store::{PostgresStore, CLAIM_SETTINGS, GENERIC_PLANS};
+pub use store::{PostgresStore, CLAIM_SETTINGS};
 
 #[async_trait]
 impl ControlPlaneStore for PostgresStore {

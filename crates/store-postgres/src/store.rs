@@ -73,7 +73,6 @@ macro_rules! generic_plans {
          SET LOCAL enable_hashjoin TO off; SET LOCAL enable_mergejoin TO off"
     };
 }
-pub(crate) use generic_plans;
 
 /// The postgres adapter: a connection pool plus the store's clock and policy.
 #[derive(Clone)]
@@ -180,7 +179,7 @@ impl PostgresStore {
             channel,
             housekeeping: Arc::default(),
             begin_outcomes: if config.synchronous_outcomes {
-                concat!("BEGIN; ", generic_plans!())
+                BEGIN_GENERIC
             } else {
                 concat!(
                     "BEGIN; SET LOCAL synchronous_commit TO off; ",
@@ -325,15 +324,20 @@ impl<'a> Tx<'a> {
 /// reach the disk (`synchronous_commit = off`): the next fenced outcome's
 /// synchronous commit flushes the claim with it, and a claim lost in a
 /// crash only hands its deliveries out again, which at-least-once allows;
-/// and the delivery path's plan settings ([`GENERIC_PLANS`]).
+/// and the delivery path's plan settings (`generic_plans!`).
 ///
 /// What it buys: claimers of one endpoint hold its flow-row lock for one
 /// disk flush and one planning less. Public for the plan test.
 pub const CLAIM_SETTINGS: &str = concat!("SET LOCAL synchronous_commit TO off; ", generic_plans!());
 
-/// The delivery path's plan settings alone (see `generic_plans!`). Public
-/// for the plan test.
-pub const GENERIC_PLANS: &str = generic_plans!();
+/// The delivery path's plan settings alone (see `generic_plans!`), for the
+/// plan test.
+#[cfg(test)]
+pub(crate) const GENERIC_PLANS: &str = generic_plans!();
+
+/// The `BEGIN` of a delivery-path transaction that commits as the server
+/// is configured: keyless publishes, and outcome batches by default.
+pub(crate) const BEGIN_GENERIC: &str = concat!("BEGIN; ", generic_plans!());
 
 /// A transaction on a pooled connection that its user ends by sending
 /// `COMMIT` itself, so the commit can go out pipelined with the last

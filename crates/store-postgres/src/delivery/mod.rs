@@ -209,6 +209,41 @@ mod tests {
             .unwrap();
     }
 
+    /// `n` deliveries of `account`'s one endpoint (see [`hook`]), published
+    /// as keyless pairs and claimed.
+    async fn published_and_claimed(
+        store: &PostgresStore,
+        account: &AccountId,
+        n: u32,
+    ) -> Vec<ClaimedDelivery> {
+        hook(store, account).await;
+        let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
+        for _ in 0..n / 2 {
+            store
+                .event_publish_batch(
+                    control_plane_core::Checked::all(vec![req.clone(), req.clone()]).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        let claimed = store
+            .delivery_claim(ClaimRequest::new("w", n, Duration::from_secs(30)).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), n as usize);
+        claimed
+    }
+
+    /// An attempt answered with `code` in 3 ms.
+    fn report(code: u16) -> AttemptReport {
+        AttemptReport {
+            status_code: Some(code),
+            error: None,
+            latency_ms: 3,
+            response_body: None,
+        }
+    }
+
     /// Outcomes commit without waiting for the disk unless the store is
     /// configured otherwise (ADR 0034), when the server's own setting
     /// applies: a trigger on the attempt log notes
@@ -233,25 +268,7 @@ mod tests {
                 .await
                 .unwrap();
             let account = AccountId::new("a").unwrap();
-            hook(&store, &account).await;
-            let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
-            store
-                .event_publish_batch(
-                    control_plane_core::Checked::all(vec![req.clone(), req]).unwrap(),
-                )
-                .await
-                .unwrap();
-            let claimed = store
-                .delivery_claim(ClaimRequest::new("w", 2, Duration::from_secs(30)).unwrap())
-                .await
-                .unwrap();
-            assert_eq!(claimed.len(), 2);
-            let report = |code| AttemptReport {
-                status_code: Some(code),
-                error: None,
-                latency_ms: 3,
-                response_body: None,
-            };
+            let claimed = published_and_claimed(&store, &account, 2).await;
             let ok = store
                 .delivery_record_outcomes(vec![(
                     claimed[0].lease.clone(),
@@ -345,27 +362,7 @@ mod tests {
     async fn the_delivery_path_runs_generic_plans_and_other_calls_do_not() {
         let (store, admin) = open_test_store().await;
         let account = AccountId::new("a").unwrap();
-        hook(&store, &account).await;
-        let req = PublishRequest::new(account.clone(), "a.b", serde_json::json!({}));
-        for _ in 0..3 {
-            store
-                .event_publish_batch(
-                    control_plane_core::Checked::all(vec![req.clone(), req.clone()]).unwrap(),
-                )
-                .await
-                .unwrap();
-        }
-        let claimed = store
-            .delivery_claim(ClaimRequest::new("w", 6, Duration::from_secs(30)).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(claimed.len(), 6);
-        let report = |code| AttemptReport {
-            status_code: Some(code),
-            error: None,
-            latency_ms: 3,
-            response_body: None,
-        };
+        let claimed = published_and_claimed(&store, &account, 6).await;
         let outcomes = claimed
             .iter()
             .enumerate()
@@ -454,7 +451,7 @@ mod tests {
                 .batch_execute(&format!(
                     "BEGIN; SET LOCAL search_path TO {}; {}; PREPARE p AS {sql}",
                     store.schema(),
-                    crate::GENERIC_PLANS
+                    crate::store::GENERIC_PLANS
                 ))
                 .await
                 .unwrap();

@@ -279,11 +279,7 @@ pub(super) async fn publish_keyless(
         // BEGIN is sent first, with the delivery path's plan settings: the
         // lists and schemas are read inside the transaction.
         let ((), lists, schemas) = futures::try_join!(
-            async {
-                t.batch_execute(concat!("BEGIN; ", crate::store::generic_plans!()))
-                    .await
-                    .db()
-            },
+            async { t.batch_execute(crate::store::BEGIN_GENERIC).await.db() },
             futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a))),
             crate::catalogue::schemas(&t, reqs),
         )?;
