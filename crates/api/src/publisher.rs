@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use control_plane_core::{
     Checked, DynControlPlaneStore, PublishRequest, Published, StoreError, StoreResult,
 };
-use control_plane_runtime::GroupCommit;
+use control_plane_runtime::{GroupCommit, Linger};
 
 /// Most publishes written in one transaction. As many groups are in flight
 /// at once as the store's `write_concurrency` (each on its own connection
@@ -48,7 +48,8 @@ impl Publisher {
         let group = self.group.get_or_init(|| {
             let store = self.store.clone();
             let writers = store.write_concurrency();
-            GroupCommit::start("publisher", writers, QUEUE, MAX_GROUP, move |reqs| {
+            let sizes = (QUEUE, MAX_GROUP);
+            GroupCommit::start("publisher", writers, sizes, Linger::NONE, move |reqs| {
                 let store = store.clone();
                 async move { write(&store, reqs).await }
             })

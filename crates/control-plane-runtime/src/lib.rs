@@ -19,6 +19,6 @@ pub mod trace;
 pub mod usage;
 
 pub use erasure::erase;
-pub use group::GroupCommit;
+pub use group::{GroupCommit, Linger};
 pub use recover::recover;
 pub use usage::UsageMeter;

@@ -69,6 +69,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_RETRY_SCHEDULE", default: "5s,5m,30m,2h,5h,10h,10h", help: "delays before each retry", commands: SERVICE },
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
     Variable { name: "CONTROLPLANE_CLAIM_AHEAD", default: "100", help: "deliveries a worker claims beyond its free send slots while every endpoint answers quickly, 0 to 10000", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_OUTCOME_LINGER", default: "0s", help: "while outcomes arrive together, how long a worker waits for 32 of them before committing a batch, 0s to 100ms (ADR 0041)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: WORKERS },
@@ -154,6 +155,8 @@ pub struct Config {
     pub lease: Duration,
     /// Answers slower than this lower the endpoint's in-flight cap (ADR 0019).
     pub slow_answer: Duration,
+    /// How long the completion batcher waits for company (ADR 0041).
+    pub outcome_linger: Duration,
     /// Default in-flight cap per endpoint, across every replica.
     pub endpoint_concurrency: u32,
     /// Bytes of each answer's body kept on its attempt.
@@ -288,6 +291,7 @@ impl Config {
             },
             lease: lease(&vars)?,
             slow_answer: slow_answer(&vars)?,
+            outcome_linger: outcome_linger(&vars)?,
             endpoint_concurrency: match vars.get("CONTROLPLANE_ENDPOINT_CONCURRENCY") {
                 Some(v) => parse_u32_in(
                     "CONTROLPLANE_ENDPOINT_CONCURRENCY",
@@ -657,6 +661,19 @@ fn slow_answer(vars: &Vars) -> Result<Duration, ConfigError> {
     )
 }
 
+fn outcome_linger(vars: &Vars) -> Result<Duration, ConfigError> {
+    let bounds = (Duration::ZERO, Duration::from_millis(100));
+    let expected = "a duration from 0s to 100ms like 2ms";
+    let default = Duration::ZERO;
+    duration_in(
+        vars,
+        "CONTROLPLANE_OUTCOME_LINGER",
+        default,
+        bounds,
+        expected,
+    )
+}
+
 fn migrations(vars: &Vars) -> Result<Migrations, ConfigError> {
     let choices = (("true", Migrations::Apply), ("false", Migrations::Refuse));
     one_of(vars, "CONTROLPLANE_AUTO_MIGRATE", choices)
@@ -920,6 +937,8 @@ mod tests {
             ("CONTROLPLANE_LEASE", "0s"),
             ("CONTROLPLANE_SLOW_ANSWER", "1ms"),
             ("CONTROLPLANE_SLOW_ANSWER", "2h"),
+            ("CONTROLPLANE_OUTCOME_LINGER", "101ms"),
+            ("CONTROLPLANE_OUTCOME_LINGER", "soon"),
             ("CONTROLPLANE_CONCURRENCY", "0"),
             ("CONTROLPLANE_CLAIM_AHEAD", "10001"),
             ("CONTROLPLANE_CLAIM_AHEAD", "-1"),

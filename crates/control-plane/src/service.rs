@@ -52,6 +52,7 @@ fn dispatcher_config(config: &Config) -> DispatcherConfig {
         allowed_targets: config.allowed_targets.clone(),
         slow_answer: config.slow_answer,
         response_body_bytes: usize::try_from(config.response_body_bytes).unwrap_or(4096),
+        outcome_linger: config.outcome_linger,
         ..DispatcherConfig::default()
     }
 }
@@ -387,9 +388,11 @@ pub(crate) mod tests {
             ("CONTROLPLANE_CLAIM_AHEAD", "9"),
             ("CONTROLPLANE_LEASE", "40s"),
             ("CONTROLPLANE_RETRY_SCHEDULE", "1s,2s"),
+            ("CONTROLPLANE_OUTCOME_LINGER", "3ms"),
         ])
         .unwrap();
         let d = dispatcher_config(&config);
+        assert_eq!(d.outcome_linger, Duration::from_millis(3));
         assert_eq!(d.response_body_bytes, 7);
         assert_eq!(d.concurrency, 3);
         assert_eq!(d.ahead, 9);

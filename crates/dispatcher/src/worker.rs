@@ -22,7 +22,7 @@ use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Slot, Work};
 use crate::retry::RetryPolicy;
 use crate::signing::signature_header;
-use control_plane_runtime::GroupCommit;
+use control_plane_runtime::{GroupCommit, Linger};
 
 /// How long the loop may wait for more free send slots before it claims
 /// for the few it has (see [`Dispatcher::run`]).
@@ -61,7 +61,17 @@ pub struct DispatcherConfig {
     pub slow_answer: Duration,
     /// Bytes of each answer's body kept on its attempt (at most 64 KiB).
     pub response_body_bytes: usize,
+    /// While outcomes arrive together, the completion batcher waits up to
+    /// this long for [`OUTCOME_FILL`] of them before it records a batch;
+    /// a lone outcome is recorded at once. Fewer, larger outcome commits
+    /// against endpoint places held that much longer (ADR 0041). Zero never
+    /// waits.
+    pub outcome_linger: Duration,
 }
+
+/// The batch a lingering completion batcher waits for
+/// ([`DispatcherConfig::outcome_linger`]).
+pub const OUTCOME_FILL: usize = 32;
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
@@ -78,6 +88,7 @@ impl Default for DispatcherConfig {
             allowed_targets: Vec::new(),
             slow_answer: Duration::from_secs(1),
             response_body_bytes: 4096,
+            outcome_linger: Duration::ZERO,
         }
     }
 }
@@ -161,7 +172,7 @@ impl Dispatcher {
     /// sends finish within the grace period and releases the leases of the
     /// rest, so another worker takes them at once.
     pub async fn run(&self, stop: CancellationToken) -> DispatchReport {
-        let (recorder, batcher) = Recorder::start(self.store.clone());
+        let (recorder, batcher) = Recorder::start(self.store.clone(), self.config.outcome_linger);
         let sends = Sends {
             store: self.store.clone(),
             ctx: self.ctx.clone(),
@@ -684,19 +695,27 @@ async fn publish(
 /// The completion batcher: sends report their outcomes here, and one writer
 /// records whatever has accumulated as one batch (`delivery_record_outcomes`,
 /// through `control_plane_runtime::GroupCommit`), so under load many
-/// outcomes share a transaction, and when idle each is recorded at once.
+/// outcomes share a transaction (waiting up to `outcome_linger` for
+/// [`OUTCOME_FILL`] of them), and when idle each is recorded at once.
 #[derive(Clone)]
 struct Recorder {
     group: GroupCommit<(Lease, DeliveryOutcome), OutcomeRecorded>,
 }
 
 impl Recorder {
-    fn start(store: DynControlPlaneStore) -> (Recorder, tokio::task::JoinHandle<()>) {
+    fn start(
+        store: DynControlPlaneStore,
+        linger: Duration,
+    ) -> (Recorder, tokio::task::JoinHandle<()>) {
+        let linger = Linger {
+            wait: linger,
+            fill: OUTCOME_FILL,
+        };
         let (group, mut tasks) = GroupCommit::start(
             "completion batcher",
             1,
-            1024,
-            200,
+            (1024, 200),
+            linger,
             move |batch: Vec<(Lease, DeliveryOutcome)>| {
                 let store = store.clone();
                 async move {
