@@ -69,7 +69,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_RETRY_SCHEDULE", default: "5s,5m,30m,2h,5h,10h,10h", help: "delays before each retry", commands: SERVICE },
     Variable { name: "CONTROLPLANE_CONCURRENCY", default: "64", help: "in-flight sends per worker process", commands: WORKERS },
     Variable { name: "CONTROLPLANE_CLAIM_AHEAD", default: "100", help: "deliveries a worker claims beyond its free send slots while every endpoint answers quickly, 0 to 10000", commands: WORKERS },
-    Variable { name: "CONTROLPLANE_OUTCOME_LINGER", default: "0s", help: "while outcomes arrive together, how long a worker waits for 32 of them before committing a batch, 0s to 100ms (ADR 0041)", commands: WORKERS },
+    Variable { name: "CONTROLPLANE_OUTCOME_LINGER", default: "5ms", help: "while outcomes arrive together, how long a worker waits for 64 of them before committing a batch, 0s to 100ms (ADR 0041)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_SLOW_ANSWER", default: "1s", help: "answers slower than this lower the endpoint's in-flight cap, 10ms to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_LEASE", default: "30s", help: "lease length of a delivery being sent, 1s to 1h", commands: WORKERS },
     Variable { name: "CONTROLPLANE_RESPONSE_BODY_BYTES", default: "4096", help: "bytes of each answer's body kept on its attempt (0 to 65536)", commands: WORKERS },
@@ -663,8 +663,8 @@ fn slow_answer(vars: &Vars) -> Result<Duration, ConfigError> {
 
 fn outcome_linger(vars: &Vars) -> Result<Duration, ConfigError> {
     let bounds = (Duration::ZERO, Duration::from_millis(100));
-    let expected = "a duration from 0s to 100ms like 2ms";
-    let default = Duration::ZERO;
+    let expected = "a duration from 0s to 100ms like 5ms";
+    let default = Duration::from_millis(5);
     duration_in(
         vars,
         "CONTROLPLANE_OUTCOME_LINGER",
@@ -919,6 +919,15 @@ mod tests {
         let e = parse(&[("CONTROLPLANE_STOER", "embedded")]).unwrap_err();
         assert_eq!(e.variable, "CONTROLPLANE_STOER");
         assert!(e.message.contains("CONTROLPLANE_STORE"));
+    }
+
+    #[test]
+    fn outcome_batches_linger_5ms_unless_set_and_0s_never_waits() {
+        assert_eq!(parse(&[]).unwrap().outcome_linger, Duration::from_millis(5));
+        let never = parse(&[("CONTROLPLANE_OUTCOME_LINGER", "0s")]).unwrap();
+        assert_eq!(never.outcome_linger, Duration::ZERO);
+        let most = parse(&[("CONTROLPLANE_OUTCOME_LINGER", "100ms")]).unwrap();
+        assert_eq!(most.outcome_linger, Duration::from_millis(100));
     }
 
     #[test]

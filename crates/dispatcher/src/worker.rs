@@ -71,7 +71,7 @@ pub struct DispatcherConfig {
 
 /// The batch a lingering completion batcher waits for
 /// ([`DispatcherConfig::outcome_linger`]).
-pub const OUTCOME_FILL: usize = 32;
+pub const OUTCOME_FILL: usize = 64;
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
@@ -88,7 +88,7 @@ impl Default for DispatcherConfig {
             allowed_targets: Vec::new(),
             slow_answer: Duration::from_secs(1),
             response_body_bytes: 4096,
-            outcome_linger: Duration::ZERO,
+            outcome_linger: Duration::from_millis(5),
         }
     }
 }
