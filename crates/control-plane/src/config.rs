@@ -664,7 +664,7 @@ fn slow_answer(vars: &Vars) -> Result<Duration, ConfigError> {
 fn outcome_linger(vars: &Vars) -> Result<Duration, ConfigError> {
     let bounds = (Duration::ZERO, Duration::from_millis(100));
     let expected = "a duration from 0s to 100ms like 5ms";
-    let default = Duration::from_millis(5);
+    let default = dispatcher::OUTCOME_LINGER;
     duration_in(
         vars,
         "CONTROLPLANE_OUTCOME_LINGER",

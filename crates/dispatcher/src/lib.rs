@@ -20,7 +20,7 @@ pub use metrics::DeliveryMetrics;
 pub use retry::RetryPolicy;
 pub use ssrf::Cidr;
 pub use tasks::{Progress, TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
-pub use worker::{DispatchReport, Dispatcher, DispatcherConfig, OUTCOME_FILL};
+pub use worker::{DispatchReport, Dispatcher, DispatcherConfig, OUTCOME_FILL, OUTCOME_LINGER};
 
 /// Runs the answer parsers (the head of an HTTP answer, and the framing of
 /// a chunked body) over `bytes`, for the fuzz target `answers`: neither may

@@ -73,6 +73,10 @@ pub struct DispatcherConfig {
 /// ([`DispatcherConfig::outcome_linger`]).
 pub const OUTCOME_FILL: usize = 64;
 
+/// The default of [`DispatcherConfig::outcome_linger`], and of
+/// `CONTROLPLANE_OUTCOME_LINGER`.
+pub const OUTCOME_LINGER: Duration = Duration::from_millis(5);
+
 impl Default for DispatcherConfig {
     fn default() -> Self {
         DispatcherConfig {
@@ -88,7 +92,7 @@ impl Default for DispatcherConfig {
             allowed_targets: Vec::new(),
             slow_answer: Duration::from_secs(1),
             response_body_bytes: 4096,
-            outcome_linger: Duration::from_millis(5),
+            outcome_linger: OUTCOME_LINGER,
         }
     }
 }

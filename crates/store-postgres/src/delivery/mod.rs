@@ -285,13 +285,7 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(failed[0].as_ref().unwrap().state, DeliveryState::Dead);
-            let seen: Vec<String> = admin
-                .query(&format!("SELECT setting FROM {schema}.seen"), &[])
-                .await
-                .unwrap()
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let seen = texts(&admin, &format!("SELECT setting FROM {schema}.seen")).await;
             // Synchronous, the server's own setting applies (on, unless the
             // cluster is run without it).
             let server: String = admin
@@ -487,13 +481,7 @@ mod tests {
             ))
             .await
             .unwrap();
-        let plan: Vec<String> = admin
-            .query(&format!("EXPLAIN (VERBOSE) EXECUTE p ({args})"), &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let plan = texts(admin, &format!("EXPLAIN (VERBOSE) EXECUTE p ({args})")).await;
         admin.batch_execute("ROLLBACK; DEALLOCATE p").await.unwrap();
         let plan = plan.join("\n");
         assert!(plan.contains("$1"), "not the generic plan:\n{plan}");
@@ -532,5 +520,11 @@ mod tests {
             .batch_execute(&format!("DROP SCHEMA {} CASCADE", store.schema()))
             .await
             .unwrap();
+    }
+
+    /// The first column of what `sql` returns, as text.
+    async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+        let rows = client.query(sql, &[]).await.unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
     }
 }
