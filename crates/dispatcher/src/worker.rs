@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::classify::{classify, parse_retry_after, SendResult};
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
-use crate::pace::{Answered, Pace, Tracked};
+use crate::pace::{in_turns, Answered, Pace, Tracked};
 use crate::pump::{Pump, Slot, Work};
 use crate::retry::RetryPolicy;
 use crate::signing::signature_header;
@@ -271,7 +271,7 @@ impl Work for Sends {
                 self.pace
                     .claimed(c.delivery.endpoint_id, c.delivery.id, now);
             }
-            claimed
+            in_turns(claimed, |c| c.delivery.endpoint_id)
         }
     }
 
