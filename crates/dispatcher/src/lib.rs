@@ -13,6 +13,7 @@ pub mod retry;
 pub mod signing;
 pub mod ssrf;
 pub mod tasks;
+mod turns;
 pub mod worker;
 
 pub use classify::{classify, SendResult};

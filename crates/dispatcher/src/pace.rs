@@ -205,31 +205,6 @@ impl Pace {
     }
 }
 
-/// `items` in turns by endpoint (`endpoint_of`): the first of each endpoint,
-/// in the order their endpoints first appear, then the second of each, and
-/// so on; each endpoint's own items keep their order. A claim comes back
-/// oldest first, so without turns one endpoint's backlog would take every
-/// free slot: the other endpoints would send nothing until those sends end
-/// or park, and a slow one among them would not be learned until then.
-pub(crate) fn in_turns<T, K: PartialEq>(items: Vec<T>, endpoint_of: impl Fn(&T) -> K) -> Vec<T> {
-    let mut groups: Vec<(K, std::collections::VecDeque<T>)> = Vec::new();
-    for item in items {
-        let key = endpoint_of(&item);
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, group)) => group.push_back(item),
-            None => groups.push((key, std::collections::VecDeque::from([item]))),
-        }
-    }
-    let mut out = Vec::new();
-    while !groups.is_empty() {
-        for (_, group) in groups.iter_mut() {
-            out.extend(group.pop_front());
-        }
-        groups.retain(|(_, group)| !group.is_empty());
-    }
-    out
-}
-
 /// One send being paced: reports its end to [`Pace::ended`] once, with
 /// [`Answered::Nothing`] when dropped unfinished (halted at shutdown, or a
 /// send that panicked), so no send stays counted in flight.
@@ -281,18 +256,6 @@ mod tests {
     use super::*;
 
     const SLOW: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn a_claim_is_started_in_turns_by_endpoint_each_in_its_own_order() {
-        let claimed = vec![("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("c", 1)];
-        let started = in_turns(claimed, |(e, _)| *e);
-        assert_eq!(
-            started,
-            vec![("a", 1), ("b", 1), ("c", 1), ("a", 2), ("b", 2), ("a", 3)]
-        );
-        assert_eq!(in_turns(vec![1, 2, 3], |_| ()), vec![1, 2, 3]);
-        assert!(in_turns(Vec::<u8>::new(), |_| ()).is_empty());
-    }
 
     fn endpoint(n: u128) -> EndpointId {
         EndpointId(uuid::Uuid::from_u128(n))

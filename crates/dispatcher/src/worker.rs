@@ -18,10 +18,11 @@ use tracing::Instrument;
 use crate::classify::{classify, parse_retry_after, SendResult};
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
-use crate::pace::{in_turns, Answered, Pace, Tracked};
+use crate::pace::{Answered, Pace, Tracked};
 use crate::pump::{Pump, Slot, Work};
 use crate::retry::RetryPolicy;
 use crate::signing::signature_header;
+use crate::turns::in_turns;
 use control_plane_runtime::{GroupCommit, Linger};
 
 /// How long the loop may wait for more free send slots before it claims

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::ssrf::Cidr;
+use crate::turns::in_turns;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::either::Either;
@@ -572,22 +573,6 @@ async fn round_trip(
 /// before the next address is tried beside it.
 const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
-/// `addrs` with the two families alternating, the first address's family
-/// first (RFC 8305 4).
-fn interleave(addrs: &[SocketAddr]) -> Vec<SocketAddr> {
-    let first_v6 = addrs.first().is_some_and(SocketAddr::is_ipv6);
-    let (mut a, mut b): (Vec<SocketAddr>, Vec<SocketAddr>) =
-        addrs.iter().partition(|x| x.is_ipv6() == first_v6);
-    a.reverse();
-    b.reverse();
-    let mut out = Vec::with_capacity(addrs.len());
-    while !a.is_empty() || !b.is_empty() {
-        out.extend(a.pop());
-        out.extend(b.pop());
-    }
-    out
-}
-
 /// The first of `addrs` that accepts a TCP connection, Happy Eyeballs
 /// style (RFC 8305): the families alternate, and each next address is
 /// tried when the previous attempt failed or after [`ATTEMPT_DELAY`],
@@ -599,7 +584,8 @@ where
     Fut: Future<Output = std::io::Result<S>> + Send + 'static,
     S: Send + 'static,
 {
-    let mut next = interleave(addrs).into_iter();
+    // The families alternate, the first address's family first (RFC 8305 4).
+    let mut next = in_turns(addrs.to_vec(), SocketAddr::is_ipv6).into_iter();
     let mut attempts = tokio::task::JoinSet::new();
     loop {
         if let Some(addr) = next.next() {
