@@ -53,7 +53,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_POOL_SIZE", default: "16", help: "connections, 1 to 1000 (postgres only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "sync", help: "sync or async: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_DATABASE_SCHEMA", default: "public", help: "schema holding the tables (postgres only)", commands: EVERY },
-    Variable { name: "CONTROLPLANE_AUTO_MIGRATE", default: "true", help: "false: a store whose schema is behind refuses to start until `control-plane migrate` runs", commands: &["serve", "api", "worker", "status"] },
+    Variable { name: "CONTROLPLANE_AUTO_MIGRATE", default: "true", help: "false: a store whose schema is behind refuses to start until `control-plane migrate` runs", commands: &["serve", "api", "worker", "status", "rotate-key"] },
     Variable { name: "CONTROLPLANE_SECRET_KEY_FILE", default: "(embedded: the store file + .key, created; required for postgres)", help: "file holding the key endpoint secrets are sealed with: the base64 of 32 random bytes", commands: EVERY },
     Variable { name: "CONTROLPLANE_PREVIOUS_SECRET_KEY_FILES", default: "(none)", help: "comma-separated key files still read, during a rotation (see rotate-key)", commands: EVERY },
     Variable { name: "CONTROLPLANE_LISTEN", default: "127.0.0.1:8080", help: "the API's address; a worker serves /healthz and /readyz there only when it is set; healthcheck asks it (0.0.0.0 and [::] as loopback)", commands: &["serve", "api", "worker", "healthcheck"] },
@@ -83,6 +83,18 @@ pub const VARIABLES: &[Variable] = &[
 pub fn is_known(name: &str) -> bool {
     VARIABLES.iter().any(|v| v.name == name)
 }
+
+/// The `CONTROLPLANE_*` names that the Compose files under `deploy/` read
+/// for themselves (ports, the image, the secrets' directory); the binary
+/// never reads them, and names them so in its error.
+const COMPOSE_ONLY: &[&str] = &[
+    "CONTROLPLANE_PORT",
+    "CONTROLPLANE_WORKER_1_PORT",
+    "CONTROLPLANE_WORKER_2_PORT",
+    "CONTROLPLANE_IMAGE",
+    "CONTROLPLANE_SECRETS_DIR",
+    "CONTROLPLANE_PG_GATE_IMAGE",
+];
 
 /// A configuration error: which variable, what was wrong, what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -332,6 +344,13 @@ impl Vars {
             let k = k.as_ref();
             if !k.starts_with("CONTROLPLANE_") || k.starts_with("CONTROLPLANE_TEST_") {
                 continue;
+            }
+            if COMPOSE_ONLY.contains(&k) {
+                return Err(err(
+                    k,
+                    "read by the Compose files under deploy/, not by control-plane (its address is \
+                     CONTROLPLANE_LISTEN); unset it in the environment that runs control-plane",
+                ));
             }
             if !is_known(k) {
                 let names: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
@@ -919,6 +938,16 @@ mod tests {
         let e = parse(&[("CONTROLPLANE_STOER", "embedded")]).unwrap_err();
         assert_eq!(e.variable, "CONTROLPLANE_STOER");
         assert!(e.message.contains("CONTROLPLANE_STORE"));
+    }
+
+    #[test]
+    fn compose_variables_fail_closed_saying_whose_they_are() {
+        for name in COMPOSE_ONLY {
+            let e = parse(&[(*name, "8080")]).unwrap_err();
+            assert_eq!(e.variable, *name);
+            assert!(e.message.contains("Compose"), "{e}");
+            assert!(e.message.contains("CONTROLPLANE_LISTEN"), "{e}");
+        }
     }
 
     #[test]
