@@ -951,6 +951,18 @@ mod tests {
     }
 
     #[test]
+    fn auto_migrate_is_in_the_help_of_every_command_that_opens_the_store_unmigrated() {
+        let v = VARIABLES
+            .iter()
+            .find(|v| v.name == "CONTROLPLANE_AUTO_MIGRATE")
+            .unwrap();
+        // `migrate` migrates whatever the setting; `healthcheck` opens nothing.
+        for command in ["serve", "api", "worker", "status", "rotate-key"] {
+            assert!(v.commands.contains(&command), "{command}");
+        }
+    }
+
+    #[test]
     fn outcome_batches_linger_5ms_unless_set_and_0s_never_waits() {
         assert_eq!(parse(&[]).unwrap().outcome_linger, Duration::from_millis(5));
         let never = parse(&[("CONTROLPLANE_OUTCOME_LINGER", "0s")]).unwrap();
