@@ -9,7 +9,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use base64::Engine;
-use control_plane_core::{AccountId, SignatureScheme};
+use control_plane_core::{AccountId, AccountKey, IdempotencyOwner, KeyId, SignatureScheme};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
@@ -110,6 +110,100 @@ pub fn new_secret(scheme: SignatureScheme) -> Result<String, ApiError> {
     }
 }
 
+/// Who sent a request, as its bearer token says: found once, by
+/// [`authenticate`], before anything else of the request is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Authenticated {
+    /// The caller.
+    pub(crate) caller: Caller,
+    /// The account key's id; `None` for the admin.
+    pub(crate) key: Option<KeyId>,
+}
+
+impl Authenticated {
+    /// The scope of this caller's idempotency records on a route of
+    /// `account` (the path's, if any); `None` where the caller may not act,
+    /// so that such a request writes no record (ADR 0043).
+    pub(crate) fn idempotency_scope(&self, account: Option<&str>) -> Option<String> {
+        let account = account.map(AccountId::new).transpose().ok()?;
+        let owner = match (&self.caller, self.key, &account) {
+            (Caller::Admin, _, Some(a)) => IdempotencyOwner::AdminOf(a),
+            (Caller::Admin, _, None) => IdempotencyOwner::Admin,
+            (Caller::Account(own), Some(key), Some(a)) if own == a => {
+                IdempotencyOwner::Key(own, key)
+            }
+            _ => return None,
+        };
+        Some(owner.scope())
+    }
+}
+
+/// Whether a request to `path` needs a bearer token: the API's routes but
+/// its OpenAPI document, and `/metrics`. (`/healthz`, `/readyz` and the
+/// dashboard, which signs in on its own, do not.)
+fn needs_token(path: &str) -> bool {
+    (path.starts_with("/v1/") && path != "/v1/openapi.json") || path == "/metrics"
+}
+
+/// The middleware that authenticates every request that needs a token
+/// before its body is read, its idempotency record is written or its
+/// handler runs: an anonymous client (no token, a junk token, a revoked
+/// key) is answered `401` (or `429`) having cost only the limiter and at
+/// most one indexed read (DESIGN 3.11). The caller found is kept in the
+/// request for [`Caller`]'s extractor and the idempotency layer.
+pub(crate) async fn authenticate(
+    axum::extract::State(state): axum::extract::State<Arc<ApiState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !needs_token(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    match authenticate_parts(&parts, &state).await {
+        Ok(who) => {
+            parts.extensions.insert(who);
+            next.run(axum::extract::Request::from_parts(parts, body))
+                .await
+        }
+        Err(e) => {
+            // The body is left unread: the connection is not reused.
+            let mut r = e.into_response();
+            r.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            r
+        }
+    }
+}
+
+/// Who the request's `Authorization: Bearer` token is; `401` or `429`.
+async fn authenticate_parts(parts: &Parts, state: &ApiState) -> Result<Authenticated, ApiError> {
+    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
+    let value = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("an Authorization: Bearer <token> header is required"))?;
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
+        .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
+    let addr = crate::limiter::client_address(parts);
+    match identify(state, &state.bearer_failures, addr, token).await? {
+        Ok(who) => Ok(who),
+        Err(Refused::Unknown) => Err(unauthorized("the token is not valid")),
+        Err(Refused::TooMany(wait)) => Err(ApiError::too_many(
+            "too many requests with invalid tokens from this address: wait and try again",
+            wait,
+        )),
+    }
+}
+
 impl FromRequestParts<Arc<ApiState>> for Caller {
     type Rejection = ApiError;
 
@@ -117,27 +211,12 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
         parts: &mut Parts,
         state: &Arc<ApiState>,
     ) -> Result<Self, Self::Rejection> {
-        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
-        let value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| unauthorized("an Authorization: Bearer <token> header is required"))?;
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
-            .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer <token>\""))?;
-        let addr = crate::limiter::client_address(parts);
-        match caller_limited(state, &state.bearer_failures, addr, token).await? {
-            Ok(caller) => Ok(caller),
-            Err(Refused::Unknown) => Err(unauthorized("the token is not valid")),
-            Err(Refused::TooMany(wait)) => Err(ApiError::too_many(
-                "too many requests with invalid tokens from this address: wait and try again",
-                wait,
-            )),
+        // Found by `authenticate` before the body was read; a router
+        // without that layer (a test's) authenticates here.
+        if let Some(who) = parts.extensions.get::<Authenticated>() {
+            return Ok(who.caller.clone());
         }
+        Ok(authenticate_parts(parts, state).await?.caller)
     }
 }
 
@@ -169,11 +248,14 @@ fn is_admin_hash(state: &ApiState, hash: &str) -> bool {
 
 /// The account of the stored, unrevoked key whose hash is `hash`, if any.
 async fn account_for_hash(state: &ApiState, hash: &str) -> Result<Option<Caller>, ApiError> {
-    Ok(state
-        .store
-        .account_key_find(hash)
+    Ok(key_for_hash(state, hash)
         .await?
         .map(|key| Caller::Account(key.account)))
+}
+
+/// The stored, unrevoked key whose hash is `hash`, if any.
+async fn key_for_hash(state: &ApiState, hash: &str) -> Result<Option<AccountKey>, ApiError> {
+    Ok(state.store.account_key_find(hash).await?)
 }
 
 /// Whether `token` has the shape [`generate_token`] gives every account
@@ -216,16 +298,34 @@ pub async fn caller_limited(
     addr: IpAddr,
     token: &str,
 ) -> Result<Result<Caller, Refused>, ApiError> {
+    Ok(identify(state, failures, addr, token)
+        .await?
+        .map(|who| who.caller))
+}
+
+/// [`caller_limited`], with the key's id.
+async fn identify(
+    state: &ApiState,
+    failures: &FailureLimiter,
+    addr: IpAddr,
+    token: &str,
+) -> Result<Result<Authenticated, Refused>, ApiError> {
     let now = std::time::Instant::now();
     let limited = failures.check(addr, now).err();
     if !token.is_empty() && token.len() <= MAX_TOKEN_BYTES {
         let hash = hash_token(token);
         if is_admin_hash(state, &hash) {
-            return Ok(Ok(Caller::Admin));
+            return Ok(Ok(Authenticated {
+                caller: Caller::Admin,
+                key: None,
+            }));
         }
         if limited.is_none() || may_be_account_key(token) {
-            if let Some(caller) = account_for_hash(state, &hash).await? {
-                return Ok(Ok(caller));
+            if let Some(key) = key_for_hash(state, &hash).await? {
+                return Ok(Ok(Authenticated {
+                    caller: Caller::Account(key.account),
+                    key: Some(key.id),
+                }));
             }
         }
     }

@@ -60,8 +60,10 @@ pub struct ApiConfig {
 }
 
 /// What one account may hold (README "Quotas"); a create or registration
-/// past one is `403` naming it. Checked before the write: requests of one
-/// account that race may pass a quota by as many as raced.
+/// past one is `403` naming it. Checked and written under a lock per
+/// account, so that requests racing in one process cannot pass it; API
+/// processes of one postgres store that race may pass it by as many
+/// processes as raced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quotas {
     /// Endpoints (`CONTROLPLANE_QUOTA_ENDPOINTS`).
@@ -111,7 +113,14 @@ pub struct ApiState {
     pub(crate) openapi: serde_json::Value,
     pub(crate) publisher: publisher::Publisher,
     pub(crate) bearer_failures: limiter::FailureLimiter,
+    /// Locks that make a quota's check and its write one step per account,
+    /// striped by the account's hash so that they take fixed memory.
+    quota_locks: [tokio::sync::Mutex<()>; QUOTA_LOCKS],
 }
+
+/// How many quota locks there are; accounts that share one wait for each
+/// other's creates only.
+const QUOTA_LOCKS: usize = 64;
 
 impl ApiState {
     /// The store.
@@ -122,6 +131,19 @@ impl ApiState {
     /// The time now, by the API's clock.
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// Held from a quota's check until its write is done: creates of one
+    /// account that race in this process cannot pass a quota together.
+    pub(crate) async fn quota_lock(
+        &self,
+        account: &control_plane_core::AccountId,
+    ) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        account.as_str().hash(&mut h);
+        let stripe = (h.finish() % QUOTA_LOCKS as u64) as usize;
+        self.quota_locks[stripe].lock().await
     }
 }
 
@@ -150,6 +172,7 @@ pub fn router(
         quotas: config.quotas,
         openapi: openapi::to_json(doc),
         bearer_failures: limiter::FailureLimiter::new(auth::BEARER_FAILURES, auth::BEARER_WINDOW),
+        quota_locks: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
     });
     let idempotency = (state.store.clone(), config.body_limit);
     routes
@@ -163,6 +186,12 @@ pub fn router(
         .layer(axum::middleware::from_fn_with_state(
             (config.body_timeout, config.body_limit),
             server::read_body_within,
+        ))
+        // Outside the body's reading and the idempotency records: an
+        // anonymous client costs neither (ADR 0043).
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(uniform_errors))
         .with_state(state)

@@ -151,6 +151,8 @@ macro_rules! conformance_suite {
             idempotency_abandon_frees_the_key,
             idempotency_complete_with_a_stale_token_is_an_error,
             idempotency_records_expire_and_are_swept,
+            an_unfinished_idempotency_record_is_held_only_for_its_lease,
+            revoking_a_key_drops_its_idempotency_records,
             a_rotated_out_secret_is_cleared_after_its_grace,
             tick_is_single_flight_until_completed_or_expired,
             tick_state_is_kept_and_interval_respected,

@@ -313,18 +313,37 @@ pub fn check_publishes(
     reqs: &[PublishRequest],
     schemas: &[StoredSchema],
 ) -> Result<(), StoreError> {
-    if schemas.is_empty() {
-        return Ok(());
-    }
-    for r in reqs {
-        let schema = schemas
-            .iter()
-            .find(|(a, name, _)| *a == r.account && *name == r.event_type);
-        if let Some((_, _, text)) = schema {
-            check_payload(&r.event_type, text, &r.payload)?;
-        }
+    let batch = reqs.len();
+    for (i, r) in reqs.iter().enumerate() {
+        check_publish(r, i, batch, schemas)?;
     }
     Ok(())
+}
+
+/// Checks request `i` of a publish of `batch` requests against its type's
+/// schema among `schemas`, if it has one.
+///
+/// # Errors
+/// [`check_payload`]'s error; in a batch of more than one, named as
+/// `events[i]` (the batch route's name of the event, README).
+pub fn check_publish(
+    req: &PublishRequest,
+    i: usize,
+    batch: usize,
+    schemas: &[StoredSchema],
+) -> Result<(), StoreError> {
+    let schema = schemas
+        .iter()
+        .find(|(a, name, _)| *a == req.account && *name == req.event_type);
+    let Some((_, _, text)) = schema else {
+        return Ok(());
+    };
+    check_payload(&req.event_type, text, &req.payload).map_err(|e| match e {
+        StoreError::InvalidInput(m) if batch > 1 => {
+            StoreError::InvalidInput(format!("events[{i}]: {m}"))
+        }
+        other => other,
+    })
 }
 
 /// The compiled schemas by their text, and their summed cost.
@@ -473,6 +492,24 @@ mod tests {
         let cut = check_payload("t", &strings, &Value::Object(long_key)).unwrap_err();
         assert!(cut.to_string().len() < MAX_MESSAGE_BYTES + 200, "{cut}");
         assert!(cut.to_string().ends_with("..."), "{cut}");
+    }
+
+    #[test]
+    fn a_pattern_whose_compiled_form_is_over_its_limit_is_refused() {
+        // One pattern, well under the count of patterns, whose compiled
+        // form is over 64 KiB: the regex crate's own limit (10 MiB) takes it.
+        let heavy = json!({"type": "string", "pattern": "[^x]{5000}"});
+        let unlimited = jsonschema::options()
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(&heavy);
+        assert!(unlimited.is_ok(), "only our limit refuses it");
+        let err = put(Some(heavy), None).check().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::InvalidInput(m) if m.contains("does not compile")),
+            "{err:?}"
+        );
+        let light = json!({"type": "string", "pattern": "[^x]{30}"});
+        put(Some(light), None).check().unwrap();
     }
 
     #[test]

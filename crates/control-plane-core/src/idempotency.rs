@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use crate::{validate_short_text, LeaseToken, StoreResult};
+use crate::{validate_short_text, AccountId, KeyId, LeaseToken, StoreResult};
 
 /// A response stored for replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +72,40 @@ pub struct IdempotencyToken {
     pub key: String,
     /// Fencing token.
     pub token: LeaseToken,
+    /// How long the record lives once completed: the request's ttl.
+    pub keep_for: Duration,
+}
+
+/// Whose idempotency records a scope holds, so that a key's records go
+/// when it is revoked and an account's when it is erased (ADR 0043). The
+/// HTTP layer scopes each record by the caller it authenticated: an account
+/// key by its account and key id, the admin by the account of the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdempotencyOwner<'a> {
+    /// An account key.
+    Key(&'a AccountId, KeyId),
+    /// The admin token, on a route of this account.
+    AdminOf(&'a AccountId),
+    /// The admin token, on a route of no account.
+    Admin,
+}
+
+impl IdempotencyOwner<'_> {
+    /// The scope of this owner's records.
+    pub fn scope(&self) -> String {
+        match self {
+            IdempotencyOwner::Key(account, key) => format!("account:{account}:key:{key}"),
+            IdempotencyOwner::AdminOf(account) => format!("account:{account}:admin"),
+            IdempotencyOwner::Admin => "admin".to_string(),
+        }
+    }
+}
+
+/// The prefix every scope of `account`'s records starts with (see
+/// [`IdempotencyOwner::scope`]); account names hold no `:`, so no other
+/// account's scope starts with it.
+pub fn idempotency_account_prefix(account: &AccountId) -> String {
+    format!("account:{account}:")
 }
 
 /// Checks an idempotency key: 1 to 255 characters, no control
@@ -93,6 +127,7 @@ pub struct IdempotencyBeginRequest {
     key: String,
     request_hash: String,
     ttl: Duration,
+    lease: Duration,
 }
 
 impl IdempotencyBeginRequest {
@@ -115,7 +150,22 @@ impl IdempotencyBeginRequest {
             key,
             request_hash: request_hash.into(),
             ttl,
+            lease: ttl,
         })
+    }
+
+    /// Holds the key `in_progress` for at most `lease` (at most the ttl):
+    /// a request whose handler never finishes (a crash, a client that gave
+    /// up) frees its key once the lease passes, and a completed record
+    /// lives the whole ttl from its completion.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.min(self.ttl);
+        self
+    }
+
+    /// How long the key is held before the request completes.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// The scope the key is unique in (for example the account and route).
@@ -133,7 +183,7 @@ impl IdempotencyBeginRequest {
         &self.request_hash
     }
 
-    /// How long the record lives.
+    /// How long the record lives once completed.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }

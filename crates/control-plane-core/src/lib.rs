@@ -183,8 +183,8 @@ pub use error::{StoreError, StoreResult};
 pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
 pub use idempotency::{
-    validate_idempotency_key, IdempotencyBegin, IdempotencyBeginRequest, IdempotencyRecord,
-    IdempotencyToken, StoredResponse,
+    idempotency_account_prefix, validate_idempotency_key, IdempotencyBegin,
+    IdempotencyBeginRequest, IdempotencyOwner, IdempotencyRecord, IdempotencyToken, StoredResponse,
 };
 pub use maintenance::{PurgeBatch, PurgeReport};
 pub use oauth2::ClientCredentials;
@@ -207,7 +207,8 @@ pub use types::{
 };
 pub use usage::{usage_window, UsageBatch, UsageEntry, UsageMetric, UsageRow, USAGE_WINDOW};
 pub use workflow::{
-    listable, validate_progress, ClaimedTask, Task, TaskClaimRequest, TaskEnqueueRequest,
-    TaskEnqueued, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease, TaskListRequest,
-    TaskState, WorkflowPolicy, MAX_PROGRESS_BYTES,
+    listable, task_kind_reserved, validate_progress, ClaimedTask, Task, TaskClaimRequest,
+    TaskEnqueueRequest, TaskEnqueued, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease,
+    TaskListRequest, TaskState, WorkflowPolicy, MAX_PROGRESS_BYTES, PUBLISH_TASK,
+    SERVICE_TASK_PREFIX,
 };

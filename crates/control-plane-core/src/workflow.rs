@@ -14,6 +14,22 @@ string_id! {
     short_text "task id";
 }
 
+/// The prefix of the task kinds the service runs itself
+/// (`control-plane.erase`, `control-plane.recover`, ...).
+pub const SERVICE_TASK_PREFIX: &str = "control-plane.";
+
+/// The one service kind a tenant may enqueue through the task API: publish
+/// an event when the task is due (payload `{"type", "payload"}`).
+pub const PUBLISH_TASK: &str = "control-plane.publish";
+
+/// Whether `kind` is reserved to the service: every kind under
+/// [`SERVICE_TASK_PREFIX`] but [`PUBLISH_TASK`]. The task API refuses to
+/// enqueue one and an account key to retry one, so that an erasure or a
+/// recovery runs only through its own route and its own checks.
+pub fn task_kind_reserved(kind: &str) -> bool {
+    kind.starts_with(SERVICE_TASK_PREFIX) && kind != PUBLISH_TASK
+}
+
 named_enum! {
     /// The lifecycle of a task.
     ///
@@ -406,5 +422,29 @@ mod tests {
         assert!(TaskId::new("order-1/step-2").is_ok());
         assert!(TaskId::new("").is_err());
         assert!(TaskId::new("a\nb").is_err());
+    }
+}
+
+#[cfg(test)]
+mod reserved_tests {
+    use super::*;
+
+    #[test]
+    fn service_kinds_are_reserved_but_the_publish_a_tenant_may_delay() {
+        for kind in [
+            crate::ERASE_TASK,
+            crate::RECOVER_TASK,
+            "control-plane.anything",
+        ] {
+            assert!(task_kind_reserved(kind), "{kind}");
+        }
+        for kind in [
+            PUBLISH_TASK,
+            "email.send",
+            "control-plane",
+            "Control-plane.erase",
+        ] {
+            assert!(!task_kind_reserved(kind), "{kind}");
+        }
     }
 }

@@ -1,12 +1,21 @@
 //! Erasing an account ([`control_plane_core::erasure`]): the use case the
 //! `control-plane.erase` task runs, over the port.
 
+use std::time::Duration;
+
 use control_plane_core::erasure::{ErasureProgress, ERASE_BATCH_ROWS};
 use control_plane_core::{AccountId, ControlPlaneStore, PurgeBatch, StoreResult};
 
+/// How long after its start an erasure keeps going: every process writes
+/// the usage it metered at least every second (`usage_loop`), so usage
+/// counted just before the account's doors shut reaches the store within
+/// this and is erased too, instead of landing after the erasure is done.
+pub const USAGE_SETTLE: Duration = Duration::from_secs(3);
+
 /// Erases `account`: begins again (a key made since the request is revoked
-/// too), then runs batches until one removes nothing, reporting after each;
-/// a run cut short goes on `from` its last report.
+/// too), then runs batches until one removes nothing, reporting after each,
+/// and at least until [`USAGE_SETTLE`] after its start; a run cut short
+/// goes on `from` its last report.
 ///
 /// # Errors
 /// The store's; the batches committed before stay done.
@@ -17,11 +26,18 @@ pub async fn erase(
     mut report: impl FnMut(&ErasureProgress) + Send,
 ) -> StoreResult<ErasureProgress> {
     store.account_erase_begin(account).await?;
+    let started = tokio::time::Instant::now();
     let batch = PurgeBatch::new(ERASE_BATCH_ROWS)?;
     let mut at = from.unwrap_or_default();
     loop {
         let removed = store.account_erase_batch(account, batch).await?;
         if removed == 0 {
+            let settled = started.elapsed();
+            if settled < USAGE_SETTLE {
+                // Usage metered before the start may still be on its way.
+                tokio::time::sleep(USAGE_SETTLE - settled).await;
+                continue;
+            }
             at.done = true;
             return Ok(at);
         }

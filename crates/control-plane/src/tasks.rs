@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 /// The task kind the service runs itself: publish an event later. The
 /// payload is `{"type", "payload"}`; the task id is the idempotency key, so a
 /// rerun after a crash never publishes twice.
-pub const PUBLISH_TASK: &str = "control-plane.publish";
+pub use control_plane_core::PUBLISH_TASK;
 
 /// The idempotency key of a publish task's event: `task:` and the task id,
 /// or, for an id too long for a key (over 250 characters), `task-sha256:` and
@@ -372,6 +372,46 @@ mod tests {
         assert!(
             store.workflow_get(&account, &id).await.is_ok(),
             "the task stays"
+        );
+    }
+
+    /// Usage metered just before an erasure (by a process whose usage loop
+    /// writes it a moment later) is erased too, not written after the
+    /// erasure reports done.
+    #[tokio::test]
+    async fn usage_metered_just_before_an_erasure_is_erased_with_it() {
+        use control_plane_core::{TaskId, TaskState, TimeRange, Timestamp, UsageMetric};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, account, _) = store_with_endpoint(dir.path()).await;
+        let api_usage = Arc::new(UsageMeter::default());
+        api_usage.add(&account, UsageMetric::EventsPublished, 5);
+        // The API process's usage loop writes it half a second later.
+        let stop = CancellationToken::new();
+        let writer = tokio::spawn({
+            let (store, usage, stop) = (store.clone(), api_usage.clone(), stop.clone());
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                crate::loops::usage_loop(store, usage, stop).await;
+            }
+        });
+        let id = TaskId::new("erase-usage").unwrap();
+        let task = (id, ERASE_TASK, serde_json::json!({}));
+        let worker_usage = Arc::new(UsageMeter::default());
+        let ended = run_to_the_end(&store, worker_usage, &account, vec![task]).await;
+        assert_eq!(ended[0].state, TaskState::Completed, "{:?}", ended[0]);
+        stop.cancel();
+        writer.await.unwrap();
+        let window = TimeRange {
+            from: Timestamp::from_millis(0),
+            to: SystemClock.now().plus(std::time::Duration::from_secs(7200)),
+        };
+        assert!(
+            store
+                .usage_query(&account, window)
+                .await
+                .unwrap()
+                .is_empty(),
+            "no usage of the erased account is left"
         );
     }
 }

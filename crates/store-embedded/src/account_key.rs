@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use control_plane_core::{
-    AccountId, AccountKey, AccountKeyStore, KeyHash, KeyId, StoreError, StoreResult,
+    AccountId, AccountKey, AccountKeyStore, IdempotencyOwner, KeyHash, KeyId, StoreError,
+    StoreResult,
 };
 use duckdb::{params, OptionalExt};
 
@@ -81,6 +82,12 @@ pub(crate) fn revoke(t: &mut Tx<'_>, account: &AccountId, id: KeyId) -> StoreRes
     if n == 0 {
         return Err(StoreError::not_found("account key", id));
     }
+    // Its stored answers go with it (ADR 0043).
+    t.execute(
+        "DELETE FROM idempotency WHERE scope = $1",
+        params![IdempotencyOwner::Key(account, id).scope()],
+    )
+    .db()?;
     Ok(())
 }
 

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use control_plane_core::{
-    AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK, ERASING,
+    idempotency_account_prefix, AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult,
+    ERASE_TASK, ERASING,
 };
 use duckdb::params;
 
@@ -60,7 +61,7 @@ const REST: &[&str] = &[
     "DELETE FROM usage_counters WHERE (account, metric, window_start) IN \
      (SELECT (account, metric, window_start) FROM usage_counters WHERE account = $1 LIMIT $2)",
     "DELETE FROM tasks WHERE (account, id) IN \
-     (SELECT (account, id) FROM tasks WHERE account = $1 AND kind <> $3 LIMIT $2)",
+     (SELECT (account, id) FROM tasks WHERE account = $1 AND NOT (kind = $3 AND state = 'leased') LIMIT $2)",
     "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
 ];
 
@@ -81,6 +82,15 @@ pub(crate) fn batch(t: &mut Tx<'_>, account: &AccountId, batch: PurgeBatch) -> S
         )
         .db()? as u64;
     removed += deliveries(t, account, n)?;
+    // The account's idempotency records (ADR 0043): the scopes of its keys
+    // and of the admin's requests on its routes.
+    removed += t
+        .execute(
+            "DELETE FROM idempotency WHERE (scope, key) IN (SELECT (scope, key) FROM idempotency \
+             WHERE starts_with(scope, $1) LIMIT $2)",
+            params![idempotency_account_prefix(account), n],
+        )
+        .db()? as u64;
     for sql in REST {
         let k = if sql.contains("$3") {
             t.execute(sql, params![a, n, ERASE_TASK])

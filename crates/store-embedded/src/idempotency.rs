@@ -16,7 +16,7 @@ pub(crate) fn begin(
     req: &IdempotencyBeginRequest,
 ) -> StoreResult<IdempotencyBegin> {
     let (scope, key) = (req.scope(), req.key());
-    let (request_hash, ttl) = (req.request_hash(), req.ttl());
+    let (request_hash, lease) = (req.request_hash(), req.lease());
     let now = t.now.as_millis();
     let existing = t
         .query_row(
@@ -44,13 +44,14 @@ pub(crate) fn begin(
     .db()?;
     t.execute(
         "INSERT INTO idempotency (scope, key, request_hash, state, token, expires_at) VALUES ($1, $2, $3, 'in_progress', $4, $5)",
-        params![scope, key, request_hash, token.to_string(), t.now.plus(ttl).as_millis()],
+        params![scope, key, request_hash, token.to_string(), t.now.plus(lease).as_millis()],
     )
     .db()?;
     Ok(IdempotencyBegin::Started(IdempotencyToken {
         scope: scope.to_string(),
         key: key.to_string(),
         token,
+        keep_for: req.ttl(),
     }))
 }
 
@@ -61,14 +62,15 @@ pub(crate) fn complete(
 ) -> StoreResult<()> {
     let n = t
         .execute(
-            "UPDATE idempotency SET state = 'completed', status = $1, body = $2 \
+            "UPDATE idempotency SET state = 'completed', status = $1, body = $2, expires_at = $6 \
              WHERE scope = $3 AND key = $4 AND token = $5 AND state = 'in_progress'",
             params![
                 i64::from(r.status),
                 r.body,
                 tok.scope,
                 tok.key,
-                tok.token.to_string()
+                tok.token.to_string(),
+                t.now.plus(tok.keep_for).as_millis()
             ],
         )
         .db()?;

@@ -3,7 +3,8 @@
 use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::{
-    AccountId, AccountKey, AccountKeyStore, KeyHash, KeyId, StoreError, StoreResult,
+    AccountId, AccountKey, AccountKeyStore, IdempotencyOwner, KeyHash, KeyId, StoreError,
+    StoreResult,
 };
 
 use crate::error::PgResultExt;
@@ -59,6 +60,13 @@ pub(crate) async fn revoke(t: &Tx<'_>, account: &AccountId, id: KeyId) -> StoreR
     if n == 0 {
         return Err(StoreError::not_found("account key", id));
     }
+    // Its stored answers go with it (ADR 0043).
+    t.execute(
+        "DELETE FROM idempotency WHERE scope = $1",
+        &[&IdempotencyOwner::Key(account, id).scope()],
+    )
+    .await
+    .db()?;
     Ok(())
 }
 

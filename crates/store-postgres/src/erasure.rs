@@ -1,7 +1,10 @@
 //! Erasure of an account ([`control_plane_core::erasure`]): the start that
 //! shuts its doors, and the batches that remove its rows.
 
-use control_plane_core::{AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK, ERASING};
+use control_plane_core::{
+    idempotency_account_prefix, AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK,
+    ERASING,
+};
 
 use crate::error::PgResultExt;
 use crate::store::Tx;
@@ -42,7 +45,8 @@ pub(crate) async fn begin(t: &Tx<'_>, account: &AccountId) -> StoreResult<Erasur
 /// pointing at a removed row: the attempt log, the tallies and the events
 /// left without deliveries once the account has none, its endpoints once
 /// it has no delivery and the endpoint no attempt, then the rest. `$3` is
-/// the erasure's own task kind, kept.
+/// the erasure's own task kind: a task of it that runs (the erasure's own)
+/// is kept, any other (one planted with a delay) goes.
 const BATCH: &[&str] = &[
     "DELETE FROM attempts WHERE id IN (SELECT a.id FROM endpoints e CROSS JOIN LATERAL \
      (SELECT x.id FROM attempts x WHERE x.endpoint_id = e.id LIMIT $2) a WHERE e.account = $1 LIMIT $2)",
@@ -65,7 +69,7 @@ const BATCH: &[&str] = &[
     "DELETE FROM usage_counters WHERE (account, metric, window_start) IN \
      (SELECT account, metric, window_start FROM usage_counters WHERE account = $1 LIMIT $2)",
     "DELETE FROM tasks WHERE (account, id) IN \
-     (SELECT account, id FROM tasks WHERE account = $1 AND kind <> $3 LIMIT $2)",
+     (SELECT account, id FROM tasks WHERE account = $1 AND NOT (kind = $3 AND state = 'leased') LIMIT $2)",
     "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
 ];
 
@@ -98,6 +102,16 @@ pub(crate) async fn batch(t: &Tx<'_>, account: &AccountId, batch: PurgeBatch) ->
         .collect::<StoreResult<_>>()?;
     let mut removed = events.len() as u64;
     removed += t.execute(THEIR_EVENTS, &[&events]).await.db()?;
+    // The account's idempotency records (ADR 0043): the scopes of its keys
+    // and of the admin's requests on its routes.
+    removed += t
+        .execute(
+            "DELETE FROM idempotency WHERE (scope, key) IN (SELECT scope, key FROM idempotency \
+             WHERE starts_with(scope, $1) LIMIT $2)",
+            &[&idempotency_account_prefix(account), &n],
+        )
+        .await
+        .db()?;
     for sql in BATCH {
         let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&a, &n, &ERASE_TASK];
         // Each statement takes the parameters it names.

@@ -17,7 +17,7 @@ pub(crate) async fn begin(
     req: &IdempotencyBeginRequest,
 ) -> StoreResult<IdempotencyBegin> {
     let (scope, key) = (req.scope(), req.key());
-    let (request_hash, ttl) = (req.request_hash(), req.ttl());
+    let (request_hash, lease) = (req.request_hash(), req.lease());
     let token = Uuid::new_v4();
     let started = t
         .query_opt(
@@ -26,7 +26,7 @@ pub(crate) async fn begin(
              ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'in_progress', \
                token = EXCLUDED.token, status = NULL, body = NULL, expires_at = EXCLUDED.expires_at \
              WHERE idempotency.expires_at <= $6 RETURNING token",
-            &[&scope, &key, &request_hash, &token, &t.now.plus(ttl).as_millis(), &t.now.as_millis()],
+            &[&scope, &key, &request_hash, &token, &t.now.plus(lease).as_millis(), &t.now.as_millis()],
         )
         .await
         .db()?;
@@ -35,6 +35,7 @@ pub(crate) async fn begin(
             scope: scope.to_string(),
             key: key.to_string(),
             token: LeaseToken(token),
+            keep_for: req.ttl(),
         }));
     }
     let row = t
@@ -57,7 +58,7 @@ pub(crate) async fn complete(
 ) -> StoreResult<()> {
     let n = t
         .execute(
-            "UPDATE idempotency SET state = 'completed', status = $1, body = $2 \
+            "UPDATE idempotency SET state = 'completed', status = $1, body = $2, expires_at = $6 \
              WHERE scope = $3 AND key = $4 AND token = $5 AND state = 'in_progress'",
             &[
                 &i64::from(r.status),
@@ -65,6 +66,7 @@ pub(crate) async fn complete(
                 &token.scope,
                 &token.key,
                 &token.token.0,
+                &t.now.plus(token.keep_for).as_millis(),
             ],
         )
         .await

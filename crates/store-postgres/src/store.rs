@@ -50,6 +50,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (18, include_str!("migrations/0018_example_events.sql")),
     (19, include_str!("migrations/0019_tasks_by_state.sql")),
     (20, include_str!("migrations/0020_endpoint_retry.sql")),
+    (21, include_str!("migrations/0021_attempts_by_account.sql")),
 ];
 
 /// The plan settings of the delivery path's transactions (claims,

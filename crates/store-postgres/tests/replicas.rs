@@ -717,3 +717,41 @@ async fn claimers_let_go_at_once_never_pass_a_large_cap() {
     assert!(seen.values().all(|n| *n == 1), "no delivery twice");
     assert_eq!(seen.len(), 450, "the cap of 450, reached and never passed");
 }
+
+/// A small account's attempt search reads its own rows, not every
+/// tenant's history (issue 72, item 9): with 200,000 attempts of another
+/// account, the plan of `AttemptQuery::sql` walks the account's index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_search_reads_only_its_accounts_rows() {
+    let schema = fresh_schema();
+    let _guard = SchemaGuard(schema.clone());
+    let _store = open_in(&schema, StoreOptions::default(), Arc::new(SystemClock), 1).await;
+    let client = raw_client(&schema).await;
+    client
+        .batch_execute(
+            "INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, latency_ms, \
+               will_retry, recorded_at) \
+             SELECT gen_random_uuid(), gen_random_uuid(), CASE WHEN i % 20000 = 0 THEN 'small' \
+               ELSE 'big' END, 1, 'delivered', 1, false, i FROM generate_series(1, 200000) i; \
+             ANALYZE attempts",
+        )
+        .await
+        .unwrap();
+    let query = control_plane_core::AttemptQuery::new(
+        control_plane_core::AccountId::new("small").unwrap(),
+        control_plane_core::PageRequest::first(50),
+    );
+    let plan: Vec<String> = client
+        .query(
+            &format!("EXPLAIN (ANALYZE, BUFFERS) {}", query.sql("id")),
+            &[&"small", &51_i64],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("attempts_by_account"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}

@@ -1,9 +1,10 @@
 //! Admin routes: account keys and dashboard sessions.
 
 use super::{
-    caller_for_hash, generate_token, hash_token, id, ok, query, views, AccountPath, AdminScope,
-    Answer, ApiError, Caller, Deserialize, IntoParams, IntoResponse, ItemPath, KeyCreated, KeyId,
-    Path, SessionList, SessionView, Shared, State, StatusCode, TaskView,
+    caller_for_hash, generate_token, hash_token, id, ok, ok_showing_secret, query, views,
+    AccountPath, AdminScope, Answer, ApiError, Caller, Deserialize, IntoParams, IntoResponse,
+    ItemPath, KeyCreated, KeyId, Path, SessionList, SessionView, Shared, State, StatusCode,
+    TaskView,
 };
 use control_plane_core::{KeyHash, ERASE_TASK};
 
@@ -23,7 +24,7 @@ pub(crate) async fn key_create(State(s): Shared, AdminScope(account): AdminScope
         .store
         .account_key_create(&account, &KeyHash::new(hash_token(&token))?)
         .await?;
-    ok(
+    ok_showing_secret(
         StatusCode::CREATED,
         KeyCreated {
             id: key.id,
@@ -31,6 +32,7 @@ pub(crate) async fn key_create(State(s): Shared, AdminScope(account): AdminScope
             key: token,
             created_at: views::time(key.created_at),
         },
+        "key",
     )
 }
 

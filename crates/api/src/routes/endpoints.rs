@@ -7,9 +7,9 @@ use control_plane_core::{EndpointKey, SecretRotation, SignatureScheme};
 use crate::views::RetrySettings;
 
 use super::{
-    double, id, new_secret, ok, over_quota, query, unix_seconds, validate_secret, AccountPath,
-    Answer, ApiError, ApiState, BTreeMap, Caller, Check, Deserialize, Duration,
-    EndpointCreateRequest, EndpointDeleted, EndpointDetail, EndpointId, EndpointStats,
+    double, id, new_secret, ok, ok_showing_secret, over_quota, query, unix_seconds,
+    validate_secret, AccountPath, Answer, ApiError, ApiState, BTreeMap, Caller, Check, Deserialize,
+    Duration, EndpointCreateRequest, EndpointDeleted, EndpointDetail, EndpointId, EndpointStats,
     EndpointUpdateRequest, EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath,
     Json, ListQuery, Listing, OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State,
     StatusCode, TaskView, Timestamp, ToSchema, Value,
@@ -157,6 +157,9 @@ pub(crate) async fn endpoint_create(
     Json(body): Json<EndpointCreateBody>,
 ) -> Answer {
     cap_allowed(&s, &caller, body.max_in_flight)?;
+    // Checked and written under the account's quota lock, so that
+    // creates that race cannot pass the quota together.
+    let _quota = s.quota_lock(&account).await;
     let quota = s.quotas.endpoints;
     let holds = s.store.endpoint_list(&account).await?.len() as u64;
     if holds >= u64::from(quota) {
@@ -185,9 +188,10 @@ pub(crate) async fn endpoint_create(
     req.retry = body.retry.map(RetrySettings::checked).transpose()?;
     req.description = body.description;
     let e = s.store.endpoint_create(req.checked()?).await?;
-    ok(
+    ok_showing_secret(
         StatusCode::CREATED,
         EndpointWithSecret::new(&e, secret, false),
+        "secret",
     )
 }
 
@@ -426,7 +430,11 @@ pub(crate) async fn endpoint_rotate(
             },
         )
         .await?;
-    ok(StatusCode::OK, EndpointWithSecret::new(&e, secret, true))
+    ok_showing_secret(
+        StatusCode::OK,
+        EndpointWithSecret::new(&e, secret, true),
+        "secret",
+    )
 }
 
 /// Enables an endpoint: its held deliveries resume.

@@ -55,6 +55,9 @@ pub(crate) async fn event_type_put(
         example: body.example,
         ..EventTypePut::new(account, p.name, body.description)
     };
+    // Checked and written under the account's quota lock, so that
+    // registrations that race cannot pass the quota together.
+    let _quota = s.quota_lock(&req.account).await;
     within_quotas(&s, &req).await?;
     // Compiling a schema is CPU work bounded by its limits: it runs on a
     // blocking thread, never on a worker the dispatcher shares.

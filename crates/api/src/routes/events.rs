@@ -1,6 +1,8 @@
 //! Events: publish, list and read.
 
-use control_plane_core::{StoreError, TraceParent};
+use control_plane_core::{AccountId, Checked, StoreError, TraceParent};
+
+use crate::ApiState;
 use tracing::Instrument;
 
 use super::{
@@ -129,6 +131,11 @@ pub(crate) async fn event_publish(
 /// Events one batch publish takes at most.
 pub(crate) const MAX_BATCH_EVENTS: usize = 100;
 
+/// Deliveries one batch publish may create at most (its events times the
+/// endpoints each reaches): a request of 1 MiB fanned out to 100,000
+/// deliveries in 2 s before this bound (issue 72).
+pub(crate) const MAX_BATCH_DELIVERIES: usize = 10_000;
+
 /// One event of a batch publish.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -213,6 +220,7 @@ pub(crate) async fn event_publish_batch(
         })?;
         reqs.push(req);
     }
+    within_fan_out_bound(&s, &account, &reqs).await?;
     let published = s.store.event_publish_batch(reqs).instrument(span).await?;
     let created = published.iter().filter(|p| p.created).count();
     s.usage.add(
@@ -226,6 +234,30 @@ pub(crate) async fn event_publish_batch(
             events: published.into_iter().map(Published::from).collect(),
         },
     )
+}
+
+/// Refuses a batch that would create more than [`MAX_BATCH_DELIVERIES`]
+/// deliveries, counted with core's one fan-out rule over the account's
+/// endpoints as they are now (one read, bounded by the endpoint quota).
+async fn within_fan_out_bound(
+    s: &ApiState,
+    account: &AccountId,
+    reqs: &[Checked<PublishRequest>],
+) -> Result<(), ApiError> {
+    let endpoints = s.store.endpoint_list(account).await?;
+    let deliveries: usize = reqs
+        .iter()
+        .map(|r| control_plane_core::fan_out(&endpoints, &r.event_type, &r.payload, None).len())
+        .sum();
+    if deliveries > MAX_BATCH_DELIVERIES {
+        return Err(ApiError::invalid(format!(
+            "this batch would create {deliveries} deliveries ({} events to the account's \
+             endpoints), over the {MAX_BATCH_DELIVERIES} one request may create; publish \
+             it in smaller batches",
+            reqs.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The trace context a publish stores (README: Tracing): the caller's

@@ -58,6 +58,16 @@ fn ok<T: Serialize>(status: StatusCode, body: T) -> Answer {
     Ok((status, Json(body)).into_response())
 }
 
+/// [`ok`] for an answer that shows a secret once (`field` of `body`): its
+/// idempotency record keeps `null` in its place, so a store holds no secret
+/// for a replay (ADR 0043).
+fn ok_showing_secret<T: Serialize>(status: StatusCode, body: T, field: &'static str) -> Answer {
+    let mut r = (status, Json(body)).into_response();
+    r.extensions_mut()
+        .insert(crate::idempotency::ShowsSecret(field));
+    Ok(r)
+}
+
 /// An optional JSON body: none when the request carries no body at all. A
 /// body is read only with `content-type: application/json`, as `Json` reads
 /// it; one without a content type is `415`, never dropped unread (a bulk

@@ -1,5 +1,7 @@
 //! Workflow tasks: enqueue, read, dead letters and their retry.
 
+use crate::auth::Caller;
+
 use super::{
     ok, page_request, AccountPath, Answer, ApiError, Check, Deserialize, Duration, IntoParams,
     ItemPath, Json, Listing, PageQuery, Path, Query, Scope, Shared, State, StatusCode,
@@ -41,6 +43,15 @@ pub(crate) async fn task_enqueue(
     Scope(account): Scope,
     Json(body): Json<TaskBody>,
 ) -> Answer {
+    if control_plane_core::task_kind_reserved(&body.kind) {
+        return Err(ApiError::invalid(format!(
+            "kind {:?} is reserved to the service: kinds under {:?} run through their own \
+             routes (erasure, recover); only {:?} may be enqueued here",
+            body.kind,
+            control_plane_core::SERVICE_TASK_PREFIX,
+            control_plane_core::PUBLISH_TASK
+        )));
+    }
     let task_id = match body.id {
         Some(given) => TaskId::new(given)?,
         None => TaskId::new(uuid::Uuid::new_v4().to_string())?,
@@ -121,10 +132,24 @@ pub(crate) async fn task_list_dead(
 )]
 pub(crate) async fn task_retry(
     State(s): Shared,
+    caller: Caller,
     Scope(account): Scope,
     Path(p): Path<ItemPath>,
 ) -> Answer {
     let task = TaskId::new(p.id).map_err(|_| ApiError::not_found("task"))?;
+    // A service kind (an erasure) runs again only when the admin says so.
+    if caller != Caller::Admin {
+        let found = s.store.workflow_get(&account, &task).await?;
+        if control_plane_core::task_kind_reserved(&found.kind) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "task kind {:?} is reserved to the service: only the admin may retry it",
+                    found.kind
+                ),
+            ));
+        }
+    }
     let t = s.store.workflow_retry_dead(&account, &task).await?;
     ok(StatusCode::OK, TaskView::from(&t))
 }

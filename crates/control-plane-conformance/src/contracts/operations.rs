@@ -107,6 +107,94 @@ pub async fn idempotency_complete_with_a_stale_token_is_an_error(f: &dyn StoreFa
     );
 }
 
+/// `IdempotencyBeginRequest::with_lease`: an unfinished request holds its
+/// key for its lease only; a completed one is kept its whole ttl from its
+/// completion.
+pub async fn an_unfinished_idempotency_record_is_held_only_for_its_lease(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let (ttl, lease) = (Duration::from_secs(3600), Duration::from_secs(60));
+    let leased = |key: &'static str| {
+        let store = h.store.clone();
+        async move {
+            store
+                .idempotency_begin(
+                    &IdempotencyBeginRequest::new("s", key, "h", ttl)
+                        .unwrap()
+                        .with_lease(lease),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let IdempotencyBegin::Started(_stuck) = leased("stuck").await else {
+        panic!("expected Started");
+    };
+    let IdempotencyBegin::Started(done) = leased("done").await else {
+        panic!("expected Started");
+    };
+    h.clock.advance(Duration::from_secs(30));
+    let resp = StoredResponse {
+        status: 201,
+        body: "{}".into(),
+    };
+    h.store
+        .idempotency_complete(&done, resp.clone())
+        .await
+        .unwrap();
+    assert_eq!(leased("stuck").await, IdempotencyBegin::InProgress);
+    h.clock.advance(Duration::from_secs(31));
+    assert!(
+        matches!(leased("stuck").await, IdempotencyBegin::Started(_)),
+        "its lease passed: the key is free"
+    );
+    h.clock.advance(Duration::from_secs(3000));
+    assert_eq!(
+        leased("done").await,
+        IdempotencyBegin::Replay(resp),
+        "a completed record lives its ttl from its completion"
+    );
+}
+
+/// `AccountKeyStore::account_key_revoke`: the revoked key's idempotency
+/// records go with it; the account's other keys keep theirs.
+pub async fn revoking_a_key_drops_its_idempotency_records(f: &dyn StoreFactory) {
+    let h = f.open(StoreOptions::default()).await;
+    let a = acct("a");
+    let mut keys = Vec::new();
+    for n in ["1", "2"] {
+        let hash = KeyHash::new(n.repeat(64)).unwrap();
+        keys.push(h.store.account_key_create(&a, &hash).await.unwrap().id);
+    }
+    let resp = StoredResponse {
+        status: 201,
+        body: "{}".into(),
+    };
+    let scopes: Vec<String> = keys
+        .iter()
+        .map(|k| IdempotencyOwner::Key(&a, *k).scope())
+        .collect();
+    for scope in &scopes {
+        let IdempotencyBegin::Started(t) =
+            begin(&h, scope, "k", "h", Duration::from_secs(3600)).await
+        else {
+            panic!("expected Started");
+        };
+        h.store
+            .idempotency_complete(&t, resp.clone())
+            .await
+            .unwrap();
+    }
+    h.store.account_key_revoke(&a, keys[0]).await.unwrap();
+    assert!(matches!(
+        begin(&h, &scopes[0], "k", "h", Duration::from_secs(3600)).await,
+        IdempotencyBegin::Started(_)
+    ));
+    assert_eq!(
+        begin(&h, &scopes[1], "k", "h", Duration::from_secs(3600)).await,
+        IdempotencyBegin::Replay(resp)
+    );
+}
+
 /// `MaintenanceStore::maintenance_purge`: expired idempotency records are swept.
 pub async fn idempotency_records_expire_and_are_swept(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;

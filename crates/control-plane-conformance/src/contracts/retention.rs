@@ -412,8 +412,53 @@ pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFact
         before_a.usage > 0 && before_a.alerts > 0 && before_a.event_types > 0,
         "{before_a:?}"
     );
+    // An erasure task planted to run later (as an account key could once
+    // through the task API) is not the erasure's own: it goes.
+    let mut planted = task("planted", "a", ERASE_TASK);
+    planted.run_at = Some(h.clock.now().plus(Duration::from_secs(25)));
+    h.store
+        .workflow_enqueue(planted.checked().unwrap())
+        .await
+        .unwrap();
+    // Idempotency records of the account (its key's and the admin's on its
+    // routes) go with it; another account's stay.
+    let stored = StoredResponse {
+        status: 201,
+        body: "{}".into(),
+    };
+    for scope in ["account:a:admin", "account:b:admin"] {
+        let IdempotencyBegin::Started(t) = h
+            .store
+            .idempotency_begin(
+                &IdempotencyBeginRequest::new(scope, "k", "h", Duration::from_secs(3600)).unwrap(),
+            )
+            .await
+            .unwrap()
+        else {
+            panic!("a new key starts");
+        };
+        h.store
+            .idempotency_complete(&t, stored.clone())
+            .await
+            .unwrap();
+    }
     let before_b = census(&h, "b").await;
     let begun = h.store.account_erase_begin(&acct("a")).await.unwrap();
+    // The erasure's own task runs (is leased) while its batches run.
+    let running = h
+        .store
+        .workflow_claim(
+            TaskClaimRequest::new(
+                "w",
+                vec![ERASE_TASK.to_string()],
+                10,
+                Duration::from_secs(60),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(running.iter().any(|c| c.task.id == tid("erase")));
     assert_eq!(
         (
             begun.keys_revoked,
@@ -443,6 +488,33 @@ pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFact
         assert!(rounds < 100, "an erasure ends");
     }
     assert!(rounds > 1, "batches are bounded: {rounds}");
+    assert!(
+        h.store
+            .workflow_get(&acct("a"), &tid("planted"))
+            .await
+            .is_err(),
+        "only the erasure's own task is kept"
+    );
+    let again = |scope: &'static str| {
+        let store = h.store.clone();
+        async move {
+            store
+                .idempotency_begin(
+                    &IdempotencyBeginRequest::new(scope, "k", "h", Duration::from_secs(3600))
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        matches!(again("account:a:admin").await, IdempotencyBegin::Started(_)),
+        "the erased account's records are gone"
+    );
+    assert_eq!(
+        again("account:b:admin").await,
+        IdempotencyBegin::Replay(stored)
+    );
     assert_eq!(
         census(&h, "a").await,
         Census {

@@ -158,7 +158,8 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
     let mut rows = NewRows::default();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
-    for req in reqs {
+    let batch = reqs.len();
+    for (i, req) in reqs.into_iter().enumerate() {
         if let Some(key) = &req.idempotency_key {
             let slot = (req.account.clone(), key.clone());
             if let Some(first) = keyed.get(&slot).and_then(|i| out.get(*i)) {
@@ -190,7 +191,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
             }
             keyed.insert(slot, out.len());
         }
-        control_plane_core::catalogue::check_publishes(std::slice::from_ref(&req), &schemas)?;
+        control_plane_core::catalogue::check_publish(&req, i, batch, &schemas)?;
         let live = endpoint::fan_out_set(t, &req.account)?;
         out.push(rows.event(t, &req, &live, None));
     }

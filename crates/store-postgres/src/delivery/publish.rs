@@ -226,9 +226,9 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     // Checked only for the events this call stored (an error leaves the
     // transaction to roll back): a repeated key answers with its first event
     // whatever a schema registered since says.
-    for (req, created) in reqs.iter().zip(&created) {
+    for (i, (req, created)) in reqs.iter().zip(&created).enumerate() {
         if created.is_some() {
-            control_plane_core::catalogue::check_publishes(std::slice::from_ref(req), &schemas)?;
+            control_plane_core::catalogue::check_publish(req, i, reqs.len(), &schemas)?;
         }
     }
     let mut out = Vec::with_capacity(reqs.len());
