@@ -553,11 +553,11 @@ mod tests {
         let mut stream = js.get_stream(&name).await.unwrap();
         let left = stream.info().await.unwrap().state.messages;
         let _ = js.delete_stream(&name).await;
+        assert_eq!(left, 1, "the stream was purged: {sent:?}");
         match sent {
             Err(Failure::Refused(why)) => assert!(why.contains("reserved"), "{why}"),
             other => panic!("not refused: {other:?}"),
         }
-        assert_eq!(left, 1, "the stream was purged");
     }
 
     /// A listener that counts the connections it accepts and holds them.
