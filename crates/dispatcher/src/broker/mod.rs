@@ -12,7 +12,7 @@
 //! send, through the same address rules as an HTTP connection
 //! (`CONTROLPLANE_ALLOWED_TARGETS`), and dropped when a send on it fails or
 //! times out, so the next send makes a new one. At most [`MAX_LINKS`] are
-//! kept per transport.
+//! kept per transport, and [`MAX_CHANNELS`] AMQP channels.
 //!
 //! Every address a link connects to is one the rules checked: an AMQP or
 //! Redis link connects only to the checked addresses, also for `amqps` and
@@ -52,6 +52,13 @@ mod redis;
 
 /// Links kept per transport; past it they are all dropped and made anew.
 const MAX_LINKS: usize = 256;
+
+/// AMQP channels kept (one per endpoint, on the connections above); past it
+/// they are all dropped and opened anew. A send still using a dropped
+/// channel finishes on it. Well under RabbitMQ's 2047 channels per
+/// connection, unless most endpoints share one server and login.
+#[allow(dead_code)] // without the amqp feature
+const MAX_CHANNELS: usize = 1024;
 
 /// What is published: the webhook's headers (`webhook-id`,
 /// `webhook-timestamp`, `webhook-signature`, `content-type`, `traceparent`
@@ -153,22 +160,29 @@ type Cell<T> = std::sync::Arc<tokio::sync::OnceCell<T>>;
 /// The links of one transport, by server URL and credentials. The map is
 /// locked only to find or add a link's cell, never while connecting: a
 /// broker that is slow to answer holds up the sends to it alone.
-struct Links<T>(std::sync::Mutex<HashMap<String, Cell<T>>>);
+struct Links<T> {
+    kept: std::sync::Mutex<HashMap<String, Cell<T>>>,
+    /// How many are kept at most.
+    max: usize,
+}
 
 impl<T: Clone> Links<T> {
-    fn new() -> Self {
-        Links(std::sync::Mutex::new(HashMap::new()))
+    fn new(max: usize) -> Self {
+        Links {
+            kept: std::sync::Mutex::new(HashMap::new()),
+            max,
+        }
     }
 
     fn cell(&self, key: &str) -> Cell<T> {
         let mut kept = self
-            .0
+            .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = kept.get(key) {
             return c.clone();
         }
-        if kept.len() >= MAX_LINKS {
+        if kept.len() >= self.max {
             kept.clear();
         }
         let c = Cell::default();
@@ -204,7 +218,7 @@ impl<T: Clone> Links<T> {
         let cell = match cell.get() {
             Some(link) if !live(link) => {
                 let mut kept = self
-                    .0
+                    .kept
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 // Another send may have replaced it already: drop only this one.
@@ -226,7 +240,7 @@ impl<T: Clone> Links<T> {
     #[allow(dead_code)] // without the amqp feature
     fn forget_if(&self, key: &str, closed: impl Fn(&T) -> bool) {
         let mut kept = self
-            .0
+            .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if kept.get(key).and_then(|c| c.get()).is_some_and(closed) {
@@ -236,7 +250,7 @@ impl<T: Clone> Links<T> {
 
     /// Drops the link kept under `key`: the next send makes a new one.
     fn forget(&self, key: &str) {
-        self.0
+        self.kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
@@ -267,13 +281,13 @@ impl Brokers {
             allowed,
             timeout,
             #[cfg(feature = "amqp")]
-            amqp: Links::new(),
+            amqp: Links::new(MAX_LINKS),
             #[cfg(feature = "amqp")]
-            amqp_channels: Links::new(),
+            amqp_channels: Links::new(MAX_CHANNELS),
             #[cfg(feature = "nats")]
-            nats: Links::new(),
+            nats: Links::new(MAX_LINKS),
             #[cfg(feature = "redis")]
-            redis: Links::new(),
+            redis: Links::new(MAX_LINKS),
         }
     }
 
