@@ -138,14 +138,11 @@ impl Destination {
             "nats" => {
                 let mut p = Params::parse(query, &["subject"])?;
                 let subject = p.name("subject", false)?;
-                if subject.contains(['*', '>']) || subject.split('.').any(str::is_empty) {
-                    return Err(StoreError::InvalidInput(format!(
-                        "subject must be dot-separated tokens without wildcards (* or >), got {subject:?}"
-                    )));
-                }
+                check_nats_subject(&subject)?;
                 Ok(Destination::Nats { server, subject })
             }
             "redis" | "rediss" => {
+                check_redis_database(&server)?;
                 let mut p = Params::parse(query, &["stream", "maxlen"])?;
                 let stream = p.name("stream", false)?;
                 let maxlen = match p.take("maxlen") {
@@ -169,6 +166,49 @@ impl Destination {
             _ => Err(bad_url(url)),
         }
     }
+}
+
+/// Checks a NATS subject an endpoint publishes to: dot-separated tokens,
+/// none empty, no wildcard (`*`, `>`: a publish names one subject), and not
+/// in a reserved namespace. Subjects that start with `$` are the server's
+/// own APIs (`$JS.API` manages JetStream streams, `$SYS` the server, `$KV`
+/// and `$O` the key-value and object stores): a publish there would be an
+/// API call made with the endpoint's login on every attempt, such as
+/// `$JS.API.STREAM.PURGE.<stream>`, not a message. The dispatcher calls
+/// this again before it publishes, for URLs stored before the rule.
+///
+/// # Errors
+/// `InvalidInput` naming the subject and the rule it breaks.
+pub fn check_nats_subject(subject: &str) -> Result<(), StoreError> {
+    if subject.contains(['*', '>']) || subject.split('.').any(str::is_empty) {
+        return Err(StoreError::InvalidInput(format!(
+            "subject must be dot-separated tokens without wildcards (* or >), got {subject:?}"
+        )));
+    }
+    if subject.starts_with('$') {
+        return Err(StoreError::InvalidInput(format!(
+            "subject must not start with \"$\": subjects such as $JS, $SYS, $KV and $O are the \
+             NATS server's reserved API namespaces, not streams; got {subject:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a Redis URL's path (`server` is the URL without its query): none,
+/// `/`, or `/<n>` for database number `n`, as Redis selects a database by
+/// number only. Anything else would be accepted here and then fail every
+/// attempt.
+fn check_redis_database(server: &str) -> Result<(), StoreError> {
+    let after_scheme = server.split_once("://").map_or(server, |(_, r)| r);
+    let path = after_scheme.split_once('/').map_or("", |(_, p)| p);
+    if path.is_empty() || (path.bytes().all(|b| b.is_ascii_digit()) && path.parse::<u32>().is_ok())
+    {
+        return Ok(());
+    }
+    Err(StoreError::InvalidInput(format!(
+        "a redis URL's path must be empty or one database number (e.g. redis://cache:6379/0), \
+         got \"/{path}\" in {server:?}"
+    )))
 }
 
 fn bad_url(url: &str) -> StoreError {
@@ -288,6 +328,11 @@ mod tests {
             ),
             ("nats://h?subject=orders.*", "wildcards"),
             ("nats://h?subject=orders..x", "wildcards"),
+            ("nats://h?subject=$JS.API.STREAM.PURGE.X", "reserved"),
+            ("nats://h?subject=%24SYS.REQ.SERVER.PING", "reserved"),
+            ("nats://h?subject=$KV.bucket.key", "reserved"),
+            ("nats://h?subject=$O.store.x", "reserved"),
+            ("nats://h?subject=$JS.API.>", "wildcards"),
             ("nats://h", "\"subject\""),
             ("redis://h?stream=s&maxlen=0", "maxlen must be"),
             ("redis://h?stream=s&maxlen=x", "maxlen must be"),
@@ -301,5 +346,42 @@ mod tests {
         }
         let long = format!("nats://h?subject={}", "a".repeat(MAX_NAME_BYTES + 1));
         assert!(Destination::parse(&long).is_err());
+    }
+
+    #[test]
+    fn a_redis_url_with_a_path_other_than_one_database_number_is_refused() {
+        for url in [
+            "redis://h/abc?stream=s",
+            "redis://h/0/1?stream=s",
+            "rediss://h:6380/-1?stream=s",
+            "redis://h/+1?stream=s",
+            "redis://h/0/?stream=s",
+            "redis://h//?stream=s",
+            "redis://h/%30?stream=s",
+            "redis://h/99999999999?stream=s",
+        ] {
+            let e = Destination::parse(url).unwrap_err().to_string();
+            assert!(e.contains("one database number"), "{url}: {e}");
+        }
+        for url in [
+            "redis://h?stream=s",
+            "redis://h/?stream=s",
+            "redis://h/0?stream=s",
+            "rediss://h:6380/15?stream=s",
+        ] {
+            assert!(Destination::parse(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_nats_subject_in_a_reserved_namespace_is_refused() {
+        for subject in ["$JS.API.STREAM.PURGE.X", "$SYS.x", "$KV.b.k", "$O.s", "$G"] {
+            let e = check_nats_subject(subject).unwrap_err().to_string();
+            assert!(e.contains("reserved"), "{subject}: {e}");
+        }
+        assert!(
+            check_nats_subject("orders.$JS").is_ok(),
+            "only the start is reserved"
+        );
     }
 }

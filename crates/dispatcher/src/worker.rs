@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use control_plane_core::{
     custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
-    Destination, DynControlPlaneStore, Lease, OutcomeRecorded, StoreError, SystemClock,
+    Destination, DynControlPlaneStore, EndpointId, Lease, OutcomeRecorded, StoreError, SystemClock,
     TraceParent, UsageMetric,
 };
 use control_plane_runtime::UsageMeter;
@@ -625,7 +625,7 @@ async fn send(
             headers: &headers,
             body: c.body.as_bytes(),
         };
-        return publish(ctx, &dest, creds.as_ref(), &msg).await;
+        return publish(ctx, &dest, creds.as_ref(), c.delivery.endpoint_id, &msg).await;
     }
     let token = oauth2_token(ctx, c).await?;
     let custom = custom_of(c)?;
@@ -677,10 +677,11 @@ async fn publish(
     ctx: &SendContext,
     dest: &Destination,
     creds: Option<&crate::broker::Credentials>,
+    endpoint: EndpointId,
     msg: &crate::broker::Message<'_>,
 ) -> Result<SendResult, Unsent> {
     let started = Instant::now();
-    let sent = ctx.brokers.publish(dest, creds, msg).await;
+    let sent = ctx.brokers.publish(dest, creds, endpoint, msg).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (acked, error) = match sent {
         Ok(()) => (true, None),

@@ -344,6 +344,83 @@ async fn nats_a_subject_no_stream_covers_is_a_failed_attempt() {
     assert!(error.contains("nats"), "{error}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_server_listed_in_connect_urls_is_never_connected_to() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The listed server is on 127.0.0.2, which the rules of this test
+    // refuse (only 127.0.0.1 is allowed); it records what reaches it.
+    let listed = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let listed_addr = listed.local_addr().unwrap();
+    let reached: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let r = reached.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listed.accept().await {
+            let r = r.clone();
+            tokio::spawn(async move {
+                let _ = sock
+                    .write_all(b"INFO {\"server_id\":\"listed\",\"proto\":1,\"headers\":true,\"max_payload\":1048576}\r\n")
+                    .await;
+                let mut buf = vec![0u8; 4096];
+                let n = tokio::time::timeout(Duration::from_millis(500), sock.read(&mut buf))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                r.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            });
+        }
+    });
+    // The endpoint's server, on an allowed address: it lists the other in
+    // INFO connect_urls, takes one client, then goes away (the client
+    // reconnects, to any server it knows).
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sv = served.clone();
+    tokio::spawn(async move {
+        let Ok((mut sock, _)) = server.accept().await else {
+            return;
+        };
+        drop(server); // later connections to it are refused
+        let info = format!(
+            "INFO {{\"server_id\":\"receiver\",\"proto\":1,\"headers\":true,\"max_payload\":1048576,\"connect_urls\":[\"{listed_addr}\"]}}\r\n"
+        );
+        sock.write_all(info.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("PING\r\n") {
+            let n = sock.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        sock.write_all(b"PONG\r\n").await.unwrap();
+        sv.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+
+    let url = format!("nats://127.0.0.1:{port}?subject=orders.paid");
+    let s = setup_with(&url, &[("authorization", &basic("tenant", "s3cret"))]).await;
+    let id = publish(&s).await;
+    let (d, attempts) = dispatch(&s, config(&["127.0.0.1/32"]), id).await;
+    assert_eq!(d.state, DeliveryState::Pending, "{attempts:?}");
+    assert!(
+        served.load(std::sync::atomic::Ordering::SeqCst),
+        "the endpoint's own server was reached"
+    );
+    // The client reconnects at once when its server goes away; give it
+    // time to try every server it knows.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reached = reached.lock().unwrap().clone();
+    assert!(
+        reached.is_empty(),
+        "a server only listed in connect_urls, on a refused address, was connected to: {reached:?}"
+    );
+}
+
 // ----------------------------------------------------------------- Redis
 
 /// A stream entry's field and value.
@@ -521,6 +598,116 @@ async fn a_silent_broker_does_not_hold_up_another_of_its_transport() {
         took < Duration::from_secs(5),
         "the healthy broker waited for the silent one's connect: {took:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_one_accounts_missing_exchange_fails_no_other_accounts_delivery() {
+    // Two accounts' endpoints on one server with one login (the default):
+    // one publishes to an exchange that does not exist, which makes
+    // RabbitMQ close the channel it used, while the other publishes to a
+    // good queue at the same time.
+    let (_conn, ch, queue) = amqp_queue().await;
+    let missing = unique("cp-missing-exchange-");
+    let dir = tempfile::tempdir().unwrap();
+    // The careless endpoint's circuit stays closed, so each of its
+    // deliveries is attempted beside the careful one's.
+    let store = common::embedded_store(&dir, |c| {
+        c.options.breaker = BreakerPolicy {
+            failure_threshold: 1000,
+            ..BreakerPolicy::default()
+        };
+    })
+    .await;
+    let (careless, careful) = (
+        AccountId::new("careless").unwrap(),
+        AccountId::new("careful").unwrap(),
+    );
+    for (account, url) in [
+        (
+            &careless,
+            format!("amqp://127.0.0.1:5672/%2f?exchange={missing}&routing_key=x"),
+        ),
+        (
+            &careful,
+            format!("amqp://127.0.0.1:5672/%2f?exchange=&routing_key={queue}"),
+        ),
+    ] {
+        let req = EndpointCreateRequest::new(account.clone(), url, generate_secret());
+        store.endpoint_create(req.checked().unwrap()).await.unwrap();
+    }
+    let mut sent = Vec::new();
+    for _ in 0..20 {
+        for account in [&careless, &careful] {
+            let p = PublishRequest::new(account.clone(), "invoice.paid", serde_json::json!({}));
+            let id = store
+                .event_publish(p.checked().unwrap())
+                .await
+                .unwrap()
+                .deliveries[0];
+            sent.push((account.clone(), id));
+        }
+    }
+    let d = Dispatcher::new(store.clone(), loopback()).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { d.run(stop).await }
+    });
+    until("an attempt for every delivery", || async {
+        for (account, id) in &sent {
+            if store
+                .attempt_list_for_delivery(account, *id)
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap();
+
+    let mut careless_failed = 0;
+    for (account, id) in &sent {
+        let attempts = store.attempt_list_for_delivery(account, *id).await.unwrap();
+        for a in &attempts {
+            let error = a.error.clone().unwrap_or_default();
+            if *account == careful {
+                assert_eq!(
+                    a.result,
+                    AttemptResult::Delivered,
+                    "the careful account's delivery failed: {error}"
+                );
+                assert!(
+                    !error.contains(&missing),
+                    "the careful account was shown the other's exchange: {error}"
+                );
+            } else {
+                assert_eq!(a.result, AttemptResult::Failed, "{a:?}");
+                careless_failed += 1;
+            }
+        }
+    }
+    assert!(
+        careless_failed >= 20,
+        "the careless account's attempts failed"
+    );
+    let mut got = 0;
+    while ch
+        .basic_get(
+            queue.as_str().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .is_some()
+    {
+        got += 1;
+    }
+    assert_eq!(got, 20, "every careful delivery reached its queue");
 }
 
 // ------------------------------------------------------- destination rules

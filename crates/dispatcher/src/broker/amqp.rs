@@ -4,16 +4,22 @@
 
 use std::sync::Arc;
 
+use control_plane_core::EndpointId;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::tcp::{AsyncTcpStream, TLSConfig};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
 
-use super::Message;
+use super::{Message, Reachable};
 use crate::http::Failure;
 
-/// A connection and its confirming channel; the channel's handle keeps the
-/// connection open.
-pub(super) type Link = Arc<(Connection, Channel)>;
+/// A connection, shared by the endpoints on one server with one login.
+pub(super) type Link = Arc<Connection>;
+
+/// A channel in confirm mode, one per endpoint. It keeps its connection
+/// open while it is kept, even after the connection's handle was dropped.
+pub(super) type Channel = lapin::Channel;
 
 fn failed(what: &str, e: impl std::fmt::Display) -> Failure {
     Failure::Failed(format!("amqp: {what}: {e}"))
@@ -24,13 +30,55 @@ fn short(what: &str, s: &str) -> Result<ShortString, Failure> {
         .map_err(|_| Failure::Refused(format!("amqp: {what} is longer than 255 bytes")))
 }
 
-/// Connects to `url` and opens a channel in confirm mode.
-pub(super) async fn connect(url: &str) -> Result<Link, Failure> {
+/// What an endpoint's channel is kept under: its connection's key and the
+/// endpoint.
+pub(super) fn channel_key(connection: &str, endpoint: EndpointId) -> String {
+    format!("{connection}\n{endpoint}")
+}
+
+/// Whether a connection can still open channels.
+pub(super) fn is_open(link: &Link) -> bool {
+    link.status().connected()
+}
+
+/// Whether a channel can still publish (the broker closes one on an error,
+/// such as a missing exchange).
+pub(super) fn is_usable(channel: &Channel) -> bool {
+    channel.status().connected()
+}
+
+/// Connects to `url` (its credentials and virtual host) at the addresses
+/// `to` holds, and nowhere else: lapin would resolve the URL's host again,
+/// at every connect and reconnect, so it is given a connector that dials
+/// the checked addresses and, for `amqps`, starts TLS with the host's name
+/// for the certificate.
+pub(super) async fn connect(url: &str, to: Reachable) -> Result<Link, Failure> {
+    let uri: AMQPUri = url
+        .parse()
+        .map_err(|e| Failure::Refused(format!("amqp: the destination URL: {e}")))?;
     let props =
         ConnectionProperties::default().with_connection_name(LongString::from("control-plane"));
-    let conn = Connection::connect(url, props)
-        .await
-        .map_err(|e| failed("cannot connect", e))?;
+    let runtime = lapin::runtime::default_runtime().map_err(|e| failed("no runtime", e))?;
+    let Reachable { host, addrs, .. } = to;
+    let conn = Connection::connector(
+        uri,
+        runtime,
+        async move |uri: AMQPUri, runtime| {
+            let stream = AsyncTcpStream::connect(&runtime, addrs.clone()).await?;
+            Ok(match uri.scheme {
+                AMQPScheme::AMQP => stream,
+                AMQPScheme::AMQPS => stream.into_tls(&host, TLSConfig::default()).await?,
+            })
+        },
+        props,
+    )
+    .await
+    .map_err(|e| failed("cannot connect", e))?;
+    Ok(Arc::new(conn))
+}
+
+/// Opens a channel in confirm mode on `conn`.
+pub(super) async fn open_channel(conn: &Link) -> Result<Channel, Failure> {
     let channel = conn
         .create_channel()
         .await
@@ -39,19 +87,18 @@ pub(super) async fn connect(url: &str) -> Result<Link, Failure> {
         .confirm_select(ConfirmSelectOptions::default())
         .await
         .map_err(|e| failed("cannot enable publisher confirms", e))?;
-    Ok(Arc::new((conn, channel)))
+    Ok(channel)
 }
 
 /// Publishes `msg` to `exchange` with `routing_key` and waits for the
 /// broker's confirmation.
 pub(super) async fn publish(
-    link: &Link,
+    channel: &Channel,
     exchange: &str,
     routing_key: &str,
     msg: &Message<'_>,
 ) -> Result<(), Failure> {
-    let channel = &link.1;
-    if !channel.status().connected() {
+    if !is_usable(channel) {
         return Err(failed("the channel is closed", "it will be opened again"));
     }
     let mut headers = FieldTable::default();

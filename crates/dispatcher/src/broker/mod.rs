@@ -2,13 +2,24 @@
 //! as a webhook, published to RabbitMQ, NATS JetStream or a Redis stream,
 //! and delivered only once the broker has acknowledged it.
 //!
-//! One link per broker server (its URL without the query) is kept and
-//! shared by every send to it: an AMQP connection with one confirming
-//! channel, a NATS client's JetStream context, a Redis connection manager.
-//! A link is made at the first send, through the same address rules as an
-//! HTTP connection (`CONTROLPLANE_ALLOWED_TARGETS`), and dropped when a send
-//! on it fails or times out, so the next send makes a new one. At most
-//! [`MAX_LINKS`] are kept per transport.
+//! One link per broker server (its URL without the query) and credentials
+//! is kept and shared by every send to it: an AMQP connection, a NATS
+//! client's JetStream context, a Redis multiplexed connection. An AMQP
+//! connection carries one confirming channel per endpoint, since a broker
+//! closes a channel on an error (a missing exchange): one endpoint's mistake
+//! then closes its own channel only, and no other endpoint's attempt fails
+//! with, or shows, its error (DESIGN §3.11). A link is made at the first
+//! send, through the same address rules as an HTTP connection
+//! (`CONTROLPLANE_ALLOWED_TARGETS`), and dropped when a send on it fails or
+//! times out, so the next send makes a new one. At most [`MAX_LINKS`] are
+//! kept per transport, and [`MAX_CHANNELS`] AMQP channels.
+//!
+//! Every address a link connects to is one the rules checked: an AMQP or
+//! Redis link connects only to the checked addresses, also for `amqps` and
+//! `rediss` (the name stays for the certificate) and when lapin reconnects;
+//! a NATS client is given the checked address and ignores the servers a
+//! NATS server lists in `INFO connect_urls`, which it would otherwise
+//! connect to, unchecked, when the connection drops.
 //!
 //! A broker's credentials come from the endpoint's `authorization` custom
 //! header (sealed at rest and write-only, like every custom header):
@@ -24,9 +35,10 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use control_plane_core::Destination;
+use control_plane_core::{Destination, EndpointId};
 
 use crate::http::Failure;
 use crate::ssrf::Cidr;
@@ -40,6 +52,13 @@ mod redis;
 
 /// Links kept per transport; past it they are all dropped and made anew.
 const MAX_LINKS: usize = 256;
+
+/// AMQP channels kept (one per endpoint, on the connections above); past it
+/// they are all dropped and opened anew. A send still using a dropped
+/// channel finishes on it. Well under RabbitMQ's 2047 channels per
+/// connection, unless most endpoints share one server and login.
+#[allow(dead_code)] // without the amqp feature
+const MAX_CHANNELS: usize = 1024;
 
 /// What is published: the webhook's headers (`webhook-id`,
 /// `webhook-timestamp`, `webhook-signature`, `content-type`, `traceparent`
@@ -141,22 +160,29 @@ type Cell<T> = std::sync::Arc<tokio::sync::OnceCell<T>>;
 /// The links of one transport, by server URL and credentials. The map is
 /// locked only to find or add a link's cell, never while connecting: a
 /// broker that is slow to answer holds up the sends to it alone.
-struct Links<T>(std::sync::Mutex<HashMap<String, Cell<T>>>);
+struct Links<T> {
+    kept: std::sync::Mutex<HashMap<String, Cell<T>>>,
+    /// How many are kept at most.
+    max: usize,
+}
 
 impl<T: Clone> Links<T> {
-    fn new() -> Self {
-        Links(std::sync::Mutex::new(HashMap::new()))
+    fn new(max: usize) -> Self {
+        Links {
+            kept: std::sync::Mutex::new(HashMap::new()),
+            max,
+        }
     }
 
     fn cell(&self, key: &str) -> Cell<T> {
         let mut kept = self
-            .0
+            .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = kept.get(key) {
             return c.clone();
         }
-        if kept.len() >= MAX_LINKS {
+        if kept.len() >= self.max {
             kept.clear();
         }
         let c = Cell::default();
@@ -174,9 +200,57 @@ impl<T: Clone> Links<T> {
         self.cell(key).get_or_try_init(connect).await.cloned()
     }
 
+    /// As [`Links::get`], but a kept link that `live` finds closed is
+    /// dropped and made anew, so a send does not fail on a link that
+    /// another send's error or a broker restart closed.
+    #[allow(dead_code)] // without the amqp feature
+    async fn get_live<F, Fut>(
+        &self,
+        key: &str,
+        live: fn(&T) -> bool,
+        connect: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let cell = self.cell(key);
+        let cell = match cell.get() {
+            Some(link) if !live(link) => {
+                let mut kept = self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Another send may have replaced it already: drop only this one.
+                if kept
+                    .get(key)
+                    .is_some_and(|c| std::sync::Arc::ptr_eq(c, &cell))
+                {
+                    kept.remove(key);
+                }
+                drop(kept);
+                self.cell(key)
+            }
+            _ => cell,
+        };
+        cell.get_or_try_init(connect).await.cloned()
+    }
+
+    /// Drops the link kept under `key` when `closed` says it is closed.
+    #[allow(dead_code)] // without the amqp feature
+    fn forget_if(&self, key: &str, closed: impl Fn(&T) -> bool) {
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.get(key).and_then(|c| c.get()).is_some_and(closed) {
+            kept.remove(key);
+        }
+    }
+
     /// Drops the link kept under `key`: the next send makes a new one.
     fn forget(&self, key: &str) {
-        self.0
+        self.kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
@@ -187,8 +261,12 @@ impl<T: Clone> Links<T> {
 pub(crate) struct Brokers {
     allowed: Vec<Cidr>,
     timeout: Duration,
+    /// AMQP connections, by server and credentials.
     #[cfg(feature = "amqp")]
     amqp: Links<amqp::Link>,
+    /// Confirming channels on them, one per endpoint.
+    #[cfg(feature = "amqp")]
+    amqp_channels: Links<amqp::Channel>,
     #[cfg(feature = "nats")]
     nats: Links<nats::Link>,
     #[cfg(feature = "redis")]
@@ -203,46 +281,58 @@ impl Brokers {
             allowed,
             timeout,
             #[cfg(feature = "amqp")]
-            amqp: Links::new(),
+            amqp: Links::new(MAX_LINKS),
+            #[cfg(feature = "amqp")]
+            amqp_channels: Links::new(MAX_CHANNELS),
             #[cfg(feature = "nats")]
-            nats: Links::new(),
+            nats: Links::new(MAX_LINKS),
             #[cfg(feature = "redis")]
-            redis: Links::new(),
+            redis: Links::new(MAX_LINKS),
         }
     }
 
-    /// Publishes `msg` to `dest`, connecting with `creds`, and waits for
-    /// the broker's acknowledgement, at most the request timeout. A link
-    /// that failed or timed out is dropped.
+    /// Publishes `msg`, sent for `endpoint`, to `dest`, connecting with
+    /// `creds`, and waits for the broker's acknowledgement, at most the
+    /// request timeout. A link that failed or timed out is dropped.
     ///
     /// # Errors
     /// [`Failure::Refused`] for a destination that may not be sent to (its
-    /// addresses, or a transport this build leaves out); [`Failure::Failed`]
-    /// with the broker's or the connection's error otherwise.
+    /// addresses, a reserved NATS subject, or a transport this build leaves
+    /// out); [`Failure::Failed`] with the broker's or the connection's
+    /// error otherwise.
     pub(crate) async fn publish(
         &self,
         dest: &Destination,
         creds: Option<&Credentials>,
+        endpoint: EndpointId,
         msg: &Message<'_>,
     ) -> Result<(), Failure> {
         let key = format!("{}\n{}", dest.server(), Credentials::key(creds));
-        let sent =
-            tokio::time::timeout(self.timeout, self.publish_now(dest, &key, creds, msg)).await;
-        let failed = match sent {
+        let sent = tokio::time::timeout(
+            self.timeout,
+            self.publish_now(dest, &key, creds, endpoint, msg),
+        )
+        .await;
+        let (failed, timed_out) = match sent {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(Failure::Refused(why))) => return Err(Failure::Refused(why)),
-            Ok(Err(Failure::Failed(e))) => e,
-            Err(_) => format!("timed out after {:?} waiting for the broker", self.timeout),
+            Ok(Err(Failure::Failed(e))) => (e, false),
+            Err(_) => (
+                format!("timed out after {:?} waiting for the broker", self.timeout),
+                true,
+            ),
         };
-        self.forget(dest, &key);
+        self.forget(dest, &key, endpoint, timed_out);
         Err(Failure::Failed(failed))
     }
 
+    #[allow(unused_variables)] // without the amqp feature
     async fn publish_now(
         &self,
         dest: &Destination,
         key: &str,
         creds: Option<&Credentials>,
+        endpoint: EndpointId,
         msg: &Message<'_>,
     ) -> Result<(), Failure> {
         match dest {
@@ -255,21 +345,32 @@ impl Brokers {
                 exchange,
                 routing_key,
             } => {
-                let link = self
+                let conn = self
                     .amqp
-                    .get(key, || async {
-                        let url = Credentials::into_url(creds, &self.reachable(server).await?)?;
-                        amqp::connect(&url).await
+                    .get_live(key, amqp::is_open, || async {
+                        let to = self.reachable(server).await?;
+                        let url = Credentials::into_url(creds, &to.url)?;
+                        amqp::connect(&url, to).await
                     })
                     .await?;
-                amqp::publish(&link, exchange, routing_key, msg).await
+                let channel = self
+                    .amqp_channels
+                    .get_live(&amqp::channel_key(key, endpoint), amqp::is_usable, || {
+                        amqp::open_channel(&conn)
+                    })
+                    .await?;
+                amqp::publish(&channel, exchange, routing_key, msg).await
             }
             #[cfg(feature = "nats")]
             Destination::Nats { server, subject } => {
+                // Checked again here, before any connection, for a URL
+                // stored before the rule: a reserved subject is an API call.
+                control_plane_core::destination::check_nats_subject(subject)
+                    .map_err(|e| Failure::Refused(format!("nats: {e}")))?;
                 let link = self
                     .nats
                     .get(key, || async {
-                        nats::connect(&self.reachable(server).await?, creds, self.timeout).await
+                        nats::connect(&self.reachable(server).await?.url, creds, self.timeout).await
                     })
                     .await?;
                 nats::publish(&link, subject, msg).await
@@ -283,8 +384,9 @@ impl Brokers {
                 let link = self
                     .redis
                     .get(key, || async {
-                        let url = Credentials::into_url(creds, &self.reachable(server).await?)?;
-                        redis::connect(&url, self.timeout).await
+                        let to = self.reachable(server).await?;
+                        let url = Credentials::into_url(creds, &to.url)?;
+                        redis::connect(&url, to.addrs, self.timeout).await
                     })
                     .await?;
                 redis::publish(link, stream, *maxlen, msg).await
@@ -298,11 +400,22 @@ impl Brokers {
         }
     }
 
+    /// Drops what a failed send used. For AMQP that is the endpoint's
+    /// channel, and its connection only when that has closed or timed out:
+    /// other endpoints' channels keep the old connection open while they
+    /// use it, so dropping it here fails none of them.
     #[allow(unused_variables)] // without any broker feature
-    fn forget(&self, dest: &Destination, key: &str) {
+    fn forget(&self, dest: &Destination, key: &str, endpoint: EndpointId, timed_out: bool) {
         match dest {
             #[cfg(feature = "amqp")]
-            Destination::Amqp { .. } => self.amqp.forget(key),
+            Destination::Amqp { .. } => {
+                self.amqp_channels.forget(&amqp::channel_key(key, endpoint));
+                if timed_out {
+                    self.amqp.forget(key);
+                } else {
+                    self.amqp.forget_if(key, |c| !amqp::is_open(c));
+                }
+            }
             #[cfg(feature = "nats")]
             Destination::Nats { .. } => self.nats.forget(key),
             #[cfg(feature = "redis")]
@@ -311,12 +424,14 @@ impl Brokers {
         }
     }
 
-    /// The URL to connect to for `server`: its host checked against the
-    /// address rules. Without TLS the URL names the checked address itself,
-    /// so the address connected to is the one checked; with TLS the name
-    /// stays (the certificate names it), and the client resolves it again.
+    /// Where to connect for `server`: its host's addresses that the
+    /// address rules permit, in `addrs`, and a URL to give the client.
+    /// Without TLS the URL names the first checked address itself; with
+    /// TLS it keeps the name, which the certificate must match, and the
+    /// transport connects to `addrs` itself (AMQP and Redis; a NATS URL has
+    /// no TLS scheme).
     #[allow(dead_code)] // without any broker feature
-    async fn reachable(&self, server: &str) -> Result<String, Failure> {
+    async fn reachable(&self, server: &str) -> Result<Reachable, Failure> {
         let mut url = url::Url::parse(server)
             .map_err(|e| Failure::Refused(format!("the destination URL does not parse: {e}")))?;
         let tls = matches!(url.scheme(), "amqps" | "rediss");
@@ -342,8 +457,24 @@ impl Brokers {
                     .map_err(|()| Failure::Refused("the destination URL takes no port".into()))?;
             }
         }
-        Ok(url.to_string())
+        Ok(Reachable {
+            url: url.to_string(),
+            host,
+            addrs,
+        })
     }
+}
+
+/// A broker server checked against the address rules
+/// ([`Brokers::reachable`]).
+#[allow(dead_code)] // without some broker features
+struct Reachable {
+    /// The URL to give the client.
+    url: String,
+    /// The host as the URL names it: the name a TLS certificate must match.
+    host: String,
+    /// The permitted addresses: the only ones to connect to.
+    addrs: Vec<SocketAddr>,
 }
 
 #[cfg(test)]
@@ -391,6 +522,113 @@ mod tests {
         assert_ne!(
             Credentials::key(None),
             Credentials::key(Some(&Credentials::Token("t".into())))
+        );
+    }
+
+    #[cfg(feature = "nats")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reserved_nats_subject_is_refused_before_anything_is_sent() {
+        // A real stream holding one message: a publish to its purge API
+        // must leave it there, whatever the stored URL says.
+        let client = async_nats::connect("nats://127.0.0.1:4222")
+            .await
+            .expect("NATS on 127.0.0.1:4222");
+        let js = async_nats::jetstream::new(client);
+        let name = format!("CPRESERVED{}", uuid::Uuid::new_v4().simple());
+        let subject = format!("{}.kept", name.to_lowercase());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            storage: async_nats::jetstream::stream::StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        js.publish(subject, "kept".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+
+        let brokers = Brokers::new(
+            vec![Cidr::parse("127.0.0.0/8").unwrap()],
+            Duration::from_secs(3),
+        );
+        let dest = Destination::Nats {
+            server: "nats://127.0.0.1:4222".into(),
+            subject: format!("$JS.API.STREAM.PURGE.{name}"),
+        };
+        let msg = Message {
+            id: "msg_reserved",
+            headers: &[],
+            body: b"{}",
+        };
+        let sent = brokers.publish(&dest, None, EndpointId::new(), &msg).await;
+        let mut stream = js.get_stream(&name).await.unwrap();
+        let left = stream.info().await.unwrap().state.messages;
+        let _ = js.delete_stream(&name).await;
+        assert_eq!(left, 1, "the stream was purged: {sent:?}");
+        match sent {
+            Err(Failure::Refused(why)) => assert!(why.contains("reserved"), "{why}"),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    /// A listener that counts the connections it accepts and holds them.
+    #[cfg(any(feature = "amqp", feature = "redis"))]
+    async fn watched() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(sock);
+            }
+        });
+        (addr, count)
+    }
+
+    /// What the address rules would give for `host`: only `addr`.
+    #[cfg(any(feature = "amqp", feature = "redis"))]
+    fn checked(url: &str, host: &str, addr: SocketAddr) -> Reachable {
+        Reachable {
+            url: url.into(),
+            host: host.into(),
+            addrs: vec![addr],
+        }
+    }
+
+    #[cfg(feature = "amqp")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_amqps_connection_goes_to_the_checked_address_not_to_the_name() {
+        // The name does not resolve: a client that resolves it again
+        // (instead of dialing the checked address) never reaches the
+        // listener. The TLS handshake with it then fails; that is fine.
+        let (addr, accepted) = watched().await;
+        let url = "amqps://broker.invalid:5671/%2f";
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            super::amqp::connect(url, checked(url, "broker.invalid", addr)),
+        )
+        .await;
+        assert!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "the checked address was not connected to"
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rediss_connection_goes_to_the_checked_address_not_to_the_name() {
+        let (addr, accepted) = watched().await;
+        let url = "rediss://cache.invalid:6380/0";
+        let _ = super::redis::connect(url, vec![addr], Duration::from_secs(2)).await;
+        assert!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "the checked address was not connected to"
         );
     }
 }

@@ -16,7 +16,11 @@ pub(super) type Link = jetstream::Context;
 
 /// Connects to `url` with `creds`; acknowledgements are awaited at most
 /// `timeout`. (The client reads no credentials from a URL: they are given
-/// here.)
+/// here.) `url` names the address the address rules checked, and the client
+/// connects there only: a server's `INFO connect_urls` (other servers of
+/// its cluster, which whoever runs it chooses) are ignored, as the client
+/// would otherwise reconnect to them unchecked, with the endpoint's
+/// credentials and messages.
 pub(super) async fn connect(
     url: &str,
     creds: Option<&Credentials>,
@@ -24,6 +28,7 @@ pub(super) async fn connect(
 ) -> Result<Link, Failure> {
     let options = async_nats::ConnectOptions::new()
         .name("control-plane")
+        .ignore_discovered_servers()
         .connection_timeout(timeout);
     let options = match creds {
         None => options,
