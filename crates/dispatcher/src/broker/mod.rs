@@ -192,6 +192,7 @@ impl<T: Clone> Links<T> {
 
     /// The link kept under `key`, made by `connect` when there is none (a
     /// failed `connect` leaves none, so the next send tries again).
+    #[cfg_attr(not(any(feature = "nats", feature = "redis")), allow(dead_code))]
     async fn get<F, Fut>(&self, key: &str, connect: F) -> Result<T, Failure>
     where
         F: FnOnce() -> Fut,
@@ -203,7 +204,7 @@ impl<T: Clone> Links<T> {
     /// As [`Links::get`], but a kept link that `live` finds closed is
     /// dropped and made anew, so a send does not fail on a link that
     /// another send's error or a broker restart closed.
-    #[allow(dead_code)] // without the amqp feature
+    #[cfg_attr(not(feature = "amqp"), allow(dead_code))]
     async fn get_live<F, Fut>(
         &self,
         key: &str,
