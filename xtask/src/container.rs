@@ -660,97 +660,121 @@ fn check_compose_config(config: &str) -> Result<(), String> {
     if services.is_empty() {
         return Err(format!("no service in:\n{config}"));
     }
-    let mut problems = Vec::new();
-    for (name, lines) in &services {
-        let mut want = |ok: bool, what: &str| {
-            if !ok {
-                problems.push(format!("service {name}: {what}"));
-            }
-        };
-        let read_only = compose_field(lines, "read_only").map(|(v, _)| v);
-        want(read_only.as_deref() == Some("true"), "no `read_only: true`");
-        want(
-            compose_list(lines, "cap_drop").iter().any(|c| c == "ALL"),
-            "no `cap_drop: [ALL]`",
-        );
-        want(
-            compose_list(lines, "security_opt")
-                .iter()
-                .any(|o| o == "no-new-privileges:true" || o == "no-new-privileges"),
-            "no `security_opt: [no-new-privileges:true]`",
-        );
-        for limit in ["mem_limit", "cpus", "pids_limit"] {
-            want(
-                compose_field(lines, limit).is_some(),
-                &format!("no `{limit}`"),
-            );
-        }
-        // Short syntax ("127.0.0.1:8080:8080/tcp", v1) or long ("- mode:
-        // ingress" then "host_ip: 127.0.0.1", v2): one entry per `- `.
-        if let Some((_, block)) = compose_field(lines, "ports") {
-            let mut entries: Vec<String> = Vec::new();
-            for l in block {
-                match l.trim_start().strip_prefix("- ") {
-                    Some(first) => entries.push(first.to_string()),
-                    None => {
-                        if let Some(e) = entries.last_mut() {
-                            e.push('\n');
-                            e.push_str(l.trim());
-                        }
-                    }
-                }
-            }
-            for entry in entries {
-                let host = match entry.lines().find_map(|l| l.strip_prefix("host_ip:")) {
-                    Some(ip) => unquoted(ip).to_string(),
-                    None if entry.contains(": ") => String::new(),
-                    None => {
-                        let spec = unquoted(&entry);
-                        // host:published:target, the host possibly [v6].
-                        spec.rsplitn(3, ':').nth(2).unwrap_or("").to_string()
-                    }
-                };
-                want(
-                    is_loopback_host(&host),
-                    &format!("publishes {entry:?} beyond the host's loopback (want 127.0.0.1)"),
-                );
-            }
-        }
-        let environment = compose_environment(lines);
-        for (key, value) in &environment {
-            want(
-                !matches!(
-                    key.as_str(),
-                    "CONTROLPLANE_DATABASE_URL" | "CONTROLPLANE_ADMIN_TOKEN" | "POSTGRES_PASSWORD"
-                ),
-                &format!("{key} is in its environment in clear (use {key}_FILE and a secret)"),
-            );
-            if key == "CONTROLPLANE_STORE" && value == "postgres" {
-                want(
-                    environment
-                        .iter()
-                        .any(|(k, _)| k == "CONTROLPLANE_DATABASE_URL_FILE"),
-                    "reads the postgres store without CONTROLPLANE_DATABASE_URL_FILE",
-                );
-            }
-        }
-        let host_network = compose_field(lines, "network_mode").map(|(v, _)| v);
-        if host_network.as_deref() == Some("host") {
-            if let Some((_, listen)) = environment.iter().find(|(k, _)| k == "CONTROLPLANE_LISTEN")
-            {
-                let host = listen.rsplit_once(':').map_or("", |(h, _)| h);
-                want(
-                    is_loopback_host(host),
-                    &format!("listens on {listen} of the host's network (want 127.0.0.1)"),
-                );
-            }
-        }
-    }
+    let problems: Vec<String> = services
+        .iter()
+        .flat_map(|(name, lines)| {
+            let mut found = confinement_problems(lines);
+            found.extend(published_port_problems(lines));
+            found.extend(environment_problems(lines));
+            found
+                .into_iter()
+                .map(move |p| format!("service {name}: {p}"))
+        })
+        .collect();
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// Read-only, no capability, no privilege escalation, and limits.
+fn confinement_problems(service: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let read_only = compose_field(service, "read_only").map(|(v, _)| v);
+    if read_only.as_deref() != Some("true") {
+        problems.push("no `read_only: true`".to_string());
+    }
+    if !compose_list(service, "cap_drop").iter().any(|c| c == "ALL") {
+        problems.push("no `cap_drop: [ALL]`".to_string());
+    }
+    if !compose_list(service, "security_opt")
+        .iter()
+        .any(|o| o == "no-new-privileges:true" || o == "no-new-privileges")
+    {
+        problems.push("no `security_opt: [no-new-privileges:true]`".to_string());
+    }
+    for limit in ["mem_limit", "cpus", "pids_limit"] {
+        if compose_field(service, limit).is_none() {
+            problems.push(format!("no `{limit}`"));
+        }
+    }
+    problems
+}
+
+/// Every published port on the host's loopback. Short syntax
+/// ("127.0.0.1:8080:8080/tcp") or long ("- published: 8080" then
+/// "host_ip: 127.0.0.1"): one entry per `- `.
+fn published_port_problems(service: &[&str]) -> Vec<String> {
+    let Some((_, block)) = compose_field(service, "ports") else {
+        return Vec::new();
+    };
+    let mut entries: Vec<String> = Vec::new();
+    for l in block {
+        match l.trim_start().strip_prefix("- ") {
+            Some(first) => entries.push(first.to_string()),
+            None => {
+                if let Some(e) = entries.last_mut() {
+                    e.push('\n');
+                    e.push_str(l.trim());
+                }
+            }
+        }
+    }
+    entries
+        .into_iter()
+        .filter(|entry| {
+            let host = match entry.lines().find_map(|l| l.strip_prefix("host_ip:")) {
+                Some(ip) => unquoted(ip).to_string(),
+                None if entry.contains(": ") => String::new(),
+                // host:published:target, the host possibly [v6].
+                None => unquoted(entry)
+                    .rsplitn(3, ':')
+                    .nth(2)
+                    .unwrap_or("")
+                    .to_string(),
+            };
+            !is_loopback_host(&host)
+        })
+        .map(|entry| format!("publishes {entry:?} beyond the host's loopback (want 127.0.0.1)"))
+        .collect()
+}
+
+/// No secret in clear in the environment, the database URL as a file, and
+/// on the host's network an address on its loopback.
+fn environment_problems(service: &[&str]) -> Vec<String> {
+    let environment = compose_environment(service);
+    let mut problems = Vec::new();
+    for (key, value) in &environment {
+        if matches!(
+            key.as_str(),
+            "CONTROLPLANE_DATABASE_URL" | "CONTROLPLANE_ADMIN_TOKEN" | "POSTGRES_PASSWORD"
+        ) {
+            problems.push(format!(
+                "{key} is in its environment in clear (use {key}_FILE and a secret)"
+            ));
+        }
+        if key == "CONTROLPLANE_STORE"
+            && value == "postgres"
+            && !environment
+                .iter()
+                .any(|(k, _)| k == "CONTROLPLANE_DATABASE_URL_FILE")
+        {
+            problems.push("reads the postgres store without CONTROLPLANE_DATABASE_URL_FILE".into());
+        }
+    }
+    let host_network = compose_field(service, "network_mode").map(|(v, _)| v);
+    if host_network.as_deref() == Some("host") {
+        if let Some((_, listen)) = environment.iter().find(|(k, _)| k == "CONTROLPLANE_LISTEN") {
+            let host = listen.rsplit_once(':').map_or("", |(h, _)| h);
+            if !is_loopback_host(host) {
+                problems.push(format!(
+                    "listens on {listen} of the host's network (want 127.0.0.1)"
+                ));
+            }
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
