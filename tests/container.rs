@@ -113,10 +113,24 @@ impl Container {
     /// loopback port, then the image's default command.
     fn run(args: &[&str], env: &[(&str, String)]) -> Container {
         let port = free_port();
-        let mut all: Vec<String> = ["run", "-d", "--network", "host", "--health-interval", "1s"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        // As README's `docker run` and the Compose file run it: a read-only
+        // root filesystem, no capability, no privilege escalation.
+        let mut all: Vec<String> = [
+            "run",
+            "-d",
+            "--network",
+            "host",
+            "--health-interval",
+            "1s",
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         all.extend(args.iter().map(|s| s.to_string()));
         for (k, v) in env {
             all.extend(["-e".to_string(), format!("{k}={v}")]);
@@ -304,11 +318,25 @@ async fn embedded_keeps_its_volume_runs_as_non_root_and_stops_on_sigterm() {
 /// A copy of the tests' key file that the image's user can read.
 fn key_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("secret-key");
-    std::fs::copy(workspace_tests::key_file(), &key).unwrap();
     chown_to_image_user(dir.path());
-    chown_to_image_user(&key);
+    let key = std::fs::read(workspace_tests::key_file()).unwrap();
+    write_secret(&dir.path().join("secret-key"), &key);
     dir
+}
+
+/// Writes a secret file as README says to: mode 0600 from the start, owned
+/// by the image's user, the only one that reads it.
+fn write_secret(path: &Path, contents: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(contents).unwrap();
+    chown_to_image_user(path);
 }
 
 fn chown_to_image_user(path: &Path) {
@@ -326,16 +354,27 @@ async fn postgres_runs_with_the_key_passed_in() {
     let (rx, hooks) = Receiver::start(answer_ok()).await;
     let schema = Schema::new("cp_container");
     let keys = key_dir();
+    // The database URL as a secret file too, as the manifests pass it.
+    write_secret(&keys.path().join("database-url"), database_url().as_bytes());
     let mount = format!("{}:/run/secrets/control-plane:ro", keys.path().display());
     let mut env: Vec<(&str, String)> = schema
         .env(4)
         .into_iter()
-        .filter(|(k, _)| *k != "CONTROLPLANE_SECRET_KEY_FILE")
+        .filter(|(k, _)| {
+            !matches!(
+                *k,
+                "CONTROLPLANE_SECRET_KEY_FILE" | "CONTROLPLANE_DATABASE_URL"
+            )
+        })
         .collect();
     env.extend([
         (
             "CONTROLPLANE_SECRET_KEY_FILE",
             "/run/secrets/control-plane/secret-key".to_string(),
+        ),
+        (
+            "CONTROLPLANE_DATABASE_URL_FILE",
+            "/run/secrets/control-plane/database-url".to_string(),
         ),
         ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
         ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
@@ -419,14 +458,28 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
     .await;
     let schema = Schema::new("cp_compose");
     let secrets = key_dir();
-    let token = secrets.path().join("admin-token");
-    std::fs::write(&token, format!("{ADMIN}\n")).unwrap();
-    chown_to_image_user(&token);
+    write_secret(
+        &secrets.path().join("admin-token"),
+        format!("{ADMIN}\n").as_bytes(),
+    );
+    // The URL reaches the services as a secret file, never in their
+    // environment; the gate asks the server's address alone.
+    write_secret(
+        &secrets.path().join("database-url"),
+        format!("{}\n", database_url()).as_bytes(),
+    );
+    let server: tokio_postgres::Config = database_url().parse().unwrap();
+    let host = match server.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        other => panic!("the compose test needs a TCP host in the database URL, got {other:?}"),
+    };
+    let port = server.get_ports().first().copied().unwrap_or(5432);
     let api_port = free_port();
     let env: Vec<(&'static str, String)> = vec![
         ("CONTROLPLANE_IMAGE", image()),
         ("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8".to_string()),
-        ("CONTROLPLANE_DATABASE_URL", database_url()),
+        ("CONTROLPLANE_PG_HOST", host),
+        ("CONTROLPLANE_PG_PORT", port.to_string()),
         ("CONTROLPLANE_DATABASE_SCHEMA", schema.0.clone()),
         (
             "CONTROLPLANE_SECRETS_DIR",
@@ -453,6 +506,10 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
         config.contains("/run/secrets") || config.contains("secrets:"),
         "{config}"
     );
+    assert!(
+        !config.contains(&database_url()),
+        "the database URL is in the configuration in clear:\n{config}"
+    );
 
     compose_ok(&project.name, &["up", "-d", "--no-build"], &env);
     // The worker's container id now, so that the kill itself is quick
@@ -461,6 +518,24 @@ async fn compose_runs_two_workers_and_loses_nothing_when_one_is_killed() {
         .trim()
         .to_string();
     assert!(!worker_1.is_empty(), "worker-1 is not running");
+    // It runs as the file says: read-only, no capability, no escalation,
+    // and the database URL is not in its environment.
+    let host_config = docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}}",
+        &worker_1,
+    ]);
+    assert_eq!(
+        host_config, "true [ALL] [no-new-privileges:true]",
+        "worker-1's host configuration"
+    );
+    let environment = docker(&["inspect", "--format", "{{.Config.Env}}", &worker_1]);
+    assert!(
+        environment.contains("CONTROLPLANE_DATABASE_URL_FILE=")
+            && !environment.contains("CONTROLPLANE_DATABASE_URL="),
+        "{environment}"
+    );
     let api = Api {
         base: format!("http://127.0.0.1:{api_port}"),
     };

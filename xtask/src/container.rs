@@ -57,6 +57,7 @@ fn exists_on_path(program: &str) -> bool {
 pub fn container() -> Result<(), String> {
     lint()?;
     let docker = engine()?;
+    compose_hardening(&workspace_root())?;
     let binary = target_dir().join("debug").join("control-plane");
     if !binary.exists() {
         cargo(&["build", "--workspace", "--all-targets"], &[])?;
@@ -112,6 +113,11 @@ pub fn container() -> Result<(), String> {
 /// has `systemd-analyze`.
 fn lint() -> Result<(), String> {
     let root = workspace_root();
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join(name)).map_err(|e| format!("cannot read {name}: {e}"))
+    };
+    dockerignore_keeps_secrets_out(&read(".dockerignore")?)?;
+    readme_makes_secret_files_private(&read("README.md")?)?;
     let hadolint = python_tool("hadolint-venv", &[HADOLINT], "hadolint")?;
     run(
         Command::new(hadolint)
@@ -136,6 +142,11 @@ fn lint() -> Result<(), String> {
     files.sort();
     if files.is_empty() {
         return Err(format!("no manifests in {}", manifests.display()));
+    }
+    for file in &files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        manifest_passes_secrets_as_files(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     }
     run(
         Command::new(validate)
@@ -411,4 +422,527 @@ fn pg_gate_image(docker: &Path, work: &Path) -> Result<String, String> {
         &["ENV PATH=/usr/local/bin:/usr/bin:/bin"],
     )?;
     Ok(tag)
+}
+
+/// What `.dockerignore` must keep out of the build context: the directory
+/// README has Compose users make their secrets in, and the secret files it
+/// has anyone make (beside the commands they run, possibly in a checkout).
+const IGNORED_SECRETS: &[&str] = &[
+    "deploy/secrets/",
+    "**/admin-token",
+    "**/secret-key",
+    "**/database-url",
+    "**/postgres-password",
+    "**/*.key",
+];
+
+/// `.dockerignore` holds every line of [`IGNORED_SECRETS`] and takes none
+/// of them back with a `!` line.
+fn dockerignore_keeps_secrets_out(text: &str) -> Result<(), String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let missing: Vec<&str> = IGNORED_SECRETS
+        .iter()
+        .filter(|p| !lines.contains(p) && !lines.contains(&p.trim_end_matches('/')))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            ".dockerignore lets secrets into the build context: add the lines {}",
+            missing.join(", ")
+        ));
+    }
+    let secret_words = ["secret", "token", "key", "database-url", "password"];
+    if let Some(back) = lines
+        .iter()
+        .find(|l| l.starts_with('!') && secret_words.iter().any(|w| l.contains(w)))
+    {
+        return Err(format!(
+            ".dockerignore takes a secret path back into the build context: {back}"
+        ));
+    }
+    Ok(())
+}
+
+/// Every shell block of README that writes a file named like a secret
+/// (`secret`, `token`, `key`, `database-url`, `password`) sets `umask 077`
+/// before it, so that the file is the owner's alone (0600) from the start.
+fn readme_makes_secret_files_private(readme: &str) -> Result<(), String> {
+    let secret_words = ["secret", "token", "key", "database-url", "password"];
+    let (mut in_block, mut umask, mut writes) = (false, false, 0);
+    let mut problems = Vec::new();
+    for (n, line) in readme.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            umask = false;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        for (at, _) in line.match_indices('>') {
+            // The word after a redirection; `2>&1` and `->` are not one.
+            let target = line[at + 1..].split_whitespace().next();
+            let Some(target) = target.filter(|t| !t.starts_with('&')) else {
+                continue;
+            };
+            if line[..at].ends_with('-') || !secret_words.iter().any(|w| target.contains(w)) {
+                continue;
+            }
+            writes += 1;
+            // `umask 077` earlier in the block, or on this line before it.
+            if !(umask || line[..at].contains("umask 077")) {
+                problems.push(format!(
+                    "README.md line {}: writes {target} without `umask 077` before it",
+                    n + 1
+                ));
+            }
+        }
+        umask |= line.contains("umask 077");
+    }
+    if writes == 0 {
+        return Err(
+            "README.md: no command writes a secret file; has this check gone stale?".into(),
+        );
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// A manifest hands the database URL and the admin token to the process as
+/// files of a secret volume (their `_FILE` forms), never as variables, which
+/// every process of the pod and `kubectl describe`'s readers could see.
+fn manifest_passes_secrets_as_files(text: &str) -> Result<(), String> {
+    for clear in ["CONTROLPLANE_DATABASE_URL", "CONTROLPLANE_ADMIN_TOKEN"] {
+        if text
+            .lines()
+            .any(|l| l.trim().trim_start_matches("- ").trim() == format!("name: {clear}"))
+        {
+            return Err(format!(
+                "{clear} is a variable; pass {clear}_FILE, a file of the secret volume"
+            ));
+        }
+    }
+    if text.contains("CONTROLPLANE_STORE") && !text.contains("CONTROLPLANE_DATABASE_URL_FILE") {
+        return Err("reads the store without CONTROLPLANE_DATABASE_URL_FILE".into());
+    }
+    Ok(())
+}
+
+/// The Compose files as users start them (`docker compose up` reads
+/// docker-compose.override.yml beside the main file; CI's run adds
+/// compose.external-postgres.yml), interpolated with no `CONTROLPLANE_*`
+/// variable set, must keep [`check_compose_config`]'s hardening.
+fn compose_hardening(root: &Path) -> Result<(), String> {
+    let deploy = root.join("deploy");
+    for files in [
+        ["docker-compose.yml", "docker-compose.override.yml"],
+        ["docker-compose.yml", "compose.external-postgres.yml"],
+    ] {
+        let what = format!("docker-compose -f {} config", files.join(" -f "));
+        let mut cmd = Command::new("docker-compose");
+        cmd.current_dir(&deploy);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CONTROLPLANE_") {
+                cmd.env_remove(k);
+            }
+        }
+        for f in files {
+            cmd.args(["-f", f]);
+        }
+        let config = output(cmd.arg("config"), &what)?;
+        check_compose_config(&config).map_err(|e| format!("{what}:\n{e}"))?;
+        eprintln!("xtask: {what}: every service hardened");
+    }
+    Ok(())
+}
+
+/// The services of `docker-compose config`'s output: each name with the
+/// lines under it.
+fn compose_services(config: &str) -> Vec<(String, Vec<&str>)> {
+    let mut services: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut in_services = false;
+    for line in config.lines() {
+        if !line.is_empty() && !line.starts_with(' ') {
+            in_services = line.trim_end() == "services:";
+            continue;
+        }
+        if !in_services {
+            continue;
+        }
+        match line.strip_prefix("  ") {
+            Some(name) if !name.starts_with(' ') && !name.starts_with('-') => {
+                services.push((name.trim_end_matches(':').to_string(), Vec::new()));
+            }
+            _ => {
+                if let Some((_, lines)) = services.last_mut() {
+                    lines.push(line);
+                }
+            }
+        }
+    }
+    services
+}
+
+/// A key of a service: its value on the key's line, and the lines of its
+/// block (deeper ones, and the `- ` items at the key's own indent that
+/// docker-compose v1 writes lists as).
+fn compose_field<'a>(service: &[&'a str], key: &str) -> Option<(String, Vec<&'a str>)> {
+    let prefix = format!("    {key}:");
+    let start = service.iter().position(|l| {
+        l.strip_prefix(&prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+    })?;
+    let inline = service[start][prefix.len()..].trim().to_string();
+    let block = service[start + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("     ") || l.starts_with("    - "))
+        .copied()
+        .collect();
+    Some((inline, block))
+}
+
+fn unquoted(s: &str) -> &str {
+    s.trim().trim_matches(|c| c == '\'' || c == '"')
+}
+
+/// The items of a list field, block (`- ALL`) or flow (`[ALL]`) style.
+fn compose_list(service: &[&str], key: &str) -> Vec<String> {
+    let Some((inline, block)) = compose_field(service, key) else {
+        return Vec::new();
+    };
+    let flow = inline
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(unquoted)
+        .filter(|s| !s.is_empty())
+        .map(String::from);
+    let items = block
+        .iter()
+        .filter_map(|l| l.trim_start().strip_prefix("- "))
+        .map(|s| unquoted(s).to_string());
+    flow.chain(items).collect()
+}
+
+/// The environment of a service as `NAME: value` pairs (mapping style, as
+/// `config` writes it).
+fn compose_environment(service: &[&str]) -> Vec<(String, String)> {
+    let Some((_, block)) = compose_field(service, "environment") else {
+        return Vec::new();
+    };
+    block
+        .iter()
+        .filter_map(|l| {
+            let (k, v) = l.trim().trim_start_matches("- ").split_once([':', '='])?;
+            Some((k.trim().to_string(), unquoted(v).to_string()))
+        })
+        .collect()
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    host == "127.0.0.1" || host == "::1" || host == "[::1]"
+}
+
+/// Every service of a `docker-compose config` output: a read-only root
+/// filesystem, every capability dropped, no-new-privileges, memory, CPU and
+/// process limits; every published port on the host's loopback, and so the
+/// address a service on the host's network listens on; no database URL,
+/// password or admin token in an environment (the `_FILE` forms instead).
+fn check_compose_config(config: &str) -> Result<(), String> {
+    let services = compose_services(config);
+    if services.is_empty() {
+        return Err(format!("no service in:\n{config}"));
+    }
+    let problems: Vec<String> = services
+        .iter()
+        .flat_map(|(name, lines)| {
+            let mut found = confinement_problems(lines);
+            found.extend(published_port_problems(lines));
+            found.extend(environment_problems(lines));
+            found
+                .into_iter()
+                .map(move |p| format!("service {name}: {p}"))
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// Read-only, no capability, no privilege escalation, and limits.
+fn confinement_problems(service: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let read_only = compose_field(service, "read_only").map(|(v, _)| v);
+    if read_only.as_deref() != Some("true") {
+        problems.push("no `read_only: true`".to_string());
+    }
+    if !compose_list(service, "cap_drop").iter().any(|c| c == "ALL") {
+        problems.push("no `cap_drop: [ALL]`".to_string());
+    }
+    if !compose_list(service, "security_opt")
+        .iter()
+        .any(|o| o == "no-new-privileges:true" || o == "no-new-privileges")
+    {
+        problems.push("no `security_opt: [no-new-privileges:true]`".to_string());
+    }
+    for limit in ["mem_limit", "cpus", "pids_limit"] {
+        if compose_field(service, limit).is_none() {
+            problems.push(format!("no `{limit}`"));
+        }
+    }
+    problems
+}
+
+/// Every published port on the host's loopback. Short syntax
+/// ("127.0.0.1:8080:8080/tcp") or long ("- published: 8080" then
+/// "host_ip: 127.0.0.1"): one entry per `- `.
+fn published_port_problems(service: &[&str]) -> Vec<String> {
+    let Some((_, block)) = compose_field(service, "ports") else {
+        return Vec::new();
+    };
+    let mut entries: Vec<String> = Vec::new();
+    for l in block {
+        match l.trim_start().strip_prefix("- ") {
+            Some(first) => entries.push(first.to_string()),
+            None => {
+                if let Some(e) = entries.last_mut() {
+                    e.push('\n');
+                    e.push_str(l.trim());
+                }
+            }
+        }
+    }
+    entries
+        .into_iter()
+        .filter(|entry| {
+            let host = match entry.lines().find_map(|l| l.strip_prefix("host_ip:")) {
+                Some(ip) => unquoted(ip).to_string(),
+                None if entry.contains(": ") => String::new(),
+                // host:published:target, the host possibly [v6].
+                None => unquoted(entry)
+                    .rsplitn(3, ':')
+                    .nth(2)
+                    .unwrap_or("")
+                    .to_string(),
+            };
+            !is_loopback_host(&host)
+        })
+        .map(|entry| format!("publishes {entry:?} beyond the host's loopback (want 127.0.0.1)"))
+        .collect()
+}
+
+/// No secret in clear in the environment, the database URL as a file, and
+/// on the host's network an address on its loopback.
+fn environment_problems(service: &[&str]) -> Vec<String> {
+    let environment = compose_environment(service);
+    let mut problems = Vec::new();
+    for (key, value) in &environment {
+        if matches!(
+            key.as_str(),
+            "CONTROLPLANE_DATABASE_URL" | "CONTROLPLANE_ADMIN_TOKEN" | "POSTGRES_PASSWORD"
+        ) {
+            problems.push(format!(
+                "{key} is in its environment in clear (use {key}_FILE and a secret)"
+            ));
+        }
+        if key == "CONTROLPLANE_STORE"
+            && value == "postgres"
+            && !environment
+                .iter()
+                .any(|(k, _)| k == "CONTROLPLANE_DATABASE_URL_FILE")
+        {
+            problems.push("reads the postgres store without CONTROLPLANE_DATABASE_URL_FILE".into());
+        }
+    }
+    let host_network = compose_field(service, "network_mode").map(|(v, _)| v);
+    if host_network.as_deref() == Some("host") {
+        if let Some((_, listen)) = environment.iter().find(|(k, _)| k == "CONTROLPLANE_LISTEN") {
+            let host = listen.rsplit_once(':').map_or("", |(h, _)| h);
+            if !is_loopback_host(host) {
+                problems.push(format!(
+                    "listens on {listen} of the host's network (want 127.0.0.1)"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two services as docker-compose 1.29's `config` writes them.
+    const HARDENED: &str = "\
+secrets:
+  database_url:
+    file: /x/secrets/database-url
+services:
+  api:
+    cap_drop:
+    - ALL
+    cpus: 1.0
+    environment:
+      CONTROLPLANE_DATABASE_URL_FILE: /run/secrets/database_url
+      CONTROLPLANE_STORE: postgres
+    mem_limit: 512m
+    pids_limit: 1024
+    ports:
+    - 127.0.0.1:8080:8080/tcp
+    read_only: true
+    security_opt:
+    - no-new-privileges:true
+  postgres:
+    cap_add:
+    - CHOWN
+    cap_drop:
+    - ALL
+    cpus: 1.0
+    environment:
+      POSTGRES_PASSWORD_FILE: /run/secrets/postgres_password
+    mem_limit: 1g
+    pids_limit: 512
+    read_only: true
+    security_opt:
+    - no-new-privileges:true
+volumes:
+  postgres-data: {}
+";
+
+    #[test]
+    fn a_hardened_compose_config_passes() {
+        assert_eq!(check_compose_config(HARDENED), Ok(()));
+    }
+
+    #[test]
+    fn each_missing_hardening_fails_naming_it() {
+        for (from, to, named) in [
+            (
+                "    read_only: true\n    security_opt:\n    - no-new-privileges:true\n  postgres:",
+                "    security_opt:\n    - no-new-privileges:true\n  postgres:",
+                "read_only",
+            ),
+            (
+                "    cap_drop:\n    - ALL\n    cpus: 1.0\n    environment:\n      CONTROLPLANE",
+                "    cpus: 1.0\n    environment:\n      CONTROLPLANE",
+                "cap_drop",
+            ),
+            (
+                "    read_only: true\n    security_opt:\n    - no-new-privileges:true\nvolumes",
+                "    read_only: true\nvolumes",
+                "no-new-privileges",
+            ),
+            ("    mem_limit: 1g\n", "", "mem_limit"),
+            (
+                "    cpus: 1.0\n    environment:\n      POSTGRES",
+                "    environment:\n      POSTGRES",
+                "cpus",
+            ),
+            ("    pids_limit: 1024\n", "", "pids_limit"),
+            ("127.0.0.1:8080:8080/tcp", "8080:8080/tcp", "loopback"),
+            (
+                "127.0.0.1:8080:8080/tcp",
+                "0.0.0.0:8080:8080/tcp",
+                "loopback",
+            ),
+            (
+                "POSTGRES_PASSWORD_FILE",
+                "POSTGRES_PASSWORD",
+                "POSTGRES_PASSWORD",
+            ),
+            (
+                "CONTROLPLANE_DATABASE_URL_FILE: /run/secrets/database_url",
+                "CONTROLPLANE_DATABASE_URL: postgres://u:pw@db/x",
+                "CONTROLPLANE_DATABASE_URL",
+            ),
+        ] {
+            assert!(HARDENED.contains(from), "{from}");
+            let config = HARDENED.replacen(from, to, 1);
+            let e = check_compose_config(&config).expect_err(named);
+            assert!(e.contains(named), "{named}: {e}");
+        }
+    }
+
+    #[test]
+    fn compose_v2_long_ports_and_flow_lists_are_read() {
+        let v2 = HARDENED
+            .replace(
+                "    - 127.0.0.1:8080:8080/tcp\n",
+                "      - mode: ingress\n        host_ip: 127.0.0.1\n        target: 8080\n        published: \"8080\"\n",
+            )
+            .replace("    cap_drop:\n    - ALL\n", "    cap_drop: [ALL]\n");
+        assert_eq!(check_compose_config(&v2), Ok(()));
+        let open = v2.replace("        host_ip: 127.0.0.1\n", "");
+        assert!(check_compose_config(&open).is_err());
+    }
+
+    #[test]
+    fn a_service_on_the_host_network_listens_on_loopback() {
+        let host = HARDENED.replace(
+            "      CONTROLPLANE_STORE: postgres\n",
+            "      CONTROLPLANE_LISTEN: 0.0.0.0:8080\n      CONTROLPLANE_STORE: postgres\n    network_mode: host\n",
+        );
+        let e = check_compose_config(&host).unwrap_err();
+        assert!(e.contains("0.0.0.0:8080"), "{e}");
+        let loopback = host.replace("0.0.0.0:8080", "127.0.0.1:8080");
+        assert_eq!(check_compose_config(&loopback), Ok(()));
+    }
+
+    #[test]
+    fn the_manifests_pass_the_database_url_as_a_file() {
+        for name in ["api.yaml", "worker.yaml", "migrate-job.yaml"] {
+            let text = repository_file(&format!("deploy/kubernetes/{name}"));
+            assert_eq!(manifest_passes_secrets_as_files(&text), Ok(()), "{name}");
+            let clear = text.replace(
+                "- name: CONTROLPLANE_DATABASE_URL_FILE",
+                "- name: CONTROLPLANE_DATABASE_URL",
+            );
+            assert!(manifest_passes_secrets_as_files(&clear).is_err(), "{name}");
+        }
+    }
+
+    fn repository_file(name: &str) -> String {
+        std::fs::read_to_string(workspace_root().join(name)).unwrap()
+    }
+
+    #[test]
+    fn the_dockerignore_keeps_every_secret_path_out() {
+        let text = repository_file(".dockerignore");
+        assert_eq!(dockerignore_keeps_secrets_out(&text), Ok(()));
+        for line in IGNORED_SECRETS {
+            let without: String = text
+                .lines()
+                .filter(|l| l.trim() != *line)
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let e = dockerignore_keeps_secrets_out(&without).unwrap_err();
+            assert!(e.contains(line), "{e}");
+        }
+        let back = format!("{text}!deploy/secrets/admin-token\n");
+        assert!(dockerignore_keeps_secrets_out(&back).is_err());
+    }
+
+    #[test]
+    fn readme_writes_secret_files_under_umask_077() {
+        let readme = repository_file("README.md");
+        assert_eq!(readme_makes_secret_files_private(&readme), Ok(()));
+        let open = readme.replace("umask 077", "true");
+        let e = readme_makes_secret_files_private(&open).unwrap_err();
+        for file in [
+            "secrets/admin-token",
+            "secrets/database-url",
+            "database-url",
+        ] {
+            assert!(e.contains(&format!("writes {file} ")), "{file}: {e}");
+        }
+    }
 }

@@ -41,7 +41,8 @@ tasks:
                no 5xx, every status, content type and body as documented. `api-check --examples N`:
                N cases per operation and phase (default 25)
   container    hadolint on the Dockerfile, kubernetes-validate on
-               deploy/kubernetes, systemd-analyze verify on the unit; installs
+               deploy/kubernetes, systemd-analyze verify on the unit, the
+               Compose, .dockerignore and README hardening (issue 72); installs
                and starts Docker (Debian's docker.io, docker-compose) when
                missing, builds the image around the tests' binary on base
                images made from the host's files, and runs tests/container.rs:

@@ -49,7 +49,8 @@ const API: &[&str] = &["serve", "api"];
 pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_STORE", default: "embedded", help: "embedded or postgres", commands: EVERY },
     Variable { name: "CONTROLPLANE_EMBEDDED_PATH", default: "./control-plane.duckdb", help: "the DuckDB file (embedded only)", commands: EVERY },
-    Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db", commands: EVERY },
+    Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db (or the next variable)", commands: EVERY },
+    Variable { name: "CONTROLPLANE_DATABASE_URL_FILE", default: "(none)", help: "file holding the database URL instead (a container secret); one trailing newline is ignored", commands: EVERY },
     Variable { name: "CONTROLPLANE_POOL_SIZE", default: "16", help: "connections, 1 to 1000 (postgres only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "sync", help: "sync or async: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
     Variable { name: "CONTROLPLANE_DATABASE_SCHEMA", default: "public", help: "schema holding the tables (postgres only)", commands: EVERY },
@@ -89,11 +90,14 @@ pub fn is_known(name: &str) -> bool {
 /// never reads them, and names them so in its error.
 const COMPOSE_ONLY: &[&str] = &[
     "CONTROLPLANE_PORT",
+    "CONTROLPLANE_BIND_ADDRESS",
     "CONTROLPLANE_WORKER_1_PORT",
     "CONTROLPLANE_WORKER_2_PORT",
     "CONTROLPLANE_IMAGE",
     "CONTROLPLANE_SECRETS_DIR",
     "CONTROLPLANE_PG_GATE_IMAGE",
+    "CONTROLPLANE_PG_HOST",
+    "CONTROLPLANE_PG_PORT",
 ];
 
 /// A configuration error: which variable, what was wrong, what is accepted.
@@ -208,7 +212,7 @@ fn secret_key_files(vars: &Vars) -> Result<SecretKeyFiles, ConfigError> {
             return Err(err(
                 VAR,
                 "required when CONTROLPLANE_STORE=postgres: every replica seals endpoint secrets with \
-                 the same key; create one with `head -c 32 /dev/urandom | base64 > key && chmod 600 key`",
+                 the same key; create one with `(umask 077; head -c 32 /dev/urandom | base64 > key)`",
             ))
         }
         (None, _) => {
@@ -383,12 +387,10 @@ impl Vars {
 fn store_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
     match vars.get("CONTROLPLANE_STORE").unwrap_or("embedded") {
         "embedded" => {
-            if vars.get("CONTROLPLANE_DATABASE_URL").is_some() {
-                return Err(err(
-                    "CONTROLPLANE_DATABASE_URL",
-                    "set, but CONTROLPLANE_STORE is embedded; set CONTROLPLANE_STORE=postgres to use it, or unset it",
-                ));
-            }
+            vars.refuse(
+                &[DATABASE_URL, DATABASE_URL_FILE],
+                "set, but CONTROLPLANE_STORE is embedded; set CONTROLPLANE_STORE=postgres to use it, or unset it",
+            )?;
             vars.refuse(
                 &[
                     "CONTROLPLANE_POOL_SIZE",
@@ -428,16 +430,23 @@ fn embedded_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
     })
 }
 
+const DATABASE_URL: &str = "CONTROLPLANE_DATABASE_URL";
+const DATABASE_URL_FILE: &str = "CONTROLPLANE_DATABASE_URL_FILE";
+
 fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
-    let url = vars.get("CONTROLPLANE_DATABASE_URL").ok_or_else(|| {
+    let (var, url) = value_or_file(vars, DATABASE_URL, DATABASE_URL_FILE)?.ok_or_else(|| {
         err(
-            "CONTROLPLANE_DATABASE_URL",
-            "required when CONTROLPLANE_STORE=postgres, e.g. postgres://user@127.0.0.1:5432/db",
+            DATABASE_URL,
+            format!(
+                "required when CONTROLPLANE_STORE=postgres, e.g. postgres://user@127.0.0.1:5432/db \
+                 (or {DATABASE_URL_FILE}, a file holding it)"
+            ),
         )
     })?;
+    let url = url.as_str();
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(err(
-            "CONTROLPLANE_DATABASE_URL",
+            var,
             format!(
                 "expected a postgres:// or postgresql:// URL, got {:?}",
                 DatabaseUrl::new(url).redacted()
@@ -504,21 +513,8 @@ fn admin_token(vars: &Vars) -> Result<Option<Secret>, ConfigError> {
         (MIN_ADMIN_TOKEN_BYTES..=MAX_TOKEN_BYTES).contains(&v.len())
             && v.bytes().all(|b| b.is_ascii_graphic())
     };
-    let (var, token) = match (vars.get(VAR), vars.get(FILE_VAR)) {
-        (Some(_), Some(_)) => {
-            return Err(err(FILE_VAR, format!("set {VAR} or {FILE_VAR}, not both")))
-        }
-        (Some(v), None) => (VAR, v.to_string()),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path.trim())
-                .map_err(|e| err(FILE_VAR, format!("cannot read {path:?}: {e}")))?;
-            let line = text.strip_suffix('\n').unwrap_or(&text);
-            (
-                FILE_VAR,
-                line.strip_suffix('\r').unwrap_or(line).to_string(),
-            )
-        }
-        (None, None) => return Ok(None),
+    let Some((var, token)) = value_or_file(vars, VAR, FILE_VAR)? else {
+        return Ok(None);
     };
     if !sendable(&token) {
         return Err(err(
@@ -528,6 +524,31 @@ fn admin_token(vars: &Vars) -> Result<Option<Secret>, ConfigError> {
         ));
     }
     Ok(Some(Secret::new(token)))
+}
+
+/// A secret setting, given either as the variable `var` itself or as
+/// `file_var`, the path of a file holding it (a Compose or Kubernetes
+/// secret), so that it need not sit in the process's environment. One
+/// trailing newline (`\n` or `\r\n`) of the file is ignored; setting both is
+/// an error. Returns the variable the value came from, for the caller's
+/// errors, and the value.
+fn value_or_file(
+    vars: &Vars,
+    var: &'static str,
+    file_var: &'static str,
+) -> Result<Option<(&'static str, String)>, ConfigError> {
+    match (vars.get(var), vars.get(file_var)) {
+        (Some(_), Some(_)) => Err(err(file_var, format!("set {var} or {file_var}, not both"))),
+        (Some(v), None) => Ok(Some((var, v.to_string()))),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path.trim())
+                .map_err(|e| err(file_var, format!("cannot read {path:?}: {e}")))?;
+            let line = text.strip_suffix('\n').unwrap_or(&text);
+            let value = line.strip_suffix('\r').unwrap_or(line);
+            Ok(Some((file_var, value.to_string())))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The API's address alone, for `healthcheck`, which must not fail on the
@@ -855,6 +876,49 @@ mod tests {
     }
 
     #[test]
+    fn the_database_url_comes_from_the_variable_or_its_file_not_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("database-url");
+        std::fs::write(&file, "postgres://app:hunter2@db:5432/x\r\n").unwrap();
+        let path = file.to_string_lossy().into_owned();
+        let pg = |extra: &[(&'static str, &str)]| {
+            let mut vars = vec![
+                ("CONTROLPLANE_STORE", "postgres"),
+                ("CONTROLPLANE_SECRET_KEY_FILE", "/run/key"),
+            ];
+            vars.extend_from_slice(extra);
+            parse(&vars)
+        };
+        let c = pg(&[("CONTROLPLANE_DATABASE_URL_FILE", path.as_str())]).unwrap();
+        let StoreProfile::Postgres { url, .. } = c.store else {
+            panic!("{:?}", c.store)
+        };
+        assert_eq!(url.expose(), "postgres://app:hunter2@db:5432/x");
+        let both = pg(&[
+            ("CONTROLPLANE_DATABASE_URL_FILE", path.as_str()),
+            ("CONTROLPLANE_DATABASE_URL", "postgres://u@h/db"),
+        ])
+        .unwrap_err();
+        assert_eq!(both.variable, "CONTROLPLANE_DATABASE_URL_FILE");
+        let missing = dir.path().join("absent").to_string_lossy().into_owned();
+        let e = pg(&[("CONTROLPLANE_DATABASE_URL_FILE", missing.as_str())]).unwrap_err();
+        assert!(e.message.contains("cannot read"), "{e}");
+        // The file's URL is held to the variable's rules, and named by the
+        // variable that gave it, without its password.
+        std::fs::write(&file, "mysql://app:hunter2@db/x\n").unwrap();
+        let e = pg(&[("CONTROLPLANE_DATABASE_URL_FILE", path.as_str())]).unwrap_err();
+        assert_eq!(e.variable, "CONTROLPLANE_DATABASE_URL_FILE");
+        assert!(!e.message.contains("hunter2"), "{e}");
+        // The missing-URL error names the file form too.
+        let e = pg(&[]).unwrap_err();
+        assert!(e.message.contains("CONTROLPLANE_DATABASE_URL_FILE"), "{e}");
+        // Like the variable, it belongs to the postgres profile alone.
+        let e = parse(&[("CONTROLPLANE_DATABASE_URL_FILE", path.as_str())]).unwrap_err();
+        assert_eq!(e.variable, "CONTROLPLANE_DATABASE_URL_FILE");
+        assert!(e.message.contains("embedded"), "{e}");
+    }
+
+    #[test]
     fn outcome_commits_are_sync_unless_async_is_asked_and_only_on_postgres() {
         let pg = |v: Option<&'static str>| {
             let mut vars = vec![
@@ -948,6 +1012,34 @@ mod tests {
             assert!(e.message.contains("Compose"), "{e}");
             assert!(e.message.contains("CONTROLPLANE_LISTEN"), "{e}");
         }
+    }
+
+    /// Every `CONTROLPLANE_*` name the Compose files interpolate is either
+    /// one the binary reads or one it refuses as Compose's own.
+    #[test]
+    fn the_compose_files_name_only_known_or_compose_only_variables() {
+        let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(deploy).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|x| x != "yml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for part in text.split("${").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    is_known(&name) || COMPOSE_ONLY.contains(&name.as_str()),
+                    "{} interpolates {name}, which is neither a setting nor in COMPOSE_ONLY",
+                    path.display()
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "no Compose file under {deploy}");
     }
 
     #[test]
