@@ -87,6 +87,11 @@ pub trait AccountKeyStore: Send + Sync {
 
     /// Revokes a key of `account`.
     ///
+    /// # Behavior
+    /// - Its idempotency records ([`crate::IdempotencyOwner::Key`]) go with
+    ///   it, so it replays nothing; the account's other keys keep theirs
+    ///   (`revoking_a_key_drops_its_idempotency_records`).
+    ///
     /// # Errors
     /// `NotFound`, also for another account's key.
     ///
@@ -204,8 +209,10 @@ pub trait MaintenanceStore: Send + Sync {
     /// Removes one batch of `account`'s rows, at most `batch` rows per
     /// table: attempts, their rollups, deliveries, events without
     /// deliveries, endpoints without deliveries, event types, alerts,
-    /// usage windows, tasks (except its erasure tasks, [`crate::ERASE_TASK`]),
-    /// keys; how many it removed, `0` once nothing is left.
+    /// usage windows, tasks (except a running, leased one of kind
+    /// [`crate::ERASE_TASK`]: the erasure's own), keys, and the idempotency
+    /// records whose scope is the account's ([`crate::idempotency_account_prefix`]);
+    /// how many it removed, `0` once nothing is left.
     ///
     /// # Behavior
     /// - Batches end with nothing of the account left but its erasure task,

@@ -173,6 +173,9 @@ pub trait IdempotencyStore: Send + Sync {
     /// - `Started` for a new or expired key, `InProgress` while its owner runs,
     ///   `Replay` with the stored response once completed, `Mismatch` for a
     ///   different request (`idempotency_begin_reports_every_outcome`).
+    /// - An unfinished record holds its key for the request's lease only;
+    ///   a completed one lives the ttl from its completion
+    ///   (`an_unfinished_idempotency_record_is_held_only_for_its_lease`).
     ///
     /// # Errors
     /// A failure to persist is an error, never a `Started` (an empty or
