@@ -20,9 +20,13 @@ impl DatabaseUrl {
     /// The URL with any password (in the user info or a `password` query
     /// parameter) replaced by `***`; a string that is not a URL at all is
     /// not shown.
+    ///
+    /// libpq's other forms are redacted too: a URL with several hosts
+    /// (`postgres://u:p@h1:5432,h2:5433/db`, which the `url` crate does not
+    /// parse) and the key/value form (`host=h1,h2 password=p`).
     pub fn redacted(&self) -> String {
         let Ok(mut url) = url::Url::parse(&self.0) else {
-            return "(not a URL)".to_string();
+            return redacted_libpq(&self.0);
         };
         if url.password().is_some() {
             let _ = url.set_password(Some("***"));
@@ -45,6 +49,42 @@ impl DatabaseUrl {
     }
 }
 
+/// The password of a multi-host URL or of a key/value string replaced by
+/// `***`; anything else is not shown.
+fn redacted_libpq(s: &str) -> String {
+    let hide_password_pairs = |text: &str, sep: char| -> String {
+        text.split(sep)
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k.trim() == "password" => format!("{k}=***"),
+                _ => pair.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(&sep.to_string())
+    };
+    if let Some((scheme, rest)) = s.split_once("://") {
+        if scheme != "postgres" && scheme != "postgresql" {
+            return "(not a URL)".to_string();
+        }
+        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let authority = match authority.rsplit_once('@') {
+            Some((user, hosts)) => match user.split_once(':') {
+                Some((name, _)) => format!("{name}:***@{hosts}"),
+                None => format!("{user}@{hosts}"),
+            },
+            None => authority.to_string(),
+        };
+        let tail = match tail.split_once('?') {
+            Some((path, query)) => format!("{path}?{}", hide_password_pairs(query, '&')),
+            None => tail.to_string(),
+        };
+        return format!("{scheme}://{authority}{tail}");
+    }
+    if s.contains('=') {
+        return hide_password_pairs(s, ' ');
+    }
+    "(not a URL)".to_string()
+}
+
 impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DatabaseUrl({:?})", self.redacted())
@@ -54,5 +94,34 @@ impl fmt::Debug for DatabaseUrl {
 impl fmt::Display for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn every_form_libpq_takes_is_shown_without_its_password() {
+        for (given, shown) in [
+            (
+                "postgres://u:secret@h1:5432,h2:5433/db?target_session_attrs=read-write",
+                "postgres://u:***@h1:5432,h2:5433/db?target_session_attrs=read-write",
+            ),
+            (
+                "postgresql://h1,h2/db?password=secret&sslmode=require",
+                "postgresql://h1,h2/db?password=***&sslmode=require",
+            ),
+            (
+                "host=h1,h2 port=5432,5433 user=u password=secret dbname=db",
+                "host=h1,h2 port=5432,5433 user=u password=*** dbname=db",
+            ),
+            ("postgres://u:secret@h1/db", "postgres://u:***@h1/db"),
+            ("nonsense", "(not a URL)"),
+        ] {
+            let r = DatabaseUrl::new(given).redacted();
+            assert_eq!(r, shown);
+            assert!(!r.contains("secret"));
+        }
     }
 }

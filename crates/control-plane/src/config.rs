@@ -49,7 +49,7 @@ const API: &[&str] = &["serve", "api"];
 pub const VARIABLES: &[Variable] = &[
     Variable { name: "CONTROLPLANE_STORE", default: "embedded", help: "embedded or postgres", commands: EVERY },
     Variable { name: "CONTROLPLANE_EMBEDDED_PATH", default: "./control-plane.duckdb", help: "the DuckDB file (embedded only)", commands: EVERY },
-    Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db (or the next variable)", commands: EVERY },
+    Variable { name: "CONTROLPLANE_DATABASE_URL", default: "(required for postgres)", help: "postgres://user:password@host:port/db, several hosts as h1:5432,h2:5433 with ?target_session_attrs=read-write, or libpq's key/value form (or the next variable)", commands: EVERY },
     Variable { name: "CONTROLPLANE_DATABASE_URL_FILE", default: "(none)", help: "file holding the database URL instead (a container secret); one trailing newline is ignored", commands: EVERY },
     Variable { name: "CONTROLPLANE_POOL_SIZE", default: "16", help: "connections, 1 to 1000 (postgres only)", commands: EVERY },
     Variable { name: "CONTROLPLANE_OUTCOME_COMMIT", default: "sync", help: "sync or async: whether the commits of delivery outcomes wait for the disk (postgres only; ADR 0034)", commands: WORKERS },
@@ -444,11 +444,15 @@ fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
         )
     })?;
     let url = url.as_str();
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    // libpq's forms: a URL (one host or several, `h1:5432,h2:5433`), or
+    // key/value pairs (`host=h1,h2 port=5432,5433 ...`).
+    let key_values = !url.contains("://") && url.contains('=');
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://") || key_values) {
         return Err(err(
             var,
             format!(
-                "expected a postgres:// or postgresql:// URL, got {:?}",
+                "expected a postgres:// or postgresql:// URL (several hosts as h1:5432,h2:5433) \
+                 or libpq's key/value form (host=h1,h2 port=5432,5433 ...), got {:?}",
                 DatabaseUrl::new(url).redacted()
             ),
         ));
@@ -856,6 +860,28 @@ mod tests {
                 "{v:?} names an unknown command"
             );
         }
+    }
+
+    #[test]
+    fn a_database_url_may_name_several_hosts_or_be_key_values() {
+        for url in [
+            "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write",
+            "host=h1,h2 port=5432,5433 user=u dbname=db target_session_attrs=read-write",
+        ] {
+            let c = parse(&[
+                ("CONTROLPLANE_STORE", "postgres"),
+                ("CONTROLPLANE_DATABASE_URL", url),
+                ("CONTROLPLANE_SECRET_KEY_FILE", "/run/key"),
+            ]);
+            assert!(c.is_ok(), "{url}: {:?}", c.err());
+        }
+        let e = parse(&[
+            ("CONTROLPLANE_STORE", "postgres"),
+            ("CONTROLPLANE_DATABASE_URL", "mysql://h/db"),
+            ("CONTROLPLANE_SECRET_KEY_FILE", "/run/key"),
+        ])
+        .unwrap_err();
+        assert!(e.message.contains("key/value"), "{e}");
     }
 
     #[test]

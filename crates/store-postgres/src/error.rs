@@ -13,6 +13,12 @@ pub fn classify(e: tokio_postgres::Error) -> StoreError {
     map(e)
 }
 
+/// How many times a statement of this process met a read-only server
+/// (SQLSTATE 25006): each store drops its idle connections when it sees the
+/// count move, so that none stays on a server that no longer takes writes.
+pub(crate) static READ_ONLY_SEEN: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// Classifies a driver error by SQLSTATE.
 pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
     if let Some(db) = e.as_db_error() {
@@ -30,6 +36,15 @@ pub(crate) fn map(e: tokio_postgres::Error) -> StoreError {
             StoreError::Conflict(
                 "another request stored the same key at the same time; read it again (SQLSTATE 23505)".into(),
             )
+        } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            // A standby, or a primary being demoted: the pool drops its
+            // idle connections and reconnects (`PostgresStore::client`),
+            // which with `target_session_attrs=read-write` finds the primary.
+            READ_ONLY_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            StoreError::Unavailable(format!(
+                "the server is read-only (a standby, or a primary being demoted); the service \
+                 reconnects and looks for the primary: {msg}"
+            ))
         } else if code.code().starts_with("08")
             || code.code().starts_with("57P")
             || *code == SqlState::TOO_MANY_CONNECTIONS

@@ -7,6 +7,7 @@ mod alert;
 mod attempt;
 mod catalogue;
 mod config;
+mod connection;
 mod delivery;
 mod endpoint;
 mod erasure;
@@ -44,11 +45,21 @@ impl ControlPlaneStore for PostgresStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let client = self.pool.get().await.map_err(crate::error::map_pool)?;
-        client
-            .simple_query("SELECT 1")
+        let client = self.client().await?;
+        // Ready means writable: a server that answers but takes no writes
+        // (a standby, a primary being demoted) is not ready.
+        let row = client
+            .query_one("SELECT current_setting('transaction_read_only')", &[])
             .await
             .map_err(crate::error::map)?;
+        let read_only: String = row.try_get(0).map_err(crate::error::map)?;
+        if read_only == "on" {
+            return Err(control_plane_core::StoreError::Unavailable(
+                "the server is read-only (a standby, or a primary being demoted); waiting for a \
+                 primary (use target_session_attrs=read-write with every host of the cluster)"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 }

@@ -9,8 +9,7 @@ use control_plane_core::migration::{self, Migration};
 use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
 use control_plane_store_kit::sealing::SEALED_KEY_IDS;
 use control_plane_store_kit::{Housekeeping, SecretKeys, Wakeup};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, StatementCache};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{Pool, StatementCache};
 
 use crate::config::{valid_schema, PostgresConfig};
 use crate::error::{map_pool, PgResultExt};
@@ -92,6 +91,9 @@ pub struct PostgresStore {
     /// ([`PostgresConfig::synchronous_outcomes`]).
     pub(crate) begin_outcomes: &'static str,
     _listener: Option<Arc<Listener>>,
+    /// The count of read-only errors ([`crate::error::READ_ONLY_SEEN`]) this
+    /// store last acted on.
+    read_only_acted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -108,6 +110,20 @@ fn migration_lock_key(schema: &str) -> i64 {
 }
 
 impl PostgresStore {
+    /// A pooled connection. When a statement of this process has met a
+    /// read-only server since the last call (a standby after a failover, a
+    /// primary being demoted), the pool's idle connections are dropped
+    /// first, so that the next ones are made anew: with
+    /// `target_session_attrs=read-write` on the new primary.
+    pub(crate) async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let seen = crate::error::READ_ONLY_SEEN.load(Relaxed);
+        if self.read_only_acted.swap(seen, Relaxed) != seen {
+            self.pool.retain(|_, _| false);
+        }
+        self.pool.get().await.map_err(map_pool)
+    }
+
     /// Builds the pool, creates the schema if needed and applies pending
     /// migrations under an advisory lock, so any number of processes may
     /// open at once.
@@ -136,35 +152,12 @@ impl PostgresStore {
                 config.url.redacted()
             ))
         })?;
-        let timeout_ms = config.statement_timeout.as_millis();
-        // Statements are prepared once per connection and, by default,
-        // planned at every run: a generic plan made with early statistics
-        // drained claims at 5,500/s instead of 13,000-16,000/s (ADR 0005).
-        // The delivery path's transactions opt into generic plans written to
-        // be right whatever the statistics (`generic_plans!`, ADR 0040).
-        pg.options(format!(
-            "-c search_path={schema} -c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={timeout_ms} \
-             -c plan_cache_mode=force_custom_plan"
-        ));
         pg.connect_timeout(config.connect_timeout);
         if pg.get_application_name().is_none() {
             pg.application_name("control-plane");
         }
-        let manager = Manager::from_config(
-            pg.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size as usize)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(config.connect_timeout))
-            .create_timeout(Some(config.connect_timeout))
-            .recycle_timeout(Some(config.connect_timeout))
-            .build()
-            .map_err(|e| StoreError::InvalidInput(format!("connection pool: {e}")))?;
+        crate::connection::sessions_are_their_own(&pg).await?;
+        let pool = crate::connection::pool(&pg, &config, &schema)?;
         let wakeup = Arc::new(Wakeup::default());
         let channel = channel_for(&schema);
         let listener = config
@@ -188,6 +181,9 @@ impl PostgresStore {
                 )
             },
             _listener: listener,
+            read_only_acted: Arc::new(std::sync::atomic::AtomicU64::new(
+                crate::error::READ_ONLY_SEEN.load(std::sync::atomic::Ordering::Relaxed),
+            )),
         };
         store.migrate().await?;
         check_keys(&store).await?;
@@ -248,7 +244,7 @@ impl PostgresStore {
     /// # Errors
     /// `Unavailable` when the server cannot be reached.
     pub async fn applied_migrations(&self) -> StoreResult<Vec<i64>> {
-        let client = self.pool.get().await.map_err(map_pool)?;
+        let client = self.client().await?;
         let rows = client
             .query(
                 "SELECT version FROM schema_migrations ORDER BY version",
@@ -355,7 +351,7 @@ impl PipelinedTx {
     /// A connection from the pool on which its user sends `BEGIN`, to
     /// pipeline it with the transaction's first statements.
     pub(crate) async fn connect(store: &PostgresStore) -> StoreResult<Self> {
-        let client = store.pool.get().await.map_err(map_pool)?;
+        let client = store.client().await?;
         Ok(PipelinedTx {
             client: Some(client),
         })
@@ -396,7 +392,7 @@ impl<'a> Deref for Tx<'a> {
 /// macro.
 macro_rules! in_tx {
     ($store:expr, |$t:ident| $body:expr) => {{
-        let mut client = $store.pool.get().await.map_err($crate::error::map_pool)?;
+        let mut client = $store.client().await?;
         let tx = client.transaction().await.map_err($crate::error::map)?;
         let out = {
             let $t = $crate::store::Tx::new(
@@ -415,7 +411,7 @@ pub(crate) use in_tx;
 
 /// Refuses a store holding credentials sealed under keys it lacks.
 async fn check_keys(store: &PostgresStore) -> StoreResult<()> {
-    let client = store.pool.get().await.map_err(map_pool)?;
+    let client = store.client().await?;
     let rows = client.query(SEALED_KEY_IDS, &[]).await.db()?;
     let stored = rows
         .iter()
@@ -455,7 +451,9 @@ pub(crate) mod tests {
         let store = PostgresStore::open(config, Arc::new(control_plane_core::SystemClock))
             .await
             .unwrap();
-        let (other, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        let (other, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
         tokio::spawn(conn);
         (store, other)
     }

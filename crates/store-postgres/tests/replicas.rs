@@ -269,7 +269,7 @@ async fn four_processes_migrating_at_once_end_with_one_schema() {
     }
     assert_eq!(
         stores[3].applied_migrations().await.unwrap(),
-        (1..=20).collect::<Vec<i64>>()
+        (1..=21).collect::<Vec<i64>>()
     );
     add_endpoint(&stores[2]).await;
     assert_eq!(stores[0].endpoint_list(&acct()).await.unwrap().len(), 1);

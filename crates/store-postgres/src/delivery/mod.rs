@@ -63,7 +63,7 @@ impl PostgresStore {
     /// `Unavailable` when the server cannot be reached (workers still poll).
     pub async fn notify_committed(&self) -> StoreResult<()> {
         self.wakeup.notify();
-        let client = self.pool.get().await.map_err(crate::error::map_pool)?;
+        let client = self.client().await?;
         client
             .execute("SELECT pg_notify($1, '')", &[&self.channel])
             .await
