@@ -33,7 +33,7 @@ tasks:
                with 20 SIGKILLs of worker processes, and the database outage
   fuzz         run each cargo-fuzz target of crates/fuzz for 60 s (needs the
                nightly toolchain and `cargo install cargo-fuzz`)
-  openapi      rewrite openapi.json from the code (a test fails while it differs)
+  openapi      rewrite openapi.json and docs/api.md from the code (a test fails while either differs)
   api-check    start `serve` on the embedded profile and run schemathesis (from
                PyPI, in a virtualenv under the target directory) against its
                OpenAPI document with the admin token (examples, coverage,

@@ -18,6 +18,7 @@ pub mod metrics;
 mod openapi;
 mod publisher;
 pub mod query;
+pub mod reference;
 mod routes;
 pub mod server;
 mod views;

@@ -31,6 +31,31 @@ fn committed_openapi_json_matches_the_code() {
     );
 }
 
+/// `docs/api.md` is the reference the committed document gives, so the
+/// reference a reader opens matches the API that is built.
+/// `UPDATE_OPENAPI=1` (what `cargo xtask openapi` sets) rewrites it.
+#[test]
+fn committed_api_reference_matches_the_document() {
+    let generated = api::reference::markdown(&api::openapi_document());
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..");
+    let path = root.join("docs/api.md");
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v.is_empty() || v == "false"),
+            "UPDATE_OPENAPI is set in a CI run: the committed docs/api.md would not be checked"
+        );
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} differs from the reference the document gives: run `cargo xtask openapi` and commit it",
+        path.display()
+    );
+}
+
 /// The document names the values a client will see: every state a task and
 /// a delivery can be in, and every usage metric, as the store names them.
 #[test]
