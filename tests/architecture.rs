@@ -1108,3 +1108,96 @@ fn the_circle_finder_sees_a_circle_and_not_a_parent() {
         vec![vec!["c/src/a.rs".to_string(), "c/src/b.rs".to_string()]]
     );
 }
+
+/// An ADR that names a Rust item of ours (in backticks, with `::` or `()`)
+/// names one that still exists: its last segment is a word of the
+/// workspace's sources. Paths into other crates are theirs to keep.
+#[test]
+fn every_rust_item_an_adr_names_exists() {
+    let others = [
+        "std",
+        "core",
+        "tokio",
+        "tokio_util",
+        "axum",
+        "serde",
+        "serde_json",
+        "duckdb",
+        "tokio_postgres",
+        "deadpool",
+        "deadpool_postgres",
+        "hyper",
+        "reqwest",
+        "utoipa",
+        "utoipa_axum",
+        "jsonschema",
+        "lapin",
+        "async_nats",
+        "redis",
+        "rustls",
+        "tower",
+        "tracing",
+        "opentelemetry",
+        "prometheus_client",
+        "uuid",
+        "mimalloc",
+        "futures",
+        "http",
+        "regex",
+        "object_store",
+    ];
+    let mut words = std::collections::HashSet::new();
+    let root = workspace_root();
+    let mut stack = vec![root.join("crates"), root.join("xtask"), root.join("tests")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "sql") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                    if !w.is_empty() {
+                        words.insert(w.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let mut stale = Vec::new();
+    let mut adrs = 0;
+    for entry in std::fs::read_dir(root.join("adr")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        adrs += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, span) in text.split('`').enumerate() {
+            let span = span.trim();
+            if i % 2 == 0 || span.contains('\n') || !(span.contains("::") || span.ends_with("()")) {
+                continue;
+            }
+            let first = span.split("::").next().unwrap_or("");
+            if others.contains(&first) {
+                continue;
+            }
+            let last = span.rsplit("::").next().unwrap_or(span);
+            let name: String = last
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && !words.contains(&name) {
+                let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                stale.push(format!("{file}: `{span}`"));
+            }
+        }
+    }
+    assert!(adrs > 40, "read only {adrs} ADRs");
+    assert!(
+        stale.is_empty(),
+        "ADRs name Rust items that no longer exist: {stale:#?}"
+    );
+}
