@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use control_plane_core::{ControlPlaneStore, StoreResult};
 mod account_key;
 mod alert;
 mod attempt;
@@ -23,7 +24,6 @@ mod util;
 mod workflow;
 
 use async_trait::async_trait;
-use control_plane_core::*;
 
 pub use config::PostgresConfig;
 pub use delivery::{claim_statement, LEASED, RECORD_DELIVERED};

@@ -2,7 +2,19 @@
 //! fairly among endpoints and accounts (ADR 0009) with `FOR UPDATE SKIP
 //! LOCKED`, leased and returned.
 
-use super::*;
+use crate::delivery::read::row_to_delivery;
+use crate::delivery::transition::{apply, row_to_lease_row, LEASE_COLS};
+use crate::endpoint;
+use crate::error::PgResultExt;
+use crate::store::{Tx, CLAIM_SETTINGS};
+use crate::util::{u32_of, RowExt};
+use control_plane_core::policy::plan_lease_expiry;
+use control_plane_core::{
+    share_claim, ClaimRequest, ClaimedDelivery, EndpointId, EndpointRetry, FlowCandidate, Lease,
+    RateBudget, SigningSecrets, StoreResult, Throttle, TraceParent,
+};
+use tokio_postgres::Row;
+use uuid::Uuid;
 
 /// Logs and frees leases that expired by `now`; replicas split the work
 /// through `SKIP LOCKED`.

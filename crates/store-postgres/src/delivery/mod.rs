@@ -4,34 +4,32 @@
 //! delivery writes) and `read`, the same files and function names as the
 //! embedded adapter's.
 
+use crate::delivery::claim::ClaimTx;
+use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
+use crate::delivery::publish::{enqueue, publish_keyless};
+use crate::delivery::read::{
+    count_by_account_and_state, count_by_state, event_get, event_list, list,
+};
+use control_plane_core::{
+    AccountId, Checked, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
+    DeliveryOutcome, DeliveryState, DeliveryStore, EndpointKey, Enqueued, Event, EventId,
+    EventListRequest, EventStore, Lease, OutcomeRecorded, Page, PublishRequest, Published,
+    ReplayFilter, Requeue, StoreResult, Wakeups,
+};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::lease::{FencedWrite, Refused, Verdict};
-use control_plane_core::policy::{alerts_for, plan_lease_expiry, plan_outcome, Transition};
-use control_plane_core::*;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
-use uuid::Uuid;
 
-use crate::alert;
-use crate::attempt;
-use crate::endpoint;
+use crate::delivery::claim::claim;
+use crate::delivery::publish::publish;
 use crate::error::PgResultExt;
-use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx, CLAIM_SETTINGS};
-use crate::util::{u32_of, RowExt};
+use crate::store::{in_tx, PipelinedTx, PostgresStore, Tx};
 
 mod claim;
 mod outcome;
 mod publish;
 mod read;
 mod transition;
-
-use claim::*;
-use outcome::*;
-use publish::*;
-use read::*;
-use transition::*;
 
 pub use claim::claim_statement;
 pub use outcome::{LEASED, RECORD_DELIVERED};
@@ -192,6 +190,11 @@ impl DeliveryStore for PostgresStore {
 mod tests {
     use super::*;
     use crate::store::tests::{open_test_store, open_test_store_with};
+    use control_plane_core::AttemptReport;
+    use control_plane_core::Check;
+    use control_plane_core::EndpointCreateRequest;
+    use control_plane_core::EndpointStore;
+    use control_plane_core::Secret;
 
     /// An endpoint of `account` on `store`, subscribed to every event.
     async fn hook(store: &PostgresStore, account: &AccountId) {

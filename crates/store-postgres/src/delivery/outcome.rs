@@ -2,7 +2,21 @@
 //! lease check, `control_plane_core::lease::fence`), and sending finished
 //! deliveries again (replay, resend).
 
-use super::*;
+use crate::delivery::read::get;
+use crate::delivery::transition::{apply, finished, lock_live};
+use crate::endpoint;
+use crate::error::PgResultExt;
+use crate::store::{PipelinedTx, PostgresStore, Tx};
+use crate::util::RowExt;
+use control_plane_core::lease::{FencedWrite, LeaseRow, Refused, Verdict};
+use control_plane_core::policy::plan_outcome;
+use control_plane_core::{
+    latency_bucket, rollup_minute, storable_body, AccountId, AttemptReport, Delivery, DeliveryId,
+    DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded, ReplayFilter, Requeue, StoreResult,
+    Timestamp,
+};
+use std::time::Duration;
+use uuid::Uuid;
 
 /// The live row of `lease`'s delivery under its lock, when `write` may go
 /// ahead under it.

@@ -1,7 +1,17 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
-use super::*;
+use crate::delivery::read::{deliveries_of_event, event_get, row_to_event};
+use crate::error::PgResultExt;
+use crate::store::{PipelinedTx, PostgresStore, Tx};
+use crate::util::RowExt;
+use crate::{alert, endpoint};
+use control_plane_core::{
+    fan_out, AccountId, Checked, DeliveryId, Endpoint, EndpointId, Enqueued, Event, EventId,
+    NewAlert, PublishRequest, Published, StoreError, StoreResult, TraceParent,
+};
 use control_plane_store_kit::columns::EVENT_COLS;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
 
 /// Inserts the delivery of `(endpoint, event)` unless it exists; `Some(id)` when this call created it.
 pub(super) async fn insert_delivery(

@@ -1,7 +1,14 @@
 //! Reading deliveries and events: by id, listings, counts by state.
 
-use super::*;
+use crate::error::PgResultExt;
+use crate::store::Tx;
+use crate::util::RowExt;
+use control_plane_core::{
+    cut_by_time, AccountId, Delivery, DeliveryId, DeliveryListRequest, DeliveryState, Event,
+    EventId, EventListRequest, Page, StoreError, StoreResult, TimeCut, Timestamp, TraceParent,
+};
 use control_plane_store_kit::columns::EVENT_COLS;
+use tokio_postgres::Row;
 
 /// A delivery with its state: the immutable row `d`, and its live row `l`
 /// while it is pending or leased or its finished row `x` once it is

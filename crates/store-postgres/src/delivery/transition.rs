@@ -2,9 +2,15 @@
 //! under its lock, its finished row, and the write of the new state with its
 //! attempt row.
 
-use super::*;
-
+use crate::delivery::publish::raise_alert;
+use crate::error::PgResultExt;
+use crate::store::Tx;
+use crate::util::RowExt;
+use crate::{attempt, endpoint};
 pub(super) use control_plane_core::lease::{FinishedRow, LeaseRow};
+use control_plane_core::policy::{alerts_for, Transition};
+use control_plane_core::{DeliveryId, LeaseToken, StoreResult};
+use tokio_postgres::Row;
 
 pub(super) const LEASE_COLS: &str =
     "l.delivery_id, l.account, l.endpoint_id, l.seq, l.attempts, l.max_attempts, l.due_at, l.state, \
