@@ -25,7 +25,7 @@ mod workflow;
 
 use async_trait::async_trait;
 
-use control_plane_core::*;
+use control_plane_core::{ControlPlaneStore, StoreResult};
 
 pub use config::{EmbeddedConfig, DEFAULT_LIVE_INDEX_LIMIT};
 pub use store::EmbeddedStore;

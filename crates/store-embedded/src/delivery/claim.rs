@@ -1,7 +1,22 @@
 //! Claiming: expired leases swept, probes first, then due deliveries shared
 //! fairly among endpoints and accounts (ADR 0009), leased and read back.
 
-use super::*;
+use crate::delivery::read::{row_to_delivery, sent_events, DELIVERY_COLS};
+use crate::delivery::transition::{seq_range, Circuits, Transitions};
+use crate::endpoint;
+use crate::error::DuckResultExt;
+use crate::live::{row_to_lease_row, LiveRow, LEASE_COLS};
+use crate::store::Tx;
+use crate::util::{list, RowExt};
+use control_plane_core::lease::LeaseRow;
+use control_plane_core::policy::plan_lease_expiry;
+use control_plane_core::{
+    share_claim, AccountId, CircuitMode, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId,
+    DeliveryState, EndpointId, FlowCandidate, Lease, LeaseToken, RateBudget, Secret,
+    SigningSecrets, StoreError, StoreResult, Throttle, Timestamp, TraceParent,
+};
+use duckdb::{params, Row};
+use std::collections::HashMap;
 
 /// Logs and frees every lease that expired by `t.now`.
 pub(super) fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
@@ -676,6 +691,10 @@ fn held_row(c: &ClaimedDelivery) -> LiveRow {
 mod tests {
     use super::*;
     use crate::store::Lane;
+    use control_plane_core::DeliveryStore;
+    use control_plane_core::EventStore;
+    use control_plane_core::PublishRequest;
+    use std::time::Duration;
 
     /// Should the live index ever offer a delivery that the table holds
     /// leased, the lease fails instead of leasing it a second time.

@@ -3,24 +3,20 @@
 //! writes) and `read`. The postgres adapter's `delivery` has the same files
 //! and function names.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::lease::{FencedWrite, Refused, Verdict};
-use control_plane_core::policy::{alerts_for, plan_lease_expiry, plan_outcome, Transition};
-use control_plane_core::*;
-use duckdb::{params, OptionalExt, Row};
+use control_plane_core::{
+    AccountId, Checked, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
+    DeliveryOutcome, DeliveryState, DeliveryStore, EndpointKey, Enqueued, Event, EventId,
+    EventListRequest, EventStore, Lease, OutcomeRecorded, Page, PublishRequest, Published,
+    ReplayFilter, Requeue, StoreResult, Wakeups,
+};
 
-use crate::attempt;
-use crate::cache::SentEvent;
-use crate::endpoint;
-use crate::error::DuckResultExt;
-use crate::live::LiveRow;
+use crate::delivery::claim::claim;
+use crate::delivery::publish::publish;
+use crate::delivery::read::list;
 use crate::store::EmbeddedStore;
-use crate::store::Tx;
-use crate::util::{list, RowExt};
 
 mod claim;
 mod outcome;
@@ -28,13 +24,10 @@ mod publish;
 mod read;
 mod transition;
 
-use claim::*;
-use outcome::*;
-use publish::*;
-use read::*;
-use transition::*;
+use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
+use crate::delivery::publish::enqueue;
+use crate::delivery::read::{count_by_account_and_state, count_by_state, event_get, event_list};
 
-pub(crate) use crate::live::{row_to_lease_row, LEASE_COLS};
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
 pub(crate) use transition::{dead_letters_add, dead_letters_remove, moved_seqs};

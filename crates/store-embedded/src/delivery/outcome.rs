@@ -2,7 +2,24 @@
 //! lease check, `control_plane_core::lease::fence`), and sending finished
 //! deliveries again (replay, resend).
 
-use super::*;
+use crate::delivery::read::get;
+use crate::delivery::transition::{
+    dead_letters_remove, lease_row, moved_seqs, seq_range, Circuits, Transitions,
+};
+use crate::endpoint;
+use crate::error::DuckResultExt;
+use crate::live::{row_to_lease_row, LEASE_COLS};
+use crate::store::Tx;
+use crate::util::list;
+use control_plane_core::lease::{FencedWrite, LeaseRow, Refused, Verdict};
+use control_plane_core::policy::plan_outcome;
+use control_plane_core::{
+    AccountId, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded,
+    ReplayFilter, Requeue, StoreResult, Timestamp,
+};
+use duckdb::{params, OptionalExt};
+use std::collections::HashMap;
+use std::time::Duration;
 
 /// The row of `lease`'s delivery, when `write` may go ahead under it.
 pub(super) fn fenced_row(

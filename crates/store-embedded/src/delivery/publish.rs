@@ -1,7 +1,20 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
-use super::*;
+use crate::cache::SentEvent;
+use crate::delivery::read::{deliveries_of_event, event_get, row_to_event};
+use crate::endpoint;
+use crate::error::DuckResultExt;
+use crate::live::LiveRow;
+use crate::store::Tx;
+use crate::util::{list, RowExt};
+use control_plane_core::lease::LeaseRow;
+use control_plane_core::{
+    fan_out, AccountId, Checked, DeliveryId, DeliveryState, Endpoint, EndpointId, Enqueued,
+    EventId, NewAlert, PublishRequest, Published, StoreResult,
+};
 use control_plane_store_kit::columns::EVENT_COLS;
+use duckdb::{params, OptionalExt};
+use std::collections::HashMap;
 
 /// New events and deliveries gathered during one transaction and written by
 /// one statement each.

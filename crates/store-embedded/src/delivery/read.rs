@@ -3,9 +3,20 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::*;
+use crate::cache::SentEvent;
+use crate::delivery::transition::DEAD_LETTER_COLS;
+use crate::error::DuckResultExt;
 use crate::finished::{count_in_table, Counts};
+use crate::live::LiveRow;
+use crate::store::Tx;
+use crate::util::{list, RowExt};
+use control_plane_core::{
+    cut_by_time, AccountId, Delivery, DeliveryId, DeliveryListRequest, DeliveryState, Event,
+    EventId, EventListRequest, Page, StoreError, StoreResult, TimeCut, Timestamp, TraceParent,
+};
 use control_plane_store_kit::columns::EVENT_COLS;
+use duckdb::{params, OptionalExt, Row};
+use std::collections::HashMap;
 
 pub(super) const DELIVERY_COLS: &str =
     "d.id, d.account, d.endpoint_id, d.event_id, d.seq, d.state, d.attempts, \
@@ -415,7 +426,7 @@ mod tests {
     use std::sync::Arc;
 
     use control_plane_core::migration::Migrations;
-    use control_plane_core::{DeliveryStore, ManualClock, PageRequest};
+    use control_plane_core::{DeliveryStore, EndpointId, ManualClock, PageRequest};
     use duckdb::Connection;
 
     use super::*;

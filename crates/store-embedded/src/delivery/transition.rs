@@ -2,7 +2,19 @@
 //! row, its endpoint's circuit, the batched write of the new states and
 //! attempt rows, and the copies of dead deliveries in `dead_letters`.
 
-use super::*;
+use crate::delivery::publish::raise_alert;
+use crate::error::DuckResultExt;
+use crate::live::{row_to_lease_row, LEASE_COLS};
+use crate::store::Tx;
+use crate::util::{list, RowExt};
+use crate::{attempt, endpoint};
+use control_plane_core::policy::{alerts_for, Transition};
+use control_plane_core::{
+    AccountId, Circuit, DeliveryId, DeliveryState, EndpointId, LeaseToken, StoreResult,
+};
+use duckdb::{params, OptionalExt};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 
 pub(super) use control_plane_core::lease::LeaseRow;
 
