@@ -5,11 +5,18 @@
 use std::time::Duration;
 
 use crate::model::{DeliveryModel, ModelClaim, ModelError};
-use control_plane_core::*;
+use control_plane_core::{
+    AccountId, AttemptReport, BreakerPolicy, ClaimRequest, Delivery, DeliveryId,
+    DeliveryListRequest, DeliveryOutcome, Enablement, EndpointCreateRequest, EndpointKey, Lease,
+    PageRequest, PublishRequest, Secret, StoreError, StoreOptions, StoreResult, TaskClaimRequest,
+    TaskEnqueueRequest, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease, Timestamp,
+    WorkflowPolicy,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::StoreFactory;
+use control_plane_core::{Check, Clock};
 
 const ENDPOINTS: usize = 3;
 

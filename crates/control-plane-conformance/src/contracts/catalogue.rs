@@ -1,7 +1,18 @@
 //! The event-type catalogue: registration, schema checks at publish,
 //! "send example", and wildcard subscriptions.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, create_endpoint, endpoint, endpoint_for, get, ids, invalid, open, publish_ok,
+    publish_req, put_type,
+};
+use crate::{Harness, StoreFactory};
+use control_plane_core::{
+    Check, Clock, EndpointCreateRequest, EndpointId, EndpointKey, EventFilter, EventListRequest,
+    EventTypePut, PageRequest, PublishRequest, Recovery, Secret, StoreError, Timestamp,
+};
+use control_plane_runtime::recover;
+use serde_json::json;
+use std::time::Duration;
 
 fn order_schema() -> serde_json::Value {
     json!({

@@ -1,6 +1,16 @@
 //! Contracts of circuit breakers and the endpoints they disable.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, endpoint, endpoint_for, fail_at, ids, ok, open, open_circuit, publish, publish_ok,
+    publish_req, record, reread, with_breaker, LEASE,
+};
+use crate::StoreFactory;
+use control_plane_core::{
+    AttemptReport, Circuit, CircuitMode, ClaimRequest, Clock, DeliveryOutcome, DeliveryState,
+    Enablement, EndpointId, EndpointKey, StoreOptions,
+};
+use std::collections::HashMap;
+use std::time::Duration;
 
 /// `DeliveryStore::delivery_record_outcome`: 410 disables the endpoint and holds the delivery.
 pub async fn gone_disables_endpoint_and_holds_delivery(f: &dyn StoreFactory) {

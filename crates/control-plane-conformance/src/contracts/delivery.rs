@@ -1,6 +1,19 @@
 //! Contracts of a delivery's life: claims, leases, outcomes and retries.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, attempts, claim, claim_for, claim_second_attempt, claim_until_empty, create_endpoint,
+    endpoint, fail_at, get, ids, is_invalid, ok, open, publish, publish_req, record, reread,
+    with_attempts, with_breaker, with_endpoint_concurrency, LEASE,
+};
+use crate::StoreFactory;
+use control_plane_core::{
+    AttemptRecord, AttemptReport, AttemptResult, ClaimRequest, Clock, Delivery, DeliveryId,
+    DeliveryOutcome, DeliveryState, EndpointCreateRequest, EndpointId, EndpointKey, EndpointRetry,
+    EndpointUpdateRequest, Lease, LeaseToken, OutcomeRecorded, Secret, StoreError, StoreOptions,
+    Throttle,
+};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 /// `DeliveryStore::delivery_claim`: oldest due first, within the limit, nothing early.
 pub async fn claim_returns_oldest_due_first_within_limit(f: &dyn StoreFactory) {

@@ -1,7 +1,19 @@
 //! Contracts of endpoints: create, read, change, filters, secrets and their
 //! rotation, enabling, deleting, account keys.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, create_endpoint, endpoint, get, ids, invalid, is_invalid, key_hash, ok, open,
+    publish, publish_ok, purge_all, record, reread, rotate, LEASE,
+};
+use crate::StoreFactory;
+use control_plane_core::{
+    custom_header_pairs, signing, AccountId, Check, Circuit, ClaimedDelivery, ClientCredentials,
+    Clock, DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    EndpointUpdateRequest, EventFilter, KeyHash, PublishRequest, Published, Secret, SecretRotation,
+    StoreError, StoreOptions, StoreResult,
+};
+use serde_json::json;
+use std::time::Duration;
 
 /// `EndpointStore::endpoint_create`: the stored endpoint reads back equal.
 pub async fn endpoint_create_then_get_round_trips(f: &dyn StoreFactory) {

@@ -1,7 +1,17 @@
 //! Contracts of fair claims: in-flight caps, rate limits, ordered
 //! endpoints, and the share of each endpoint and account (ADR 0009).
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, claim_until_empty, count_for, endpoint, fail_at, ids, limited_endpoint, ok, open,
+    publish, publish_n, publish_ok, publish_req, record, with_endpoint_concurrency, LEASE,
+};
+use crate::StoreFactory;
+use control_plane_core::{
+    AttemptReport, ClaimRequest, Clock, DeliveryListRequest, DeliveryOutcome, DeliveryState,
+    PageRequest, Throttle,
+};
+use std::collections::HashSet;
+use std::time::Duration;
 
 /// `DeliveryStore::delivery_claim`: an ordered endpoint has one delivery in flight, lowest first.
 pub async fn ordered_endpoint_has_one_delivery_in_flight_lowest_first(f: &dyn StoreFactory) {

@@ -1,7 +1,17 @@
 //! What the contracts build on: stores, endpoints, publishes, claims and
 //! outcomes in one line each, for every area of the suite.
 
-use super::*;
+use crate::{Harness, StoreFactory};
+use control_plane_core::{
+    AccountId, AttemptRecord, AttemptReport, BreakerPolicy, Check, ClaimRequest, ClaimedDelivery,
+    ClaimedTask, Clock, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, DynControlPlaneStore,
+    Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, EventType, EventTypePut, KeyHash,
+    OutcomeRecorded, PublishRequest, Published, PurgeBatch, PurgeReport, Secret, SecretRotation,
+    StoreError, StoreOptions, StoreResult, TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued,
+    TaskId, TickClaimRequest, TickLease, TimeRange, Timestamp, UsageRow, WorkflowPolicy,
+};
+use serde_json::json;
+use std::time::Duration;
 
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 

@@ -1,7 +1,21 @@
 //! Contracts of a delivery after it finished: replay, resend, recovery,
 //! bulk replay; listings, counts, the attempt log and its stats.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, attempts, claim, claim_second_attempt, endpoint, endpoint_for, event, fail_at, get, ids,
+    kill_all, ok, open, publish, publish_ok, publish_req, purge_all, record, rows, with_attempts,
+    LEASE,
+};
+use crate::{Harness, StoreFactory};
+use control_plane_core::{
+    latency_bucket, latency_bucket_bound, AttemptQuery, AttemptRecord, AttemptReport,
+    AttemptResult, AttemptStats, Clock, Delivery, DeliveryId, DeliveryListRequest, DeliveryOutcome,
+    DeliveryState, Endpoint, EndpointId, EndpointKey, OutcomeRecorded, PageRequest, PublishRequest,
+    Recovered, Recovery, ReplayFilter, StoreError, StoreResult,
+};
+use control_plane_runtime::recover;
+use std::collections::HashSet;
+use std::time::Duration;
 
 /// `DeliveryStore::delivery_replay`: dead back to pending with a fresh budget.
 pub async fn replay_gives_a_dead_delivery_a_fresh_budget(f: &dyn StoreFactory) {

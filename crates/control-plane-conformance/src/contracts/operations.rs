@@ -1,7 +1,20 @@
 //! Contracts of idempotency records, ticks, usage, alerts, dashboard
 //! sessions.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, endpoint_for, publish_ok, record, rows, tick, usage_of_a, LEASE,
+};
+use crate::{Harness, StoreFactory};
+use control_plane_core::{
+    usage_window, Alert, AlertKind, AttemptReport, BreakerPolicy, Check, ClaimRequest, Clock,
+    DeliveryListRequest, DeliveryOutcome, Endpoint, EndpointCreateRequest, IdempotencyBegin,
+    IdempotencyBeginRequest, IdempotencyOwner, KeyHash, Page, PageRequest, PublishRequest,
+    Recovery, Secret, SessionCreateRequest, StoreError, StoreOptions, StoredResponse,
+    TickClaimRequest, Timestamp, UsageBatch, UsageEntry, UsageMetric, UsageRow,
+};
+use control_plane_runtime::recover;
+use serde_json::json;
+use std::time::Duration;
 
 /// Begins `(scope, key)` with a request hash and a ttl on the store of `h`.
 async fn begin(h: &Harness, scope: &str, key: &str, hash: &str, ttl: Duration) -> IdempotencyBegin {

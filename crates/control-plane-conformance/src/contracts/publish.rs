@@ -1,7 +1,19 @@
 //! Contracts of publishing: fan-out, idempotency, input checks, enqueue,
 //! sequence numbers, event listings, account isolation, wake-ups.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, create_endpoint, endpoint, endpoint_for, fail_at, get, is_invalid, open, publish,
+    publish_ok, publish_req, record, reread, with_attempts,
+};
+use crate::StoreFactory;
+use control_plane_core::{
+    AlertKind, Check, Checked, Clock, DeliveryListRequest, DeliveryState, Enablement,
+    EndpointCreateRequest, EndpointKey, EndpointUpdateRequest, Enqueued, EventListRequest,
+    PageRequest, PublishRequest, Secret, StoreError, TaskEnqueueRequest, TaskId, TraceParent,
+};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 pub async fn publish_fans_out_to_matching_endpoints(f: &dyn StoreFactory) {
     let h = open(f).await;

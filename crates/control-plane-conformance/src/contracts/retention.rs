@@ -1,6 +1,21 @@
 //! Contracts of maintenance and retention.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim, claim_kinds, endpoint, endpoint_for, enqueue, event, key_hash, ok, open, publish,
+    publish_ok, purge_all, put_type, record, rows, task, tid, usage_of_a, with_workflow,
+};
+use crate::{Harness, StoreFactory};
+use control_plane_core::maintenance::run_maintenance;
+use control_plane_core::{
+    usage_window, AttemptQuery, AttemptReport, Check, Clock, DeliveryListRequest, DeliveryOutcome,
+    DeliveryState, EndpointId, EventListRequest, EventTypePut, IdempotencyBegin,
+    IdempotencyBeginRequest, PageRequest, PublishRequest, PurgeBatch, PurgeReport,
+    SessionCreateRequest, StoreError, StoreOptions, StoreResult, StoredResponse, Task,
+    TaskClaimRequest, TaskFailed, TaskState, TimeRange, Timestamp, UsageBatch, UsageEntry,
+    UsageMetric, ERASE_TASK,
+};
+use serde_json::json;
+use std::time::Duration;
 
 /// `MaintenanceStore::maintenance_purge`: old delivered history goes in batches; live work stays.
 pub async fn maintenance_purges_old_history_in_batches(f: &dyn StoreFactory) {

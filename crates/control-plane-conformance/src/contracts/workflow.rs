@@ -1,6 +1,15 @@
 //! Contracts of the workflow queue.
 
-use super::*;
+use crate::contracts::fixtures::{
+    acct, claim_kinds, drain_concurrently, enqueue, is_invalid, task, tid, with_workflow, LEASE,
+};
+use crate::{Harness, StoreFactory};
+use control_plane_core::{
+    Check, Clock, PageRequest, StoreError, StoreOptions, TaskClaimRequest, TaskEnqueueRequest,
+    TaskFailed, TaskHeartbeat, TaskId, TaskLease, TaskListRequest, TaskState,
+};
+use serde_json::json;
+use std::time::Duration;
 
 /// `WorkflowStore::workflow_enqueue`: idempotent by id within an account; a
 /// different kind or payload conflicts; another account's same id is its own task.
