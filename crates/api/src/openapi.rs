@@ -50,45 +50,48 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(crate::readyz))
         .routes(routes!(crate::render_metrics))
         .routes(routes!(crate::serve_openapi))
-        .routes(routes!(r::key_create))
-        .routes(routes!(r::key_revoke))
-        .routes(routes!(r::account_erase))
-        .routes(routes!(r::session_list))
-        .routes(routes!(r::session_revoke))
-        .routes(routes!(r::endpoint_create, r::endpoint_list))
+        .routes(routes!(r::admin::key_create))
+        .routes(routes!(r::admin::key_revoke))
+        .routes(routes!(r::admin::account_erase))
+        .routes(routes!(r::admin::session_list))
+        .routes(routes!(r::admin::session_revoke))
         .routes(routes!(
-            r::endpoint_get,
-            r::endpoint_update,
-            r::endpoint_delete
+            r::endpoints::endpoint_create,
+            r::endpoints::endpoint_list
         ))
-        .routes(routes!(r::endpoint_rotate))
-        .routes(routes!(r::endpoint_enable))
-        .routes(routes!(r::endpoint_disable))
-        .routes(routes!(r::endpoint_stats))
-        .routes(routes!(r::endpoint_recover))
-        .routes(routes!(r::endpoint_send_example))
-        .routes(routes!(r::event_type_list))
         .routes(routes!(
-            r::event_type_put,
-            r::event_type_get,
-            r::event_type_delete
+            r::endpoints::endpoint_get,
+            r::endpoints::endpoint_update,
+            r::endpoints::endpoint_delete
         ))
-        .routes(routes!(r::event_publish, r::event_list))
-        .routes(routes!(r::event_publish_batch))
-        .routes(routes!(r::event_get))
-        .routes(routes!(r::delivery_list))
-        .routes(routes!(r::attempt_search))
-        .routes(routes!(r::endpoint_attempt_search))
-        .routes(routes!(r::delivery_replay_dead))
-        .routes(routes!(r::delivery_get))
-        .routes(routes!(r::delivery_replay))
-        .routes(routes!(r::delivery_resend))
-        .routes(routes!(r::task_enqueue, r::task_list))
-        .routes(routes!(r::task_get))
-        .routes(routes!(r::task_retry))
-        .routes(routes!(r::task_list_dead))
-        .routes(routes!(r::usage))
-        .routes(routes!(r::alerts))
+        .routes(routes!(r::endpoints::endpoint_rotate))
+        .routes(routes!(r::endpoints::endpoint_enable))
+        .routes(routes!(r::endpoints::endpoint_disable))
+        .routes(routes!(r::endpoints::endpoint_stats))
+        .routes(routes!(r::endpoints::endpoint_recover))
+        .routes(routes!(r::event_types::endpoint_send_example))
+        .routes(routes!(r::event_types::event_type_list))
+        .routes(routes!(
+            r::event_types::event_type_put,
+            r::event_types::event_type_get,
+            r::event_types::event_type_delete
+        ))
+        .routes(routes!(r::events::event_publish, r::events::event_list))
+        .routes(routes!(r::events::event_publish_batch))
+        .routes(routes!(r::events::event_get))
+        .routes(routes!(r::deliveries::delivery_list))
+        .routes(routes!(r::deliveries::attempt_search))
+        .routes(routes!(r::deliveries::endpoint_attempt_search))
+        .routes(routes!(r::deliveries::delivery_replay_dead))
+        .routes(routes!(r::deliveries::delivery_get))
+        .routes(routes!(r::deliveries::delivery_replay))
+        .routes(routes!(r::deliveries::delivery_resend))
+        .routes(routes!(r::tasks::task_enqueue, r::tasks::task_list))
+        .routes(routes!(r::tasks::task_get))
+        .routes(routes!(r::tasks::task_retry))
+        .routes(routes!(r::tasks::task_list_dead))
+        .routes(routes!(r::operations::usage))
+        .routes(routes!(r::operations::alerts))
 }
 
 /// The statuses any authenticated operation may answer with an error.

@@ -3,7 +3,16 @@
 //! send-to-acknowledgement time (the attempt log's latency) at p50 and p99.
 //! RabbitMQ, NATS and Redis are the machine's own, on 127.0.0.1.
 
-use crate::*;
+use crate::delivery::{receiver, wait_delivered};
+use crate::queue::open_profile;
+use crate::{acct, drop_schema, endpoint, fail, prefill, unique, Args, BenchResult};
+use control_plane_core::{nearest_rank, AttemptQuery, ControlPlaneStore, PageRequest};
+use dispatcher::{Cidr, Dispatcher, DispatcherConfig};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use workspace_tests::Receiver;
 
 /// The destinations measured: HTTP to a local receiver, then each broker.
 const KINDS: [&str; 4] = ["http", "amqp", "nats", "redis"];

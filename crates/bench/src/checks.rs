@@ -6,11 +6,15 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use control_plane_core::catalogue;
 use control_plane_core::Check as _;
-use control_plane_core::*;
+use control_plane_core::{
+    EndpointCreateRequest, EventFilter, EventTypePut, PublishRequest, Secret,
+};
 use serde_json::{json, Map, Value};
 
-use crate::{acct, drop_schema, fail, median, open_profile, percentile, Args, BenchResult};
+use crate::queue::open_profile;
+use crate::{acct, drop_schema, fail, median, percentile, Args, BenchResult};
 
 const ENDPOINTS: usize = 10;
 const PUBLISHERS: usize = 16;

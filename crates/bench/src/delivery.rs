@@ -1,6 +1,20 @@
 //! End to end through the dispatcher, fairness beside bad neighbours, and wake-up latency.
 
-use crate::*;
+use crate::queue::open_profile;
+use crate::{
+    acct, drop_schema, endpoint, fail, flow_endpoint, percentile, pg_prefill, pg_store, prefill,
+    repeat, unique, Args, BenchResult,
+};
+use control_plane_core::{
+    AccountId, Check, ControlPlaneStore, DeliveryState, DynControlPlaneStore,
+    EndpointCreateRequest, EventStore, PublishRequest, Secret,
+};
+use dispatcher::{Cidr, Dispatcher, DispatcherConfig};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use workspace_tests::{answer_after, Receiver};
 
 /// A receiver (the test-support one) at `/hook` that answers `200` after
 /// `delay`.

@@ -5,9 +5,16 @@
 //! batch must cost the same at the end as at the start: each statement is
 //! bounded by an index led by the account or the endpoint.
 
-use crate::*;
+use crate::{
+    acct, drop_schema, endpoint, fail, history, median, pg_prefill, pg_store, raw_client, unique,
+    Args, BenchResult,
+};
 use control_plane_core::erasure::ERASE_BATCH_ROWS;
-use control_plane_core::PurgeBatch;
+use control_plane_core::{
+    AccountId, Check, Checked, ControlPlaneStore, DeliveryListRequest, EndpointCreateRequest,
+    PageRequest, PublishRequest, PurgeBatch, Secret,
+};
+use std::time::Instant;
 
 /// Erases account `bench` batch by batch: (rows, batches, seconds, median
 /// ms of the first ten batches, of the last ten).

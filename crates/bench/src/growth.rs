@@ -1,7 +1,12 @@
 //! Claim and attempt-log latency with a small and a large history (postgres).
 
-use crate::*;
-use control_plane_core::AttemptQuery;
+use crate::{
+    acct, delivered, drop_schema, endpoint, fail, median, now_ms, pg_store, prefill, raw_client,
+    unique, Args, BenchResult,
+};
+use control_plane_core::{AttemptLogStore, AttemptQuery, ClaimRequest, DeliveryStore, PageRequest};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 /// Claim latency and attempt-log listing latency with small and large
 /// delivered history (postgres; history inserted with `generate_series`).

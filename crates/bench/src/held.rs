@@ -3,7 +3,13 @@
 //! large backlog, alternated in fresh stores, on both adapters. In a debug
 //! build this also shows what a newcomer's `cargo run` pays for held work.
 
-use crate::*;
+use crate::queue::open_profile;
+use crate::{acct, delivered, drop_schema, fail, flow_endpoint, median, Args, BenchResult};
+use control_plane_core::{
+    Check, Checked, ClaimRequest, DynControlPlaneStore, Enablement, EndpointId, PublishRequest,
+};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 const PUBLISHERS: usize = 8;
 

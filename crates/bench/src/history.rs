@@ -5,8 +5,18 @@
 //! straight into the tables (1 % dead, one attempt each, one account, one
 //! endpoint), as a year of traffic would have left it.
 
-use crate::*;
-use control_plane_core::EndpointKey;
+use crate::{
+    acct, drop_schema, endpoint, fail, median, now_ms, pg_store, raw_client, unique, Args,
+    BenchResult,
+};
+use control_plane_core::{
+    DeliveryListRequest, DeliveryState, DynControlPlaneStore, EndpointId, EndpointKey, PageRequest,
+    SystemClock, Timestamp,
+};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
 /// One read path: its name and a call of it.
 type ReadPath = (

@@ -4,7 +4,9 @@
 //! answer time of event-type registrations with costly schemas.
 
 use crate::serve::{start_serve, BENCH_ADMIN};
-use crate::*;
+use crate::{fail, percentile};
+use crate::{unique, Args, BenchResult};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `n` sequential `GET /healthz` on one kept-alive client: p50, p99 (ms).

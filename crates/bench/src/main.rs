@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control_plane_core::DatabaseUrl;
-use control_plane_core::*;
-use dispatcher::Cidr;
-use dispatcher::{Dispatcher, DispatcherConfig};
+use crate::growth::growth;
+use control_plane_core::{
+    AccountId, AttemptReport, Check, ClaimRequest, ClaimedDelivery, Clock, ControlPlaneStore,
+    DatabaseUrl, DeliveryOutcome, DynControlPlaneStore, Endpoint, EndpointCreateRequest,
+    PublishRequest, Secret, SystemClock,
+};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
-use tokio_util::sync::CancellationToken;
-use workspace_tests::{answer_after, api_call, Receiver};
 
 mod brokers;
 mod checks;
@@ -32,10 +32,9 @@ mod limits;
 mod queue;
 mod serve;
 
-use delivery::*;
-use growth::*;
-use queue::*;
-use serve::*;
+use crate::delivery::{end_to_end, fairness, wakeup_latency};
+use crate::queue::{burn_down_and_steady, peers, raw_vs_adapter};
+use crate::serve::{memory, replicas, user_path};
 
 type BenchResult<T> = Result<T, String>;
 

@@ -1,6 +1,14 @@
 //! Burn-down, steady state, the raw SQL beside the adapter, the minimal queue and the peers.
 
-use crate::*;
+use crate::{
+    drain_port, drain_raw, drop_schema, embedded_store, endpoint, fail, pg_prefill, pg_store,
+    prefill, raw_client, record_delivered, repeat, unique, Args, BenchResult,
+};
+use control_plane_core::{ClaimRequest, ControlPlaneStore, DynControlPlaneStore};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub(crate) async fn raw_vs_adapter(a: &Args) -> BenchResult<String> {
     let mut out = String::from(

@@ -1,6 +1,14 @@
 //! Sections that run `control-plane serve`: the user's HTTP path, replicas and memory.
 
-use crate::*;
+use crate::delivery::receiver;
+use crate::{
+    drop_schema, endpoint, fail, percentile, pg_prefill, pg_store, raw_client, repeat, unique,
+    Args, BenchResult,
+};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workspace_tests::{api_call, Receiver};
 
 /// `control-plane <command>` with none of this harness's own
 /// `CONTROLPLANE_*` variables (the binary refuses unknown ones, such as the

@@ -2,6 +2,7 @@
 //! same random operations, and every result and every delivery's state must
 //! agree.
 
+use proptest::prelude::{any, prop_oneof, Just, Strategy};
 use std::time::Duration;
 
 use crate::model::{DeliveryModel, ModelClaim, ModelError};
@@ -12,7 +13,7 @@ use control_plane_core::{
     TaskEnqueueRequest, TaskFailed, TaskFailure, TaskHeartbeat, TaskId, TaskLease, Timestamp,
     WorkflowPolicy,
 };
-use proptest::prelude::*;
+
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::StoreFactory;

@@ -35,21 +35,13 @@ use crate::views::{
 };
 use crate::ApiState;
 
-mod admin;
-mod deliveries;
-mod endpoints;
-mod event_types;
-mod events;
-mod operations;
-mod tasks;
-
-pub(crate) use admin::*;
-pub(crate) use deliveries::*;
-pub(crate) use endpoints::*;
-pub(crate) use event_types::*;
-pub(crate) use events::*;
-pub(crate) use operations::*;
-pub(crate) use tasks::*;
+pub(crate) mod admin;
+pub(crate) mod deliveries;
+pub(crate) mod endpoints;
+pub(crate) mod event_types;
+pub(crate) mod events;
+pub(crate) mod operations;
+pub(crate) mod tasks;
 
 type Shared = State<Arc<ApiState>>;
 type Answer = Result<Response, ApiError>;

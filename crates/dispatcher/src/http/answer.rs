@@ -1,7 +1,9 @@
 //! Reading an answer: its head, and its body when the connection is to be
 //! kept (drained up to a limit, or dropped).
 
-use super::*;
+use crate::http::{Answer, Pending, Rest, Stream, Unanswered, MAX_HEADERS, READ_BUFFER};
+use tokio::io::AsyncReadExt;
+use tokio_util::either::Either;
 
 /// A parsed answer head.
 pub(super) struct Head {

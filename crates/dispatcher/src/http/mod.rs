@@ -25,8 +25,8 @@ use tokio_util::either::Either;
 mod answer;
 mod resolve;
 
+use crate::http::answer::{drain, parse_head, quiet, Framing};
 pub(crate) use answer::parse_for_fuzzing;
-use answer::*;
 pub(crate) use resolve::resolve;
 
 /// What the answer's head is first read into; it grows only while a head

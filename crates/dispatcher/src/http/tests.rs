@@ -1,4 +1,5 @@
 use super::*;
+use crate::http::answer::{chunked_end, dechunk, ChunkError};
 
 #[test]
 fn targets_carry_host_port_path_and_credentials() {
