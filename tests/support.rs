@@ -598,6 +598,11 @@ impl Process {
         }
     }
 
+    /// The process id (for a reaper that outlives the test process).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()

@@ -433,6 +433,21 @@ fn embedded_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
 const DATABASE_URL: &str = "CONTROLPLANE_DATABASE_URL";
 const DATABASE_URL_FILE: &str = "CONTROLPLANE_DATABASE_URL_FILE";
 
+/// Whether a libpq connection string names more than one host: a URL's
+/// `h1:5432,h2:5432`, or the key/value form's `host=h1,h2`.
+fn several_hosts(url: &str) -> bool {
+    match url.split_once("://") {
+        Some((_, rest)) => {
+            let authority = rest.split(['/', '?']).next().unwrap_or("");
+            let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            hosts.contains(',')
+        }
+        None => url
+            .split_whitespace()
+            .any(|pair| pair.strip_prefix("host=").is_some_and(|h| h.contains(','))),
+    }
+}
+
 fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
     let (var, url) = value_or_file(vars, DATABASE_URL, DATABASE_URL_FILE)?.ok_or_else(|| {
         err(
@@ -455,6 +470,21 @@ fn postgres_profile(vars: &Vars) -> Result<StoreProfile, ConfigError> {
                  or libpq's key/value form (host=h1,h2 port=5432,5433 ...), got {:?}",
                 DatabaseUrl::new(url).redacted()
             ),
+        ));
+    }
+    if several_hosts(url)
+        && !url
+            .replace(' ', "&")
+            .contains("target_session_attrs=read-write")
+    {
+        // The driver keeps the first host that answers: after a failover
+        // that may be the old primary, now a standby, and the process would
+        // stay on it, unable to write (issue 74's failover test saw it).
+        return Err(err(
+            var,
+            "names several hosts without target_session_attrs=read-write: add it (e.g. \
+             postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write), so that every \
+             connection finds the primary",
         ));
     }
     let pool_size = match vars.get("CONTROLPLANE_POOL_SIZE") {
@@ -882,6 +912,24 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.message.contains("key/value"), "{e}");
+        // Several hosts without read-write sessions could stay on a standby.
+        for url in [
+            "postgres://u@h1:5432,h2:5433/db",
+            "postgres://u@h1,h2/db?target_session_attrs=any",
+            "host=h1,h2 port=5432,5433 user=u dbname=db",
+        ] {
+            let e = parse(&[
+                ("CONTROLPLANE_STORE", "postgres"),
+                ("CONTROLPLANE_DATABASE_URL", url),
+                ("CONTROLPLANE_SECRET_KEY_FILE", "/run/key"),
+            ])
+            .unwrap_err();
+            assert!(
+                e.message.contains("target_session_attrs=read-write"),
+                "{url}: {e}"
+            );
+        }
+        assert!(!several_hosts("postgres://u:p,w@h1/db"));
     }
 
     #[test]
