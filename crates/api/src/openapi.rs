@@ -280,7 +280,7 @@ fn add_idempotency_keys(doc: &mut Value) {
                     "name": "Idempotency-Key",
                     "in": "header",
                     "required": false,
-                    "description": "1 to 255 visible ASCII characters: the same request again gets the first answer (with `Idempotent-Replayed: true`); another request with the key is 422; one while the first runs is 409",
+                    "description": "1 to 255 visible ASCII characters: the same request again gets the first answer (with `Idempotent-Replayed: true`); another request with the key is 422; one while the first runs is 409. Keys belong to the caller that authenticated (an account key, or the admin on the path's account): no record is kept for a request without a valid token or on another account's route, a revoked key replays nothing, and a replay shows `null` for a secret the first answer showed",
                     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                 }));
             }

@@ -51,14 +51,16 @@ impl From<SignatureBody> for SignatureScheme {
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointCreateBody {
     /// Where the deliveries go: an `http(s)://` URL, or a broker's
-    /// (`amqp(s)://…?exchange=E&routing_key=K`, `nats://…?subject=S`,
-    /// `redis(s)://…?stream=K&maxlen=N`; README, "Destinations").
+    /// (`amqp(s)://…?exchange=E&routing_key=K`, `nats://…?subject=S` with no
+    /// wildcard and not starting with `$`, `redis(s)://…[/db]?stream=K&maxlen=N`
+    /// with at most one database number as the path; docs/http-api.md,
+    /// "Destinations").
     url: String,
     /// Event types it receives; empty or absent means every type.
     #[serde(default)]
     event_types: Vec<String>,
     /// A filter on the event's type and payload, such as
-    /// `{"data.amount": {"$gte": 100}}` (README, "Endpoint filters");
+    /// `{"data.amount": {"$gte": 100}}` (docs/http-api.md, "Endpoint filters");
     /// absent means every event of its types.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
@@ -68,7 +70,7 @@ pub(crate) struct EndpointCreateBody {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     /// OAuth2 client credentials: an access token is fetched from
-    /// `token_url` and sent as `Authorization: Bearer` (README, "OAuth2").
+    /// `token_url` and sent as `Authorization: Bearer` (docs/http-api.md, "OAuth2").
     /// Sealed at rest; the client secret is never shown again.
     oauth2: Option<OAuth2Body>,
     /// `whsec_` and the base64 of 24 to 64 bytes (hmac), or `whsk_` and

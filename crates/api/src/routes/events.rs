@@ -156,7 +156,9 @@ pub(crate) struct BatchEventBody {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PublishBatchBody {
-    /// 1 to 100 events, stored in one transaction: all of them or none.
+    /// 1 to 100 events, stored in one transaction: all of them or none;
+    /// together they may create at most 10,000 deliveries (events times the
+    /// endpoints each reaches), or the batch is `422` and stores nothing.
     #[schema(min_items = 1, max_items = 100)]
     events: Vec<BatchEventBody>,
 }

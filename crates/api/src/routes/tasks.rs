@@ -16,7 +16,9 @@ pub(crate) struct TaskBody {
     /// id again with the same content is a no-op.
     #[schema(min_length = 1, max_length = 255)]
     id: Option<String>,
-    /// What the task runner does with it.
+    /// What the task runner does with it. Kinds under `control-plane.` are
+    /// the service's and refused (`422`), all but `control-plane.publish`
+    /// (payload `{"type", "payload"}`: publish that event when due).
     #[schema(min_length = 1, max_length = 255)]
     kind: String,
     #[serde(default)]
