@@ -222,7 +222,7 @@ fn endpoint_row(h: &EndpointHealth, csrf: &str) -> Vec<Markup> {
 }
 
 /// The kind of a broker destination (`amqp`, `nats`, `redis`); `None` for
-/// an HTTP one (README, "Destinations").
+/// an HTTP one (docs/http-api.md, "Destinations").
 fn broker_kind(url: &str) -> Option<&'static str> {
     match control_plane_core::Destination::parse(url).ok()? {
         control_plane_core::Destination::Http { .. } => None,
