@@ -516,7 +516,9 @@ fn bench(flags: &[String]) -> Result<(), String> {
     let text = format!(
         "# Benchmarks\n\nWritten by `cargo xtask bench` on {date} (release build; PostgreSQL with fsync on, \
          the database of `CONTROLPLANE_TEST_DATABASE_URL` or a throwaway local cluster). Throughputs are \
-         deliveries per second; compare figures as ratios within this one run.\n\n{report}"
+         deliveries per second; compare figures as ratios within this one run.\nExperiments (what each \
+         change was tried against, kept or not, and why) are in `docs/experiments.md`, each with its \
+         date, its command and the ADR it informed; this file holds only the report.\n\n{report}"
     );
     std::fs::write(workspace_root().join("BENCHMARKS.md"), text)
         .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))
