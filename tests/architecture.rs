@@ -748,6 +748,24 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
 #[test]
 fn no_file_over_800_lines_and_no_function_over_80() {
     let mut over = Vec::new();
+    // The conformance contracts are library code too (issue 76): their
+    // files are held to the same size; their functions, each a scenario,
+    // are not held to the function limit.
+    let contracts = workspace_root().join("crates/control-plane-conformance/src");
+    let mut stack = vec![contracts];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let n = std::fs::read_to_string(&path).unwrap().lines().count();
+                if n > 800 {
+                    over.push(format!("{}: {n} lines", path.display()));
+                }
+            }
+        }
+    }
     for (path, text) in source_files() {
         let n = text.lines().count();
         if n > 800 {

@@ -5,10 +5,12 @@
 mod catalogue;
 mod circuits;
 mod delivery;
+mod destinations;
 mod endpoints;
 mod fairness;
 mod fixtures;
 mod history;
+mod listings;
 mod operations;
 mod publish;
 mod retention;
@@ -36,17 +38,18 @@ pub use delivery::{
     stale_lease_token_gets_lease_lost_and_changes_nothing,
     worker_crashing_every_attempt_still_runs_out_of_attempts,
 };
-pub use endpoints::{
+pub use destinations::{
     a_broker_destination_is_stored_and_claimed_as_given,
-    a_claim_sends_with_the_endpoint_as_it_is_now, a_disable_reason_is_checked_by_the_store,
-    a_rotated_out_secret_is_cleared_after_its_grace,
-    a_signing_secret_is_checked_and_keeps_its_scheme, account_keys_are_found_by_hash_and_revoked,
-    custom_headers_are_checked_replaced_and_claimed, deleting_endpoint_parks_deliveries_as_dead,
-    disabled_endpoint_holds_deliveries_until_enabled, endpoint_create_rejects_bad_url,
-    endpoint_create_then_get_round_trips, endpoint_filters_decide_which_events_fan_out,
-    endpoint_of_another_account_is_not_found, endpoint_update_changes_only_given_fields,
+    a_claim_sends_with_the_endpoint_as_it_is_now, custom_headers_are_checked_replaced_and_claimed,
     oauth2_credentials_are_checked_replaced_removed_and_claimed,
-    rotate_secret_keeps_previous_for_grace,
+};
+pub use endpoints::{
+    a_disable_reason_is_checked_by_the_store, a_rotated_out_secret_is_cleared_after_its_grace,
+    a_signing_secret_is_checked_and_keeps_its_scheme, account_keys_are_found_by_hash_and_revoked,
+    deleting_endpoint_parks_deliveries_as_dead, disabled_endpoint_holds_deliveries_until_enabled,
+    endpoint_create_rejects_bad_url, endpoint_create_then_get_round_trips,
+    endpoint_filters_decide_which_events_fan_out, endpoint_of_another_account_is_not_found,
+    endpoint_update_changes_only_given_fields, rotate_secret_keeps_previous_for_grace,
 };
 pub use fairness::{
     a_freed_slot_goes_to_the_quiet_endpoint_not_the_slow_backlogs,
@@ -62,14 +65,17 @@ pub use fairness::{
 pub use history::{
     a_finished_delivery_is_resent_under_its_id, a_recovery_goes_on_from_its_last_reported_page,
     a_replayed_delivery_keeps_its_place_and_fences_its_old_lease,
+    bulk_replay_revives_matching_dead_deliveries_once,
+    recovering_an_endpoint_sends_its_window_again_once,
+    replay_gives_a_dead_delivery_a_fresh_budget,
+};
+pub use listings::{
     attempt_log_lists_by_delivery_oldest_first, attempt_log_pages_by_endpoint_newest_first,
     attempt_rollup_of_an_account_matches_each_endpoints_stats,
     attempt_stats_count_results_and_rank_latencies,
     attempts_are_searched_by_result_status_and_time, attempts_keep_the_start_of_each_answer,
-    bulk_replay_revives_matching_dead_deliveries_once, deliveries_are_counted_by_account_and_state,
-    delivery_counts_follow_every_move, delivery_list_filters_and_paginates,
-    recovering_an_endpoint_sends_its_window_again_once,
-    replay_gives_a_dead_delivery_a_fresh_budget,
+    deliveries_are_counted_by_account_and_state, delivery_counts_follow_every_move,
+    delivery_list_filters_and_paginates,
 };
 pub use operations::{
     a_session_is_extended_listed_and_revoked, a_session_lives_until_it_expires_or_ends,
