@@ -179,6 +179,10 @@ pub fn router(
     routes
         .merge(pages)
         .fallback(|| async { ApiError::not_found("route") })
+        // Inside the idempotency layer too: an answer is stored as the
+        // client sees it, so a replay of a framework rejection keeps the
+        // API's error shape.
+        .layer(axum::middleware::from_fn(uniform_errors))
         .layer(axum::middleware::from_fn_with_state(
             idempotency,
             idempotency::idempotent_writes,

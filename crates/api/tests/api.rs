@@ -1930,3 +1930,27 @@ async fn creates_that_race_at_the_quota_make_no_more_than_it() {
     let (_, v) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
     assert_eq!(v["items"].as_array().unwrap().len(), 5);
 }
+
+/// A framework rejection (a body of the wrong type) under an
+/// `Idempotency-Key` keeps the API's error shape when replayed: the answer
+/// is stored as the client saw it (schemathesis found a plain-text replay
+/// under `content-type: application/json`).
+#[tokio::test]
+async fn a_replayed_rejection_keeps_the_error_shape() {
+    let api = api().await;
+    let endpoint = create_endpoint(&api, "acme").await;
+    let path = format!(
+        "/v1/accounts/acme/endpoints/{}/disable",
+        endpoint["id"].as_str().unwrap()
+    );
+    for round in 0..2 {
+        let ((s, v), h) = call("POST", path.as_str())
+            .header("idempotency-key", "rejected")
+            .raw("null", "application/json")
+            .send_full(&api)
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "round {round}: {v}");
+        assert_error(&v, "invalid_input");
+        assert_eq!(h.get("idempotent-replayed").is_some(), round == 1);
+    }
+}
