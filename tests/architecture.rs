@@ -752,18 +752,10 @@ fn no_file_over_800_lines_and_no_function_over_80() {
     // files are held to the same size; their functions, each a scenario,
     // are not held to the function limit.
     let contracts = workspace_root().join("crates/control-plane-conformance/src");
-    let mut stack = vec![contracts];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let n = std::fs::read_to_string(&path).unwrap().lines().count();
-                if n > 800 {
-                    over.push(format!("{}: {n} lines", path.display()));
-                }
-            }
+    for path in files_under(&[contracts], &["rs"], &[]) {
+        let n = std::fs::read_to_string(&path).unwrap().lines().count();
+        if n > 800 {
+            over.push(format!("{}: {n} lines", path.display()));
         }
     }
     for (path, text) in source_files() {
@@ -1182,21 +1174,12 @@ fn every_rust_item_an_adr_names_exists() {
     ];
     let mut words = std::collections::HashSet::new();
     let root = workspace_root();
-    let mut stack = vec![root.join("crates"), root.join("xtask"), root.join("tests")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "target") {
-                    stack.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "rs" || e == "sql") {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-                    if !w.is_empty() {
-                        words.insert(w.to_string());
-                    }
-                }
+    let dirs = [root.join("crates"), root.join("xtask"), root.join("tests")];
+    for path in files_under(&dirs, &["rs", "sql"], &["target"]) {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if !w.is_empty() {
+                words.insert(w.to_string());
             }
         }
     }
@@ -1243,32 +1226,50 @@ fn every_rust_item_an_adr_names_exists() {
 fn library_code_imports_no_globs() {
     let mut globs = Vec::new();
     let mut files = 0;
-    let mut stack = vec![workspace_root().join("crates")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if path.is_dir() {
-                // `tests/` holds test targets; `peers` is a workspace of its own.
-                if !matches!(name.as_str(), "tests" | "target" | "peers" | "fuzz") {
-                    stack.push(path);
-                }
-                continue;
-            }
-            if !name.ends_with(".rs") || name == "tests.rs" {
-                continue;
-            }
-            files += 1;
-            let text = std::fs::read_to_string(&path).unwrap();
-            for (i, line) in text.lines().enumerate() {
-                let import =
-                    line.starts_with("use ") || (line.starts_with("pub") && line.contains(" use "));
-                if import && line.trim_end().ends_with("*;") {
-                    globs.push(format!("{}:{}: {line}", path.display(), i + 1));
-                }
+    // `tests/` holds test targets; `peers` and `fuzz` are workspaces of their own.
+    let skip = ["tests", "target", "peers", "fuzz"];
+    for path in files_under(&[workspace_root().join("crates")], &["rs"], &skip) {
+        if path.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let import =
+                line.starts_with("use ") || (line.starts_with("pub") && line.contains(" use "));
+            if import && line.trim_end().ends_with("*;") {
+                globs.push(format!("{}:{}: {line}", path.display(), i + 1));
             }
         }
     }
     assert!(files > 100, "read only {files} files");
     assert!(globs.is_empty(), "glob imports in library code: {globs:#?}");
+}
+
+/// Every file below `roots` whose name ends in one of `extensions`, skipping
+/// folders named in `skip`.
+fn files_under(
+    roots: &[std::path::PathBuf],
+    extensions: &[&str],
+    skip: &[&str],
+) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = roots.to_vec();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !skip.contains(&name.as_str()) {
+                    stack.push(path);
+                }
+            } else if path
+                .extension()
+                .is_some_and(|e| extensions.iter().any(|x| e == *x))
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
