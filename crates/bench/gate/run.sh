@@ -210,14 +210,23 @@ bench() {
   echo "$txns / $tps" | bc -l
 }
 
-# One drain: pgbench, then the shape's checks. Prints "drained seconds rate".
-# A claim that finds nothing to take (every endpoint with work busy) still
-# counts as a transaction, so the drained count comes from the database.
+# The server's WAL position and this database's commits so far (both
+# server-wide: anything else writing at the same time counts too).
+db_cost() { q -c "SELECT pg_current_wal_lsn() - '0/0', xact_commit FROM pg_stat_database WHERE datname = current_database()"; }
+
+# One drain: pgbench, then the shape's checks. Prints "drained seconds rate
+# WAL-bytes-per-delivery commits-per-delivery". A claim that finds nothing
+# to take (every endpoint with work busy) still counts as a transaction, so
+# the drained count comes from the database.
 drain() {
-  local shape=$1 t=$2 secs drained
+  local shape=$1 t=$2 secs drained before after
+  before=$(db_cost)
   secs=$(bench "$shape" "$t")
+  after=$(db_cost)
   drained=$(check "$shape")
-  printf '%s %.2f %.0f\n' "$drained" "$secs" "$(echo "$drained / $secs" | bc -l)"
+  printf '%s %.2f %.0f %.0f %.3f\n' "$drained" "$secs" "$(echo "$drained / $secs" | bc -l)" \
+    "$(echo "(${after%%|*} - ${before%%|*}) / $drained" | bc -l)" \
+    "$(echo "(${after##*|} - ${before##*|}) / $drained" | bc -l)"
 }
 
 # Transactions per client: a claim each, 96 % of the backlog in all, so
@@ -244,7 +253,7 @@ fi
 read -r -a shapes <<<"$SHAPES"
 count=${#shapes[@]}
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, backlog $BACKLOG over $ENDPOINTS endpoints, $CLIENTS clients, $ROUNDS round(s)"
-echo "# round | shape | load (1 min) before | deliveries drained | seconds | deliveries/s"
+echo "# round | shape | load (1 min) before | deliveries drained | seconds | deliveries/s | WAL bytes per delivery | commits per delivery"
 results="$work/results"
 : >"$results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -261,12 +270,14 @@ done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-echo "| shape | deliveries/s, each round | median |"
-echo "| --- | --- | --- |"
+echo "| shape | deliveries/s, each round | median | WAL bytes per delivery (median) | commits per delivery (median) |"
+echo "| --- | --- | --- | --- | --- |"
 for shape in "${shapes[@]}"; do
   rates=$(awk -v s="$shape" '$2 == s { printf "%s%s", sep, $6; sep = ", " }' "$results")
   med=$(awk -v s="$shape" '$2 == s { print $6 }' "$results" | median)
-  echo "| $shape | $rates | $med |"
+  wal=$(awk -v s="$shape" '$2 == s { print $7 }' "$results" | median)
+  commits=$(awk -v s="$shape" '$2 == s { print $8 }' "$results" | median)
+  echo "| $shape | $rates | $med | $wal | $commits |"
   eval "med_${shape//-/_}=$med"
 done
 ratio() { if [ -n "${!1:-}" ] && [ -n "${!2:-}" ]; then printf '%s / %s = %.2f\n' "${1#med_}" "${2#med_}" "$(echo "${!1} / ${!2}" | bc -l)"; fi; }
