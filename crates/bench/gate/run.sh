@@ -11,7 +11,7 @@
 #
 #   crates/bench/gate/run.sh [--rounds N] [--backlog N] [--endpoints N]
 #       [--clients N] [--shapes "full-100 log-100 ..."] [--no-stall]
-#       [--wait-for FILE] [--smoke]
+#       [--wait-for FILE] [--smoke] [--stall-only] [--slots N]
 #
 # Shapes are named shape-claimsize[-open]: full, minimal, minatt (minimal +
 # attempt row), log, logwait (the log with claims that wait for a busy flow
@@ -22,6 +22,8 @@
 # --smoke: a small backlog, 4 clients, one round, every shape: checks the
 # SQL and each shape's invariants (every delivery drained once, cursors and
 # attempt counts agreeing), not the speed.
+# --stall-only: only the stalled-endpoint case (with --backlog 2000000
+# --slots 10 it shows rotation while the others drain).
 # --wait-for FILE: before the timed rounds, waits up to 100 minutes for FILE
 # to exist (someone creates it when the machine is quiet).
 #
@@ -43,6 +45,9 @@ WAIT_FOR=""
 # Seconds a failed delivery of the log shape waits before its retry: short
 # enough that retries are claimed again within a round.
 BACKOFF=1
+# Time partitions the log's backlog was appended over.
+SLOTS=3
+STALL_ONLY=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -51,6 +56,8 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS=$2; shift 2 ;;
     --shapes) SHAPES=$2; shift 2 ;;
     --no-stall) STALL=0; shift ;;
+    --stall-only) STALL_ONLY=1; shift ;;
+    --slots) SLOTS=$2; shift 2 ;;
     --wait-for) WAIT_FOR=$2; shift 2 ;;
     --smoke) ROUNDS=1; BACKLOG=20000; CLIENTS=4; ENDPOINTS=4; BACKOFF=0; shift ;;
     *) echo "unknown argument: $1 (see the head of $0)" >&2; exit 64 ;;
@@ -140,7 +147,7 @@ setup() {
       PGOPTIONS="-c search_path=$s" q -v backlog="$BACKLOG" -f "$here/minimal_setup.sql" >/dev/null ;;
     log-*|logwait-*)
       fresh_schema "$s"
-      PGOPTIONS="-c search_path=$s" q -v endpoints="$ENDPOINTS" -v backlog="$BACKLOG" -v slots=3 -v cap=10000 \
+      PGOPTIONS="-c search_path=$s" q -v endpoints="$ENDPOINTS" -v backlog="$BACKLOG" -v slots="$SLOTS" -v cap=10000 \
         -f "$here/log_setup.sql" >/dev/null ;;
     pgq-*)
       q -v endpoints="$ENDPOINTS" -v backlog="$BACKLOG" -v n="$n" -f "$here/pgq_setup.sql" >/dev/null ;;
@@ -250,6 +257,7 @@ if [ -n "$WAIT_FOR" ]; then
   else echo "# $WAIT_FOR did not appear in 100 minutes: these rounds ran on a busy machine"; fi
 fi
 
+[ "$STALL_ONLY" = 1 ] && SHAPES="" ROUNDS=0
 read -r -a shapes <<<"$SHAPES"
 count=${#shapes[@]}
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, backlog $BACKLOG over $ENDPOINTS endpoints, $CLIENTS clients, $ROUNDS round(s)"
@@ -268,6 +276,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 
+if [ "$ROUNDS" -gt 0 ]; then
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
 echo "| shape | deliveries/s, each round | median | WAL bytes per delivery (median) | commits per delivery (median) |"
@@ -289,6 +298,7 @@ ratio med_log_500 med_minatt_500
 ratio med_log_100_open med_log_100
 ratio med_minatt_100_open med_minatt_100
 ratio med_pgq_100 med_log_100
+fi
 
 drop_schemas() {
   q -c "DROP SCHEMA IF EXISTS gate_full CASCADE" -c "DROP SCHEMA IF EXISTS gate_minimal CASCADE" \
@@ -314,11 +324,13 @@ stall_case() {
   rotator_pid=$!
   # pgbench in short runs until every other endpoint is drained whole, its
   # retries included.
-  local secs=0 drained
+  local secs=0 drained chunk=$((BACKLOG / (CLIENTS * 100 * 20) > 10 ? BACKLOG / (CLIENTS * 100 * 20) : 10))
+  echo "stalled endpoint $stalled: drain starts $(date -u +%H:%M:%S.%2N)"
   while [ "$(PGOPTIONS="-c search_path=$s" q -c "SELECT count(*) FROM flow WHERE endpoint_id <> $stalled
               AND (claimed < head OR in_flight > 0 OR next_retry_at IS NOT NULL)")" != 0 ]; do
-    secs=$(echo "$secs + $(bench log-100 10 "$stalled")" | bc -l)
+    secs=$(echo "$secs + $(bench log-100 "$chunk" "$stalled")" | bc -l)
   done
+  echo "stalled endpoint $stalled: drain ends $(date -u +%H:%M:%S.%2N)"
   drained=$(check log-100 "$stalled")
   line=$(printf '%s %.2f %.0f' "$drained" "$secs" "$(echo "$drained / $secs" | bc -l)")
   # Rotation carries on after the drain until only the open slot is left.
