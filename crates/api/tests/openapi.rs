@@ -9,25 +9,10 @@ use std::path::PathBuf;
 #[test]
 fn committed_openapi_json_matches_the_code() {
     let generated = serde_json::to_string_pretty(&api::openapi_document()).unwrap() + "\n";
-    // Read at run time: the manifest directory of this checkout, not the
-    // one this binary was first built in.
-    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..");
-    let path = root.join("openapi.json");
-    if std::env::var_os("UPDATE_OPENAPI").is_some() {
-        // A CI run with the variable set would rewrite the file and pass
-        // whatever the code generates: there it is an error.
-        assert!(
-            std::env::var("CI").map_or(true, |v| v.is_empty() || v == "false"),
-            "UPDATE_OPENAPI is set in a CI run: the committed openapi.json would not be checked"
-        );
-        std::fs::write(&path, &generated).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "{} differs from the document the code generates: run `cargo xtask openapi` and commit it",
-        path.display()
+    matches_committed(
+        "openapi.json",
+        &generated,
+        "the document the code generates",
     );
 }
 
@@ -37,21 +22,35 @@ fn committed_openapi_json_matches_the_code() {
 #[test]
 fn committed_api_reference_matches_the_document() {
     let generated = api::reference::markdown(&api::openapi_document());
+    matches_committed(
+        "docs/api.md",
+        &generated,
+        "the reference the document gives",
+    );
+}
+
+/// Asserts that the committed file at `relative` (from the workspace root)
+/// is `generated`; with `UPDATE_OPENAPI` set, writes it instead.
+fn matches_committed(relative: &str, generated: &str, what: &str) {
+    // Read at run time: the manifest directory of this checkout, not the
+    // one this binary was first built in.
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..");
-    let path = root.join("docs/api.md");
+    let path = root.join(relative);
     if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        // A CI run with the variable set would rewrite the file and pass
+        // whatever the code generates: there it is an error.
         assert!(
             std::env::var("CI").map_or(true, |v| v.is_empty() || v == "false"),
-            "UPDATE_OPENAPI is set in a CI run: the committed docs/api.md would not be checked"
+            "UPDATE_OPENAPI is set in a CI run: the committed {relative} would not be checked"
         );
-        std::fs::create_dir_all(root.join("docs")).unwrap();
-        std::fs::write(&path, &generated).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, generated).unwrap();
         return;
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{} differs from the reference the document gives: run `cargo xtask openapi` and commit it",
+        "{} differs from {what}: run `cargo xtask openapi` and commit it",
         path.display()
     );
 }

@@ -640,18 +640,13 @@ async fn the_claim_plan_made_on_an_empty_store_reads_by_index() {
     ))
     .await
     .unwrap();
-    let plan: Vec<String> = tx
-        .query(
-            "EXPLAIN EXECUTE claim_plan (0, ARRAY[gen_random_uuid()], 0, 'w', ARRAY[1::bigint], \
-             ARRAY[NULL::bigint], ARRAY[1::bigint])",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_text(
+        &tx,
+        "EXPLAIN EXECUTE claim_plan (0, ARRAY[gen_random_uuid()], 0, 'w', ARRAY[1::bigint], \
+         ARRAY[NULL::bigint], ARRAY[1::bigint])",
+        &[],
+    )
+    .await;
     assert!(plan.contains("$1"), "not the generic plan:\n{plan}");
     assert!(
         !plan.contains("Seq Scan"),
@@ -741,17 +736,25 @@ async fn an_attempt_search_reads_only_its_accounts_rows() {
         control_plane_core::AccountId::new("small").unwrap(),
         control_plane_core::PageRequest::first(50),
     );
-    let plan: Vec<String> = client
-        .query(
-            &format!("EXPLAIN (ANALYZE, BUFFERS) {}", query.sql("id")),
-            &[&"small", &51_i64],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_text(
+        &client,
+        &format!("EXPLAIN (ANALYZE, BUFFERS) {}", query.sql("id")),
+        &[&"small", &51_i64],
+    )
+    .await;
     assert!(plan.contains("attempts_by_account"), "{plan}");
     assert!(!plan.contains("Seq Scan"), "{plan}");
+}
+
+/// The text of an `EXPLAIN` statement's plan, one line a row.
+async fn plan_text(
+    client: &impl tokio_postgres::GenericClient,
+    explain: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> String {
+    let rows = client.query(explain, params).await.unwrap();
+    rows.iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
