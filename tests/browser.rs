@@ -3,8 +3,10 @@
 //! profile. Signs in, watches a delivery fail and then succeed, replays a
 //! dead letter (one, then in bulk), retries a dead task, checks that a
 //! payload holding `<script>` is shown as text and that an account key
-//! cannot open another account's pages. Screenshots of each page go to
-//! `<target>/debug/ui-screenshots/`.
+//! cannot open another account's pages. Held deliveries say why, the
+//! endpoint page links both ways, the bulk replay asks once more, and every
+//! page fits 1280 and 390 px without breaking a state or a button inside a
+//! word. Screenshots of each page go to `<target>/debug/ui-screenshots/`.
 //!
 //! Needs `chromium` and `chromium-driver` (`apt-get install chromium
 //! chromium-driver`; `.ci/run` installs them); fails, never skips, without.
@@ -269,6 +271,57 @@ impl Browser {
         self.click("#sign-in").await;
     }
 
+    async fn script(&self, script: &str) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Lays pages out `width` px wide (a phone's viewport below 500 px).
+    async fn width(&self, width: u32) {
+        let params = json!({"width": width, "height": 900, "deviceScaleFactor": 1,
+                            "mobile": width < 500});
+        self.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": params})),
+        )
+        .await;
+    }
+
+    /// Asserts that the page at `url` fits its width (nothing scrolls
+    /// sideways) and that no state, button, time or heading breaks inside
+    /// a word (its text on more than one line); saves a screenshot.
+    async fn check_layout(&self, url: &str, shot: &str) {
+        self.go(url).await;
+        let fit = self
+            .script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            .await;
+        let (scroll, inner) = (fit[0].as_u64().unwrap(), fit[1].as_u64().unwrap());
+        assert!(
+            scroll <= inner,
+            "{url} is {scroll} px wide in a {inner} px window"
+        );
+        let broken = self
+            .script(
+                "return [...document.querySelectorAll('.st, button, time, th, .nowrap, .card .label')]\
+                 .filter(e => { const r = document.createRange(); r.selectNodeContents(e); \
+                   const tops = [...r.getClientRects()].map(x => Math.round(x.top)); \
+                   return tops.some(t => Math.abs(t - tops[0]) > 4); })\
+                 .map(e => e.outerHTML.slice(0, 120))",
+            )
+            .await;
+        assert_eq!(
+            broken,
+            json!([]),
+            "{url} at {inner} px breaks these inside: {broken}"
+        );
+        self.screenshot(&format!("{shot}-{inner}")).await;
+    }
+
     async fn close(&self) {
         self.cmd("DELETE", "", None).await;
     }
@@ -498,9 +551,16 @@ async fn the_dashboard_works_in_a_real_browser() {
         |v| v["state"] == "dead" && v["attempt_log"].as_array().is_some_and(|a| a.len() == 4),
     )
     .await;
-    // Bulk replay of everything dead for that endpoint.
+    // Bulk replay of everything dead: it says what it will do and asks
+    // once more.
     browser.go(&format!("{acme}/dead")).await;
     browser.click("#replay-all").await;
+    assert_eq!(
+        browser.text("#replay-summary").await,
+        "Replay 1 dead delivery of 1 endpoint?"
+    );
+    browser.screenshot("replay-confirmation").await;
+    browser.click("#confirm-replay").await;
     assert_eq!(browser.text("#notice").await, "Replayed 1 dead deliveries.");
     wait_api(
         &http,
@@ -510,9 +570,103 @@ async fn the_dashboard_works_in_a_real_browser() {
     )
     .await;
 
-    // The overview counts, the endpoints page, the dead task and its retry.
+    // Its fifth failure in a row opened the broken endpoint's circuit: the
+    // delivery says it is held until the next probe, and the overview
+    // counts it as held.
+    let state = browser
+        .wait_text(
+            &format!("{acme}/deliveries/{broken}"),
+            "#fact-state",
+            "circuit open",
+        )
+        .await;
+    assert!(state.starts_with("held"), "{state}");
     browser.go(&acme).await;
-    assert_eq!(browser.text("#count-delivered").await, "1");
+    assert_eq!(browser.text("#count-held").await, "1");
+    // A disabled endpoint holds its deliveries and says why.
+    let (s, paused) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/endpoints",
+        Some(json!({"url": format!("{hooks}/paused"), "event_types": ["order.paused"]})),
+    )
+    .await;
+    assert_eq!(s, 201, "{paused}");
+    let paused = paused["id"].as_str().unwrap().to_string();
+    let (s, _) = api(
+        &http,
+        &base,
+        "POST",
+        &format!("/v1/accounts/acme/endpoints/{paused}/disable"),
+        Some(json!({"reason": "paused for the test"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, _) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/events",
+        Some(json!({"type": "order.paused", "payload": {}})),
+    )
+    .await;
+    assert_eq!(s, 202);
+    browser
+        .go(&format!("{acme}/deliveries?state=pending"))
+        .await;
+    let listed = browser.text("#deliveries").await;
+    assert!(
+        listed.contains("held endpoint disabled: paused for the test"),
+        "{listed}"
+    );
+
+    // The endpoint page: reached from the endpoints list, it links to its
+    // deliveries, which link back.
+    browser.go(&format!("{acme}/endpoints")).await;
+    browser
+        .click(&format!("a.url[href='/ui/a/acme/endpoints/{}']", ids[0]))
+        .await;
+    assert_eq!(browser.text("#fact-id").await, ids[0]);
+    browser.click("#endpoint-deliveries").await;
+    let active = browser.text("#active-filters").await;
+    assert!(active.contains("/flaky"), "{active}");
+    assert!(browser.text("#deliveries").await.contains(&flaky));
+    browser.go(&format!("{acme}/deliveries/{flaky}")).await;
+    browser.click("#fact-endpoint a").await;
+    assert!(browser
+        .url()
+        .await
+        .ends_with(&format!("/endpoints/{}", ids[0])));
+
+    // Every page fits a wide screen and a phone, and no state or button
+    // breaks inside a word.
+    let pages = [
+        ("overview", acme.clone()),
+        ("endpoints", format!("{acme}/endpoints")),
+        ("endpoint", format!("{acme}/endpoints/{}", ids[1])),
+        ("deliveries", format!("{acme}/deliveries")),
+        ("delivery", format!("{acme}/deliveries/{broken}")),
+        ("dead-letters", format!("{acme}/dead")),
+        ("attempts", format!("{acme}/attempts")),
+        ("alerts", format!("{acme}/alerts")),
+        ("event-types", format!("{acme}/event-types")),
+        ("tasks", format!("{acme}/tasks")),
+    ];
+    for width in [1280, 390] {
+        browser.width(width).await;
+        for (shot, url) in &pages {
+            browser.check_layout(url, shot).await;
+        }
+    }
+    browser.width(1280).await;
+
+    // The overview counts, the endpoints page, the dead task and its retry.
+    // (The flaky endpoint takes every type: by now it has also received the
+    // alert of the broken endpoint's circuit opening.)
+    browser.go(&acme).await;
+    let delivered: u64 = browser.text("#count-delivered").await.parse().unwrap();
+    assert!((1..=2).contains(&delivered), "{delivered}");
     browser.screenshot("overview").await;
     browser.go(&format!("{acme}/endpoints")).await;
     let endpoints = browser.text("#endpoints").await;
@@ -560,6 +714,12 @@ async fn the_dashboard_works_in_a_real_browser() {
         "{catalogue}"
     );
     browser.screenshot("event-types").await;
+    // A select holding the longest URL no longer widens the page.
+    browser.width(390).await;
+    browser
+        .check_layout(&format!("{acme}/event-types"), "event-types-registered")
+        .await;
+    browser.width(1280).await;
     browser.click("#send-example-order\\.created").await;
     assert!(
         browser.url().await.contains("/ui/a/acme/deliveries/"),

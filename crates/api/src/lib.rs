@@ -134,6 +134,12 @@ impl ApiState {
         self.clock.now()
     }
 
+    /// The service's default in-flight cap per endpoint
+    /// (`CONTROLPLANE_ENDPOINT_CONCURRENCY`).
+    pub fn endpoint_concurrency(&self) -> u32 {
+        self.endpoint_concurrency
+    }
+
     /// Held from a quota's check until its write is done: creates of one
     /// account that race in this process cannot pass a quota together.
     pub(crate) async fn quota_lock(

@@ -13,12 +13,21 @@ use control_plane_core::attempt::rollup_minute;
 use control_plane_core::{
     AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
     Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,
-    EndpointId, Event, EventType, Page, PageRequest, Published, Recovery, RollupRow, StoreError,
-    Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric, RECOVER_TASK, ROLLUP_MINUTE_MS,
+    EndpointId, EventType, PageRequest, Published, Recovery, RollupRow, Secret, SecretRotation,
+    SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
+    RECOVER_TASK, ROLLUP_MINUTE_MS,
 };
 
 use crate::error::ApiError;
 use crate::ApiState;
+
+mod flow;
+
+use flow::in_flight_by_endpoint;
+pub use flow::{
+    delivery_page, delivery_record, endpoint_page, flow, replay_preview, state_counts, Count,
+    DeliveryPage, DeliveryRecord, EndpointPage, Flow, StateCounts, COUNT_CAP,
+};
 
 /// A page request from a listing's `limit` (default 50) and `cursor`
 /// parameters.
@@ -90,6 +99,49 @@ pub async fn queue_task(
     Ok(enqueued.task)
 }
 
+/// A caller's signing secret of `scheme` after checking it, or a fresh one.
+///
+/// # Errors
+/// `422` for a secret of the wrong form or scheme.
+pub fn given_or_new_secret(
+    given: Option<String>,
+    scheme: SignatureScheme,
+) -> Result<String, ApiError> {
+    match given {
+        Some(given) => crate::auth::validate_secret(&given, scheme).map(|()| given),
+        None => crate::auth::new_secret(scheme),
+    }
+}
+
+/// Rotates the signing secret of endpoint `key` to a fresh one of its
+/// scheme, or to `given` after checking it; the previous secret keeps
+/// signing for the service's rotation grace. Returns the endpoint and its
+/// new secret (shown once).
+///
+/// # Errors
+/// `404` for an endpoint not of the account, `422` for a given secret of
+/// the wrong form.
+pub async fn rotate_secret(
+    state: &ApiState,
+    key: EndpointKey<'_>,
+    given: Option<String>,
+) -> Result<(Endpoint, String), ApiError> {
+    let current = state.store.endpoint_get(key.account, key.id).await?;
+    let scheme = SignatureScheme::of(current.secrets.current.expose());
+    let secret = given_or_new_secret(given, scheme)?;
+    let e = state
+        .store
+        .endpoint_rotate_secret(
+            key,
+            SecretRotation {
+                secret: Secret::new(secret.clone()),
+                grace: state.rotation_grace,
+            },
+        )
+        .await?;
+    Ok((e, secret))
+}
+
 /// Publishes the example of event type `name` to one endpoint, and counts
 /// it as a published event in the account's usage.
 ///
@@ -138,14 +190,30 @@ pub struct Overview {
     pub open_circuits: Vec<(Endpoint, Circuit)>,
     /// Disabled endpoints (of the first 500).
     pub disabled: Vec<Endpoint>,
+    /// The pending deliveries held behind each disabled endpoint or circuit
+    /// that is not closed (of the first [`HELD_ENDPOINTS`] such endpoints).
+    pub held: HashMap<EndpointId, Count>,
     /// The newest alerts, at most 10.
     pub alerts: Vec<Alert>,
 }
+
+/// The overview counts the held deliveries of at most this many endpoints
+/// (one bounded read of the live queue each).
+pub const HELD_ENDPOINTS: usize = 20;
 
 impl Overview {
     /// How many deliveries of the account are in `state`.
     pub fn count(&self, state: DeliveryState) -> u64 {
         self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// How many pending deliveries are held by disabled endpoints and
+    /// circuits that are not closed, in all.
+    pub fn held_total(&self) -> Count {
+        self.held.values().fold(Count::default(), |a, c| Count {
+            n: a.n + c.n,
+            more: a.more || c.more,
+        })
     }
 }
 
@@ -197,11 +265,30 @@ pub async fn overview(
         .alert_list(account, PageRequest::first(10))
         .await?
         .items;
+    let mut held = HashMap::new();
+    let holding = disabled
+        .iter()
+        .map(|e| e.id)
+        .chain(open_circuits.iter().map(|(e, _)| e.id));
+    for id in holding.take(HELD_ENDPOINTS) {
+        if held.contains_key(&id) {
+            continue;
+        }
+        let pending = store
+            .delivery_list(DeliveryListRequest {
+                state: Some(DeliveryState::Pending),
+                endpoint_id: Some(id),
+                ..DeliveryListRequest::all(account.clone(), PageRequest::first(COUNT_CAP))
+            })
+            .await?;
+        held.insert(id, Count::of(&pending));
+    }
     Ok(Overview {
         counts,
         per_minute,
         open_circuits,
         disabled,
+        held,
         alerts,
     })
 }
@@ -233,16 +320,7 @@ pub async fn endpoint_health(
     account: &AccountId,
     now: Timestamp,
 ) -> Result<Vec<EndpointHealth>, ApiError> {
-    let leased = store
-        .delivery_list(DeliveryListRequest {
-            state: Some(DeliveryState::Leased),
-            ..DeliveryListRequest::all(account.clone(), PageRequest::first(1000))
-        })
-        .await?;
-    let mut in_flight: HashMap<EndpointId, u64> = HashMap::new();
-    for d in &leased.items {
-        *in_flight.entry(d.endpoint_id).or_default() += 1;
-    }
+    let in_flight = in_flight_by_endpoint(store, account, None).await?;
     let hour_ago = now.minus(Duration::from_secs(3600));
     let mut circuits: HashMap<EndpointId, Circuit> =
         store.circuit_list(account).await?.into_iter().collect();
@@ -280,48 +358,6 @@ pub async fn endpoint_health(
     Ok(out)
 }
 
-/// A page of deliveries with the account's endpoints, to name each one's
-/// endpoint by its URL.
-pub struct DeliveryPage {
-    /// The deliveries, newest first.
-    pub deliveries: Page<Delivery>,
-    /// Every endpoint of the account.
-    pub endpoints: Vec<Endpoint>,
-}
-
-impl DeliveryPage {
-    /// The URL of endpoint `id`, if it still exists.
-    pub fn url_of(&self, id: EndpointId) -> Option<&str> {
-        self.endpoints
-            .iter()
-            .find(|e| e.id == id)
-            .map(|e| e.url.as_str())
-    }
-}
-
-/// One page of the account's deliveries, optionally of one state.
-///
-/// # Errors
-/// The store's.
-pub async fn delivery_page(
-    store: &DynControlPlaneStore,
-    account: &AccountId,
-    state: Option<DeliveryState>,
-    page: PageRequest,
-) -> Result<DeliveryPage, ApiError> {
-    let deliveries = store
-        .delivery_list(DeliveryListRequest {
-            state,
-            ..DeliveryListRequest::all(account.clone(), page)
-        })
-        .await?;
-    let endpoints = store.endpoint_list(account).await?;
-    Ok(DeliveryPage {
-        deliveries,
-        endpoints,
-    })
-}
-
 /// A delivery with its attempt log.
 pub struct DeliveryWithAttempts {
     /// The delivery.
@@ -342,43 +378,6 @@ pub async fn delivery_with_attempts(
     let delivery = store.delivery_get(account, id).await?;
     let attempts = store.attempt_list_for_delivery(account, id).await?;
     Ok(DeliveryWithAttempts { delivery, attempts })
-}
-
-/// A delivery as the dashboard shows it: with its attempts, its event and
-/// its endpoint's URL (`None` once the endpoint is deleted).
-pub struct DeliveryRecord {
-    /// The delivery and its attempts.
-    pub delivery: DeliveryWithAttempts,
-    /// The event it delivers.
-    pub event: Event,
-    /// Its endpoint's URL, while the endpoint exists.
-    pub url: Option<String>,
-}
-
-/// Delivery `id` of the account, with its event and endpoint.
-///
-/// # Errors
-/// `404` for a delivery not of the account.
-pub async fn delivery_record(
-    store: &DynControlPlaneStore,
-    account: &AccountId,
-    id: DeliveryId,
-) -> Result<DeliveryRecord, ApiError> {
-    let delivery = delivery_with_attempts(store, account, id).await?;
-    let event = store.event_get(account, delivery.delivery.event_id).await?;
-    let url = match store
-        .endpoint_get(account, delivery.delivery.endpoint_id)
-        .await
-    {
-        Ok(e) => Some(e.url),
-        Err(StoreError::NotFound { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(DeliveryRecord {
-        delivery,
-        event,
-        url,
-    })
 }
 
 /// The account's event types, with its endpoints (where an example can be

@@ -28,7 +28,7 @@ type ReadPath = (
 );
 
 fn read_paths() -> Vec<ReadPath> {
-    vec![
+    let store: Vec<ReadPath> = vec![
         ("metrics scrape (`GET /metrics`)", |s, _| {
             Box::pin(async move {
                 api::Metrics::default().render(&s).await.map_err(fail)?;
@@ -61,6 +61,13 @@ fn read_paths() -> Vec<ReadPath> {
                 Ok(())
             })
         }),
+    ];
+    store.into_iter().chain(dashboard_paths()).collect()
+}
+
+/// The dashboard's read paths (`api::query`), pages of issues 54 and 75.
+fn dashboard_paths() -> Vec<ReadPath> {
+    vec![
         ("dashboard, endpoints page", |s, _| {
             Box::pin(async move {
                 let now = Timestamp::from_millis(now_ms());
@@ -74,6 +81,41 @@ fn read_paths() -> Vec<ReadPath> {
             Box::pin(async move {
                 let now = Timestamp::from_millis(now_ms());
                 api::query::overview(&s, &acct(), now)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+        ("dashboard, endpoints page's counts", |s, _| {
+            Box::pin(async move {
+                api::query::state_counts(&s, &acct())
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+        ("dashboard, endpoint page", |s, e| {
+            Box::pin(async move {
+                let now = Timestamp::from_millis(now_ms());
+                api::query::endpoint_page(&s, EndpointKey::new(&acct(), e), now, 10)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+        ("dashboard, deliveries page (why each waits)", |s, _| {
+            Box::pin(async move {
+                let req = DeliveryListRequest::all(acct(), PageRequest::first(50));
+                api::query::delivery_page(&s, req, 10)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(())
+            })
+        }),
+        ("dashboard, bulk replay's confirmation", |s, _| {
+            Box::pin(async move {
+                let filter = control_plane_core::ReplayFilter::all(acct());
+                api::query::replay_preview(&s, &filter)
                     .await
                     .map_err(|e| e.message)?;
                 Ok(())

@@ -7,7 +7,7 @@ use control_plane_core::{AccountId, AttemptQuery, AttemptResult};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use crate::layout::{base, link, next_link, segment, table, time, Tab};
+use crate::layout::{base, endpoint_href, id_cell, pager, segment, table, when, At, Tab};
 use crate::pages::show;
 use crate::session::AccountPage;
 use crate::Page;
@@ -19,6 +19,8 @@ pub(crate) struct AttemptFilters {
     result: Option<String>,
     status_code: Option<String>,
     cursor: Option<String>,
+    /// The cursors of the pages before this one (see `layout::At`).
+    prev: Option<String>,
 }
 
 /// The store's query for the page's filters (endpoint, result, status
@@ -67,23 +69,22 @@ pub(crate) async fn page(
         q.cursor.as_deref(),
     )?;
     let found = s.store().attempt_search(query).await?;
+    let now = s.now();
     let root = base(&account);
     let rows: Vec<Vec<Markup>> = found
         .items
         .iter()
         .map(|a| {
+            let (d, e) = (a.delivery_id.to_string(), a.endpoint_id.to_string());
             vec![
-                link(
-                    &format!("{root}/deliveries/{}", segment(&a.delivery_id.to_string())),
-                    &a.delivery_id.to_string(),
-                ),
-                html! { (a.endpoint_id.to_string()) },
+                id_cell(&d, Some(&format!("{root}/deliveries/{}", segment(&d)))),
+                id_cell(&e, Some(&endpoint_href(&account, &e))),
                 html! { (a.attempt) },
-                html! { (a.result.as_str()) },
+                html! { span.nowrap { (a.result.as_str()) } },
                 html! { (a.status_code.map(|c| c.to_string()).unwrap_or_default()) },
-                html! { (a.latency_ms) " ms" },
+                html! { span.nowrap { (a.latency_ms) " ms" } },
                 html! { (a.error.as_deref().unwrap_or("")) },
-                html! { (time(a.recorded_at)) },
+                when(a.recorded_at, now),
             ]
         })
         .collect();
@@ -120,7 +121,7 @@ pub(crate) async fn page(
             &rows,
             "No attempt.",
         ))
-        (next_link(&path, &extra, found.next))
+        (pager(&path, &extra, At { cursor: q.cursor.as_deref(), prev: q.prev.as_deref() }, found.items.len(), found.next))
     };
     show("Attempts", &account, Tab::Attempts, &session, &body)
 }

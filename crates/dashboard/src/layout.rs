@@ -7,9 +7,11 @@
 //! maud's pre-escaped wrapper). URL path segments go through [`segment`].
 
 use axum::response::{Html, IntoResponse, Response};
-use control_plane_core::{AccountId, Timestamp};
+use control_plane_core::{AccountId, Alert, Timestamp};
 use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::reason::Why;
 
 /// What a path segment keeps as it is: RFC 3986's unreserved characters.
 const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
@@ -32,6 +34,66 @@ pub(crate) fn time(t: Timestamp) -> String {
     }
 }
 
+/// How long ago (or how soon) `t` is from `now`, as a person says it:
+/// `now`, `12 s ago`, `in 4 min`, `3 h ago`, `2 d ago`.
+pub(crate) fn relative(t: Timestamp, now: Timestamp) -> String {
+    let ms = t.as_millis() - now.as_millis();
+    let s = ms.unsigned_abs() / 1000;
+    let amount = match s {
+        0..=4 => return "now".into(),
+        5..=119 => format!("{s} s"),
+        120..=7_199 => format!("{} min", s / 60),
+        7_200..=172_799 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    };
+    if ms > 0 {
+        format!("in {amount}")
+    } else {
+        format!("{amount} ago")
+    }
+}
+
+/// A time relative to `now` with the absolute time beside it (UTC; the
+/// page runs no script to learn the viewer's zone) and in its `datetime`.
+pub(crate) fn when(t: Timestamp, now: Timestamp) -> Markup {
+    html! {
+        span.when {
+            time datetime=(t.to_rfc3339()) title=(time(t)) { (relative(t, now)) }
+            " " small.abs { (time(t)) }
+        }
+    }
+}
+
+/// An id shown short (the rest clipped by the stylesheet, so that copying
+/// it copies it whole), the full id on hover; a link when `href` is given.
+pub(crate) fn id_cell(id: &str, href: Option<&str>) -> Markup {
+    html! {
+        @match href {
+            Some(h) => { a.id href=(h) title=(id) { (id) } }
+            None => { span.id title=(id) { (id) } }
+        }
+    }
+}
+
+/// A delivery's state: a badge whose colour and weight follow its tone,
+/// with the word in it and why beside it (never colour alone).
+pub(crate) fn state(why: &Why, now: Timestamp) -> Markup {
+    html! {
+        span class=(why.tone.class()) { (why.label) }
+        @if !why.text.is_empty() || why.until.is_some() {
+            " " span.why {
+                (why.text)
+                @if let Some(t) = why.until { " " (when(t, now)) }
+            }
+        }
+    }
+}
+
+/// The dashboard page of endpoint `id` of `account`.
+pub(crate) fn endpoint_href(account: &AccountId, id: &str) -> String {
+    format!("{}/endpoints/{}", base(account), segment(id))
+}
+
 /// The account's base path in the dashboard.
 pub(crate) fn base(account: &AccountId) -> String {
     format!("/ui/a/{}", segment(account.as_str()))
@@ -43,7 +105,7 @@ pub(crate) fn answer(page: Markup) -> Response {
 }
 
 /// Which section of an account a page belongs to (its tab is marked).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Tab {
     Overview,
     Endpoints,
@@ -51,16 +113,29 @@ pub(crate) enum Tab {
     Deliveries,
     Attempts,
     Dead,
+    Alerts,
     Tasks,
 }
 
-const TABS: [(Tab, &str, &str); 7] = [
+impl Tab {
+    /// The tab of an account's path below its base (`endpoints/…` is
+    /// Endpoints); the overview for anything else.
+    pub(crate) fn of_path(rest: &str) -> Tab {
+        let first = rest.split('/').next().unwrap_or("");
+        TABS.iter()
+            .find(|(_, p, _)| !p.is_empty() && p.trim_start_matches('/') == first)
+            .map_or(Tab::Overview, |(t, _, _)| *t)
+    }
+}
+
+const TABS: [(Tab, &str, &str); 8] = [
     (Tab::Overview, "", "Overview"),
     (Tab::Endpoints, "/endpoints", "Endpoints"),
     (Tab::EventTypes, "/event-types", "Event types"),
     (Tab::Deliveries, "/deliveries", "Deliveries"),
     (Tab::Attempts, "/attempts", "Attempts"),
     (Tab::Dead, "/dead", "Dead letters"),
+    (Tab::Alerts, "/alerts", "Alerts"),
     (Tab::Tasks, "/tasks", "Tasks"),
 ];
 
@@ -72,12 +147,28 @@ pub(crate) fn page(
     csrf: Option<&str>,
     body: &Markup,
 ) -> Markup {
+    page_refreshing(title, account, csrf, body, None)
+}
+
+/// [`page`], reloaded by the browser every `refresh` seconds when given
+/// (a `meta` refresh: the page runs no script).
+pub(crate) fn page_refreshing(
+    title: &str,
+    account: Option<(&AccountId, Tab)>,
+    csrf: Option<&str>,
+    body: &Markup,
+    refresh: Option<u32>,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
+                @if let Some(r) = refresh {
+                    meta http-equiv="refresh" content=(r);
+                }
                 title { (title) " · control-plane" }
                 link rel="stylesheet" href="/ui/app.css";
             }
@@ -125,17 +216,20 @@ pub(crate) fn button(action: &str, csrf: &str, label: &str, id: &str) -> Markup 
 }
 
 /// A table from a header row and rows of cells; `empty` stands in for a
-/// table without rows.
+/// table without rows. A table wider than the screen scrolls in its own
+/// box, never the page.
 pub(crate) fn table(id: &str, head: &[&str], rows: &[Vec<Markup>], empty: &str) -> Markup {
     html! {
         @if rows.is_empty() {
             p.empty id=(id) { (empty) }
         } @else {
-            table id=(id) {
-                thead { tr { @for h in head { th { (h) } } } }
-                tbody {
-                    @for row in rows {
-                        tr { @for cell in row { td { (cell) } } }
+            div.scroll {
+                table id=(id) {
+                    thead { tr { @for h in head { th { (h) } } } }
+                    tbody {
+                        @for row in rows {
+                            tr { @for cell in row { td { (cell) } } }
+                        }
                     }
                 }
             }
@@ -165,6 +259,38 @@ pub(crate) fn bars(label: &str, values: &[u64]) -> Markup {
     }
 }
 
+/// Alerts with links to the endpoint and delivery each names.
+pub(crate) fn alerts_table(
+    account: &AccountId,
+    alerts: &[Alert],
+    now: Timestamp,
+    empty: &str,
+) -> Markup {
+    let root = base(account);
+    let rows: Vec<Vec<Markup>> = alerts
+        .iter()
+        .map(|a| {
+            let endpoint = a.endpoint_id.to_string();
+            vec![
+                when(a.created_at, now),
+                html! { span.nowrap { (a.kind.as_str()) } },
+                id_cell(&endpoint, Some(&endpoint_href(account, &endpoint))),
+                match a.delivery_id {
+                    Some(d) => id_cell(&d.to_string(), Some(&format!("{root}/deliveries/{d}"))),
+                    None => html! {},
+                },
+                html! { (a.message) },
+            ]
+        })
+        .collect();
+    table(
+        "alerts",
+        &["when", "kind", "endpoint", "delivery", "message"],
+        &rows,
+        empty,
+    )
+}
+
 /// A link to `href` showing `text`.
 pub(crate) fn link(href: &str, text: &str) -> Markup {
     html! { a href=(href) { (text) } }
@@ -178,9 +304,67 @@ pub(crate) fn notice(text: &str) -> Markup {
 /// The "next page" link of a listing at `path` (`extra` is more of its
 /// query string), when there is a next page.
 pub(crate) fn next_link(path: &str, extra: &str, next: Option<i64>) -> Markup {
+    pager(path, extra, At::default(), 0, next)
+}
+
+/// Where a page of a keyset-paginated listing is: its cursor and the
+/// cursors of the pages before it (`prev`, comma-separated, oldest first),
+/// which the links carry so that "Newer" can go back without a count.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct At<'a> {
+    /// This page's cursor; none on the first page.
+    pub(crate) cursor: Option<&'a str>,
+    /// The cursors of the pages before it.
+    pub(crate) prev: Option<&'a str>,
+}
+
+/// The most pages back the links remember.
+const PAGES_REMEMBERED: usize = 50;
+
+/// The paging of a listing at `path` (`extra` is more of its query
+/// string): which rows this page shows ("51–100"), a link to the newer
+/// page when this is not the first, and to the older one when there is
+/// one. Pages hold 50 rows.
+pub(crate) fn pager(
+    path: &str,
+    extra: &str,
+    at: At<'_>,
+    shown: usize,
+    next: Option<i64>,
+) -> Markup {
+    let prevs: Vec<&str> = at
+        .prev
+        .unwrap_or("")
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .collect();
+    let first = (prevs.len() + usize::from(at.cursor.is_some())) * 50 + 1;
+    let newer = match (at.cursor, prevs.split_last()) {
+        (None, _) => None,
+        (Some(_), None) => Some(match extra.strip_prefix('&') {
+            Some(q) => format!("{path}?{q}"),
+            None => path.to_string(),
+        }),
+        (Some(_), Some((last, rest))) => Some(format!(
+            "{path}?cursor={last}&prev={}{extra}",
+            rest.join(",")
+        )),
+    };
+    let mut behind: Vec<&str> = prevs.clone();
+    behind.extend(at.cursor);
+    let skip = behind.len().saturating_sub(PAGES_REMEMBERED);
+    let behind = behind.get(skip..).unwrap_or_default().join(",");
     html! {
-        @if let Some(n) = next {
-            p { (link(&format!("{path}?cursor={n}{extra}"), "Next page")) }
+        @if newer.is_some() || next.is_some() {
+            p.pager {
+                @if shown > 0 {
+                    span.muted id="showing" { "rows " (first) "–" (first + shown - 1) }
+                }
+                @if let Some(h) = &newer { " " a href=(h) id="newer" { "« Newer" } }
+                @if let Some(n) = next {
+                    " " a href={ (path) "?cursor=" (n) "&prev=" (behind) (extra) } id="next" { "Older »" }
+                }
+            }
         }
     }
 }
@@ -212,6 +396,62 @@ mod tests {
         assert_eq!(empty, "<p class=\"empty\" id=\"t\">&lt;none&gt;</p>");
         assert_eq!(segment("a/b c?é"), "a%2Fb%20c%3F%C3%A9");
         assert_eq!(segment("ok-_.~9"), "ok-_.~9");
+    }
+
+    #[test]
+    fn times_read_relative_to_now() {
+        let now = Timestamp::from_millis(10_000_000_000);
+        let at = |s: i64| Timestamp::from_millis(now.as_millis() + s * 1000);
+        assert_eq!(relative(at(2), now), "now");
+        assert_eq!(relative(at(-12), now), "12 s ago");
+        assert_eq!(relative(at(240), now), "in 4 min");
+        assert_eq!(relative(at(-3 * 3600), now), "3 h ago");
+        assert_eq!(relative(at(-2 * 86_400), now), "2 d ago");
+        let w = when(at(240), now).into_string();
+        assert!(w.contains("in 4 min") && w.contains("datetime=\""), "{w}");
+        let id = id_cell("0190b7c4-6a4e", Some("/x")).into_string();
+        assert_eq!(
+            id,
+            "<a class=\"id\" href=\"/x\" title=\"0190b7c4-6a4e\">0190b7c4-6a4e</a>"
+        );
+        assert_eq!(Tab::of_path("endpoints/x/y"), Tab::Endpoints);
+        assert_eq!(Tab::of_path("dead"), Tab::Dead);
+        assert_eq!(Tab::of_path("nope"), Tab::Overview);
+    }
+
+    #[test]
+    fn the_pager_goes_back_and_forth_and_counts_rows() {
+        let first = pager("/p", "&state=dead", At::default(), 50, Some(900)).into_string();
+        assert!(first.contains("rows 1–50"), "{first}");
+        assert!(!first.contains("Newer"), "{first}");
+        assert!(
+            first.contains("href=\"/p?cursor=900&amp;prev=&amp;state=dead\""),
+            "{first}"
+        );
+        let at = At {
+            cursor: Some("900"),
+            prev: None,
+        };
+        let second = pager("/p", "&state=dead", at, 50, Some(800)).into_string();
+        assert!(second.contains("rows 51–100"), "{second}");
+        assert!(
+            second.contains("href=\"/p?state=dead\" id=\"newer\""),
+            "{second}"
+        );
+        assert!(second.contains("cursor=800&amp;prev=900&amp;"), "{second}");
+        let at = At {
+            cursor: Some("800"),
+            prev: Some("900"),
+        };
+        let third = pager("/p", "", at, 7, None).into_string();
+        assert!(
+            third.contains("rows 101–107") && !third.contains("Older"),
+            "{third}"
+        );
+        assert!(
+            third.contains("href=\"/p?cursor=900&amp;prev=\" id=\"newer\""),
+            "{third}"
+        );
     }
 
     #[test]

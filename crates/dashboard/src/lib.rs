@@ -23,10 +23,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod alerts;
 mod attempts;
 mod catalogue;
+mod dead;
+mod deliveries;
+mod endpoint;
 mod layout;
 mod pages;
+mod reason;
 mod recover;
 mod session;
 mod tasks;
@@ -54,27 +59,47 @@ pub fn router() -> Router<Arc<ApiState>> {
         .route("/ui/logout", post(session::logout))
         .route("/ui/a/{account}", get(pages::overview))
         .route("/ui/a/{account}/endpoints", get(pages::endpoints))
+        .route("/ui/a/{account}/endpoints/{id}", get(endpoint::page_of))
         .route(
             "/ui/a/{account}/endpoints/{id}/recover",
             post(recover::recover),
+        )
+        .route(
+            "/ui/a/{account}/endpoints/{id}/enable",
+            post(endpoint::enable),
+        )
+        .route(
+            "/ui/a/{account}/endpoints/{id}/disable",
+            post(endpoint::disable),
+        )
+        .route(
+            "/ui/a/{account}/endpoints/{id}/rotate-secret",
+            post(endpoint::rotate),
+        )
+        .route(
+            "/ui/a/{account}/endpoints/{id}/send-example",
+            post(endpoint::send_example),
         )
         .route("/ui/a/{account}/event-types", get(catalogue::page))
         .route(
             "/ui/a/{account}/event-types/{name}/send-example",
             post(catalogue::send_example),
         )
-        .route("/ui/a/{account}/deliveries", get(pages::deliveries))
-        .route("/ui/a/{account}/deliveries/{id}", get(pages::delivery))
+        .route("/ui/a/{account}/deliveries", get(deliveries::deliveries))
+        .route("/ui/a/{account}/deliveries/{id}", get(deliveries::delivery))
         .route(
             "/ui/a/{account}/deliveries/{id}/{action}",
-            post(pages::delivery_action),
+            post(deliveries::delivery_action),
         )
         .route("/ui/a/{account}/attempts", get(attempts::page))
-        .route("/ui/a/{account}/dead", get(pages::dead))
-        .route("/ui/a/{account}/dead/replay", post(pages::dead_replay))
+        .route("/ui/a/{account}/alerts", get(alerts::page))
+        .route("/ui/a/{account}/dead", get(dead::dead))
+        .route("/ui/a/{account}/dead/replay", post(dead::dead_replay))
         .route("/ui/a/{account}/tasks", get(tasks::tasks))
         .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
+        .route("/ui/a/{account}/{*rest}", get(not_found))
         .layer(Extension(Arc::new(session::SignInFailures::new())))
+        .layer(axum::middleware::from_fn(error_nav))
         .layer(axum::middleware::from_fn(secure_headers))
 }
 
@@ -103,6 +128,57 @@ async fn secure_headers(req: Request<Body>, next: Next) -> Response {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
+}
+
+/// A path of an account that names no page: a page with a way back, not a
+/// bare error.
+async fn not_found() -> Response {
+    UiError(ApiError::not_found("page")).into_response()
+}
+
+/// An error page's title and message, kept on its answer so that
+/// [`error_nav`] can frame it with the account's tabs.
+#[derive(Clone)]
+struct ErrorNote {
+    title: String,
+    message: String,
+}
+
+/// Frames an error page of an account's path (`/ui/a/{account}/...`) with
+/// that account's tabs, so that a bad filter or a typo leads back to a
+/// page with navigation. The tabs are links only: they show nothing of the
+/// account, whose pages still check the session's reach.
+async fn error_nav(req: Request<Body>, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    let r = next.run(req).await;
+    let Some(note) = r.extensions().get::<ErrorNote>().cloned() else {
+        return r;
+    };
+    let Some(rest) = path.strip_prefix("/ui/a/") else {
+        return r;
+    };
+    let (name, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    let Ok(account) = control_plane_core::AccountId::new(name.as_ref()) else {
+        return r;
+    };
+    let (mut parts, _) = r.into_parts();
+    let body = layout::page(
+        &note.title,
+        Some((&account, layout::Tab::of_path(tail))),
+        None,
+        &error_body(&note.message, &layout::base(&account)),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body.into_string()))
+}
+
+/// The body of an error page: the message and a way back.
+fn error_body(message: &str, back: &str) -> maud::Markup {
+    html! {
+        p.error id="error" { (message) }
+        p { a href=(back) id="back" { "Back to the start" } }
+    }
 }
 
 async fn stylesheet() -> impl IntoResponse {
@@ -153,16 +229,17 @@ impl IntoResponse for UiError {
             retry_after,
             ..
         } = self.0;
-        let body = html! {
-            p.error id="error" { (message) }
-            p { a href="/ui" { "Back to the start" } }
-        };
+        let body = error_body(&message, "/ui");
         let title = status.canonical_reason().unwrap_or("Error");
         let mut r = (
             status,
             layout::answer(layout::page(title, None, None, &body)),
         )
             .into_response();
+        r.extensions_mut().insert(ErrorNote {
+            title: title.to_string(),
+            message,
+        });
         if let Some(wait) = retry_after {
             // The API's header, on the dashboard's page.
             let api = ApiError::too_many("", wait).into_response();

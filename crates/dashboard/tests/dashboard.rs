@@ -222,7 +222,7 @@ async fn delivered_deliveries_are_resent_by_api_and_dashboard() {
     assert!(h["location"].to_str().unwrap().ends_with("?resent=1"));
     let (_, _, page) = ui(&api, "GET", &page_path, Some(&cookie), None).await;
     assert!(
-        page.contains("<dd id=\"fact-state\">pending</dd>"),
+        page.contains("<dd id=\"fact-state\"><span class=\"st st-wait\">pending</span>"),
         "{page}"
     );
     assert!(
@@ -721,11 +721,15 @@ async fn every_action_checks_its_form_token_and_the_accounts_reach() {
         format!("/ui/a/acme/endpoints/{endpoint}/recover"),
         "/ui/a/acme/event-types/order.paid/send-example".to_string(),
         "/ui/a/acme/tasks/nightly/retry".to_string(),
+        format!("/ui/a/acme/endpoints/{endpoint}/enable"),
+        format!("/ui/a/acme/endpoints/{endpoint}/disable"),
+        format!("/ui/a/acme/endpoints/{endpoint}/rotate-secret"),
+        format!("/ui/a/acme/endpoints/{endpoint}/send-example"),
     ];
     // Every field any of the forms reads, so only the token can be wrong.
     let form = |csrf: &str| {
         Some(format!(
-            "csrf={csrf}&endpoint_id=&within_hours=&hours=1&endpoint={endpoint}"
+            "csrf={csrf}&endpoint_id=&within_hours=&hours=1&endpoint={endpoint}&type=order.paid&reason=x"
         ))
     };
     for path in &actions {

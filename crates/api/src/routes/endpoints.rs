@@ -2,29 +2,18 @@
 //! their stats, and their recovery.
 
 use control_plane_core::ClientCredentials;
-use control_plane_core::{EndpointKey, SecretRotation, SignatureScheme};
+use control_plane_core::{EndpointKey, SignatureScheme};
 
 use crate::views::RetrySettings;
 
 use super::{
-    double, id, new_secret, ok, ok_showing_secret, over_quota, query, unix_seconds,
-    validate_secret, AccountPath, Answer, ApiError, ApiState, BTreeMap, Caller, Check, Deserialize,
-    Duration, EndpointCreateRequest, EndpointDeleted, EndpointDetail, EndpointId, EndpointStats,
-    EndpointUpdateRequest, EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath,
-    Json, ListQuery, Listing, OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State,
-    StatusCode, TaskView, Timestamp, ToSchema, Value,
+    double, id, ok, ok_showing_secret, over_quota, query, unix_seconds, AccountPath, Answer,
+    ApiError, ApiState, BTreeMap, Caller, Check, Deserialize, Duration, EndpointCreateRequest,
+    EndpointDeleted, EndpointDetail, EndpointId, EndpointStats, EndpointUpdateRequest,
+    EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath, Json, ListQuery, Listing,
+    OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State, StatusCode, TaskView,
+    Timestamp, ToSchema, Value,
 };
-
-/// A caller's signing secret of `scheme` after checking it, or a fresh one.
-pub(super) fn given_or_new_secret(
-    given: Option<String>,
-    scheme: SignatureScheme,
-) -> Result<String, ApiError> {
-    match given {
-        Some(given) => validate_secret(&given, scheme).map(|()| given),
-        None => new_secret(scheme),
-    }
-}
 
 /// How an endpoint's requests are signed (Standard Webhooks).
 #[derive(Clone, Copy, Deserialize, ToSchema)]
@@ -178,7 +167,7 @@ pub(crate) async fn endpoint_create(
         || SignatureScheme::of(body.secret.as_deref().unwrap_or_default()),
         SignatureScheme::from,
     );
-    let secret = given_or_new_secret(body.secret, scheme)?;
+    let secret = query::given_or_new_secret(body.secret, scheme)?;
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
@@ -419,19 +408,12 @@ pub(crate) async fn endpoint_rotate(
 ) -> Answer {
     let endpoint: EndpointId = id("endpoint", &p.id)?;
     // A rotation keeps the endpoint's scheme.
-    let current = s.store.endpoint_get(&account, endpoint).await?;
-    let scheme = SignatureScheme::of(current.secrets.current.expose());
-    let secret = given_or_new_secret(body.and_then(|b| b.secret), scheme)?;
-    let e = s
-        .store
-        .endpoint_rotate_secret(
-            EndpointKey::new(&account, endpoint),
-            SecretRotation {
-                secret: Secret::new(secret.clone()),
-                grace: s.rotation_grace,
-            },
-        )
-        .await?;
+    let (e, secret) = query::rotate_secret(
+        &s,
+        EndpointKey::new(&account, endpoint),
+        body.and_then(|b| b.secret),
+    )
+    .await?;
     ok_showing_secret(
         StatusCode::OK,
         EndpointWithSecret::new(&e, secret, true),

@@ -22,10 +22,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::{
-    caller_for_hash, generate_token, hash_token, new_secret, validate_secret, AdminScope, Caller,
-    Scope,
-};
+use crate::auth::{caller_for_hash, generate_token, hash_token, AdminScope, Caller, Scope};
 use crate::error::{ApiError, ErrorBody};
 use crate::query::{self, page_request};
 use crate::views::{
