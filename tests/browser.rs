@@ -292,6 +292,18 @@ impl Browser {
         .await;
     }
 
+    /// Emulates the browser's dark (or light) colour scheme preference.
+    async fn dark(&self, dark: bool) {
+        let scheme = if dark { "dark" } else { "light" };
+        let params = json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+        self.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            Some(json!({"cmd": "Emulation.setEmulatedMedia", "params": params})),
+        )
+        .await;
+    }
+
     /// Asserts that the page at `url` fits its width (nothing scrolls
     /// sideways) and that no state, button, time or heading breaks inside
     /// a word (its text on more than one line); saves a screenshot.
@@ -660,6 +672,17 @@ async fn the_dashboard_works_in_a_real_browser() {
         }
     }
     browser.width(1280).await;
+    // The browser's dark mode darkens the pages (no script, the stylesheet's
+    // media query); the layout holds there too.
+    browser.dark(true).await;
+    for (shot, url) in &pages[..4] {
+        browser.check_layout(url, &format!("{shot}-dark")).await;
+    }
+    let background = browser
+        .script("return getComputedStyle(document.body).backgroundColor")
+        .await;
+    assert_eq!(background, "rgb(12, 17, 29)", "dark mode");
+    browser.dark(false).await;
 
     // The overview counts, the endpoints page, the dead task and its retry.
     // (The flaky endpoint takes every type: by now it has also received the

@@ -21,8 +21,8 @@ use crate::reason::why;
 use crate::session::{AccountPage, Action, CsrfForm};
 use crate::{to, ItemPath, Page, Shared};
 
-/// The cells of a page of deliveries: its id, event, endpoint, state with
-/// why, attempts, last error and last change.
+/// The cells of a page of deliveries: its id, state with why (first, where
+/// a phone shows it), endpoint, attempts, last error, last change and event.
 pub(crate) fn delivery_cells(
     account: &AccountId,
     page: &DeliveryPage,
@@ -35,29 +35,29 @@ pub(crate) fn delivery_cells(
     let endpoint = d.endpoint_id.to_string();
     vec![
         id_cell(&d.id.to_string(), Some(&href)),
-        id_cell(&d.event_id.to_string(), Some(&event)),
+        state(&why(d, &page.flow, now), now),
         match page.url_of(d.endpoint_id) {
             Some(url) => html! {
                 a.url href=(endpoint_href(account, &endpoint)) title=(endpoint) { (url) }
             },
             None => html! { span.muted title=(endpoint) { "(deleted)" } },
         },
-        state(&why(d, &page.flow, now), now),
         html! { span.nowrap { (d.attempts) " / " (d.max_attempts) } },
         html! { (d.last_error.as_deref().unwrap_or("")) },
         when(d.updated_at, now),
+        id_cell(&d.event_id.to_string(), Some(&event)),
     ]
 }
 
 /// The columns of [`delivery_cells`].
 pub(crate) const DELIVERY_HEAD: [&str; 7] = [
     "delivery",
-    "event",
-    "endpoint",
     "state",
+    "endpoint",
     "attempts",
     "last error",
     "updated",
+    "event",
 ];
 
 #[derive(Deserialize)]

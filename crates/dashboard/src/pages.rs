@@ -144,7 +144,16 @@ fn state_cards(account: &AccountId, o: &Overview) -> Markup {
             if held.n > 0 { "st-held" } else { "st-wait" },
             held.more,
         ),
-        ("leased", o.count(DeliveryState::Leased), "st-busy", false),
+        (
+            "leased",
+            o.count(DeliveryState::Leased),
+            if o.count(DeliveryState::Leased) > 0 {
+                "st-busy"
+            } else {
+                "st-wait"
+            },
+            false,
+        ),
         (
             "delivered",
             o.count(DeliveryState::Delivered),
