@@ -186,6 +186,9 @@ pub struct Overview {
     /// Deliveries delivered in each of the last 30 minutes, oldest first
     /// (delivered attempts, from the attempt rollup).
     pub per_minute: [u64; 30],
+    /// Attempts that failed or whose lease expired in each of the same
+    /// minutes.
+    pub failed_per_minute: [u64; 30],
     /// Endpoints whose circuit is not closed (of the first 500), with it.
     pub open_circuits: Vec<(Endpoint, Circuit)>,
     /// Disabled endpoints (of the first 500).
@@ -232,18 +235,18 @@ pub async fn overview(
             counts.insert(state, n);
         }
     }
-    // Delivered attempts per minute, from the attempt rollup (ADR 0032).
+    // Delivered and failed attempts per minute, from the attempt rollup
+    // (ADR 0032).
     let first_minute = rollup_minute(now) - 29 * ROLLUP_MINUTE_MS;
-    let mut per_minute = [0u64; 30];
+    let (mut per_minute, mut failed_per_minute) = ([0u64; 30], [0u64; 30]);
     let since = Timestamp::from_millis(first_minute);
     for r in store.attempt_rollup_of_account(account, since).await? {
-        let slot = (r.minute - first_minute) / ROLLUP_MINUTE_MS;
-        if let (Some(n), AttemptResult::Delivered) = (
-            usize::try_from(slot)
-                .ok()
-                .and_then(|i| per_minute.get_mut(i)),
-            r.result,
-        ) {
+        let slot = usize::try_from((r.minute - first_minute) / ROLLUP_MINUTE_MS).ok();
+        let minutes = match r.result {
+            AttemptResult::Delivered => &mut per_minute,
+            AttemptResult::Failed | AttemptResult::LeaseExpired => &mut failed_per_minute,
+        };
+        if let Some(n) = slot.and_then(|i| minutes.get_mut(i)) {
             *n += u64::try_from(r.n).unwrap_or(0);
         }
     }
@@ -286,6 +289,7 @@ pub async fn overview(
     Ok(Overview {
         counts,
         per_minute,
+        failed_per_minute,
         open_circuits,
         disabled,
         held,

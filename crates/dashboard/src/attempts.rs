@@ -1,9 +1,11 @@
 //! The attempts page: the account's attempt log newest first, filtered by
-//! endpoint, result and status code (the API's attempt search).
+//! endpoint, result, status code and time (the API's attempt search).
+
+use std::time::Duration;
 
 use api::ApiError;
 use axum::extract::{Query, State};
-use control_plane_core::{AccountId, AttemptQuery, AttemptResult};
+use control_plane_core::{AccountId, AttemptQuery, AttemptRecord, AttemptResult, Timestamp};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -18,10 +20,19 @@ pub(crate) struct AttemptFilters {
     endpoint: Option<String>,
     result: Option<String>,
     status_code: Option<String>,
+    /// Only attempts of the last this many hours.
+    within: Option<String>,
     cursor: Option<String>,
     /// The cursors of the pages before this one (see `layout::At`).
     prev: Option<String>,
 }
+
+/// The windows of the time filter: hours back, and how the page says it.
+const WITHIN: [(&str, &str); 3] = [
+    ("1", "in the last hour"),
+    ("24", "in the last day"),
+    ("168", "in the last week"),
+];
 
 /// The store's query for the page's filters (endpoint, result, status
 /// code, each as typed) and cursor.
@@ -50,57 +61,22 @@ fn attempt_query(
     Ok(query)
 }
 
-/// One page of the account's attempts, newest first, filtered.
-pub(crate) async fn page(
-    State(s): Shared,
-    AccountPage { session, account }: AccountPage,
-    Query(q): Query<AttemptFilters>,
-) -> Page {
-    let given = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
-    let (endpoint, result, status) = (given(&q.endpoint), given(&q.result), given(&q.status_code));
-    let query = attempt_query(
-        &account,
-        (endpoint.as_deref(), result.as_deref(), status.as_deref()),
-        q.cursor.as_deref(),
-    )?;
-    let found = s.store().attempt_search(query).await?;
-    let now = s.now();
-    let root = base(&account);
-    let rows: Vec<Vec<Markup>> = found
-        .items
+/// The filters of the page as given (empty ones dropped): endpoint,
+/// result, status code and time window.
+type Given = [Option<String>; 4];
+
+/// The query string that keeps the filters `given` on another page.
+fn kept(given: &Given) -> String {
+    ["endpoint", "result", "status_code", "within"]
         .iter()
-        .map(|a| {
-            let (d, e) = (a.delivery_id.to_string(), a.endpoint_id.to_string());
-            vec![
-                id_cell(&d, Some(&format!("{root}/deliveries/{}", segment(&d)))),
-                id_cell(&e, Some(&endpoint_href(&account, &e))),
-                html! { (a.attempt) },
-                html! { span.nowrap { (a.result.as_str()) } },
-                html! { (a.status_code.map(|c| c.to_string()).unwrap_or_default()) },
-                html! { span.nowrap { (a.latency_ms) " ms" } },
-                html! { (a.error.as_deref().unwrap_or("")) },
-                when(a.recorded_at, now),
-            ]
-        })
-        .collect();
-    let path = format!("{root}/attempts");
-    let keep = |k: &str, v: &Option<String>| {
-        v.as_ref()
-            .map(|v| format!("&{k}={}", segment(v)))
-            .unwrap_or_default()
-    };
-    let extra = format!(
-        "{}{}{}",
-        keep("endpoint", &endpoint),
-        keep("result", &result),
-        keep("status_code", &status)
-    );
-    let body = html! {
+        .zip(given)
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("&{k}={}", segment(v))))
+        .collect()
+}
+
+/// The filter form, showing the filters in force.
+fn filter_form(path: &str, [endpoint, result, status, within]: &Given) -> Markup {
+    html! {
         form.inline method="get" action=(path) id="attempt-filters" {
             label for="f-endpoint" { "Endpoint id" }
             input id="f-endpoint" name="endpoint" value=(endpoint.as_deref().unwrap_or(""));
@@ -113,15 +89,87 @@ pub(crate) async fn page(
             }
             label for="f-status" { "Status code" }
             input id="f-status" name="status_code" value=(status.as_deref().unwrap_or("")) size="4";
+            label for="f-within" { "Recorded" }
+            select id="f-within" name="within" {
+                option value="" { "any time" }
+                @for (v, label) in WITHIN {
+                    option value=(v) selected[within.as_deref() == Some(v)] { (label) }
+                }
+            }
             button type="submit" id="filter-attempts" { "Filter" }
         }
+    }
+}
+
+/// The rows of a page of attempts.
+fn attempt_rows(account: &AccountId, items: &[AttemptRecord], now: Timestamp) -> Vec<Vec<Markup>> {
+    let root = base(account);
+    items
+        .iter()
+        .map(|a| {
+            let (d, e) = (a.delivery_id.to_string(), a.endpoint_id.to_string());
+            vec![
+                id_cell(&d, Some(&format!("{root}/deliveries/{}", segment(&d)))),
+                id_cell(&e, Some(&endpoint_href(account, &e))),
+                html! { (a.attempt) },
+                html! { span.nowrap { (a.result.as_str()) } },
+                html! { (a.status_code.map(|c| c.to_string()).unwrap_or_default()) },
+                html! { span.nowrap { (a.latency_ms) " ms" } },
+                html! { (a.error.as_deref().unwrap_or("")) },
+                when(a.recorded_at, now),
+            ]
+        })
+        .collect()
+}
+
+/// One page of the account's attempts, newest first, filtered.
+pub(crate) async fn page(
+    State(s): Shared,
+    AccountPage { session, account }: AccountPage,
+    Query(q): Query<AttemptFilters>,
+) -> Page {
+    let given = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let filters: Given = [
+        given(&q.endpoint),
+        given(&q.result),
+        given(&q.status_code),
+        given(&q.within),
+    ];
+    let [endpoint, result, status, within] = &filters;
+    let mut query = attempt_query(
+        &account,
+        (endpoint.as_deref(), result.as_deref(), status.as_deref()),
+        q.cursor.as_deref(),
+    )?;
+    let now = s.now();
+    if let Some(w) = within {
+        let hours = WITHIN
+            .iter()
+            .find(|(v, _)| *v == w.as_str())
+            .map(|(v, _)| v.parse::<u64>().unwrap_or(1))
+            .ok_or_else(|| ApiError::bad_request("within: expected 1, 24 or 168 hours"))?;
+        query.since = Some(now.minus(Duration::from_secs(hours * 3600)));
+    }
+    let found = s.store().attempt_search(query).await?;
+    let path = format!("{}/attempts", base(&account));
+    let at = At {
+        cursor: q.cursor.as_deref(),
+        prev: q.prev.as_deref(),
+    };
+    let body = html! {
+        (filter_form(&path, &filters))
         (table(
             "attempts",
             &["delivery", "endpoint", "attempt", "result", "status", "latency", "error", "recorded"],
-            &rows,
+            &attempt_rows(&account, &found.items, now),
             "No attempt.",
         ))
-        (pager(&path, &extra, At { cursor: q.cursor.as_deref(), prev: q.prev.as_deref() }, found.items.len(), found.next))
+        (pager(&path, &kept(&filters), at, found.items.len(), found.next))
     };
     show("Attempts", &account, Tab::Attempts, &session, &body)
 }

@@ -249,7 +249,7 @@ pub(crate) fn bars(label: &str, values: &[u64]) -> Markup {
         (W * u64::try_from(i).unwrap_or(0), H - h, h)
     };
     html! {
-        svg.chart role="img" aria-label=(label) width=(width) height=(H)
+        svg.chart role="img" aria-label=(label) width=(width) height=(H) preserveAspectRatio="none"
             viewBox={ "0 0 " (width) " " (H) } {
             @for (i, v) in values.iter().enumerate() {
                 @let (x, y, h) = bar(i, *v);

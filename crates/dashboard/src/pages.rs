@@ -226,12 +226,19 @@ fn overview_body(account: &AccountId, o: &Overview, csrf: &str, now: Timestamp) 
         .collect();
     html! {
         (state_cards(account, o))
-        h2 { "Deliveries per minute" }
-        p.chart-line {
-            "last minute: " span id="per-minute" { (o.per_minute[29]) }
-            " · busiest: " (o.per_minute.iter().max().copied().unwrap_or(0))
-            (bars("deliveries per minute, last 30 minutes", &o.per_minute))
-            small.muted { "30 min ago → now" }
+        h2 { "Attempts per minute" }
+        div.chart-line {
+            p {
+                "delivered, last minute: " span id="per-minute" { (o.per_minute[29]) }
+                " · busiest: " (o.per_minute.iter().max().copied().unwrap_or(0))
+            }
+            (bars("delivered attempts per minute, last 30 minutes", &o.per_minute))
+            p {
+                "failed, last minute: " span id="failed-per-minute" { (o.failed_per_minute[29]) }
+                " · busiest: " (o.failed_per_minute.iter().max().copied().unwrap_or(0))
+            }
+            (bars("failed attempts per minute, last 30 minutes", &o.failed_per_minute))
+            p.axis { span { "30 min ago" } span { "now" } }
         }
         h2 { "Open circuits" }
         (table("open-circuits", &["endpoint", "mode", "consecutive failures", "next probe", "held"],

@@ -168,6 +168,10 @@ async fn every_held_delivery_says_why_in_listings_its_page_and_the_counts() {
     // circuit), each row of the circuits and disabled tables with its own.
     let (_, page) = get(&api, &cookie, "/ui/a/acme").await;
     assert!(page.contains("id=\"count-held\">3<"), "{page}");
+    assert!(
+        page.contains("id=\"failed-per-minute\">6<"),
+        "failures count per minute too: {page}"
+    );
     assert!(page.contains("2 held") && page.contains("1 held"), "{page}");
     assert!(
         page.contains(&format!("/ui/a/acme/endpoints/{failing}")),
@@ -330,6 +334,7 @@ async fn lookups_bad_input_and_unknown_accounts_lead_somewhere() {
         "/ui/a/acme/endpoints/not-an-id",
         "/ui/a/acme/no-such-page",
         "/ui/a/acme?refresh=1",
+        "/ui/a/acme/attempts?within=5",
     ] {
         let (s, page) = get(&api, &cookie, bad).await;
         assert!(s.is_client_error(), "{bad}: {s}");
@@ -339,6 +344,9 @@ async fn lookups_bad_input_and_unknown_accounts_lead_somewhere() {
             "{bad}: the page keeps the account's navigation: {page}"
         );
     }
+    let (s, page) = get(&api, &cookie, "/ui/a/acme/attempts?within=24").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(page.contains("<option value=\"24\" selected>"), "{page}");
     let (s, page) = get(&api, &cookie, "/ui/a/acmee").await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("id=\"unknown-account\""), "{page}");
