@@ -111,6 +111,7 @@ macro_rules! conformance_suite {
             attempt_stats_count_results_and_rank_latencies,
             attempt_rollup_of_an_account_matches_each_endpoints_stats,
             event_list_filters_and_pages_newest_first,
+            an_event_is_found_by_its_idempotency_key,
             release_keeps_the_attempt_budget,
             extend_renews_a_live_lease,
             delivery_list_filters_and_paginates,

@@ -1,6 +1,7 @@
 //! The deliveries of an account: the listing (filtered by state, endpoint
-//! and event, with a lookup by delivery or event id), one delivery with
-//! why it is where it is, and their actions (replay, resend).
+//! and event, with a lookup by delivery id, event id or idempotency key),
+//! one delivery with why it is where it is, and their actions (replay,
+//! resend).
 
 use api::query::{self, DeliveryPage, DeliveryRecord};
 use api::ApiError;
@@ -65,7 +66,7 @@ pub(crate) struct ListQuery {
     state: Option<String>,
     endpoint: Option<String>,
     event: Option<String>,
-    /// A delivery id or an event id to look up.
+    /// A delivery id, an event id or an idempotency key to look up.
     q: Option<String>,
     cursor: Option<String>,
     /// The cursors of the pages before this one (see `layout::At`).
@@ -78,7 +79,8 @@ fn given(v: Option<&String>) -> Option<&str> {
 }
 
 /// Where a lookup of `q` leads: the delivery of that id, or the deliveries
-/// of the event of that id; `None` when neither is the account's.
+/// of the event of that id or of that idempotency key; `None` when none is
+/// the account's.
 async fn lookup(s: &Shared, account: &AccountId, q: &str) -> Result<Option<String>, ApiError> {
     let root = base(account);
     if let Ok(id) = q.parse::<DeliveryId>() {
@@ -95,7 +97,8 @@ async fn lookup(s: &Shared, account: &AccountId, q: &str) -> Result<Option<Strin
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(None)
+    let by_key = s.store().event_find_by_key(account, q).await?;
+    Ok(by_key.map(|e| format!("{root}/deliveries?event={}", e.id)))
 }
 
 /// The account's deliveries, newest first, filtered by state, endpoint and
@@ -149,7 +152,10 @@ pub(crate) async fn deliveries(
     let body = html! {
         (search_form(&path, looked_up))
         @if let Some(wanted) = looked_up {
-            p.error id="not-found" { "No delivery or event of this account has the id " code { (wanted) } "." }
+            p.error id="not-found" {
+                "No delivery or event of this account has the id or idempotency key "
+                code { (wanted) } "."
+            }
         }
         (state_filters(&path, &filters))
         (active_filters(&account, &path, &filters, &found))
@@ -163,7 +169,7 @@ pub(crate) async fn deliveries(
 fn search_form(path: &str, wanted: Option<&str>) -> Markup {
     html! {
         form.inline method="get" action=(path) id="lookup" {
-            label for="q" { "Delivery or event id" }
+            label for="q" { "Delivery id, event id or idempotency key" }
             input id="q" name="q" value=(wanted.unwrap_or("")) size="36";
             button type="submit" id="find" { "Find" }
         }

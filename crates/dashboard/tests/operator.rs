@@ -323,6 +323,25 @@ async fn lookups_bad_input_and_unknown_accounts_lead_somewhere() {
         h["location"],
         format!("/ui/a/acme/deliveries?event={event}").as_str()
     );
+    let (s, v) = call("POST", "/v1/accounts/acme/events")
+        .header("idempotency-key", "order-77")
+        .json(json!({"type": "order.paid", "payload": {"n": 2}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let (_, h, _) = ui(
+        &api,
+        "GET",
+        "/ui/a/acme/deliveries?q=order-77",
+        Some(&cookie),
+        None,
+    )
+    .await;
+    assert_eq!(
+        h["location"],
+        format!("/ui/a/acme/deliveries?event={}", v["id"].as_str().unwrap()).as_str(),
+        "an idempotency key leads to its event's deliveries"
+    );
     let (s, page) = get(&api, &cookie, "/ui/a/acme/deliveries?q=nothing-like-it").await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("id=\"not-found\""), "{page}");

@@ -88,7 +88,7 @@ pub use operations::{
     usage_batches_are_idempotent_and_queryable_by_window,
 };
 pub use publish::{
-    accounts_never_see_each_others_deliveries,
+    accounts_never_see_each_others_deliveries, an_event_is_found_by_its_idempotency_key,
     an_idempotency_key_reused_for_another_request_is_refused, control_characters_are_invalid_input,
     enqueue_is_insert_wins_under_concurrency, event_list_filters_and_pages_newest_first,
     publish_batch_is_all_or_nothing, publish_fans_out_to_matching_endpoints,

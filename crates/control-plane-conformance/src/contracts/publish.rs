@@ -125,6 +125,27 @@ pub async fn publish_with_same_idempotency_key_creates_nothing_new(f: &dyn Store
     assert_ne!(b.event.id, first.event.id);
 }
 
+/// `EventStore::event_find_by_key`: the event a key was published with, in
+/// its own account only; an unknown key finds nothing.
+pub async fn an_event_is_found_by_its_idempotency_key(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let mut req = publish_req("a", "invoice.paid");
+    req.idempotency_key = Some("order-77".into());
+    let first = publish_ok(&h, req.clone()).await;
+    publish_ok(&h, publish_req("a", "invoice.paid")).await;
+    let found = h
+        .store
+        .event_find_by_key(&acct("a"), "order-77")
+        .await
+        .unwrap();
+    assert_eq!(found, Some(first.event));
+    for (account, key) in [("b", "order-77"), ("a", "order-78"), ("a", "")] {
+        let none = h.store.event_find_by_key(&acct(account), key).await;
+        assert_eq!(none.unwrap(), None, "{account} {key:?}");
+    }
+}
+
 /// `EventStore::event_publish`: an idempotency key is bound to its
 /// request: the same key with another payload or type is `InvalidInput`,
 /// alone or in a batch, and stores nothing; the same request still answers

@@ -79,6 +79,19 @@ pub trait EventStore: Send + Sync {
     /// Safe.
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event>;
 
+    /// The event of `account` published with the idempotency key `key`, if
+    /// there is one (an operator's lookup by the key a sender knows).
+    ///
+    /// # Behavior
+    /// - Finds the event its key was published with, in its own account
+    ///   only; an unknown key is `None`
+    ///   (`an_event_is_found_by_its_idempotency_key`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn event_find_by_key(&self, account: &AccountId, key: &str)
+        -> StoreResult<Option<Event>>;
+
     /// The account's events, newest first, filtered by type and publication
     /// time. A page may hold more than `limit` events: those published in
     /// the same millisecond as its last one come with it (see

@@ -26,7 +26,9 @@ mod transition;
 
 use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
 use crate::delivery::publish::enqueue;
-use crate::delivery::read::{count_by_account_and_state, count_by_state, event_get, event_list};
+use crate::delivery::read::{
+    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list,
+};
 
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
@@ -47,6 +49,15 @@ impl EventStore for EmbeddedStore {
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
         let account = account.clone();
         self.tx(move |t| event_get(t, &account, id)).await
+    }
+
+    async fn event_find_by_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+    ) -> StoreResult<Option<Event>> {
+        let (account, key) = (account.clone(), key.to_string());
+        self.tx(move |t| event_by_key(t, &account, &key)).await
     }
 
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {

@@ -1,7 +1,7 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
 use crate::cache::SentEvent;
-use crate::delivery::read::{deliveries_of_event, event_get, row_to_event};
+use crate::delivery::read::{deliveries_of_event, event_by_key, event_get};
 use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::live::LiveRow;
@@ -12,7 +12,6 @@ use control_plane_core::{
     fan_out, AccountId, Checked, DeliveryId, DeliveryState, Endpoint, EndpointId, Enqueued,
     EventId, NewAlert, PublishRequest, Published, StoreResult,
 };
-use control_plane_store_kit::columns::EVENT_COLS;
 use duckdb::{params, OptionalExt};
 use std::collections::HashMap;
 
@@ -184,15 +183,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
                 out.push(again);
                 continue;
             }
-            let existing = t
-                .query_row(
-                    &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
-                    params![req.account.as_str(), key],
-                    row_to_event,
-                )
-                .optional()
-                .db()?;
-            if let Some(event) = existing {
+            if let Some(event) = event_by_key(t, &req.account, key)? {
                 req.check_repeat_of(&event)?;
                 let deliveries = deliveries_of_event(t, event.id)?;
                 out.push(Published {

@@ -66,6 +66,21 @@ pub(crate) fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> StoreRe
     .ok_or_else(|| StoreError::not_found("event", id))
 }
 
+/// The event of `account` published with idempotency key `key`, if any.
+pub(crate) fn event_by_key(
+    t: &Tx<'_>,
+    account: &AccountId,
+    key: &str,
+) -> StoreResult<Option<Event>> {
+    t.query_row(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
+        params![account.as_str(), key],
+        row_to_event,
+    )
+    .optional()
+    .db()
+}
+
 /// Events of the request, newest first: before `before`, or exactly `at`.
 pub(super) fn events_where(
     t: &Tx<'_>,

@@ -8,7 +8,7 @@ use crate::delivery::claim::ClaimTx;
 use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
 use crate::delivery::publish::{enqueue, publish_keyless};
 use crate::delivery::read::{
-    count_by_account_and_state, count_by_state, event_get, event_list, list,
+    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list, list,
 };
 use control_plane_core::{
     AccountId, Checked, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -90,6 +90,14 @@ impl EventStore for PostgresStore {
 
     async fn event_get(&self, account: &AccountId, id: EventId) -> StoreResult<Event> {
         in_tx!(self, |t| event_get(&t, account, id))
+    }
+
+    async fn event_find_by_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+    ) -> StoreResult<Option<Event>> {
+        in_tx!(self, |t| event_by_key(&t, account, key))
     }
 
     async fn event_list(&self, req: EventListRequest) -> StoreResult<Page<Event>> {

@@ -1,6 +1,6 @@
 //! Publishing: events, their fan-out to deliveries, operational events, enqueue.
 
-use crate::delivery::read::{deliveries_of_event, event_get, row_to_event};
+use crate::delivery::read::{deliveries_of_event, event_by_key, event_get};
 use crate::error::PgResultExt;
 use crate::store::{PipelinedTx, PostgresStore, Tx};
 use crate::util::RowExt;
@@ -9,7 +9,6 @@ use control_plane_core::{
     fan_out, AccountId, Checked, DeliveryId, Endpoint, EndpointId, Enqueued, Event, EventId,
     NewAlert, PublishRequest, Published, StoreError, StoreResult, TraceParent,
 };
-use control_plane_store_kit::columns::EVENT_COLS;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -249,16 +248,12 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
         }
         // Its idempotency key was taken, by an earlier transaction or by an
         // earlier request of this batch: answer with that event.
-        let row = t
-            .query_one(
-                &format!(
-                    "SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"
-                ),
-                &[&req.account.as_str(), &req.idempotency_key],
-            )
-            .await
-            .db()?;
-        let first = row_to_event(&row)?;
+        let key = req.idempotency_key.as_deref().unwrap_or_default();
+        let first = event_by_key(t, &req.account, key).await?.ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "the Idempotency-Key {key:?} was taken by an event that is gone: try again"
+            ))
+        })?;
         req.check_repeat_of(&first)?;
         let deliveries = deliveries_of_event(t, first.id).await?;
         out.push(Published {

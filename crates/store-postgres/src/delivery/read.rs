@@ -72,6 +72,22 @@ pub(crate) async fn event_get(t: &Tx<'_>, account: &AccountId, id: EventId) -> S
     row_to_event(&row)
 }
 
+/// The event of `account` published with idempotency key `key`, if any.
+pub(crate) async fn event_by_key(
+    t: &Tx<'_>,
+    account: &AccountId,
+    key: &str,
+) -> StoreResult<Option<Event>> {
+    t.query_opt(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE account = $1 AND idempotency_key = $2"),
+        &[&account.as_str(), &key],
+    )
+    .await
+    .db()?
+    .map(|row| row_to_event(&row))
+    .transpose()
+}
+
 /// Events of the request, newest first: before `before`, or exactly `at`.
 pub(super) async fn events_where(
     t: &Tx<'_>,
