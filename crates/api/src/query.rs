@@ -26,7 +26,8 @@ mod flow;
 use flow::in_flight_by_endpoint;
 pub use flow::{
     delivery_page, delivery_record, endpoint_page, flow, replay_preview, state_counts, Count,
-    DeliveryPage, DeliveryRecord, EndpointPage, Flow, StateCounts, COUNT_CAP,
+    DeliveryPage, DeliveryRecord, EndpointPage, Flow, ReplayPreview, StateCounts, COUNT_CAP,
+    DEAD_SAMPLE, RECENT_ATTEMPTS,
 };
 
 /// A page request from a listing's `limit` (default 50) and `cursor`

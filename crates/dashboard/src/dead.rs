@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use api::query::{self, Count};
+use api::query::{self, ReplayPreview, DEAD_SAMPLE};
 use api::ApiError;
 use axum::extract::{Query, State};
 use control_plane_core::{
@@ -141,12 +141,12 @@ pub(crate) async fn dead_replay(
         let n = s.store().delivery_replay_dead(filter).await?;
         return to(&format!("{}/dead?replayed={n}", base(&account)));
     }
-    let (count, endpoints) = query::replay_preview(s.store(), &filter).await?;
+    let preview = query::replay_preview(s.store(), &filter).await?;
     let endpoint = match filter.endpoint_id {
         Some(id) => Some(s.store().endpoint_get(&account, id).await?),
         None => None,
     };
-    let body = confirm_body(&account, &form, (count, endpoints), endpoint.as_ref());
+    let body = confirm_body(&account, &form, preview, endpoint.as_ref());
     Ok(crate::layout::answer(crate::layout::page(
         "Replay dead deliveries?",
         Some((&account, Tab::Dead)),
@@ -157,7 +157,8 @@ pub(crate) async fn dead_replay(
 
 /// What a bulk replay will do, as a sentence: "Replay 44 dead deliveries of
 /// 3 endpoints".
-pub(crate) fn replay_sentence(count: Count, endpoints: usize) -> String {
+pub(crate) fn replay_sentence(p: ReplayPreview) -> String {
+    let (count, endpoints) = (p.count, p.endpoints);
     let n = if count.more {
         format!("at least {}", count.n)
     } else {
@@ -168,10 +169,11 @@ pub(crate) fn replay_sentence(count: Count, endpoints: usize) -> String {
     } else {
         "dead deliveries"
     };
+    let at_least = if p.more_endpoints { "at least " } else { "" };
     let of = if endpoints == 1 {
-        "1 endpoint".to_string()
+        format!("{at_least}1 endpoint")
     } else {
-        format!("{endpoints} endpoints")
+        format!("{at_least}{endpoints} endpoints")
     };
     format!("Replay {n} {deliveries} of {of}")
 }
@@ -181,7 +183,7 @@ pub(crate) fn replay_sentence(count: Count, endpoints: usize) -> String {
 fn confirm_body(
     account: &AccountId,
     form: &BulkReplayForm,
-    (count, endpoints): (Count, usize),
+    preview: ReplayPreview,
     endpoint: Option<&Endpoint>,
 ) -> Markup {
     let path = format!("{}/dead", base(account));
@@ -191,15 +193,17 @@ fn confirm_body(
         .map_or("any time", |(_, l)| l);
     html! {
         p.confirm id="replay-summary" {
-            strong { (replay_sentence(count, endpoints)) } "?"
+            strong { (replay_sentence(preview)) } "?"
         }
         p {
             "Endpoint: " (endpoint.map_or("every endpoint", |e| e.url.as_str()))
             ". Died within: " (window) ". "
             "Each goes back to the queue with a fresh attempt budget, under its own webhook-id."
-            @if count.more { " The count is of the newest 1,000 dead letters; the replay takes every match." }
+            @if preview.count.more {
+                " The count is of the newest " (DEAD_SAMPLE) " dead letters; the replay takes every match."
+            }
         }
-        @if count.n == 0 && !count.more {
+        @if preview.count.n == 0 && !preview.count.more {
             p.empty { "Nothing matches: there is nothing to replay." }
         } @else {
             form.inline method="post" action={ (path) "/replay" } {
@@ -207,7 +211,7 @@ fn confirm_body(
                 input type="hidden" name="endpoint_id" value=(form.endpoint_id.as_deref().unwrap_or(""));
                 input type="hidden" name="within_hours" value=(form.within_hours.as_deref().unwrap_or(""));
                 input type="hidden" name="confirm" value="yes";
-                button.danger type="submit" id="confirm-replay" { (replay_sentence(count, endpoints)) }
+                button.danger type="submit" id="confirm-replay" { (replay_sentence(preview)) }
             }
         }
         " " a href=(path) id="cancel" { "Cancel" }
@@ -217,21 +221,30 @@ fn confirm_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::query::Count;
 
     #[test]
     fn the_replay_says_how_many_of_how_many_endpoints() {
-        let c = |n, more| Count { n, more };
+        let p = |n, more, endpoints, more_endpoints| ReplayPreview {
+            count: Count { n, more },
+            endpoints,
+            more_endpoints,
+        };
         assert_eq!(
-            replay_sentence(c(44, false), 3),
+            replay_sentence(p(44, false, 3, false)),
             "Replay 44 dead deliveries of 3 endpoints"
         );
         assert_eq!(
-            replay_sentence(c(1, false), 1),
+            replay_sentence(p(1, false, 1, false)),
             "Replay 1 dead delivery of 1 endpoint"
         );
         assert_eq!(
-            replay_sentence(c(1000, true), 2),
-            "Replay at least 1000 dead deliveries of 2 endpoints"
+            replay_sentence(p(100, true, 2, true)),
+            "Replay at least 100 dead deliveries of at least 2 endpoints"
+        );
+        assert_eq!(
+            replay_sentence(p(20_000, false, 1, true)),
+            "Replay 20000 dead deliveries of at least 1 endpoint"
         );
     }
 }
