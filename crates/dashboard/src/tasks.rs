@@ -5,11 +5,15 @@
 use api::query;
 use api::ApiError;
 use axum::extract::{Path, Query, State};
-use control_plane_core::{Task, TaskId, TaskListRequest, TaskState};
+use control_plane_core::{
+    Recovery, Task, TaskId, TaskListRequest, TaskState, Timestamp, RECOVER_TASK,
+};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use crate::layout::{base, button, link, next_link, notice, segment, table, time, Tab};
+use crate::layout::{
+    base, button, endpoint_href, link, next_link, notice, segment, table, time, Tab,
+};
 use crate::pages::show;
 use crate::session::{AccountPage, Action, CsrfForm};
 use crate::Page;
@@ -129,8 +133,26 @@ fn task_facts(t: &Task) -> Markup {
             dt { "progress" } dd id="task-progress" { (json(t.progress.as_ref())) }
             dt { "result" } dd id="task-result" { (json(t.result.as_ref())) }
         }
+        @if let Some(r) = recovery(t) {
+            p id="task-summary" {
+                "Recovers endpoint "
+                a href=(endpoint_href(&t.account, &r.endpoint_id.to_string())) { (r.endpoint_id) }
+                ": events published from " (time(Timestamp::from_millis(r.since_ms)))
+                " to " (time(Timestamp::from_millis(r.until_ms)))
+                @if r.include_delivered { ", delivered ones too" } @else { ", what failed or never went" }
+                "."
+            }
+        }
         pre { (t.payload) }
     }
+}
+
+/// The recovery a task of the recover kind carries (its times are epoch
+/// milliseconds in the payload; the page shows them as times).
+fn recovery(t: &Task) -> Option<Recovery> {
+    (t.kind == RECOVER_TASK)
+        .then(|| serde_json::from_value(t.payload.clone()).ok())
+        .flatten()
 }
 
 /// Retries one dead task.

@@ -422,6 +422,17 @@ async fn an_endpoint_recovery_is_queued_as_a_task() {
     let (s, _, page) = ui(&api, "GET", &to, Some(&cookie), None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("control-plane.recover"), "{page}");
+    // Its window is shown as times, its endpoint as a link.
+    let summary = page
+        .split("id=\"task-summary\">")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        summary.starts_with("Recovers endpoint <a href=\"/ui/a/acme/endpoints/")
+            && summary.contains("Z to ")
+            && summary.contains("what failed or never went"),
+        "{page}"
+    );
 
     // While a worker runs the recovery, its progress shows in the API and
     // on the dashboard (escaped).
