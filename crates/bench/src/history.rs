@@ -44,6 +44,14 @@ fn read_paths() -> Vec<ReadPath> {
         ("deliveries `?state=pending`, first page", |s, _| {
             Box::pin(async move { list(&s, DeliveryState::Pending).await })
         }),
+        ("deliveries, every state, first page", |s, _| {
+            Box::pin(async move {
+                s.delivery_list(DeliveryListRequest::all(acct(), PageRequest::first(50)))
+                    .await
+                    .map_err(fail)?;
+                Ok(())
+            })
+        }),
         ("dead letters, first page", |s, _| {
             Box::pin(async move { list(&s, DeliveryState::Dead).await })
         }),
