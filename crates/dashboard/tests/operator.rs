@@ -287,6 +287,28 @@ async fn the_endpoint_page_links_both_ways_and_its_actions_work() {
     assert!(secret.starts_with("whsec_"), "{page}");
     let (_, again) = get(&api, &cookie, &href).await;
     assert!(!again.contains(secret), "the secret is shown once");
+
+    // Send an example of a type it takes, from its page.
+    let (s, v) = call("PUT", "/v1/accounts/acme/event-types/order.paid")
+        .json(json!({"description": "paid", "example": {"n": 42}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, page) = get(&api, &cookie, &href).await;
+    assert!(page.contains("id=\"send-example\""), "{page}");
+    let (s, h, _) = post(
+        format!("{href}/send-example"),
+        format!("csrf={csrf}&type=order.paid"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let to = h["location"].to_str().unwrap().to_string();
+    assert!(to.starts_with("/ui/a/acme/deliveries/"), "{to}");
+    let (_, page) = get(&api, &cookie, &to).await;
+    assert!(
+        page.contains("{&quot;n&quot;:42}") || page.contains("\"n\":42"),
+        "{page}"
+    );
 }
 
 /// Lookups lead to what they name; bad input and unknown accounts lead to
