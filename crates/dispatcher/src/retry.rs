@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use control_plane_core::backoff::{jitter_unit, jittered};
 use control_plane_core::EndpointRetry;
+use control_plane_core::{jitter_unit, jittered};
 
 /// The webhook retry schedule: delays before each retry, with jitter.
 #[derive(Clone, Debug, PartialEq)]
