@@ -3,7 +3,7 @@
 //! from the code: `cargo xtask openapi` rewrites it, and a test fails when
 //! the committed file differs.
 //!
-//! The same document is browsable at `/docs` ([`interactive`]): Swagger UI,
+//! The same document is browsable at `/docs` (`interactive`): Swagger UI,
 //! its assets embedded in the binary when it is built, so the page needs
 //! no CDN and works offline.
 

@@ -136,9 +136,15 @@ pub use attempt::{
     storable_body, AttemptQuery, AttemptRecord, AttemptResult, AttemptStats, RollupRow,
     LATENCY_BUCKETS, ROLLUP_HORIZON, ROLLUP_MINUTE_MS,
 };
-pub use backoff::EndpointRetry;
 pub use backoff::{jitter_unit, jittered};
-pub use catalogue::{compile_schema, CompiledSchema, EventType, EventTypePut};
+pub use backoff::{
+    EndpointRetry, MAX_ENDPOINT_ATTEMPTS, MAX_ENDPOINT_RETRY_DELAY, MAX_ENDPOINT_RETRY_DELAYS,
+};
+pub use catalogue::{
+    compile_schema, subscription_matches, validate_subscription, validate_type_name,
+    CompiledSchema, EventType, EventTypePut, MAX_DESCRIPTION_BYTES, MAX_EXAMPLE_BYTES,
+    MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, REMOTE_REFUSED,
+};
 pub use checked::{Check, Checked};
 pub use clock::duration_millis;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
@@ -178,7 +184,7 @@ pub use policy::{
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, Migrations, StoreOptions};
 pub use recover::{RecoverProgress, Recovered, Recovery, RECOVER_TASK};
 pub use session::check_hex;
-pub use session::{DashboardSession, SessionCreateRequest};
+pub use session::{DashboardSession, SessionCreateRequest, MAX_SESSION_LIFETIME};
 pub use signing::SignatureScheme;
 pub use signing::{
     check_rotation, ed25519_secret, ed25519_verify, generate_ed25519_secret,

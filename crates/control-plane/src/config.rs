@@ -596,7 +596,10 @@ fn proxy(vars: &Vars) -> Result<Option<dispatcher::Proxy>, ConfigError> {
     };
     dispatcher::Proxy::parse(url.trim(), no_proxy)
         .map(Some)
-        .map_err(|e| err(var, e))
+        .map_err(|e| match e.strip_prefix("CONTROLPLANE_NO_PROXY: ") {
+            Some(entry) => err("CONTROLPLANE_NO_PROXY", entry),
+            None => err(var, e),
+        })
 }
 
 /// The API's address alone, for `healthcheck`, which must not fail on the
@@ -1156,6 +1159,41 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().response_body_bytes, 4096);
         let none = parse(&[("CONTROLPLANE_RESPONSE_BODY_BYTES", "0")]).unwrap();
         assert_eq!(none.response_body_bytes, 0);
+    }
+
+    #[test]
+    fn the_egress_proxy_is_read_checked_and_never_shown() {
+        assert_eq!(parse(&[]).unwrap().proxy, None);
+        let c = parse(&[
+            (
+                "CONTROLPLANE_HTTP_PROXY",
+                "http://u:hunter2@proxy.internal:3128",
+            ),
+            ("CONTROLPLANE_NO_PROXY", "internal,10.0.0.0/8"),
+        ])
+        .unwrap();
+        assert!(c.proxy.is_some());
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
+        for (vars, variable) in [
+            (
+                vec![("CONTROLPLANE_NO_PROXY", "internal")],
+                "CONTROLPLANE_NO_PROXY",
+            ),
+            (
+                vec![("CONTROLPLANE_HTTP_PROXY", "https://proxy:3128")],
+                "CONTROLPLANE_HTTP_PROXY",
+            ),
+            (
+                vec![
+                    ("CONTROLPLANE_HTTP_PROXY", "http://proxy:3128"),
+                    ("CONTROLPLANE_NO_PROXY", "example.com:443"),
+                ],
+                "CONTROLPLANE_NO_PROXY",
+            ),
+        ] {
+            let e = parse(&vars).unwrap_err();
+            assert_eq!(e.variable, variable, "{vars:?}: {e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The webhook retry schedule (`CONTROLPLANE_RETRY_SCHEDULE`): delays before
-//! each retry, jittered with core's one jitter ([`control_plane_core::backoff`]).
+//! each retry, jittered with core's one jitter ([`control_plane_core::jittered`]).
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! Standard Webhooks signatures of `id.timestamp.body`: `v1,<base64
 //! HMAC-SHA256>` under a secret written `whsec_<base64 key>`, or
 //! `v1a,<base64 Ed25519 signature>` under a key written `whsk_<base64 seed>`
-//! (formats in [`control_plane_core::signing`]).
+//! (formats in [`control_plane_core::SignatureScheme`] and
+//! [`control_plane_core::validate_signing_secret`]).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
