@@ -6,7 +6,8 @@
 //! cannot open another account's pages. Held deliveries say why, the
 //! endpoint page links both ways, the bulk replay asks once more, and every
 //! page fits 1280 and 390 px without breaking a state or a button inside a
-//! word. Screenshots of each page go to `<target>/debug/ui-screenshots/`.
+//! word. A second test checks that the API reference at `/docs` renders.
+//! Screenshots of each page go to `<target>/debug/ui-screenshots/`.
 //!
 //! Needs `chromium` and `chromium-driver` (`apt-get install chromium
 //! chromium-driver`; `.ci/run` installs them); fails, never skips, without.
@@ -832,4 +833,63 @@ async fn the_dashboard_works_in_a_real_browser() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403, "a sign-in posted from another site");
+}
+
+/// The interactive API reference at `/docs` renders the document's routes
+/// in the browser, from assets the binary serves itself: the page names no
+/// other origin, and its policy lets scripts come from this one only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_reference_renders_in_a_real_browser() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let driver = Driver::start(&http).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Process::start(
+        env!("CARGO_BIN_EXE_control-plane"),
+        "serve",
+        &[
+            (
+                "CONTROLPLANE_EMBEDDED_PATH",
+                dir.path()
+                    .join("docs.duckdb")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
+        ],
+    );
+    let base = service.api();
+    let page = http.get(format!("{base}/docs/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    assert!(html.contains("swagger-ui"), "{html}");
+    for external in ["http://", "https://", "//cdn", "unpkg", "jsdelivr"] {
+        assert!(
+            !html.contains(&format!("src=\"{external}"))
+                && !html.contains(&format!("href=\"{external}")),
+            "/docs loads {external}: {html}"
+        );
+    }
+
+    let browser = Browser::open(http.clone(), &driver).await;
+    let paths = browser
+        .wait_text(
+            &format!("{base}/docs/"),
+            ".swagger-ui",
+            "/v1/accounts/{account}/endpoints",
+        )
+        .await;
+    for route in ["/v1/accounts/{account}/events", "/healthz"] {
+        assert!(paths.contains(route), "{route} is not on /docs: {paths}");
+    }
+    browser.screenshot("docs").await;
+    browser.close().await;
 }

@@ -18,6 +18,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use control_plane_core::*;
+use control_plane_store_kit::DatabaseUrl;
 use workspace_tests::{
     api_call, database_url, events, pg_client, postgres_env, secret_keys, text_of, wait_until,
     Answer, Cluster, Process, Received, Receiver, Schema,
@@ -301,8 +302,7 @@ async fn postgres_workers_killed_and_restarted_lose_nothing() {
     let env = schema.env(8);
     let (rx, base) = Receiver::start(answer_after_a_while()).await;
     let hook_url = format!("{base}/hook");
-    let mut cfg =
-        store_postgres::PostgresConfig::new(control_plane_core::DatabaseUrl::new(database_url()));
+    let mut cfg = store_postgres::PostgresConfig::new(DatabaseUrl::new(database_url()));
     cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 4;
     cfg.keys = secret_keys();
@@ -381,8 +381,7 @@ async fn workers_killed_while_publishing_to_rabbitmq_lose_nothing() {
     )
     .await
     .unwrap();
-    let mut cfg =
-        store_postgres::PostgresConfig::new(control_plane_core::DatabaseUrl::new(database_url()));
+    let mut cfg = store_postgres::PostgresConfig::new(DatabaseUrl::new(database_url()));
     cfg.schema = Some(schema.0.clone());
     cfg.pool_size = 4;
     cfg.keys = secret_keys();

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control_plane_core::DatabaseUrl;
 use control_plane_core::*;
+use control_plane_store_kit::DatabaseUrl;
 use workspace_tests::{
     answer_ok, assert_rate_kept, database_url, events, secret_keys, Process, Receiver, Schema,
 };

@@ -84,12 +84,12 @@ pub fn generate_secret() -> String {
 }
 
 /// Checks a caller-given signing secret of `scheme`: core's one rule
-/// ([`control_plane_core::signing::validate_signing_secret`]), and the scheme.
+/// ([`control_plane_core::validate_signing_secret`]), and the scheme.
 ///
 /// # Errors
 /// `422` saying what is accepted.
 pub fn validate_secret(secret: &str, scheme: SignatureScheme) -> Result<(), ApiError> {
-    match control_plane_core::signing::validate_signing_secret(secret)? {
+    match control_plane_core::validate_signing_secret(secret)? {
         given if given == scheme => Ok(()),
         _ => Err(ApiError::invalid(format!(
             "the endpoint signs with {}: its secret starts with {}",
@@ -106,7 +106,7 @@ pub fn validate_secret(secret: &str, scheme: SignatureScheme) -> Result<(), ApiE
 pub fn new_secret(scheme: SignatureScheme) -> Result<String, ApiError> {
     match scheme {
         SignatureScheme::Hmac => Ok(generate_secret()),
-        SignatureScheme::Ed25519 => Ok(control_plane_core::signing::generate_ed25519_secret()?),
+        SignatureScheme::Ed25519 => Ok(control_plane_core::generate_ed25519_secret()?),
     }
 }
 

@@ -95,7 +95,7 @@ impl ApiConfig {
             body_limit: 1024 * 1024,
             body_timeout: Duration::from_secs(30),
             rotation_grace: Duration::from_secs(24 * 3600),
-            endpoint_concurrency: control_plane_core::policy::DEFAULT_ENDPOINT_CONCURRENCY,
+            endpoint_concurrency: control_plane_core::DEFAULT_ENDPOINT_CONCURRENCY,
             quotas: Quotas::default(),
         }
     }
@@ -184,6 +184,7 @@ pub fn router(
     let idempotency = (state.store.clone(), config.body_limit);
     routes
         .merge(pages)
+        .merge(reference::interactive())
         .fallback(|| async { ApiError::not_found("route") })
         // Inside the idempotency layer too: an answer is stored as the
         // client sees it, so a replay of a framework rejection keeps the

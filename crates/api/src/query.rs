@@ -9,7 +9,7 @@ use control_plane_core::EndpointKey;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use control_plane_core::attempt::rollup_minute;
+use control_plane_core::rollup_minute;
 use control_plane_core::{
     AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
     Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,

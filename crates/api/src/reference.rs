@@ -2,10 +2,44 @@
 //! OpenAPI document the routes generate, so that the reference cannot drift
 //! from the code: `cargo xtask openapi` rewrites it, and a test fails when
 //! the committed file differs.
+//!
+//! The same document is browsable at `/docs` (`interactive`): Swagger UI,
+//! its assets embedded in the binary when it is built, so the page needs
+//! no CDN and works offline.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
+use axum::Router;
 use serde_json::Value;
+
+use crate::ApiState;
+
+/// What the reference's page may load: its own assets and the document,
+/// from this origin only; the inline styles and `data:` images Swagger UI
+/// uses; never framed.
+const DOCS_POLICY: &str =
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; \
+     frame-ancestors 'none'";
+
+/// The interactive reference at `/docs` (no token needed to read it; a
+/// request tried from it carries the token the reader enters).
+pub(crate) fn interactive() -> Router<Arc<ApiState>> {
+    let ui = utoipa_swagger_ui::SwaggerUi::new("/docs")
+        .config(utoipa_swagger_ui::Config::from("/v1/openapi.json"));
+    Router::from(ui).layer(axum::middleware::map_response(
+        |mut response: Response| async move {
+            response.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(DOCS_POLICY),
+            );
+            response
+        },
+    ))
+}
 
 /// The methods in the order an operation's section lists them.
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];

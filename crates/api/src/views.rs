@@ -3,7 +3,7 @@
 //! drift. Secrets appear only where a route says so (endpoint creation and
 //! rotation).
 
-use control_plane_core::signing::Ed25519Key;
+use control_plane_core::Ed25519Key;
 use control_plane_core::SignatureScheme;
 use control_plane_core::{
     Alert, AttemptRecord, AttemptStats, Circuit, Delivery, DeliveryId, Endpoint, EndpointId,

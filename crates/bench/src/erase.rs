@@ -9,7 +9,7 @@ use crate::{
     acct, drop_schema, endpoint, fail, history, median, pg_prefill, pg_store, raw_client, unique,
     Args, BenchResult,
 };
-use control_plane_core::erasure::ERASE_BATCH_ROWS;
+use control_plane_core::ERASE_BATCH_ROWS;
 use control_plane_core::{
     AccountId, Check, Checked, ControlPlaneStore, DeliveryListRequest, EndpointCreateRequest,
     PageRequest, PublishRequest, PurgeBatch, Secret,

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use crate::growth::growth;
 use control_plane_core::{
     AccountId, AttemptReport, Check, ClaimRequest, ClaimedDelivery, Clock, ControlPlaneStore,
-    DatabaseUrl, DeliveryOutcome, DynControlPlaneStore, Endpoint, EndpointCreateRequest,
-    PublishRequest, Secret, SystemClock,
+    DeliveryOutcome, DynControlPlaneStore, Endpoint, EndpointCreateRequest, PublishRequest, Secret,
+    SystemClock,
 };
+use control_plane_store_kit::DatabaseUrl;
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 use store_postgres::{PostgresConfig, PostgresStore};
 

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use control_plane_core::clock::Timestamp;
-use control_plane_core::flow::{share_claim, FlowCandidate};
-use control_plane_core::lease::{fence, FencedWrite, Held, Refused, Verdict};
-use control_plane_core::policy::{
+use control_plane_core::Timestamp;
+use control_plane_core::{fence, FencedWrite, Held, Refused, Verdict};
+use control_plane_core::{
     plan_lease_expiry, plan_outcome, AttemptState, Circuit, StoreOptions, Transition,
 };
+use control_plane_core::{share_claim, FlowCandidate};
 use control_plane_core::{
     AccountId, AttemptResult, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId,
 };
@@ -298,11 +298,9 @@ impl DeliveryModel {
             });
         }
         let mut normal: Vec<usize> = Vec::new();
-        for (endpoint, n) in share_claim(
-            &candidates,
-            rest,
-            &control_plane_core::flow::Throttle::default(),
-        ) {
+        for (endpoint, n) in
+            share_claim(&candidates, rest, &control_plane_core::Throttle::default())
+        {
             let e = (0..self.endpoints.len())
                 .find(|&e| model_endpoint_id(e) == endpoint)
                 .unwrap_or_default();
@@ -472,13 +470,13 @@ impl DeliveryModel {
 #[derive(Clone, Debug)]
 pub struct ModelTask {
     /// Id.
-    pub id: control_plane_core::workflow::TaskId,
+    pub id: control_plane_core::TaskId,
     /// Kind.
     pub kind: String,
     /// Payload.
     pub payload: serde_json::Value,
     /// State.
-    pub state: control_plane_core::workflow::TaskState,
+    pub state: control_plane_core::TaskState,
     /// Attempts started.
     pub attempts: u32,
     /// Budget.
@@ -506,7 +504,7 @@ pub struct WorkflowModel {
     /// Clock.
     pub now: Timestamp,
     /// Retry policy.
-    pub policy: control_plane_core::workflow::WorkflowPolicy,
+    pub policy: control_plane_core::WorkflowPolicy,
     /// Tasks.
     pub tasks: Vec<ModelTask>,
     next_token: u64,
@@ -514,7 +512,7 @@ pub struct WorkflowModel {
 
 impl WorkflowModel {
     /// An empty queue at `now`.
-    pub fn new(now: Timestamp, policy: control_plane_core::workflow::WorkflowPolicy) -> Self {
+    pub fn new(now: Timestamp, policy: control_plane_core::WorkflowPolicy) -> Self {
         WorkflowModel {
             now,
             policy,
@@ -526,11 +524,11 @@ impl WorkflowModel {
     /// Enqueues; `(index, created)`.
     pub fn enqueue(
         &mut self,
-        id: control_plane_core::workflow::TaskId,
+        id: control_plane_core::TaskId,
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<(usize, bool), ModelError> {
-        use control_plane_core::workflow::TaskState;
+        use control_plane_core::TaskState;
         if let Some(i) = self.tasks.iter().position(|t| t.id == id) {
             let t = &self.tasks[i];
             return if t.kind == kind && t.payload == payload {
@@ -564,7 +562,7 @@ impl WorkflowModel {
         limit: u32,
         lease_for: Duration,
     ) -> Vec<(usize, u64, u32)> {
-        use control_plane_core::workflow::TaskState;
+        use control_plane_core::TaskState;
         let now = self.now;
         for t in self.tasks.iter_mut() {
             if t.state == TaskState::Leased && t.expires_at.is_some_and(|e| e <= now) {
@@ -609,7 +607,7 @@ impl WorkflowModel {
     /// The lease check (`control_plane_core::lease`) on task `i`.
     fn fence(&self, i: usize, token: u64, write: FencedWrite<'_>) -> Result<Verdict, ModelError> {
         let held = self.tasks.get(i).map(|t| Held {
-            leased: t.state == control_plane_core::workflow::TaskState::Leased,
+            leased: t.state == control_plane_core::TaskState::Leased,
             token: t.token,
             expires_at: t.expires_at,
             last_outcome: t.last_outcome,
@@ -644,8 +642,8 @@ impl WorkflowModel {
         i: usize,
         token: u64,
         v: serde_json::Value,
-    ) -> Result<control_plane_core::workflow::TaskState, ModelError> {
-        use control_plane_core::workflow::TaskState;
+    ) -> Result<control_plane_core::TaskState, ModelError> {
+        use control_plane_core::TaskState;
         if self.fence(i, token, FencedWrite::End { kind: "complete" })? == Verdict::Repeat {
             return Ok(self.tasks[i].state);
         }
@@ -665,8 +663,8 @@ impl WorkflowModel {
         token: u64,
         error: &str,
         retryable: bool,
-    ) -> Result<control_plane_core::workflow::TaskState, ModelError> {
-        use control_plane_core::workflow::TaskState;
+    ) -> Result<control_plane_core::TaskState, ModelError> {
+        use control_plane_core::TaskState;
         if self.fence(i, token, FencedWrite::End { kind: "fail" })? == Verdict::Repeat {
             return Ok(self.tasks[i].state);
         }
@@ -691,7 +689,7 @@ impl WorkflowModel {
         self.fence(i, token, FencedWrite::Within)?;
         let now = self.now;
         let t = &mut self.tasks[i];
-        t.state = control_plane_core::workflow::TaskState::Pending;
+        t.state = control_plane_core::TaskState::Pending;
         t.attempts -= 1;
         t.run_at = now;
         t.token = None;
@@ -705,10 +703,10 @@ impl WorkflowModel {
         let now = self.now;
         let max = self.policy.max_attempts;
         let t = self.tasks.get_mut(i).ok_or(ModelError::Conflict)?;
-        if t.state != control_plane_core::workflow::TaskState::DeadLettered {
+        if t.state != control_plane_core::TaskState::DeadLettered {
             return Err(ModelError::Conflict);
         }
-        t.state = control_plane_core::workflow::TaskState::Pending;
+        t.state = control_plane_core::TaskState::Pending;
         t.run_at = now;
         t.max_attempts = t.attempts + max;
         t.token = None;

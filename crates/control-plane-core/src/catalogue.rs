@@ -2,23 +2,18 @@
 //! with a description, an optional JSON Schema and an optional example.
 //!
 //! A publish of a registered type with a schema is checked against it in
-//! the publish's transaction ([`check_payload`]): a payload that does not
+//! the publish's transaction ([`CompiledSchema::check`]): a payload that does not
 //! match fails the publish (or its whole batch) with `InvalidInput` naming
 //! the failing path, and nothing is stored. A type that is not registered,
 //! or registered without a schema, publishes as before.
 //!
-//! Schemas are compiled once per distinct schema text and kept in a small
-//! process-wide cache, so a publish costs one lookup and one validation.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+//! The adapters keep compiled schemas in a cache of their own
+//! (`control_plane_store_kit::schemas`), so a publish costs one lookup and
+//! one validation.
 
 use serde_json::Value;
 
-use crate::{
-    validate_free_text, validate_short_text, AccountId, AlertKind, PublishRequest, StoreError,
-    Timestamp,
-};
+use crate::{validate_free_text, validate_short_text, AccountId, AlertKind, StoreError, Timestamp};
 
 /// The largest schema, as compact JSON text.
 pub const MAX_SCHEMA_BYTES: usize = 65_536;
@@ -35,9 +30,6 @@ pub const MAX_SCHEMA_PATTERNS: usize = 32;
 /// The largest compiled form of one `pattern`, in bytes, and of its lazy
 /// DFA: patterns run on the `regex` engine (linear time, no backtracking).
 const PATTERN_BYTES: usize = 64 * 1024;
-/// What the process keeps of compiled schemas, by their cost as
-/// [`schema_cost`] bounds it, before it starts over.
-const CACHE_BYTES: usize = 64 << 20;
 /// The longest 422 message about a payload: the failing value and its path
 /// are quoted in it, and a long message is cut.
 const MAX_MESSAGE_BYTES: usize = 400;
@@ -68,14 +60,14 @@ impl EventType {
     ///
     /// # Errors
     /// `InvalidInput` when the type has no example.
-    pub fn example_request(self) -> Result<crate::Checked<PublishRequest>, StoreError> {
+    pub fn example_request(self) -> Result<crate::Checked<crate::PublishRequest>, StoreError> {
         let Some(example) = self.example else {
             return Err(StoreError::InvalidInput(format!(
                 "event type {:?} has no example to send",
                 self.name
             )));
         };
-        crate::Check::checked(PublishRequest::new(self.account, self.name, example))
+        crate::Check::checked(crate::PublishRequest::new(self.account, self.name, example))
     }
 }
 
@@ -162,10 +154,10 @@ impl crate::Check for EventTypePut {
                 self.description.len()
             )));
         }
-        let schema = self.schema_text()?;
-        if let Some(text) = &schema {
-            compiled(text)?;
-        }
+        let schema = self
+            .schema_text()?
+            .map(|t| compile_schema(&t))
+            .transpose()?;
         if let Some(example) = &self.example {
             let len = example.to_string().len();
             if len > MAX_EXAMPLE_BYTES {
@@ -173,8 +165,8 @@ impl crate::Check for EventTypePut {
                     "example must be at most {MAX_EXAMPLE_BYTES} bytes of JSON, got {len}"
                 )));
             }
-            if let Some(text) = &schema {
-                check_payload(&self.name, text, example).map_err(|e| match e {
+            if let Some(schema) = &schema {
+                schema.check(&self.name, example).map_err(|e| match e {
                     StoreError::InvalidInput(m) => {
                         StoreError::InvalidInput(format!("example: {m}"))
                     }
@@ -243,111 +235,50 @@ pub fn validate_subscription(subscription: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Checks `payload` against the schema of `event_type`, given as the JSON
-/// text the store keeps.
-///
-/// # Errors
-/// `InvalidInput` naming the type, the path of the first failing value and
-/// why; also when the stored schema does not compile (it was stored by hand).
-pub fn check_payload(event_type: &str, schema: &str, payload: &Value) -> Result<(), StoreError> {
-    let validator = compiled(schema)?;
-    match validator.validate(payload) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let path = e.instance_path().to_string();
-            let at = if path.is_empty() {
-                "/".to_string()
-            } else {
-                path
-            };
-            // The failing value and its path come from the payload: a large
-            // one is cut, so the answer stays short.
-            let mut message = format!(
-                "payload does not match the schema of event type {event_type:?} at {at}: {e}"
-            );
-            if message.len() > MAX_MESSAGE_BYTES {
-                let mut cut = MAX_MESSAGE_BYTES;
-                while !message.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                message.truncate(cut);
-                message.push_str("...");
-            }
-            Err(StoreError::InvalidInput(message))
-        }
-    }
+/// A schema compiled under the limits above.
+pub struct CompiledSchema {
+    validator: jsonschema::Validator,
+    cost: usize,
 }
 
-/// The schemas a batch of publishes needs: per account (in order of first
-/// appearance), the distinct types it publishes. An adapter reads the
-/// schemas of these types in the publish's transaction and passes them to
-/// [`check_publishes`].
-pub fn types_by_account(reqs: &[PublishRequest]) -> Vec<(&AccountId, Vec<&str>)> {
-    let mut out: Vec<(&AccountId, Vec<&str>)> = Vec::new();
-    for r in reqs {
-        let i = match out.iter().position(|(a, _)| **a == r.account) {
-            Some(i) => i,
-            None => {
-                out.push((&r.account, Vec::new()));
-                out.len() - 1
-            }
+impl CompiledSchema {
+    /// Checks `payload` against it, as the schema of `event_type`.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the type, the path of the first failing value
+    /// and why.
+    pub fn check(&self, event_type: &str, payload: &Value) -> Result<(), StoreError> {
+        let Err(e) = self.validator.validate(payload) else {
+            return Ok(());
         };
-        if let Some((_, types)) = out.get_mut(i) {
-            if !types.contains(&r.event_type.as_str()) {
-                types.push(&r.event_type);
+        let path = e.instance_path().to_string();
+        let at = if path.is_empty() {
+            "/".to_string()
+        } else {
+            path
+        };
+        // The failing value and its path come from the payload: a large
+        // one is cut, so the answer stays short.
+        let mut message =
+            format!("payload does not match the schema of event type {event_type:?} at {at}: {e}");
+        if message.len() > MAX_MESSAGE_BYTES {
+            let mut cut = MAX_MESSAGE_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
             }
+            message.truncate(cut);
+            message.push_str("...");
         }
+        Err(StoreError::InvalidInput(message))
     }
-    out
-}
 
-/// A registered type's schema as an adapter reads it: account, type name
-/// and the schema's JSON text.
-pub type StoredSchema = (AccountId, String, String);
-
-/// Checks every request whose type has a schema among `schemas`.
-///
-/// # Errors
-/// The first failing request's error, as [`check_payload`] gives it.
-pub fn check_publishes(
-    reqs: &[PublishRequest],
-    schemas: &[StoredSchema],
-) -> Result<(), StoreError> {
-    let batch = reqs.len();
-    for (i, r) in reqs.iter().enumerate() {
-        check_publish(r, i, batch, schemas)?;
+    /// An upper bound of the bytes its compiled form keeps in memory: its
+    /// patterns at their limits, and the validator's tree at a generous 32
+    /// bytes per byte of the schema's text.
+    pub fn cost(&self) -> usize {
+        self.cost
     }
-    Ok(())
 }
-
-/// Checks request `i` of a publish of `batch` requests against its type's
-/// schema among `schemas`, if it has one.
-///
-/// # Errors
-/// [`check_payload`]'s error; in a batch of more than one, named as
-/// `events[i]` (the batch route's name of the event, README).
-pub fn check_publish(
-    req: &PublishRequest,
-    i: usize,
-    batch: usize,
-    schemas: &[StoredSchema],
-) -> Result<(), StoreError> {
-    let schema = schemas
-        .iter()
-        .find(|(a, name, _)| *a == req.account && *name == req.event_type);
-    let Some((_, _, text)) = schema else {
-        return Ok(());
-    };
-    check_payload(&req.event_type, text, &req.payload).map_err(|e| match e {
-        StoreError::InvalidInput(m) if batch > 1 => {
-            StoreError::InvalidInput(format!("events[{i}]: {m}"))
-        }
-        other => other,
-    })
-}
-
-/// The compiled schemas by their text, and their summed cost.
-type Cache = Mutex<(HashMap<String, Arc<jsonschema::Validator>>, usize)>;
 
 /// How many regular expressions `schema` holds: `pattern` strings and the
 /// keys of `patternProperties`, at any depth.
@@ -369,14 +300,6 @@ fn patterns_in(schema: &Value) -> usize {
     }
 }
 
-/// An upper bound of what the compiled form of a schema of `text_len`
-/// bytes with `patterns` regular expressions keeps in memory: its patterns
-/// at their limits, and the validator's tree at a generous 32 bytes per
-/// byte of text.
-fn schema_cost(text_len: usize, patterns: usize) -> usize {
-    text_len * 32 + patterns * 2 * PATTERN_BYTES
-}
-
 /// Answers every remote `$ref` with [`REMOTE_REFUSED`]: a schema never makes
 /// the service fetch a URL (the crate's HTTP features are off as well).
 struct RefuseRemote;
@@ -390,21 +313,14 @@ impl jsonschema::Retrieve for RefuseRemote {
     }
 }
 
-/// The compiled schema of `text`, from the cache or compiled now. A schema
-/// with more than [`MAX_SCHEMA_PATTERNS`] regular expressions is refused
-/// before anything is compiled; the cache keeps at most [`CACHE_BYTES`] of
-/// compiled schemas by [`schema_cost`].
-fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(Cache::default);
-    if let Some(v) = cache
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .0
-        .get(text)
-    {
-        return Ok(v.clone());
-    }
+/// Compiles the schema `text`. A schema with more than
+/// [`MAX_SCHEMA_PATTERNS`] regular expressions is refused before anything
+/// is compiled.
+///
+/// # Errors
+/// `InvalidInput` when it is not JSON, holds too many patterns or does
+/// not compile (a remote `$ref` does not: [`REMOTE_REFUSED`]).
+pub fn compile_schema(text: &str) -> Result<CompiledSchema, StoreError> {
     let schema: Value = serde_json::from_str(text)
         .map_err(|e| StoreError::InvalidInput(format!("schema is not JSON: {e}")))?;
     let patterns = patterns_in(&schema);
@@ -422,19 +338,11 @@ fn compiled(text: &str) -> Result<Arc<jsonschema::Validator>, StoreError> {
                 .dfa_size_limit(PATTERN_BYTES),
         )
         .build(&schema)
-        .map(Arc::new)
         .map_err(|e| StoreError::InvalidInput(format!("schema does not compile: {e}")))?;
-    let cost = schema_cost(text.len(), patterns);
-    let mut kept = cache
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if kept.1 + cost > CACHE_BYTES {
-        kept.0.clear();
-        kept.1 = 0;
-    }
-    kept.0.insert(text.to_string(), validator.clone());
-    kept.1 += cost;
-    Ok(validator)
+    Ok(CompiledSchema {
+        validator,
+        cost: text.len() * 32 + patterns * 2 * PATTERN_BYTES,
+    })
 }
 
 #[cfg(test)]
@@ -468,25 +376,28 @@ mod tests {
 
     #[test]
     fn a_payload_is_checked_and_the_failing_path_named() {
-        let text = order_schema().to_string();
-        check_payload("order.created", &text, &json!({"id": "o1", "items": []})).unwrap();
+        let schema = compile_schema(&order_schema().to_string()).unwrap();
+        let check_payload = |t: &str, s: &CompiledSchema, p: &Value| s.check(t, p);
+        check_payload("order.created", &schema, &json!({"id": "o1", "items": []})).unwrap();
         let err = check_payload(
             "order.created",
-            &text,
+            &schema,
             &json!({"id": "o1", "items": [{"sku": "a"}, {"sku": 5}]}),
         )
         .unwrap_err();
         assert!(matches!(err, StoreError::InvalidInput(_)));
         assert!(err.to_string().contains("at /items/1/sku"), "{err}");
         assert!(err.to_string().contains("order.created"), "{err}");
-        let root = check_payload("order.created", &text, &json!([1])).unwrap_err();
+        let root = check_payload("order.created", &schema, &json!([1])).unwrap_err();
         assert!(root.to_string().contains("at /:"), "{root}");
         // A large failing value is not quoted whole.
         let big = json!(["x".repeat(10_000)]);
-        let cut = check_payload("order.created", &text, &big).unwrap_err();
+        let cut = check_payload("order.created", &schema, &big).unwrap_err();
         assert!(cut.to_string().len() < MAX_MESSAGE_BYTES + 200, "{cut}");
         // So is a long path (a key of the payload).
-        let strings = json!({"additionalProperties": {"type": "string"}}).to_string();
+        let strings =
+            compile_schema(&json!({"additionalProperties": {"type": "string"}}).to_string())
+                .unwrap();
         let mut long_key = serde_json::Map::new();
         long_key.insert("k".repeat(10_000), json!(1));
         let cut = check_payload("t", &strings, &Value::Object(long_key)).unwrap_err();

@@ -108,11 +108,11 @@ impl PublishRequest {
 }
 
 impl crate::Check for PublishRequest {
-    /// Validates the event type (see [`crate::catalogue::validate_type_name`]:
+    /// Validates the event type (see [`crate::validate_type_name`]:
     /// the types of operational events are the store's own, and `*` is for
     /// subscriptions) and the key (see [`crate::validate_idempotency_key`]).
     fn check(&self) -> Result<(), StoreError> {
-        crate::catalogue::validate_type_name(&self.event_type)?;
+        crate::validate_type_name(&self.event_type)?;
         if let Some(k) = &self.idempotency_key {
             crate::validate_idempotency_key(k)?;
         }
@@ -262,7 +262,7 @@ pub struct ClaimedDelivery {
     pub retry: Option<crate::backoff::EndpointRetry>,
     /// True when this attempt is the half-open circuit's single probe.
     pub probe: bool,
-    /// The event's trace context (see [`crate::trace`]).
+    /// The event's trace context (see [`crate::TraceParent`]).
     pub traceparent: Option<TraceParent>,
 }
 

@@ -72,7 +72,7 @@ pub struct Endpoint {
     /// `prefix.*` for every type under `prefix.`; empty means every type.
     pub event_types: Vec<String>,
     /// A filter on the event's type and payload, beside `event_types`
-    /// ([`crate::filter`]); `None` lets every accepted type through.
+    /// ([`crate::EventFilter`]); `None` lets every accepted type through.
     pub filter: Option<EventFilter>,
     /// Custom headers sent with every request, as the JSON object of
     /// [`custom_headers_text`]: sealed at rest like the signing secrets,
@@ -140,7 +140,7 @@ impl Endpoint {
             || self
                 .event_types
                 .iter()
-                .any(|t| crate::catalogue::subscription_matches(t, event_type))
+                .any(|t| crate::subscription_matches(t, event_type))
     }
 }
 
@@ -534,7 +534,7 @@ pub fn validate_flow_limits(
 
 /// Checks an endpoint's event-type subscriptions: each a type name (1 to
 /// 255 characters, no control characters), `*`, or a prefix wildcard such
-/// as `order.*` (see [`crate::catalogue::validate_subscription`]).
+/// as `order.*` (see [`crate::validate_subscription`]).
 pub fn validate_event_types(types: &[String]) -> Result<(), StoreError> {
     if types.len() > MAX_ENDPOINT_EVENT_TYPES {
         return Err(StoreError::InvalidInput(format!(
@@ -544,7 +544,7 @@ pub fn validate_event_types(types: &[String]) -> Result<(), StoreError> {
     }
     types
         .iter()
-        .try_for_each(|t| crate::catalogue::validate_subscription(t))
+        .try_for_each(|t| crate::validate_subscription(t))
 }
 
 /// The most entries of an endpoint's `event_types`.

@@ -1,8 +1,9 @@
 //! Erasure of an account (`DELETE /v1/accounts/{account}`): its keys and
 //! dashboard sessions are revoked and its endpoints disabled at once
-//! ([`crate::MaintenanceStore::account_erase_begin`]), then every row it
-//! owns goes in bounded batches ([`crate::MaintenanceStore::account_erase_batch`]),
-//! run by `control_plane_runtime::erase` as a resumable workflow task of
+//! ([`crate::ErasureStore::account_erase_begin`]), then every row it
+//! owns goes in bounded batches ([`crate::ErasureStore::account_erase_batch`]),
+//! run by `control_plane_runtime::erase` (whose module maps every part of
+//! the use case) as a resumable workflow task of
 //! kind [`ERASE_TASK`].
 
 use serde::{Deserialize, Serialize};

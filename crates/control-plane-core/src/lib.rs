@@ -99,59 +99,35 @@ macro_rules! string_id {
     };
 }
 
-/// Hands `$m!` every type of the port that both adapters store as text,
-/// one `Type: String => make;` line each, where `make` turns the stored
-/// text back into the type (`fn(String) -> StoreResult<Type>`): the one
-/// list that each adapter's column mapping expands with its own macro.
-#[macro_export]
-macro_rules! text_columns {
-    ($m:ident) => {
-        $m! {
-            $crate::Secret: String => |v| Ok($crate::Secret::new(v));
-            $crate::AccountId: String => $crate::AccountId::new;
-            $crate::TaskId: String => $crate::TaskId::new;
-            $crate::EventFilter: String => |v| $crate::EventFilter::from_text(&v);
-            $crate::DeliveryState: String => |v| v.parse();
-            $crate::AttemptResult: String => |v| v.parse();
-            $crate::AlertKind: String => |v| v.parse();
-            $crate::CircuitMode: String => |v| v.parse();
-            $crate::TaskState: String => |v| v.parse();
-            $crate::UsageMetric: String => |v| v.parse();
-        }
-    };
-}
-
-pub mod account_key;
-pub mod alert;
-pub mod attempt;
-pub mod backoff;
-pub mod catalogue;
-pub mod checked;
-pub mod clock;
-pub mod database_url;
-pub mod delivery;
-pub mod destination;
-pub mod endpoint;
-pub mod erasure;
-pub mod error;
-pub mod filter;
-pub mod flow;
-pub mod hash;
-pub mod idempotency;
-pub mod lease;
-pub mod maintenance;
-pub mod migration;
-pub mod oauth2;
-pub mod policy;
-pub mod recover;
-pub mod session;
-pub mod signing;
-pub mod store;
-pub mod tick;
-pub mod trace;
-pub mod types;
-pub mod usage;
-pub mod workflow;
+mod account_key;
+mod alert;
+mod attempt;
+mod backoff;
+mod catalogue;
+mod checked;
+mod clock;
+mod delivery;
+mod destination;
+mod endpoint;
+mod erasure;
+mod error;
+mod filter;
+mod flow;
+mod hash;
+mod idempotency;
+mod lease;
+mod maintenance;
+mod oauth2;
+mod policy;
+mod recover;
+mod session;
+mod signing;
+mod store;
+mod tick;
+mod trace;
+mod types;
+mod usage;
+mod workflow;
 
 pub use account_key::{AccountKey, KeyHash};
 pub use alert::{Alert, AlertKind, NewAlert};
@@ -160,16 +136,24 @@ pub use attempt::{
     storable_body, AttemptQuery, AttemptRecord, AttemptResult, AttemptStats, RollupRow,
     LATENCY_BUCKETS, ROLLUP_HORIZON, ROLLUP_MINUTE_MS,
 };
-pub use backoff::EndpointRetry;
-pub use catalogue::{EventType, EventTypePut};
+pub use backoff::{jitter_unit, jittered};
+pub use backoff::{
+    EndpointRetry, MAX_ENDPOINT_ATTEMPTS, MAX_ENDPOINT_RETRY_DELAY, MAX_ENDPOINT_RETRY_DELAYS,
+};
+pub use catalogue::{
+    compile_schema, subscription_matches, validate_subscription, validate_type_name,
+    CompiledSchema, EventType, EventTypePut, MAX_DESCRIPTION_BYTES, MAX_EXAMPLE_BYTES,
+    MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, REMOTE_REFUSED,
+};
 pub use checked::{Check, Checked};
+pub use clock::duration_millis;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use database_url::DatabaseUrl;
 pub use delivery::{
     cut_by_time, validate_lease, AttemptReport, ClaimRequest, ClaimedDelivery, Delivery,
     DeliveryListRequest, DeliveryOutcome, DeliveryState, Enqueued, Event, EventListRequest, Lease,
     OutcomeRecorded, PublishRequest, Published, ReplayFilter, Requeue, TimeCut,
 };
+pub use destination::check_nats_subject;
 pub use destination::Destination;
 pub use endpoint::{
     custom_header_pairs, custom_headers_text, fan_out, validate_description, validate_endpoint_url,
@@ -178,23 +162,37 @@ pub use endpoint::{
     MAX_CUSTOM_HEADERS, MAX_CUSTOM_HEADER_BYTES, MAX_DISABLE_REASON_BYTES,
     MAX_ENDPOINT_DESCRIPTION_BYTES, MAX_ENDPOINT_EVENT_TYPES, RESERVED_HEADERS,
 };
+pub use erasure::ERASE_BATCH_ROWS;
 pub use erasure::{ErasureBegun, ErasureProgress, ERASE_TASK, ERASING};
 pub use error::{StoreError, StoreResult};
 pub use filter::EventFilter;
 pub use flow::{share_claim, FlowCandidate, RateBudget, Throttle};
+pub use flow::{MAX_IN_FLIGHT_LIMIT, MAX_THROTTLED};
+pub use hash::fnv1a;
 pub use idempotency::{
     idempotency_account_prefix, validate_idempotency_key, IdempotencyBegin,
     IdempotencyBeginRequest, IdempotencyOwner, IdempotencyRecord, IdempotencyToken, StoredResponse,
 };
+pub use lease::{fence, FencedWrite, FinishedRow, Held, LeaseRow, Refused, TaskRow, Verdict};
+pub use maintenance::{run_maintenance, Purged};
 pub use maintenance::{PurgeBatch, PurgeReport};
 pub use oauth2::ClientCredentials;
-pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, StoreOptions};
+pub use policy::{
+    alerts_for, plan_lease_expiry, plan_outcome, AttemptDraft, AttemptState, Transition,
+    DEFAULT_ENDPOINT_CONCURRENCY,
+};
+pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, Migrations, StoreOptions};
 pub use recover::{RecoverProgress, Recovered, Recovery, RECOVER_TASK};
-pub use session::{DashboardSession, SessionCreateRequest};
+pub use session::check_hex;
+pub use session::{DashboardSession, SessionCreateRequest, MAX_SESSION_LIFETIME};
 pub use signing::SignatureScheme;
+pub use signing::{
+    check_rotation, ed25519_secret, ed25519_verify, generate_ed25519_secret,
+    validate_signing_secret, Ed25519Key,
+};
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
-    DeliveryStore, DynControlPlaneStore, EndpointStore, EventStore, IdempotencyStore,
+    DeliveryStore, DynControlPlaneStore, EndpointStore, ErasureStore, EventStore, IdempotencyStore,
     MaintenanceStore, SessionStore, TickStore, UsageStore, Wakeups, WorkflowStore,
     MAX_SESSIONS_LISTED,
 };

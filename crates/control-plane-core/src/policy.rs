@@ -42,6 +42,17 @@ impl BreakerPolicy {
     }
 }
 
+/// What opening a store does with migrations it still needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Migrations {
+    /// Apply them (the default: `CONTROLPLANE_AUTO_MIGRATE=true`).
+    #[default]
+    Apply,
+    /// Refuse to open a store whose schema is behind: the operator runs
+    /// `control-plane migrate` (`CONTROLPLANE_AUTO_MIGRATE=false`).
+    Refuse,
+}
+
 /// Options every adapter takes: the store-side policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -58,7 +69,7 @@ pub struct StoreOptions {
     pub endpoint_concurrency: u32,
     /// Whether opening the store applies its pending migrations
     /// (`CONTROLPLANE_AUTO_MIGRATE`).
-    pub migrations: crate::migration::Migrations,
+    pub migrations: Migrations,
 }
 
 /// The default in-flight cap per endpoint: a quarter of a worker's default
@@ -83,7 +94,7 @@ impl Default for StoreOptions {
             disable_after: Duration::from_secs(5 * 24 * 3600),
             workflow: crate::workflow::WorkflowPolicy::default(),
             endpoint_concurrency: DEFAULT_ENDPOINT_CONCURRENCY,
-            migrations: crate::migration::Migrations::Apply,
+            migrations: Migrations::Apply,
         }
     }
 }

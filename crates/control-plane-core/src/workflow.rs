@@ -348,7 +348,7 @@ impl Default for WorkflowPolicy {
 impl WorkflowPolicy {
     /// The delay after failed attempt `attempt` (from 1) of `task`: the capped
     /// exponential `base * 2^(attempt-1)`, scaled by a jitter factor in
-    /// [0.5, 1.0] derived from the task id and attempt ([`crate::backoff`]). The jitter is
+    /// [0.5, 1.0] derived from the task id and attempt ([`crate::EndpointRetry`]). The jitter is
     /// deterministic, so every replica and the model agree, yet tasks that
     /// failed together spread out.
     pub fn backoff(&self, task: &TaskId, attempt: u32) -> Duration {

@@ -1,10 +1,23 @@
-//! Erasing an account ([`control_plane_core::erasure`]): the use case the
-//! `control-plane.erase` task runs, over the port.
+//! Erasing an account: the use case ([`erase`]) and, so that it can be
+//! read from here, where each of its parts lives.
+//!
+//! - Asked for by the admin with `DELETE /v1/accounts/{account}`
+//!   (`crates/api/src/routes/admin.rs`), which queues a task of kind
+//!   [`control_plane_core::ERASE_TASK`]; only the service may queue that kind.
+//! - Run by that task, which the binary registers
+//!   (`crates/control-plane/src/tasks.rs`, `register_erase`): it calls
+//!   [`erase`] and keeps its [`ErasureProgress`] as the task's progress.
+//! - Over the port's [`control_plane_core::ErasureStore`]: `account_erase_begin` shuts the
+//!   account's doors, `account_erase_batch` removes its rows; each
+//!   adapter implements both in its own `erasure.rs`, and nothing else.
+//! - Held by the contract `erasing_an_account_removes_its_rows_and_no_others`
+//!   (`crates/control-plane-conformance/src/contracts/retention.rs`).
 
 use std::time::Duration;
 
-use control_plane_core::erasure::{ErasureProgress, ERASE_BATCH_ROWS};
-use control_plane_core::{AccountId, ControlPlaneStore, PurgeBatch, StoreResult};
+use control_plane_core::{
+    AccountId, ControlPlaneStore, ErasureProgress, PurgeBatch, StoreResult, ERASE_BATCH_ROWS,
+};
 
 /// How long after its start an erasure keeps going: every process writes
 /// the usage it metered at least every second (`usage_loop`), so usage

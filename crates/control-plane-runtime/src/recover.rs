@@ -1,5 +1,18 @@
-//! Recovering an endpoint ([`control_plane_core::recover`]): the use case
-//! the `control-plane.recover` task runs, over the port.
+//! Recovering an endpoint: the use case ([`recover`]) and, so that it can
+//! be read from here, where each of its parts lives.
+//!
+//! - Asked for with `POST /v1/accounts/{account}/endpoints/{id}/recover`
+//!   (`crates/api/src/routes/endpoints.rs`) or the dashboard's form
+//!   (`crates/dashboard/src/recover.rs`), which queue a task of kind
+//!   [`control_plane_core::RECOVER_TASK`] with the [`Recovery`] as payload.
+//! - Run by that task, which the binary registers
+//!   (`crates/control-plane/src/tasks.rs`): it calls [`recover`] and keeps
+//!   its [`RecoverProgress`] as the task's progress.
+//! - Over the port's ordinary calls (`event_list`, `delivery_enqueue`,
+//!   `delivery_resend`): no adapter code of its own.
+//! - Held by the contracts `recovering_an_endpoint_sends_its_window_again_once`
+//!   and `a_recovery_goes_on_from_its_last_reported_page`
+//!   (`crates/control-plane-conformance/src/contracts/history.rs`).
 
 use control_plane_core::{
     fan_out, AccountId, AlertKind, ControlPlaneStore, DeliveryState, EndpointKey, EventListRequest,

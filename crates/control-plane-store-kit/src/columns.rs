@@ -24,3 +24,26 @@ pub const TASK_COLS: &str =
 
 /// An event type row (`event_types`), as `row_to_type` reads it.
 pub const TYPE_COLS: &str = "account, name, description, schema, example, created_at, updated_at";
+
+/// Hands `$m!` every type of the port that both adapters store as text,
+/// one `Type: String => make;` line each, where `make` turns the stored
+/// text back into the type (`fn(String) -> StoreResult<Type>`): the one
+/// list that each adapter's column mapping expands with its own macro
+/// (both name `control_plane_core` as a dependency).
+#[macro_export]
+macro_rules! text_columns {
+    ($m:ident) => {
+        $m! {
+            control_plane_core::Secret: String => |v| Ok(control_plane_core::Secret::new(v));
+            control_plane_core::AccountId: String => control_plane_core::AccountId::new;
+            control_plane_core::TaskId: String => control_plane_core::TaskId::new;
+            control_plane_core::EventFilter: String => |v| control_plane_core::EventFilter::from_text(&v);
+            control_plane_core::DeliveryState: String => |v| v.parse();
+            control_plane_core::AttemptResult: String => |v| v.parse();
+            control_plane_core::AlertKind: String => |v| v.parse();
+            control_plane_core::CircuitMode: String => |v| v.parse();
+            control_plane_core::TaskState: String => |v| v.parse();
+            control_plane_core::UsageMetric: String => |v| v.parse();
+        }
+    };
+}

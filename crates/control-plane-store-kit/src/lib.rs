@@ -9,6 +9,9 @@
 //! - [`columns`]: the column lists both adapters select and read back by
 //!   position.
 //! - [`housekeeping`]: the gate of the claim path's periodic work.
+//! - [`schemas`]: the publish's schema checks, with the compiled schemas cached.
+//! - [`migration`]: which numbered migrations a store still needs.
+//! - [`DatabaseUrl`]: a PostgreSQL URL that never shows its password.
 //!
 //! Only the adapters, the binary that wires them (it loads the keys) and
 //! their tests depend on it.
@@ -16,10 +19,14 @@
 #![warn(missing_docs)]
 
 pub mod columns;
+mod database_url;
 pub mod housekeeping;
+pub mod migration;
+pub mod schemas;
 pub mod sealing;
 pub mod wakeup;
 
+pub use database_url::DatabaseUrl;
 pub use housekeeping::Housekeeping;
 pub use sealing::{SecretKey, SecretKeys, StoredCredentials};
 pub use wakeup::Wakeup;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use control_plane_core::maintenance::run_maintenance;
+use control_plane_core::run_maintenance;
 use control_plane_core::{Clock, DynControlPlaneStore, PurgeBatch, SystemClock};
 use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;

@@ -50,6 +50,7 @@ fn dispatcher_config(config: &Config) -> DispatcherConfig {
             ..RetryPolicy::default()
         },
         allowed_targets: config.allowed_targets.clone(),
+        proxy: config.proxy.clone(),
         slow_answer: config.slow_answer,
         response_body_bytes: usize::try_from(config.response_body_bytes).unwrap_or(4096),
         outcome_linger: config.outcome_linger,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::config::{Config, SecretKeyFiles, StoreProfile};
-use control_plane_core::migration::Migrations;
+use control_plane_core::Migrations;
 use control_plane_core::{DynControlPlaneStore, StoreOptions, SystemClock};
 use control_plane_store_kit::{SecretKey, SecretKeys};
 
@@ -171,7 +171,7 @@ struct PostgresSettings<'a> {
 /// The postgres store at `url` with `pg`; an error when the binary was
 /// built without it.
 async fn open_postgres(
-    url: &control_plane_core::DatabaseUrl,
+    url: &control_plane_store_kit::DatabaseUrl,
     pg: PostgresSettings<'_>,
     options: StoreOptions,
     keys: SecretKeys,

@@ -395,7 +395,7 @@ pub(crate) fn endpoint_cell(e: &Endpoint) -> Markup {
         @if let Some(r) = &e.retry {
             br; small.retry { "retries: " (retry_text(r)) }
         }
-        @if let Some(k) = control_plane_core::signing::Ed25519Key::from_secret(e.secrets.current.expose()) {
+        @if let Some(k) = control_plane_core::Ed25519Key::from_secret(e.secrets.current.expose()) {
             br; small.signature { "signs v1a (ed25519), public key " code { (k.public_key()) } }
         }
     }

@@ -162,7 +162,7 @@ fn session_id(headers: &HeaderMap) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .find(|id| control_plane_core::session::check_hex("session id", id).is_ok())
+        .find(|id| control_plane_core::check_hex("session id", id).is_ok())
         .map(str::to_string)
 }
 

@@ -17,6 +17,7 @@ mod turns;
 pub mod worker;
 
 pub use classify::{classify, SendResult};
+pub use http::Proxy;
 pub use metrics::DeliveryMetrics;
 pub use retry::RetryPolicy;
 pub use ssrf::Cidr;

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use control_plane_core::flow::MAX_THROTTLED;
+use control_plane_core::MAX_THROTTLED;
 use control_plane_core::{DeliveryId, EndpointId, Throttle};
 
 /// How long a throttled endpoint with nothing in flight keeps its cap

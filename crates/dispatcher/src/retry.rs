@@ -1,10 +1,10 @@
 //! The webhook retry schedule (`CONTROLPLANE_RETRY_SCHEDULE`): delays before
-//! each retry, jittered with core's one jitter ([`control_plane_core::backoff`]).
+//! each retry, jittered with core's one jitter ([`control_plane_core::jittered`]).
 
 use std::time::Duration;
 
-use control_plane_core::backoff::{jitter_unit, jittered};
 use control_plane_core::EndpointRetry;
+use control_plane_core::{jitter_unit, jittered};
 
 /// The webhook retry schedule: delays before each retry, with jitter.
 #[derive(Clone, Debug, PartialEq)]

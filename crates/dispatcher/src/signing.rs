@@ -1,11 +1,12 @@
 //! Standard Webhooks signatures of `id.timestamp.body`: `v1,<base64
 //! HMAC-SHA256>` under a secret written `whsec_<base64 key>`, or
 //! `v1a,<base64 Ed25519 signature>` under a key written `whsk_<base64 seed>`
-//! (formats in [`control_plane_core::signing`]).
+//! (formats in [`control_plane_core::SignatureScheme`] and
+//! [`control_plane_core::validate_signing_secret`]).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use control_plane_core::signing::{ed25519_verify, Ed25519Key};
+use control_plane_core::{ed25519_verify, Ed25519Key};
 use control_plane_core::{Secret, SignatureScheme};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -149,7 +150,7 @@ mod tests {
     /// key verifies it, beside a `v1` signature of a rotated-out secret.
     #[test]
     fn an_ed25519_key_signs_v1a_that_its_public_key_verifies() {
-        let key = Secret::new(control_plane_core::signing::generate_ed25519_secret().unwrap());
+        let key = Secret::new(control_plane_core::generate_ed25519_secret().unwrap());
         let public = Ed25519Key::from_secret(key.expose()).unwrap().public_key();
         let old = generate_secret();
         let h = signature_header(&[&key, &old], "id", 5, b"{}").unwrap();

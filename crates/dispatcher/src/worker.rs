@@ -68,6 +68,10 @@ pub struct DispatcherConfig {
     /// against endpoint places held that much longer (ADR 0041). Zero never
     /// waits.
     pub outcome_linger: Duration,
+    /// The egress proxy HTTP destinations are sent through, if any
+    /// (`CONTROLPLANE_HTTP_PROXY`; the address rules still apply to the
+    /// destination).
+    pub proxy: Option<crate::Proxy>,
 }
 
 /// The batch a lingering completion batcher waits for
@@ -94,6 +98,7 @@ impl Default for DispatcherConfig {
             slow_answer: Duration::from_secs(1),
             response_body_bytes: 4096,
             outcome_linger: OUTCOME_LINGER,
+            proxy: None,
         }
     }
 }
@@ -147,7 +152,8 @@ impl Dispatcher {
             config.allowed_targets.clone(),
         )
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?
-        .keeping_bodies(config.response_body_bytes);
+        .keeping_bodies(config.response_body_bytes)
+        .through(config.proxy.clone());
         let ctx = Arc::new(SendContext {
             client,
             clock: Arc::new(SystemClock),

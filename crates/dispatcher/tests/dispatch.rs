@@ -336,7 +336,7 @@ async fn a_500_is_retried_with_the_same_webhook_id_then_delivered() {
 /// Webhooks libraries (Python and JavaScript, 1.3.0) verify only `v1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ed25519_endpoint_is_signed_v1a_and_openssl_verifies_it() {
-    use control_plane_core::signing::{generate_ed25519_secret, Ed25519Key};
+    use control_plane_core::{generate_ed25519_secret, Ed25519Key};
     let r = receiver(Vec::new()).await;
     let dir = tempfile::tempdir().unwrap();
     let store = common::embedded_store(&dir, |_| {}).await;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use control_plane_core::policy::Circuit;
+use control_plane_core::Circuit;
 use control_plane_core::{
     AccountId, DeliveryId, Endpoint, EndpointId, EndpointRetry, EventId, RateBudget, Timestamp,
 };

@@ -1,11 +1,11 @@
 //! The event-type catalogue (ADR 0025).
 
 use async_trait::async_trait;
-use control_plane_core::catalogue::{types_by_account, StoredSchema};
 use control_plane_core::{
     AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
     PublishRequest, Published, StoreError, StoreResult, Timestamp,
 };
+use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 use duckdb::{params, OptionalExt};
 
 use crate::delivery::publish_example_to;
@@ -130,7 +130,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, name: &str) -> StoreRe
 }
 
 /// The schemas of the types `reqs` publish (see
-/// [`control_plane_core::catalogue::check_publishes`]): from the writer's
+/// [`control_plane_store_kit::schemas::check_publishes`]): from the writer's
 /// cache ([`crate::cache::SchemaCache`]), the types it lacks read in the
 /// publish's transaction.
 pub(crate) fn schemas(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {

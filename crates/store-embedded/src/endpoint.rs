@@ -208,7 +208,7 @@ pub(crate) fn rotate_secret(
     grace: Duration,
 ) -> StoreResult<Endpoint> {
     let e = get(t, account, id)?;
-    control_plane_core::signing::check_rotation(&e.secrets.current, &secret)?;
+    control_plane_core::check_rotation(&e.secrets.current, &secret)?;
     t.execute(
         "UPDATE endpoints SET secret = $1, previous_secret = $2, previous_expires_at = $3, updated_at = $4 WHERE id = $5",
         params![

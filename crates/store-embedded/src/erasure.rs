@@ -1,17 +1,18 @@
-//! Erasure of an account ([`control_plane_core::erasure`]): the start that
+//! Erasure of an account (`control_plane_core::ErasureStore`): the start that
 //! shuts its doors, and the batches that remove its rows, keeping the
 //! writer's caches in step.
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use control_plane_core::{
-    idempotency_account_prefix, AccountId, DeliveryState, ErasureBegun, PurgeBatch, StoreResult,
-    ERASE_TASK, ERASING,
+    idempotency_account_prefix, AccountId, DeliveryState, ErasureBegun, ErasureStore, PurgeBatch,
+    StoreResult, ERASE_TASK, ERASING,
 };
 use duckdb::params;
 
 use crate::error::DuckResultExt;
-use crate::store::Tx;
+use crate::store::{EmbeddedStore, Tx};
 use crate::util::RowExt;
 
 /// Ends the sessions signed in with the account's keys, revokes the keys
@@ -171,4 +172,17 @@ fn event_types(t: &mut Tx<'_>, account: &AccountId, n: i64) -> StoreResult<u64> 
         t.schemas.forget(account, name);
     }
     Ok(names.len() as u64)
+}
+
+#[async_trait]
+impl ErasureStore for EmbeddedStore {
+    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
+        let account = account.clone();
+        self.work_tx(move |t| begin(t, &account)).await
+    }
+
+    async fn account_erase_batch(&self, account: &AccountId, rows: PurgeBatch) -> StoreResult<u64> {
+        let account = account.clone();
+        self.work_tx(move |t| batch(t, &account, rows)).await
+    }
 }

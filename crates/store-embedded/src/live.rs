@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use control_plane_core::lease::LeaseRow;
+use control_plane_core::LeaseRow;
 use control_plane_core::{
     Delivery, DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult, Timestamp,
 };

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::maintenance::Purged;
+use control_plane_core::Purged;
 use control_plane_core::{
-    rollup_minute, AccountId, DeliveryState, ErasureBegun, MaintenanceStore, PurgeBatch,
-    PurgeReport, StoreResult, ROLLUP_MINUTE_MS,
+    rollup_minute, AccountId, DeliveryState, MaintenanceStore, PurgeBatch, PurgeReport,
+    StoreResult, ROLLUP_MINUTE_MS,
 };
 use duckdb::params;
 
@@ -171,21 +171,5 @@ impl MaintenanceStore for EmbeddedStore {
         batch: PurgeBatch,
     ) -> StoreResult<PurgeReport> {
         self.work_tx(move |t| purge(t, retention, batch)).await
-    }
-
-    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
-        let account = account.clone();
-        self.work_tx(move |t| crate::erasure::begin(t, &account))
-            .await
-    }
-
-    async fn account_erase_batch(
-        &self,
-        account: &AccountId,
-        batch: PurgeBatch,
-    ) -> StoreResult<u64> {
-        let account = account.clone();
-        self.work_tx(move |t| crate::erasure::batch(t, &account, batch))
-            .await
     }
 }

@@ -13,11 +13,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use control_plane_core::migration::{self, Migration, Migrations};
+use control_plane_core::Migrations;
 use control_plane_core::{
     Clock, DeliveryId, DeliveryListRequest, EndpointId, StoreError, StoreOptions, StoreResult,
     Timestamp,
 };
+use control_plane_store_kit::migration::{self, Migration};
 use control_plane_store_kit::sealing::SEALED_KEY_IDS;
 use control_plane_store_kit::{Housekeeping, SecretKeys};
 use duckdb::Connection;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::clock::duration_millis;
+use control_plane_core::duration_millis;
 use control_plane_core::{
     fenced, LeaseToken, StoreError, StoreResult, TickClaimRequest, TickLease, TickStore,
 };

@@ -73,7 +73,7 @@ mapped_columns! {
     Timestamp: i64 => |v| Ok(Timestamp::from_millis(v));
 }
 
-control_plane_core::text_columns!(mapped_columns);
+control_plane_store_kit::text_columns!(mapped_columns);
 
 /// List parameters: a batch is bound as one list per column and expanded
 /// with `unnest` in SQL, so one statement writes or reads the whole batch.

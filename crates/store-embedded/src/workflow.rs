@@ -1,12 +1,12 @@
 //! The workflow handoff queue.
 
 use async_trait::async_trait;
-use control_plane_core::lease::{FencedWrite, TaskRow, Verdict};
 use control_plane_core::{
     AccountId, Checked, ClaimedTask, LeaseToken, Page, StoreError, StoreResult, Task,
     TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailed, TaskHeartbeat, TaskId,
     TaskLease, TaskListRequest, TaskState, Timestamp, WorkflowStore,
 };
+use control_plane_core::{FencedWrite, TaskRow, Verdict};
 use duckdb::{params, OptionalExt, Row};
 
 use crate::error::DuckResultExt;
@@ -278,7 +278,7 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
 
 pub(crate) fn list(t: &Tx<'_>, req: &TaskListRequest) -> StoreResult<Page<Task>> {
     let (account, page) = (&req.account, req.page);
-    let state = control_plane_core::workflow::listable(req.state)?;
+    let state = control_plane_core::listable(req.state)?;
     let rows: Vec<TaskRow> = {
         let mut st = t
             .prepare(&format!(

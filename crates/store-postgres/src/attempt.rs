@@ -1,7 +1,7 @@
 //! The append-only attempt log.
 
 use async_trait::async_trait;
-use control_plane_core::policy::AttemptDraft;
+use control_plane_core::AttemptDraft;
 use control_plane_core::{
     rollup_bucket, rollup_minute, AccountId, AttemptLogStore, AttemptQuery, AttemptRecord,
     AttemptResult, AttemptStats, DeliveryId, EndpointId, EndpointKey, Page, RollupRow, StoreError,

@@ -2,12 +2,12 @@
 
 use crate::util::RowExt;
 use async_trait::async_trait;
-use control_plane_core::catalogue::{types_by_account, StoredSchema};
 use control_plane_core::{
     AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
     PublishRequest, Published, StoreError, StoreResult,
 };
 use control_plane_store_kit::columns::TYPE_COLS;
+use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 
 use crate::delivery::publish_example_to;
 use crate::error::PgResultExt;
@@ -98,7 +98,7 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, name: &str) -> Store
 
 /// The schemas of the types `reqs` publish, read in the publish's
 /// transaction, one statement per account, sent together (see
-/// [`control_plane_core::catalogue::check_publishes`]).
+/// [`control_plane_store_kit::schemas::check_publishes`]).
 pub(crate) async fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
     let read = t
         .prepare_cached(

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use control_plane_core::DatabaseUrl;
 use control_plane_core::StoreOptions;
+use control_plane_store_kit::DatabaseUrl;
 use control_plane_store_kit::SecretKeys;
 
 /// How to reach PostgreSQL and size the pool.

@@ -1,13 +1,14 @@
-//! Erasure of an account ([`control_plane_core::erasure`]): the start that
+//! Erasure of an account (`control_plane_core::ErasureStore`): the start that
 //! shuts its doors, and the batches that remove its rows.
 
+use async_trait::async_trait;
 use control_plane_core::{
-    idempotency_account_prefix, AccountId, ErasureBegun, PurgeBatch, StoreResult, ERASE_TASK,
-    ERASING,
+    idempotency_account_prefix, AccountId, ErasureBegun, ErasureStore, PurgeBatch, StoreResult,
+    ERASE_TASK, ERASING,
 };
 
 use crate::error::PgResultExt;
-use crate::store::Tx;
+use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
 
 /// Ends the sessions signed in with the account's keys, revokes the keys
@@ -122,4 +123,15 @@ pub(crate) async fn batch(t: &Tx<'_>, account: &AccountId, batch: PurgeBatch) ->
         removed += t.execute(*sql, &all[..arity]).await.db()?;
     }
     Ok(removed)
+}
+
+#[async_trait]
+impl ErasureStore for PostgresStore {
+    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
+        in_tx!(self, |t| begin(&t, account))
+    }
+
+    async fn account_erase_batch(&self, account: &AccountId, rows: PurgeBatch) -> StoreResult<u64> {
+        in_tx!(self, |t| batch(&t, account, rows))
+    }
 }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::maintenance::Purged;
+use control_plane_core::Purged;
 use control_plane_core::{
-    rollup_minute, AccountId, ErasureBegun, MaintenanceStore, PurgeBatch, PurgeReport, StoreResult,
-    Timestamp, ROLLUP_MINUTE_MS,
+    rollup_minute, MaintenanceStore, PurgeBatch, PurgeReport, StoreResult, Timestamp,
+    ROLLUP_MINUTE_MS,
 };
 
 use crate::error::PgResultExt;
@@ -147,17 +147,5 @@ impl MaintenanceStore for PostgresStore {
         batch: PurgeBatch,
     ) -> StoreResult<PurgeReport> {
         in_tx!(self, |t| purge(&t, retention, batch))
-    }
-
-    async fn account_erase_begin(&self, account: &AccountId) -> StoreResult<ErasureBegun> {
-        in_tx!(self, |t| crate::erasure::begin(&t, account))
-    }
-
-    async fn account_erase_batch(
-        &self,
-        account: &AccountId,
-        batch: PurgeBatch,
-    ) -> StoreResult<u64> {
-        in_tx!(self, |t| crate::erasure::batch(&t, account, batch))
     }
 }

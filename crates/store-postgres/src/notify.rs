@@ -17,7 +17,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The channel for a schema: fixed length, whatever the schema's name.
 pub(crate) fn channel_for(schema: &str) -> String {
-    let h = control_plane_core::hash::fnv1a(schema.bytes());
+    let h = control_plane_core::fnv1a(schema.bytes());
     format!("cp_wakeup_{h:016x}")
 }
 

@@ -4,9 +4,9 @@ use crate::util::RowExt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use control_plane_core::hash::fnv1a;
-use control_plane_core::migration::{self, Migration};
+use control_plane_core::fnv1a;
 use control_plane_core::{Clock, StoreError, StoreOptions, StoreResult, Timestamp};
+use control_plane_store_kit::migration::{self, Migration};
 use control_plane_store_kit::sealing::SEALED_KEY_IDS;
 use control_plane_store_kit::{Housekeeping, SecretKeys, Wakeup};
 use deadpool_postgres::{Pool, StatementCache};
@@ -443,7 +443,8 @@ pub(crate) mod tests {
         let url = std::env::var("CONTROLPLANE_TEST_DATABASE_URL")
             .expect("CONTROLPLANE_TEST_DATABASE_URL names the test database");
         let schema = format!("cp_test_{}", uuid::Uuid::new_v4().simple());
-        let mut config = crate::PostgresConfig::new(control_plane_core::DatabaseUrl::new(&url));
+        let mut config =
+            crate::PostgresConfig::new(control_plane_store_kit::DatabaseUrl::new(&url));
         config.schema = Some(schema);
         config.pool_size = 1;
         config.listen = false;

@@ -4,7 +4,7 @@ use crate::util::RowExt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use control_plane_core::clock::duration_millis;
+use control_plane_core::duration_millis;
 use control_plane_core::{fenced, LeaseToken, StoreResult, TickClaimRequest, TickLease, TickStore};
 use uuid::Uuid;
 

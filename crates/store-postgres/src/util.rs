@@ -94,7 +94,7 @@ mapped_columns! {
     u64: i64 => |v| Ok(u64::try_from(v).unwrap_or(0));
 }
 
-control_plane_core::text_columns!(mapped_columns);
+control_plane_store_kit::text_columns!(mapped_columns);
 
 /// A stored count or limit as `u32`: negative as 0, too large as the most.
 pub(crate) fn u32_of(v: i64) -> u32 {

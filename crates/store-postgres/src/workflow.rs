@@ -1,12 +1,12 @@
 //! The workflow handoff queue.
 
 use async_trait::async_trait;
-use control_plane_core::lease::{FencedWrite, TaskRow, Verdict};
 use control_plane_core::{
     AccountId, Checked, ClaimedTask, LeaseToken, Page, StoreError, StoreResult, Task,
     TaskClaimRequest, TaskEnqueueRequest, TaskEnqueued, TaskFailed, TaskHeartbeat, TaskId,
     TaskLease, TaskListRequest, TaskState, WorkflowStore,
 };
+use control_plane_core::{FencedWrite, TaskRow, Verdict};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -278,7 +278,7 @@ pub(crate) async fn release(t: &Tx<'_>, lease: &TaskLease) -> StoreResult<()> {
 
 pub(crate) async fn list(t: &Tx<'_>, req: &TaskListRequest) -> StoreResult<Page<Task>> {
     let (account, page) = (&req.account, req.page);
-    let state = control_plane_core::workflow::listable(req.state)?;
+    let state = control_plane_core::listable(req.state)?;
     let rows = t
         .query(
             &format!(

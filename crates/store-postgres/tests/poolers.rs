@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{database_url, fresh_schema, open_in, test_keys, SchemaGuard};
 use control_plane_core::*;
+use control_plane_store_kit::DatabaseUrl;
 use serde_json::json;
 use store_postgres::{PostgresConfig, PostgresStore};
 

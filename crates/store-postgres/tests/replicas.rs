@@ -411,7 +411,7 @@ async fn the_pool_recovers_after_its_connections_are_killed() {
             "?"
         }
     );
-    let mut config = PostgresConfig::new(control_plane_core::DatabaseUrl::new(url));
+    let mut config = PostgresConfig::new(control_plane_store_kit::DatabaseUrl::new(url));
     config.schema = Some(schema.clone());
     config.pool_size = 2;
     let store = PostgresStore::open(config, Arc::new(SystemClock))

@@ -98,7 +98,7 @@ pub async fn claim_rejects_bad_limits(f: &dyn StoreFactory) {
         );
     }
     let too_many = Throttle {
-        caps: (0..=control_plane_core::flow::MAX_THROTTLED)
+        caps: (0..=control_plane_core::MAX_THROTTLED)
             .map(|_| (EndpointId::new(), 1))
             .collect(),
         budget: 1,

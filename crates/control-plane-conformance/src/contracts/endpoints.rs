@@ -8,9 +8,9 @@ use crate::contracts::fixtures::{
 };
 use crate::StoreFactory;
 use control_plane_core::{
-    signing, AccountId, Check, Circuit, Clock, DeliveryState, Enablement, EndpointCreateRequest,
-    EndpointId, EndpointKey, EndpointUpdateRequest, EventFilter, KeyHash, PublishRequest,
-    Published, Secret, SecretRotation, StoreError, StoreOptions, StoreResult,
+    ed25519_secret, AccountId, Check, Circuit, Clock, DeliveryState, Enablement,
+    EndpointCreateRequest, EndpointId, EndpointKey, EndpointUpdateRequest, EventFilter, KeyHash,
+    PublishRequest, Published, Secret, SecretRotation, StoreError, StoreOptions, StoreResult,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -83,7 +83,7 @@ pub async fn a_signing_secret_is_checked_and_keeps_its_scheme(f: &dyn StoreFacto
     let h = open(f).await;
     let e = endpoint(&h, "a", false).await;
     let a = acct("a");
-    let key = signing::ed25519_secret(&[9; 32]);
+    let key = ed25519_secret(&[9; 32]);
     let to = |secret: &str| SecretRotation {
         secret: Secret::new(secret),
         grace: Duration::from_secs(60),
@@ -106,7 +106,7 @@ pub async fn a_signing_secret_is_checked_and_keeps_its_scheme(f: &dyn StoreFacto
     let mut req = EndpointCreateRequest::new(acct("a"), "https://example.com/k", Secret::new(key));
     req.event_types = vec!["other".into()];
     let k = create_endpoint(&h, req).await;
-    let next = signing::ed25519_secret(&[8; 32]);
+    let next = ed25519_secret(&[8; 32]);
     let rotated = h
         .store
         .endpoint_rotate_secret(EndpointKey::new(&a, k.id), to(&next))

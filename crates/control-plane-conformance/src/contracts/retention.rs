@@ -5,7 +5,7 @@ use crate::contracts::fixtures::{
     publish_ok, purge_all, put_type, record, rows, task, tid, usage_of_a, with_workflow,
 };
 use crate::{Harness, StoreFactory};
-use control_plane_core::maintenance::run_maintenance;
+use control_plane_core::run_maintenance;
 use control_plane_core::{
     usage_window, AttemptQuery, AttemptReport, Check, Clock, DeliveryListRequest, DeliveryOutcome,
     DeliveryState, EndpointId, EventListRequest, EventTypePut, IdempotencyBegin,
@@ -409,7 +409,7 @@ async fn census(h: &Harness, account: &str) -> Census {
     }
 }
 
-/// `MaintenanceStore::account_erase_begin` and `account_erase_batch`: the
+/// `ErasureStore::account_erase_begin` and `account_erase_batch`: the
 /// start revokes the account's key, ends its session and stops its
 /// endpoints being claimed; small batches then remove every row of the
 /// account but its erasure task, and another account keeps every row.

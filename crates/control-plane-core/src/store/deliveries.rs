@@ -23,11 +23,11 @@ pub trait EventStore: Send + Sync {
     /// - One delivery per matching endpoint, enabled or not (disabled ones are
     ///   held); none for filtered-out or deleted ones (`publish_fans_out_to_matching_endpoints`).
     /// - An endpoint subscribes by type name, `*` or a prefix such as
-    ///   `order.*` ([`crate::catalogue::subscription_matches`]); a published
+    ///   `order.*` ([`crate::subscription_matches`]); a published
     ///   type never holds `*` (`wildcard_subscriptions_take_every_type_under_their_prefix`).
     /// - A type registered with a schema ([`CatalogueStore`]) is checked in
     ///   the publish's transaction (`a_publish_of_a_registered_type_is_checked_against_its_schema`).
-    /// - An endpoint with a filter ([`crate::filter`]) gets the events whose
+    /// - An endpoint with a filter ([`crate::EventFilter`]) gets the events whose
     ///   type and payload pass it, decided in the publish's transaction; a
     ///   payload it cannot evaluate does not pass and fails nothing
     ///   (`endpoint_filters_decide_which_events_fan_out`).
@@ -37,7 +37,7 @@ pub trait EventStore: Send + Sync {
     ///   batch) stores nothing (`an_idempotency_key_reused_for_another_request_is_refused`).
     /// - Sequence numbers strictly increase per endpoint (`sequence_numbers_strictly_increase_per_endpoint`).
     /// - The request's trace context is kept with the event and comes back
-    ///   on each claimed delivery of it ([`crate::trace`];
+    ///   on each claimed delivery of it ([`crate::TraceParent`];
     ///   `the_trace_context_of_a_publish_reaches_its_deliveries`).
     ///
     /// # Errors

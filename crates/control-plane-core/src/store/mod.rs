@@ -20,7 +20,8 @@ pub use deliveries::{
 };
 pub use endpoints::EndpointStore;
 pub use operations::{
-    AccountKeyStore, AlertStore, MaintenanceStore, SessionStore, UsageStore, MAX_SESSIONS_LISTED,
+    AccountKeyStore, AlertStore, ErasureStore, MaintenanceStore, SessionStore, UsageStore,
+    MAX_SESSIONS_LISTED,
 };
 pub use workflows::{IdempotencyStore, TickStore, WorkflowStore};
 
@@ -41,6 +42,7 @@ pub trait ControlPlaneStore:
     + AccountKeyStore
     + SessionStore
     + MaintenanceStore
+    + ErasureStore
 {
     /// The adapter's name (`embedded`, `postgres`).
     fn backend_name(&self) -> &'static str;

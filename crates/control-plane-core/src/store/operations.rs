@@ -191,8 +191,13 @@ pub trait MaintenanceStore: Send + Sync {
         retention: Duration,
         batch: PurgeBatch,
     ) -> StoreResult<PurgeReport>;
+}
 
-    /// The start of an erasure of `account` ([`crate::erasure`]): its
+/// Erasing an account (the use case: `control_plane_runtime::erase`; the
+/// task that runs it: `control-plane.erase`, [`crate::ERASE_TASK`]).
+#[async_trait]
+pub trait ErasureStore: Send + Sync {
+    /// The start of an erasure of `account` : its
     /// dashboard sessions signed in with its keys end, its keys are revoked
     /// and its endpoints disabled, in one transaction, so that from its
     /// commit nothing more is accepted from the account's keys or sent to

@@ -366,7 +366,7 @@ impl Brokers {
             Destination::Nats { server, subject } => {
                 // Checked again here, before any connection, for a URL
                 // stored before the rule: a reserved subject is an API call.
-                control_plane_core::destination::check_nats_subject(subject)
+                control_plane_core::check_nats_subject(subject)
                     .map_err(|e| Failure::Refused(format!("nats: {e}")))?;
                 let link = self
                     .nats

@@ -23,10 +23,12 @@ use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
 mod answer;
+mod proxy;
 mod resolve;
 
 use crate::http::answer::{drain, parse_head, quiet, Framing};
 pub(crate) use answer::parse_for_fuzzing;
+pub use proxy::Proxy;
 pub(crate) use resolve::resolve;
 
 /// What the answer's head is first read into; it grows only while a head
@@ -99,24 +101,7 @@ impl Target {
             path.push('?');
             path.push_str(q);
         }
-        let authorization =
-            (!parsed.username().is_empty() || parsed.password().is_some()).then(|| {
-                use base64::Engine;
-                let decode = |s: &str| {
-                    percent_encoding::percent_decode_str(s)
-                        .decode_utf8_lossy()
-                        .into_owned()
-                };
-                let pair = format!(
-                    "{}:{}",
-                    decode(parsed.username()),
-                    decode(parsed.password().unwrap_or(""))
-                );
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(pair)
-                )
-            });
+        let authorization = basic_authorization(&parsed);
         Ok(Target {
             origin: Origin {
                 tls,
@@ -128,6 +113,30 @@ impl Target {
             authorization,
         })
     }
+}
+
+/// `Basic …` of a URL's user and password (percent-decoded), if it has
+/// either: for the receiver's `authorization` or the proxy's
+/// `proxy-authorization`.
+fn basic_authorization(url: &url::Url) -> Option<String> {
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    use base64::Engine;
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let pair = format!(
+        "{}:{}",
+        decode(url.username()),
+        decode(url.password().unwrap_or(""))
+    );
+    Some(format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    ))
 }
 
 /// What a receiver answered.
@@ -204,6 +213,8 @@ pub(crate) struct HttpClient {
     idle_total: usize,
     /// Bytes of each answer's body kept for the attempt log.
     keep: usize,
+    /// The egress proxy, if any ([`proxy`]).
+    proxy: Option<Arc<Proxy>>,
 }
 
 /// Kept-alive connections by origin, each list oldest first.
@@ -283,7 +294,14 @@ impl HttpClient {
             idle: Mutex::default(),
             idle_total: IDLE_TOTAL,
             keep: 0,
+            proxy: None,
         })
+    }
+
+    /// Connects through `proxy` where it carries the destination.
+    pub(crate) fn through(mut self, proxy: Option<Proxy>) -> Self {
+        self.proxy = proxy.map(Arc::new);
+        self
     }
 
     /// How long a request may take.
@@ -376,13 +394,9 @@ impl HttpClient {
         )
         .await
         .map_err(|_| format!("cannot resolve {} in time", origin.host))??;
-        let tcp = tokio::time::timeout(
-            self.connect_timeout,
-            connect_any(&addrs, TcpStream::connect),
-        )
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .ok_or_else(|| Failure::Failed("connection failed".into()))?;
+        let tcp = tokio::time::timeout(self.connect_timeout, self.open(origin, &addrs))
+            .await
+            .map_err(|_| "timed out".to_string())??;
         let _ = tcp.set_nodelay(true);
         if !origin.tls {
             return Ok(Either::Left(tcp));
@@ -395,6 +409,38 @@ impl HttpClient {
             .map_err(|_| "timed out".to_string())?
             .map_err(|e| format!("TLS handshake failed: {e}"))?;
         Ok(Either::Right(tls))
+    }
+
+    /// A TCP connection to one of `addrs` (checked), directly or through
+    /// the proxy's tunnel; a proxy's refusal is named in the failure.
+    async fn open(&self, origin: &Origin, addrs: &[SocketAddr]) -> Result<TcpStream, Failure> {
+        let proxy = match &self.proxy {
+            Some(p) if p.carries(&origin.host) => p.clone(),
+            _ => {
+                return connect_any(addrs, TcpStream::connect)
+                    .await
+                    .ok_or_else(|| Failure::Failed("connection failed".into()))
+            }
+        };
+        let last = Arc::new(Mutex::new(None::<String>));
+        let noted = last.clone();
+        let tunnel = move |to: SocketAddr| {
+            let (proxy, noted) = (proxy.clone(), noted.clone());
+            async move {
+                let r = proxy.tunnel(to).await;
+                if let Err(e) = &r {
+                    *noted.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+                }
+                r
+            }
+        };
+        connect_any(addrs, tunnel).await.ok_or_else(|| {
+            let why = last.lock().unwrap_or_else(PoisonError::into_inner).take();
+            Failure::Failed(match why {
+                Some(why) => format!("connection failed: {why}"),
+                None => "connection failed".into(),
+            })
+        })
     }
 
     /// Closes idle connections kept longer than [`IDLE_FOR`], of every

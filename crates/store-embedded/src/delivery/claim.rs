@@ -8,8 +8,8 @@ use crate::error::DuckResultExt;
 use crate::live::{row_to_lease_row, LiveRow, LEASE_COLS};
 use crate::store::Tx;
 use crate::util::{list, RowExt};
-use control_plane_core::lease::LeaseRow;
-use control_plane_core::policy::plan_lease_expiry;
+use control_plane_core::plan_lease_expiry;
+use control_plane_core::LeaseRow;
 use control_plane_core::{
     share_claim, AccountId, CircuitMode, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId,
     DeliveryState, EndpointId, FlowCandidate, Lease, LeaseToken, RateBudget, Secret,

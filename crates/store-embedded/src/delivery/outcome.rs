@@ -1,5 +1,5 @@
 //! After a claim: extending and releasing a lease, recording outcomes (the
-//! lease check, `control_plane_core::lease::fence`), and sending finished
+//! lease check, `control_plane_core::fence`), and sending finished
 //! deliveries again (replay, resend).
 
 use crate::delivery::read::get;
@@ -11,12 +11,12 @@ use crate::error::DuckResultExt;
 use crate::live::{row_to_lease_row, LEASE_COLS};
 use crate::store::Tx;
 use crate::util::list;
-use control_plane_core::lease::{FencedWrite, LeaseRow, Refused, Verdict};
-use control_plane_core::policy::plan_outcome;
+use control_plane_core::plan_outcome;
 use control_plane_core::{
     AccountId, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded,
     ReplayFilter, Requeue, StoreResult, Timestamp,
 };
+use control_plane_core::{FencedWrite, LeaseRow, Refused, Verdict};
 use duckdb::{params, OptionalExt};
 use std::collections::HashMap;
 use std::time::Duration;

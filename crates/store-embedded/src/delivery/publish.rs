@@ -7,7 +7,7 @@ use crate::error::DuckResultExt;
 use crate::live::LiveRow;
 use crate::store::Tx;
 use crate::util::{list, RowExt};
-use control_plane_core::lease::LeaseRow;
+use control_plane_core::LeaseRow;
 use control_plane_core::{
     fan_out, AccountId, Checked, DeliveryId, DeliveryState, Endpoint, EndpointId, Enqueued,
     EventId, NewAlert, PublishRequest, Published, StoreResult,
@@ -195,7 +195,7 @@ pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<
             }
             keyed.insert(slot, out.len());
         }
-        control_plane_core::catalogue::check_publish(&req, i, batch, &schemas)?;
+        control_plane_store_kit::schemas::check_publish(&req, i, batch, &schemas)?;
         let live = endpoint::fan_out_set(t, &req.account)?;
         out.push(rows.event(t, &req, &live, None));
     }

@@ -440,7 +440,7 @@ fn read_sent_events(t: &Tx<'_>, ids: &[EventId]) -> StoreResult<HashMap<EventId,
 mod tests {
     use std::sync::Arc;
 
-    use control_plane_core::migration::Migrations;
+    use control_plane_core::Migrations;
     use control_plane_core::{DeliveryStore, EndpointId, ManualClock, PageRequest};
     use duckdb::Connection;
 

@@ -8,7 +8,7 @@ use crate::live::{row_to_lease_row, LEASE_COLS};
 use crate::store::Tx;
 use crate::util::{list, RowExt};
 use crate::{attempt, endpoint};
-use control_plane_core::policy::{alerts_for, Transition};
+use control_plane_core::{alerts_for, Transition};
 use control_plane_core::{
     AccountId, Circuit, DeliveryId, DeliveryState, EndpointId, LeaseToken, StoreResult,
 };
@@ -16,7 +16,7 @@ use duckdb::{params, OptionalExt};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-pub(super) use control_plane_core::lease::LeaseRow;
+pub(super) use control_plane_core::LeaseRow;
 
 /// The lowest and highest of `seqs`, when there is one. Batches address
 /// deliveries by `seq`, not by id: it is an integer, unique, and rows are

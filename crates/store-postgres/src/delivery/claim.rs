@@ -8,7 +8,7 @@ use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::store::{Tx, CLAIM_SETTINGS};
 use crate::util::{u32_of, RowExt};
-use control_plane_core::policy::plan_lease_expiry;
+use control_plane_core::plan_lease_expiry;
 use control_plane_core::{
     share_claim, ClaimRequest, ClaimedDelivery, EndpointId, EndpointRetry, FlowCandidate, Lease,
     RateBudget, SigningSecrets, StoreResult, Throttle, TraceParent,

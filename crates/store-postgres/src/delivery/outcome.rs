@@ -1,5 +1,5 @@
 //! After a claim: extending and releasing a lease, recording outcomes (the
-//! lease check, `control_plane_core::lease::fence`), and sending finished
+//! lease check, `control_plane_core::fence`), and sending finished
 //! deliveries again (replay, resend).
 
 use crate::delivery::read::get;
@@ -8,13 +8,13 @@ use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::store::{PipelinedTx, PostgresStore, Tx};
 use crate::util::RowExt;
-use control_plane_core::lease::{FencedWrite, LeaseRow, Refused, Verdict};
-use control_plane_core::policy::plan_outcome;
+use control_plane_core::plan_outcome;
 use control_plane_core::{
     latency_bucket, rollup_minute, storable_body, AccountId, AttemptReport, Delivery, DeliveryId,
     DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded, ReplayFilter, Requeue, StoreResult,
     Timestamp,
 };
+use control_plane_core::{FencedWrite, LeaseRow, Refused, Verdict};
 use std::time::Duration;
 use uuid::Uuid;
 

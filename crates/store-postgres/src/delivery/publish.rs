@@ -237,7 +237,7 @@ pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResul
     // whatever a schema registered since says.
     for (i, (req, created)) in reqs.iter().zip(&created).enumerate() {
         if created.is_some() {
-            control_plane_core::catalogue::check_publish(req, i, reqs.len(), &schemas)?;
+            control_plane_store_kit::schemas::check_publish(req, i, reqs.len(), &schemas)?;
         }
     }
     let mut out = Vec::with_capacity(reqs.len());
@@ -288,7 +288,7 @@ pub(super) async fn publish_keyless(
             futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a))),
             crate::catalogue::schemas(&t, reqs),
         )?;
-        if let Err(refused) = control_plane_core::catalogue::check_publishes(reqs, &schemas) {
+        if let Err(refused) = control_plane_store_kit::schemas::check_publishes(reqs, &schemas) {
             // Nothing was written: the connection goes back to the pool,
             // or is closed (by the guard) when even the rollback fails. The
             // caller hears why the publish was refused either way.

@@ -7,9 +7,9 @@ use crate::error::PgResultExt;
 use crate::store::Tx;
 use crate::util::RowExt;
 use crate::{attempt, endpoint};
-pub(super) use control_plane_core::lease::{FinishedRow, LeaseRow};
-use control_plane_core::policy::{alerts_for, Transition};
+use control_plane_core::{alerts_for, Transition};
 use control_plane_core::{DeliveryId, LeaseToken, StoreResult};
+pub(super) use control_plane_core::{FinishedRow, LeaseRow};
 use tokio_postgres::Row;
 
 pub(super) const LEASE_COLS: &str =

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use control_plane_core::DatabaseUrl;
 use control_plane_core::{Clock, StoreOptions};
+use control_plane_store_kit::DatabaseUrl;
 use control_plane_store_kit::{SecretKey, SecretKeys};
 use store_postgres::{PostgresConfig, PostgresStore};
 

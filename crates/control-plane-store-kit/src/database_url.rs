@@ -47,6 +47,29 @@ impl DatabaseUrl {
         }
         url.to_string()
     }
+
+    /// Whether it names more than one host, in either of libpq's forms
+    /// (`postgres://u@h1:5432,h2:5433/db` or `host=h1,h2 ...`).
+    pub fn several_hosts(&self) -> bool {
+        match libpq_url(&self.0) {
+            Some((_, authority, _)) => {
+                let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                hosts.contains(',')
+            }
+            None => self
+                .0
+                .split_whitespace()
+                .any(|pair| pair.strip_prefix("host=").is_some_and(|h| h.contains(','))),
+        }
+    }
+}
+
+/// A URL of libpq's form split into scheme, authority (user info and
+/// hosts) and the rest (path and query); `None` without `://`.
+fn libpq_url(s: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = s.split_once("://")?;
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    Some((scheme, authority, tail))
 }
 
 /// The password of a multi-host URL or of a key/value string replaced by
@@ -61,11 +84,10 @@ fn redacted_libpq(s: &str) -> String {
             .collect::<Vec<_>>()
             .join(&sep.to_string())
     };
-    if let Some((scheme, rest)) = s.split_once("://") {
+    if let Some((scheme, authority, tail)) = libpq_url(s) {
         if scheme != "postgres" && scheme != "postgresql" {
             return "(not a URL)".to_string();
         }
-        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
         let authority = match authority.rsplit_once('@') {
             Some((user, hosts)) => match user.split_once(':') {
                 Some((name, _)) => format!("{name}:***@{hosts}"),
@@ -122,6 +144,20 @@ mod redaction_tests {
             let r = DatabaseUrl::new(given).redacted();
             assert_eq!(r, shown);
             assert!(!r.contains("secret"));
+        }
+    }
+
+    #[test]
+    fn several_hosts_are_seen_in_both_forms() {
+        for (url, several) in [
+            ("postgres://u:p@h1:5432,h2:5433/db", true),
+            ("postgresql://h1,h2/db?sslmode=require", true),
+            ("host=h1,h2 port=5432,5433 dbname=db", true),
+            ("postgres://u:p,q@h1/db", false),
+            ("postgres://u@h1/db?options=a,b", false),
+            ("host=h1 dbname=db", false),
+        ] {
+            assert_eq!(DatabaseUrl::new(url).several_hosts(), several, "{url}");
         }
     }
 }

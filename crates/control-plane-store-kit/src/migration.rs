@@ -3,21 +3,10 @@
 //! migrated further than this build knows; when the operator owns the
 //! migrations, refuse a store that is behind instead of migrating it.
 
-use crate::StoreError;
+use control_plane_core::{Migrations, StoreError};
 
 /// A numbered migration: its version and its SQL.
 pub type Migration = (i64, &'static str);
-
-/// What opening a store does with migrations it still needs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Migrations {
-    /// Apply them (the default: `CONTROLPLANE_AUTO_MIGRATE=true`).
-    #[default]
-    Apply,
-    /// Refuse to open a store whose schema is behind: the operator runs
-    /// `control-plane migrate` (`CONTROLPLANE_AUTO_MIGRATE=false`).
-    Refuse,
-}
 
 /// The migrations of `all` (sorted by version) that a store at version
 /// `current` still needs.
