@@ -32,6 +32,7 @@ mod history;
 mod limits;
 mod queue;
 mod serve;
+mod shapes;
 
 use crate::delivery::{end_to_end, fairness, wakeup_latency};
 use crate::queue::{burn_down_and_steady, peers, raw_vs_adapter};
@@ -624,6 +625,15 @@ async fn run(a: &Args) -> BenchResult<String> {
             out,
             "## Peers: the same burn-down with the queues users would pick instead\n\n{}",
             peers(a, bin, &dir, pg_burn).await?
+        );
+    }
+    if want("shapes") && a.profiles.contains(&"postgres") {
+        let _ = writeln!(
+            out,
+            "## Drain shapes (postgres): issue 73's figures, each with the database's cost per delivery
+
+{}",
+            shapes::shapes(a, &dir).await?
         );
     }
     if want("e2e") {

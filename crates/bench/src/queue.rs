@@ -169,7 +169,10 @@ pub(crate) async fn burn_down_and_steady(
             let cost = last_cost().map_or("–".into(), |(commits, wal)| {
                 format!("{commits:.3} / {wal:.0}")
             });
-            let m = repeat(a.runs, || minimal_queue(a, prefilled, 16, 100)).await?;
+            let m = repeat(a.runs, || async {
+                Ok(minimal_queue(a, prefilled, 16, 100, false).await?.0)
+            })
+            .await?;
             (format!("{m:.0} ({:.2})", burn / m), cost)
         } else {
             ("–".into(), "–".into())
@@ -213,6 +216,21 @@ pub(crate) async fn peers(
         "| queue | jobs drained | jobs/s (median of the runs) | ours / this | commits per job, last run (ours: the drain; peers: the drain, shutdown and clean-up) | WAL bytes per job, same span |\n\
          | --- | --- | --- | --- | --- | --- |\n\
          | control-plane postgres adapter (attempt log written) | {n} | {ours:.0} | 1.00 | {ours_cost} |\n"
+    );
+    // The anchor issue 73 measures the log shape against: the minimal queue
+    // that also appends an attempt row per job, as ours must.
+    let last = std::cell::Cell::new(None);
+    let rate = repeat(a.runs, || async {
+        let (rate, c) = minimal_queue(a, n, 16, 100, true).await?;
+        last.set(Some(c));
+        Ok(rate)
+    })
+    .await?;
+    let _ = writeln!(
+        out,
+        "| minimal queue + attempt row (anchor: 16 connections, claims of 100, one attempt row per job) | {n} | {rate:.0} | {:.2} | {} |",
+        ours / rate,
+        cost(last.get())
     );
     // apalis drains a backlog of 200,000 at about 1,000/s (its fetch slows
     // with the backlog; crates/peers/README.md): one run, not three.
@@ -289,12 +307,18 @@ async fn peer_run(a: &Args, bin: &str, peer: &str, n: usize) -> BenchResult<(f64
 /// burn-down: a minimal queue (one table; a claim of `batch` rows with
 /// `FOR UPDATE SKIP LOCKED` that sets a lease, then a delete on completion;
 /// no attempt log, no accounts, no endpoints) drained by `conns` connections.
+/// With `attempt_row`, the completion also appends one row per job to an
+/// attempt log in the same statement: the honest limit of a queue that keeps
+/// every attempt, as ours does (issue 73's "minimal + attempt row").
+/// Returns jobs/s and the database's (commits, WAL bytes) per job over the
+/// drain alone ([`DbCost`]).
 pub(crate) async fn minimal_queue(
     a: &Args,
     total: usize,
     conns: usize,
     batch: i64,
-) -> BenchResult<f64> {
+    attempt_row: bool,
+) -> BenchResult<(f64, (f64, f64))> {
     let schema = unique("bench_minimal");
     let setup = raw_client(&a.url, "public").await?;
     setup
@@ -302,10 +326,21 @@ pub(crate) async fn minimal_queue(
             "CREATE SCHEMA {schema}; SET search_path TO {schema}; \
              CREATE TABLE jobs (id bigserial PRIMARY KEY, payload jsonb NOT NULL, \
              locked_until timestamptz NOT NULL DEFAULT '-infinity'); \
+             CREATE TABLE attempts (job_id bigint NOT NULL, result text NOT NULL, status_code int, \
+             latency_ms int NOT NULL, recorded_at timestamptz NOT NULL); \
+             CREATE INDEX attempts_by_job ON attempts (job_id); \
              INSERT INTO jobs (payload) SELECT '{{}}' FROM generate_series(1, {total}); ANALYZE jobs"
         ))
         .await
         .map_err(fail)?;
+    let complete = if attempt_row {
+        "WITH j AS (DELETE FROM jobs WHERE id = ANY($1) RETURNING id) \
+         INSERT INTO attempts (job_id, result, status_code, latency_ms, recorded_at) \
+         SELECT id, 'delivered', 200, 1, now() FROM j"
+    } else {
+        "DELETE FROM jobs WHERE id = ANY($1)"
+    };
+    let before = DbCost::read(&a.url).await?;
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -321,10 +356,7 @@ pub(crate) async fn minimal_queue(
                 )
                 .await
                 .map_err(fail)?;
-            let complete = c
-                .prepare("DELETE FROM jobs WHERE id = ANY($1)")
-                .await
-                .map_err(fail)?;
+            let complete = c.prepare(complete).await.map_err(fail)?;
             loop {
                 let rows = c.query(&claim, &[&batch]).await.map_err(fail)?;
                 if rows.is_empty() {
@@ -340,12 +372,13 @@ pub(crate) async fn minimal_queue(
         r.map_err(fail)??;
     }
     let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    drop_schema(&a.url, &schema).await?;
     let n = done.load(Ordering::Relaxed) as usize;
+    let cost = DbCost::read(&a.url).await?.since(&before, n);
+    drop_schema(&a.url, &schema).await?;
     if n != total {
         return Err(format!("the minimal queue drained {n} of {total}"));
     }
-    Ok(rate)
+    Ok((rate, cost))
 }
 
 pub(crate) async fn open_profile(
