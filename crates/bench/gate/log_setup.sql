@@ -132,4 +132,7 @@ INSERT INTO log (slot, endpoint_id, seq, event_id)
   SELECT 1 + (g - 1) * :slots / :backlog, 1 + (g - 1) % :endpoints, 1 + (g - 1) / :endpoints, g
   FROM generate_series(1, :backlog) g;
 UPDATE flow f SET head = (SELECT max(seq) FROM log l WHERE l.endpoint_id = f.endpoint_id);
+-- The ids of events that publishers append during a drain (publish.pgbench).
+CREATE SEQUENCE event_ids;
+SELECT setval('event_ids', :backlog);
 ANALYZE events, flow, log, attempts, retry, dead, lease;

@@ -12,10 +12,16 @@
 #   crates/bench/gate/run.sh [--rounds N] [--backlog N] [--endpoints N]
 #       [--clients N] [--shapes "full-100 log-100 ..."] [--no-stall]
 #       [--wait-for FILE] [--smoke] [--stall-only] [--slots N]
+#       [--publishers N] [--publish-size K]
 #
-# Shapes are named shape-claimsize[-open]: full, minimal, minatt (minimal +
+# Shapes are named shape-claimsize[-open|-pub]: full, minimal, minatt (minimal +
 # attempt row), log, logwait (the log with claims that wait for a busy flow
-# row: for --endpoints 1), pgq; "-open" holds a transaction open elsewhere.
+# row: for --endpoints 1), pgq; "-open" holds a transaction open elsewhere;
+# "-pub" (log shapes) runs --publishers more pgbench clients (default 4)
+# publishing --publish-size events per transaction (default 10) to random
+# endpoints through their flow rows (publish.pgbench) during the drain, and
+# adds the publishes per second to the line: the cost of ADR 0047's
+# sequence numbers from the flow row, which publishers and claimers share.
 # The single-endpoint case: --endpoints 1 --shapes "full-100 minatt-100
 # logwait-100" --no-stall.
 #
@@ -48,6 +54,9 @@ BACKOFF=1
 # Time partitions the log's backlog was appended over.
 SLOTS=3
 STALL_ONLY=0
+PUBLISHERS=4
+PUBLISH_SIZE=10
+publisher_pid=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -58,6 +67,8 @@ while [ $# -gt 0 ]; do
     --no-stall) STALL=0; shift ;;
     --stall-only) STALL_ONLY=1; shift ;;
     --slots) SLOTS=$2; shift 2 ;;
+    --publishers) PUBLISHERS=$2; shift 2 ;;
+    --publish-size) PUBLISH_SIZE=$2; shift 2 ;;
     --wait-for) WAIT_FOR=$2; shift 2 ;;
     --smoke) ROUNDS=1; BACKLOG=20000; CLIENTS=4; ENDPOINTS=4; BACKOFF=0; shift ;;
     *) echo "unknown argument: $1 (see the head of $0)" >&2; exit 64 ;;
@@ -86,7 +97,23 @@ stop_holder() {
     holder_pid=""
   fi
 }
+# Publishers of the log beside a drain ("-pub" shapes), until stopped.
+start_publishers() {
+  PGOPTIONS="-c search_path=gate_log" pgbench -n -M prepared -c "$PUBLISHERS" -j 1 -T 3600 \
+    -f "$here/publish.pgbench" -D endpoints="$ENDPOINTS" -D k="$PUBLISH_SIZE" -D slot=$((SLOTS + 1)) \
+    "$DB" >"$work/publishers.out" 2>&1 &
+  publisher_pid=$!
+  sleep 0.5
+}
+stop_publishers() {
+  if [ -n "$publisher_pid" ]; then
+    kill "$publisher_pid" 2>/dev/null || true
+    wait "$publisher_pid" 2>/dev/null || true
+    publisher_pid=""
+  fi
+}
 cleanup() {
+  stop_publishers
   stop_holder
   if [ -n "$rotator_pid" ]; then kill "$rotator_pid" 2>/dev/null || true; fi
   rm -rf "$work"
@@ -226,14 +253,21 @@ db_cost() { q -c "SELECT pg_current_wal_lsn() - '0/0', xact_commit FROM pg_stat_
 # to take (every endpoint with work busy) still counts as a transaction, so
 # the drained count comes from the database.
 drain() {
-  local shape=$1 t=$2 secs drained before after
+  local shape=$1 t=$2 secs drained before after heads0=0 heads1=0 published=""
+  case $shape in *-pub) heads0=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT sum(head) FROM flow") ;; esac
   before=$(db_cost)
   secs=$(bench "$shape" "$t")
   after=$(db_cost)
+  case $shape in *-pub)
+    heads1=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT sum(head) FROM flow")
+    published=$(printf ' %.0f' "$(echo "($heads1 - $heads0) / $secs" | bc -l)") ;;
+  esac
   drained=$(check "$shape")
-  printf '%s %.2f %.0f %.0f %.3f\n' "$drained" "$secs" "$(echo "$drained / $secs" | bc -l)" \
+  # WAL and commits per delivery drained; with publishers they include the
+  # publishes' (server-wide counters).
+  printf '%s %.2f %.0f %.0f %.3f%s\n' "$drained" "$secs" "$(echo "$drained / $secs" | bc -l)" \
     "$(echo "(${after%%|*} - ${before%%|*}) / $drained" | bc -l)" \
-    "$(echo "(${after##*|} - ${before##*|}) / $drained" | bc -l)"
+    "$(echo "(${after##*|} - ${before##*|}) / $drained" | bc -l)" "$published"
 }
 
 # Transactions per client: a claim each, 96 % of the backlog in all, so
@@ -245,9 +279,9 @@ run_shape() {
   local shape=$1 n
   n=${shape#*-}; n=${n%%-*}
   setup "$shape" "$n"
-  case $shape in *-open) start_holder ;; esac
+  case $shape in *-open) start_holder ;; *-pub) start_publishers ;; esac
   drain "$shape" "$(per_client "$n")"
-  case $shape in *-open) stop_holder ;; esac
+  case $shape in *-open) stop_holder ;; *-pub) stop_publishers ;; esac
   case $shape in pgq-*) q -c "SELECT pgq.drop_queue(queue_name, true) FROM pgq.queue WHERE queue_name LIKE 'gate_q_%'" >/dev/null ;; esac
 }
 
@@ -261,7 +295,7 @@ fi
 read -r -a shapes <<<"$SHAPES"
 count=${#shapes[@]}
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, backlog $BACKLOG over $ENDPOINTS endpoints, $CLIENTS clients, $ROUNDS round(s)"
-echo "# round | shape | load (1 min) before | deliveries drained | seconds | deliveries/s | WAL bytes per delivery | commits per delivery"
+echo "# round | shape | load (1 min) before | deliveries drained | seconds | deliveries/s | WAL bytes per delivery | commits per delivery | publishes/s (-pub shapes)"
 results="$work/results"
 : >"$results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -298,6 +332,14 @@ ratio med_log_500 med_minatt_500
 ratio med_log_100_open med_log_100
 ratio med_minatt_100_open med_minatt_100
 ratio med_pgq_100 med_log_100
+ratio med_log_100_pub med_log_100
+ratio med_logwait_100_pub med_logwait_100
+ratio med_logwait_500_pub med_logwait_500
+for shape in "${shapes[@]}"; do
+  case $shape in *-pub)
+    echo "$shape: publishes/s, each round: $(awk -v s="$shape" '$2 == s { printf "%s%s", sep, $9; sep = ", " }' "$results")" ;;
+  esac
+done
 fi
 
 drop_schemas() {
