@@ -132,7 +132,12 @@ INSERT INTO log (slot, endpoint_id, seq, event_id)
   SELECT 1 + (g - 1) * :slots / :backlog, 1 + (g - 1) % :endpoints, 1 + (g - 1) / :endpoints, g
   FROM generate_series(1, :backlog) g;
 UPDATE flow f SET head = (SELECT max(seq) FROM log l WHERE l.endpoint_id = f.endpoint_id);
+-- The inbox of the staged log (publish_stage.pgbench, fold.pgbench): what
+-- publishers appended and no claim has folded into the log yet.
+CREATE TABLE inbox (id bigserial PRIMARY KEY, endpoint_id int NOT NULL, event_id bigint NOT NULL);
+CREATE INDEX inbox_by_endpoint ON inbox (endpoint_id, id);
+
 -- The ids of events that publishers append during a drain (publish.pgbench).
 CREATE SEQUENCE event_ids;
 SELECT setval('event_ids', :backlog);
-ANALYZE events, flow, log, attempts, retry, dead, lease;
+ANALYZE events, flow, log, attempts, retry, dead, lease, inbox;

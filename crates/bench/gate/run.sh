@@ -20,8 +20,12 @@
 # "-pub" (log shapes) runs --publishers more pgbench clients (default 4)
 # publishing --publish-size events per transaction (default 10) to random
 # endpoints through their flow rows (publish.pgbench) during the drain, and
-# adds the publishes per second to the line: the cost of ADR 0047's
+# adds the events published per second to the line: the cost of ADR 0047's
 # sequence numbers from the flow row, which publishers and claimers share.
+# logstage: the log whose publishes take no lock a claim holds: they append
+# to an inbox (publish_stage.pgbench), and each claim first folds one
+# endpoint's inbox into its log (fold.pgbench). Suffixes combine:
+# logstage-100-pub-open.
 # The single-endpoint case: --endpoints 1 --shapes "full-100 minatt-100
 # logwait-100" --no-stall.
 #
@@ -84,6 +88,7 @@ work=$(mktemp -d /tmp/gate.XXXXXX)
 # skipping it, for a single endpoint, where skipping would leave most
 # claims empty while another claim or an outcome holds that one row.
 sed 's/FOR UPDATE SKIP LOCKED/FOR UPDATE/' "$here/log.pgbench" >"$work/log_wait.pgbench"
+cat "$here/fold.pgbench" "$here/log.pgbench" >"$work/log_stage.pgbench"
 holder_app="gate_holder_$$"
 holder_pid=""
 rotator_pid=""
@@ -99,8 +104,10 @@ stop_holder() {
 }
 # Publishers of the log beside a drain ("-pub" shapes), until stopped.
 start_publishers() {
+  local script=$here/publish.pgbench
+  case $1 in logstage-*) script=$here/publish_stage.pgbench ;; esac
   PGOPTIONS="-c search_path=gate_log" pgbench -n -M prepared -c "$PUBLISHERS" -j 1 -T 3600 \
-    -f "$here/publish.pgbench" -D endpoints="$ENDPOINTS" -D k="$PUBLISH_SIZE" -D slot=$((SLOTS + 1)) \
+    -f "$script" -D endpoints="$ENDPOINTS" -D k="$PUBLISH_SIZE" -D slot=$((SLOTS + 1)) \
     "$DB" >"$work/publishers.out" 2>&1 &
   publisher_pid=$!
   sleep 0.5
@@ -146,7 +153,7 @@ array_of() { local out="" i; for ((i = 0; i < $1; i++)); do out+="${out:+,}$2"; 
 # raw-SQL rounds (forced generic plans made the minimal queue 3 x slower).
 schema_of() {
   case $1 in
-    full-*) echo gate_full ;; minimal-*|minatt-*) echo gate_minimal ;; log-*|logwait-*) echo gate_log ;; pgq-*) echo public ;;
+    full-*) echo gate_full ;; minimal-*|minatt-*) echo gate_minimal ;; log-*|logwait-*|logstage-*) echo gate_log ;; pgq-*) echo public ;;
   esac
 }
 options_of() {
@@ -172,7 +179,7 @@ setup() {
     minimal-*|minatt-*)
       fresh_schema "$s"
       PGOPTIONS="-c search_path=$s" q -v backlog="$BACKLOG" -f "$here/minimal_setup.sql" >/dev/null ;;
-    log-*|logwait-*)
+    log-*|logwait-*|logstage-*)
       fresh_schema "$s"
       PGOPTIONS="-c search_path=$s" q -v endpoints="$ENDPOINTS" -v backlog="$BACKLOG" -v slots="$SLOTS" -v cap=10000 \
         -f "$here/log_setup.sql" >/dev/null ;;
@@ -189,7 +196,7 @@ script_of() {
   case $1 in
     full-*) echo "$here/full.pgbench" ;; minimal-*) echo "$here/minimal.pgbench" ;;
     minatt-*) echo "$here/minimal_attempt.pgbench" ;; log-*) echo "$here/log.pgbench" ;; pgq-*) echo "$here/pgq.pgbench" ;;
-    logwait-*) echo "$work/log_wait.pgbench" ;;
+    logwait-*) echo "$work/log_wait.pgbench" ;; logstage-*) echo "$work/log_stage.pgbench" ;;
   esac
 }
 vars_of() {
@@ -208,7 +215,7 @@ vars_of() {
       echo "-D now=$now -D expires=$((now + 60000)) -D minute=$((now - now % 60000)) -D leased=leased"
       echo "-D eps={$eps} -D counts={$counts} -D heads=$(array_of "$ENDPOINTS" NULL) -D caps=$(array_of "$ENDPOINTS" 10000)"
       echo "-D codes=$(array_of "$n" 200) -D latencies=$(array_of "$n" 1) -D buckets=$(array_of "$n" 0)" ;;
-    log-*|logwait-*) echo "-D backoff=$BACKOFF -D stalled=$stalled" ;;
+    log-*|logwait-*|logstage-*) echo "-D backoff=$BACKOFF -D stalled=$stalled -D slot=$((SLOTS + 1))" ;;
     pgq-*) echo "-D endpoints=$ENDPOINTS" ;;
   esac
 }
@@ -220,7 +227,7 @@ check() {
     full-*) out=$(PGOPTIONS="$(options_of "$shape")" q -f "$here/full_check.sql") ;;
     minimal-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v backlog="$BACKLOG" -v attempts=0 -f "$here/minimal_check.sql") ;;
     minatt-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v backlog="$BACKLOG" -v attempts=1 -f "$here/minimal_check.sql") ;;
-    log-*|logwait-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v stalled="$stalled" -f "$here/log_check.sql") ;;
+    log-*|logwait-*|logstage-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v stalled="$stalled" -f "$here/log_check.sql") ;;
     pgq-*) out=$(q -v backlog="$BACKLOG" -f "$here/pgq_check.sql") ;;
   esac
   echo "$out" | awk -F'|' '$1 == "drained" { print $2 }'
@@ -254,12 +261,12 @@ db_cost() { q -c "SELECT pg_current_wal_lsn() - '0/0', xact_commit FROM pg_stat_
 # the drained count comes from the database.
 drain() {
   local shape=$1 t=$2 secs drained before after heads0=0 heads1=0 published=""
-  case $shape in *-pub) heads0=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT sum(head) FROM flow") ;; esac
+  case $shape in *-pub*) heads0=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT last_value FROM event_ids") ;; esac
   before=$(db_cost)
   secs=$(bench "$shape" "$t")
   after=$(db_cost)
-  case $shape in *-pub)
-    heads1=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT sum(head) FROM flow")
+  case $shape in *-pub*)
+    heads1=$(PGOPTIONS="$(options_of "$shape")" q -c "SELECT last_value FROM event_ids")
     published=$(printf ' %.0f' "$(echo "($heads1 - $heads0) / $secs" | bc -l)") ;;
   esac
   drained=$(check "$shape")
@@ -279,9 +286,11 @@ run_shape() {
   local shape=$1 n
   n=${shape#*-}; n=${n%%-*}
   setup "$shape" "$n"
-  case $shape in *-open) start_holder ;; *-pub) start_publishers ;; esac
+  case $shape in *-open) start_holder ;; esac
+  case $shape in *-pub*) start_publishers "$shape" ;; esac
   drain "$shape" "$(per_client "$n")"
-  case $shape in *-open) stop_holder ;; *-pub) stop_publishers ;; esac
+  case $shape in *-pub*) stop_publishers ;; esac
+  case $shape in *-open) stop_holder ;; esac
   case $shape in pgq-*) q -c "SELECT pgq.drop_queue(queue_name, true) FROM pgq.queue WHERE queue_name LIKE 'gate_q_%'" >/dev/null ;; esac
 }
 
@@ -335,8 +344,10 @@ ratio med_pgq_100 med_log_100
 ratio med_log_100_pub med_log_100
 ratio med_logwait_100_pub med_logwait_100
 ratio med_logwait_500_pub med_logwait_500
+ratio med_logstage_100_pub med_log_100_pub
+ratio med_logstage_100_pub_open med_logstage_100_pub
 for shape in "${shapes[@]}"; do
-  case $shape in *-pub)
+  case $shape in *-pub*)
     echo "$shape: publishes/s, each round: $(awk -v s="$shape" '$2 == s { printf "%s%s", sep, $9; sep = ", " }' "$results")" ;;
   esac
 done
