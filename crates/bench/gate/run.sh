@@ -12,7 +12,7 @@
 #   crates/bench/gate/run.sh [--rounds N] [--backlog N] [--endpoints N]
 #       [--clients N] [--shapes "full-100 log-100 ..."] [--no-stall]
 #       [--wait-for FILE] [--smoke] [--stall-only] [--slots N]
-#       [--publishers N] [--publish-size K]
+#       [--publishers N] [--publish-size K] [--publish-rate R]
 #
 # Shapes are named shape-claimsize[-open|-pub]: full, minimal, minatt (minimal +
 # attempt row), log, logwait (the log with claims that wait for a busy flow
@@ -25,7 +25,8 @@
 # logstage: the log whose publishes take no lock a claim holds: they append
 # to an inbox (publish_stage.pgbench), and each claim first folds one
 # endpoint's inbox into its log (fold.pgbench). Suffixes combine:
-# logstage-100-pub-open.
+# logstage-100-pub-open. logstagewait: the same with claims that wait for a
+# busy flow row (for --endpoints 1).
 # The single-endpoint case: --endpoints 1 --shapes "full-100 minatt-100
 # logwait-100" --no-stall.
 #
@@ -60,6 +61,8 @@ SLOTS=3
 STALL_ONLY=0
 PUBLISHERS=4
 PUBLISH_SIZE=10
+# Publish transactions per second over all publishers (pgbench -R); 0: as fast as they go.
+PUBLISH_RATE=0
 publisher_pid=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --slots) SLOTS=$2; shift 2 ;;
     --publishers) PUBLISHERS=$2; shift 2 ;;
     --publish-size) PUBLISH_SIZE=$2; shift 2 ;;
+    --publish-rate) PUBLISH_RATE=$2; shift 2 ;;
     --wait-for) WAIT_FOR=$2; shift 2 ;;
     --smoke) ROUNDS=1; BACKLOG=20000; CLIENTS=4; ENDPOINTS=4; BACKOFF=0; shift ;;
     *) echo "unknown argument: $1 (see the head of $0)" >&2; exit 64 ;;
@@ -89,6 +93,7 @@ work=$(mktemp -d /tmp/gate.XXXXXX)
 # claims empty while another claim or an outcome holds that one row.
 sed 's/FOR UPDATE SKIP LOCKED/FOR UPDATE/' "$here/log.pgbench" >"$work/log_wait.pgbench"
 cat "$here/fold.pgbench" "$here/log.pgbench" >"$work/log_stage.pgbench"
+cat "$here/fold.pgbench" "$work/log_wait.pgbench" >"$work/log_stage_wait.pgbench"
 holder_app="gate_holder_$$"
 holder_pid=""
 rotator_pid=""
@@ -104,9 +109,11 @@ stop_holder() {
 }
 # Publishers of the log beside a drain ("-pub" shapes), until stopped.
 start_publishers() {
-  local script=$here/publish.pgbench
-  case $1 in logstage-*) script=$here/publish_stage.pgbench ;; esac
-  PGOPTIONS="-c search_path=gate_log" pgbench -n -M prepared -c "$PUBLISHERS" -j 1 -T 3600 \
+  local script=$here/publish.pgbench rate=""
+  [ "$PUBLISH_RATE" = 0 ] || rate="-R $PUBLISH_RATE"
+  case $1 in logstage-*|logstagewait-*) script=$here/publish_stage.pgbench ;; esac
+  # shellcheck disable=SC2086
+  PGOPTIONS="-c search_path=gate_log" pgbench -n -M prepared -c "$PUBLISHERS" -j 1 -T 3600 $rate \
     -f "$script" -D endpoints="$ENDPOINTS" -D k="$PUBLISH_SIZE" -D slot=$((SLOTS + 1)) \
     "$DB" >"$work/publishers.out" 2>&1 &
   publisher_pid=$!
@@ -153,7 +160,7 @@ array_of() { local out="" i; for ((i = 0; i < $1; i++)); do out+="${out:+,}$2"; 
 # raw-SQL rounds (forced generic plans made the minimal queue 3 x slower).
 schema_of() {
   case $1 in
-    full-*) echo gate_full ;; minimal-*|minatt-*) echo gate_minimal ;; log-*|logwait-*|logstage-*) echo gate_log ;; pgq-*) echo public ;;
+    full-*) echo gate_full ;; minimal-*|minatt-*) echo gate_minimal ;; log-*|logwait-*|logstage-*|logstagewait-*) echo gate_log ;; pgq-*) echo public ;;
   esac
 }
 options_of() {
@@ -179,7 +186,7 @@ setup() {
     minimal-*|minatt-*)
       fresh_schema "$s"
       PGOPTIONS="-c search_path=$s" q -v backlog="$BACKLOG" -f "$here/minimal_setup.sql" >/dev/null ;;
-    log-*|logwait-*|logstage-*)
+    log-*|logwait-*|logstage-*|logstagewait-*)
       fresh_schema "$s"
       PGOPTIONS="-c search_path=$s" q -v endpoints="$ENDPOINTS" -v backlog="$BACKLOG" -v slots="$SLOTS" -v cap=10000 \
         -f "$here/log_setup.sql" >/dev/null ;;
@@ -197,6 +204,7 @@ script_of() {
     full-*) echo "$here/full.pgbench" ;; minimal-*) echo "$here/minimal.pgbench" ;;
     minatt-*) echo "$here/minimal_attempt.pgbench" ;; log-*) echo "$here/log.pgbench" ;; pgq-*) echo "$here/pgq.pgbench" ;;
     logwait-*) echo "$work/log_wait.pgbench" ;; logstage-*) echo "$work/log_stage.pgbench" ;;
+    logstagewait-*) echo "$work/log_stage_wait.pgbench" ;;
   esac
 }
 vars_of() {
@@ -215,7 +223,7 @@ vars_of() {
       echo "-D now=$now -D expires=$((now + 60000)) -D minute=$((now - now % 60000)) -D leased=leased"
       echo "-D eps={$eps} -D counts={$counts} -D heads=$(array_of "$ENDPOINTS" NULL) -D caps=$(array_of "$ENDPOINTS" 10000)"
       echo "-D codes=$(array_of "$n" 200) -D latencies=$(array_of "$n" 1) -D buckets=$(array_of "$n" 0)" ;;
-    log-*|logwait-*|logstage-*) echo "-D backoff=$BACKOFF -D stalled=$stalled -D slot=$((SLOTS + 1))" ;;
+    log-*|logwait-*|logstage-*|logstagewait-*) echo "-D backoff=$BACKOFF -D stalled=$stalled -D slot=$((SLOTS + 1))" ;;
     pgq-*) echo "-D endpoints=$ENDPOINTS" ;;
   esac
 }
@@ -227,7 +235,7 @@ check() {
     full-*) out=$(PGOPTIONS="$(options_of "$shape")" q -f "$here/full_check.sql") ;;
     minimal-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v backlog="$BACKLOG" -v attempts=0 -f "$here/minimal_check.sql") ;;
     minatt-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v backlog="$BACKLOG" -v attempts=1 -f "$here/minimal_check.sql") ;;
-    log-*|logwait-*|logstage-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v stalled="$stalled" -f "$here/log_check.sql") ;;
+    log-*|logwait-*|logstage-*|logstagewait-*) out=$(PGOPTIONS="$(options_of "$shape")" q -v stalled="$stalled" -f "$here/log_check.sql") ;;
     pgq-*) out=$(q -v backlog="$BACKLOG" -f "$here/pgq_check.sql") ;;
   esac
   echo "$out" | awk -F'|' '$1 == "drained" { print $2 }'
@@ -346,6 +354,7 @@ ratio med_logwait_100_pub med_logwait_100
 ratio med_logwait_500_pub med_logwait_500
 ratio med_logstage_100_pub med_log_100_pub
 ratio med_logstage_100_pub_open med_logstage_100_pub
+ratio med_logstagewait_100_pub med_logwait_100_pub
 for shape in "${shapes[@]}"; do
   case $shape in *-pub*)
     echo "$shape: publishes/s, each round: $(awk -v s="$shape" '$2 == s { printf "%s%s", sep, $9; sep = ", " }' "$results")" ;;
