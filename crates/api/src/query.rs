@@ -13,7 +13,7 @@ use control_plane_core::rollup_minute;
 use control_plane_core::{
     AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
     Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,
-    EndpointId, EventType, PageRequest, Published, Recovery, RollupRow, Secret, SecretRotation,
+    EndpointCreateRequest, EndpointId, EventType, PageRequest, Published, Recovery, RollupRow, Secret, SecretRotation,
     SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
     RECOVER_TASK, ROLLUP_MINUTE_MS,
 };
@@ -98,6 +98,34 @@ pub async fn queue_task(
         )
         .await?;
     Ok(enqueued.task)
+}
+
+/// Creates an endpoint within its account's quota of endpoints
+/// (`CONTROLPLANE_QUOTA_ENDPOINTS`): what the API's create and the portal's
+/// share.
+///
+/// # Errors
+/// `403` past the quota; `422` for a request the store refuses.
+pub async fn create_endpoint(
+    state: &ApiState,
+    req: EndpointCreateRequest,
+) -> Result<Endpoint, ApiError> {
+    // Checked and written under the account's quota lock, so that
+    // creates that race cannot pass the quota together.
+    let _quota = state.quota_lock(&req.account).await;
+    let quota = state.quotas.endpoints;
+    let holds = state.store.endpoint_list(&req.account).await?.len() as u64;
+    if holds >= u64::from(quota) {
+        let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
+        return Err(crate::routes::over_quota(
+            &req.account,
+            "endpoints",
+            holds + 1,
+            quota.into(),
+            setting,
+        ));
+    }
+    Ok(state.store.endpoint_create(req.checked()?).await?)
 }
 
 /// A caller's signing secret of `scheme` after checking it, or a fresh one.

@@ -1561,6 +1561,7 @@ async fn everything_of(api: &Api, account: &str) -> Vec<Value> {
         "tasks?state=pending",
         "tasks?state=dead",
         "alerts",
+        "portal-links",
     ] {
         let (s, v) = call("GET", format!("/v1/accounts/{account}/{what}"))
             .send(api)

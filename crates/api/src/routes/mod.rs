@@ -38,6 +38,7 @@ pub(crate) mod endpoints;
 pub(crate) mod event_types;
 pub(crate) mod events;
 pub(crate) mod operations;
+pub(crate) mod portal;
 pub(crate) mod tasks;
 
 type Shared = State<Arc<ApiState>>;
@@ -119,7 +120,13 @@ impl ListQuery {
 
 /// Refuses what would take `account` past one of its quotas: `403`
 /// naming the setting, what the account holds and what it may hold.
-fn over_quota(account: &AccountId, what: &str, holds: u64, quota: u64, setting: &str) -> ApiError {
+pub(crate) fn over_quota(
+    account: &AccountId,
+    what: &str,
+    holds: u64,
+    quota: u64,
+    setting: &str,
+) -> ApiError {
     ApiError::forbidden(format!(
         "account {account} would hold {holds} {what}, over its quota of {quota} \
          ({setting}); remove some, or ask the operator to raise it"
