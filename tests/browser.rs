@@ -896,7 +896,14 @@ async fn the_api_reference_renders_in_a_real_browser() {
 
 /// Creates a portal link of acme; (its id, its `/portal/{token}` URL).
 async fn portal_link(http: &reqwest::Client, base: &str, body: Value) -> (String, String) {
-    let (s, v) = api(http, base, "POST", "/v1/accounts/acme/portal-links", Some(body)).await;
+    let (s, v) = api(
+        http,
+        base,
+        "POST",
+        "/v1/accounts/acme/portal-links",
+        Some(body),
+    )
+    .await;
     assert_eq!(s, 201, "{v}");
     let token = v["token"].as_str().unwrap();
     (

@@ -13,9 +13,9 @@ use control_plane_core::rollup_minute;
 use control_plane_core::{
     AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
     Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,
-    EndpointCreateRequest, EndpointId, EventType, PageRequest, Published, Recovery, RollupRow, Secret, SecretRotation,
-    SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
-    RECOVER_TASK, ROLLUP_MINUTE_MS,
+    EndpointCreateRequest, EndpointId, EventType, PageRequest, Published, Recovery, RollupRow,
+    Secret, SecretRotation, SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId,
+    Timestamp, UsageMetric, RECOVER_TASK, ROLLUP_MINUTE_MS,
 };
 
 use crate::error::ApiError;

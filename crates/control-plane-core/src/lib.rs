@@ -205,8 +205,8 @@ pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;
 pub use types::{
     fenced, validate_free_text, validate_json_text, validate_limit, validate_short_text, AccountId,
-    DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest, PortalLinkId, TimeRange,
-    OTHER_ACCOUNTS,
+    DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest,
+    PortalLinkId, TimeRange, OTHER_ACCOUNTS,
 };
 pub use usage::{usage_window, UsageBatch, UsageEntry, UsageMetric, UsageRow, USAGE_WINDOW};
 pub use workflow::{

@@ -88,9 +88,7 @@ impl Purged {
             Purged::IdempotencyRecords
             | Purged::PreviousSecrets
             | Purged::Sessions
-            | Purged::PortalLinks => {
-                now.as_millis()
-            }
+            | Purged::PortalLinks => now.as_millis(),
             Purged::UsageWindows => age.saturating_sub(3_600_000),
             Purged::AttemptRollups => now
                 .minus(retention.min(crate::ROLLUP_HORIZON))

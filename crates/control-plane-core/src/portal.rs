@@ -195,9 +195,8 @@ mod tests {
         let a = AccountId::new("acme").unwrap();
         let day = Duration::from_secs(86_400);
         let e = EndpointId::new();
-        let ok =
-            PortalLinkCreateRequest::new(a.clone(), HEX, PortalRole::Viewer, vec![e, e], day)
-                .unwrap();
+        let ok = PortalLinkCreateRequest::new(a.clone(), HEX, PortalRole::Viewer, vec![e, e], day)
+            .unwrap();
         let link = ok.link_at(Timestamp::from_millis(1_000));
         assert_eq!(link.endpoints, vec![e], "named once");
         assert_eq!(link.expires_at, Timestamp::from_millis(1_000 + 86_400_000));
@@ -213,7 +212,10 @@ mod tests {
         assert!(new(HEX, MAX_PORTAL_LINK_ENDPOINTS + 1, day).is_err());
         assert!(new(HEX, 0, Duration::ZERO).is_err());
         assert!(new(HEX, 0, MAX_PORTAL_LINK_LIFETIME + Duration::from_secs(1)).is_err());
-        assert_eq!("manager".parse::<PortalRole>().unwrap(), PortalRole::Manager);
+        assert_eq!(
+            "manager".parse::<PortalRole>().unwrap(),
+            PortalRole::Manager
+        );
         assert!("admin".parse::<PortalRole>().is_err());
         let ids = vec![EndpointId::new(), EndpointId::new()];
         assert_eq!(

@@ -133,8 +133,8 @@ async fn secure_headers(
     req: Request<Body>,
     next: Next,
 ) -> Response {
-    let framed = req.uri().path().starts_with("/portal")
-        && !config.portal_frame_ancestors.is_none();
+    let framed =
+        req.uri().path().starts_with("/portal") && !config.portal_frame_ancestors.is_none();
     let mut r = next.run(req).await;
     let ancestors = if framed {
         config.portal_frame_ancestors.as_str()
@@ -192,7 +192,12 @@ async fn error_nav(req: Request<Body>, next: Next) -> Response {
     if path.starts_with("/portal") {
         // The portal's errors lead back to the portal, never to /ui.
         let (mut parts, _) = r.into_parts();
-        let body = layout::portal_page(&note.title, None, None, &error_body(&note.message, "/portal"));
+        let body = layout::portal_page(
+            &note.title,
+            None,
+            None,
+            &error_body(&note.message, "/portal"),
+        );
         parts.headers.remove(header::CONTENT_LENGTH);
         return Response::from_parts(parts, Body::from(body.into_string()));
     }

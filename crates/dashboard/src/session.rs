@@ -421,7 +421,11 @@ mod tests {
         let v = format!("other=1; cp_session={ID}; x=y");
         h.insert(header::COOKIE, HeaderValue::from_str(&v).unwrap());
         assert_eq!(session_id(&h, OPERATOR).as_deref(), Some(ID));
-        assert_eq!(session_id(&h, PORTAL), None, "each door reads its own cookie");
+        assert_eq!(
+            session_id(&h, PORTAL),
+            None,
+            "each door reads its own cookie"
+        );
         // What the old cookie held (the hex of a token) and junk are refused.
         for bad in ["cp_session=zz", "cp_session=6370615f61", "cp_session="] {
             h.insert(header::COOKIE, HeaderValue::from_static(bad));

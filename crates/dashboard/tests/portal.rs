@@ -98,25 +98,54 @@ async fn publish(api: &Api, account: &str) -> Vec<String> {
 #[tokio::test]
 async fn portal_links_are_created_listed_and_revoked_through_the_api() {
     let api = api().await;
-    let e = create_endpoint(&api, "acme").await["id"].as_str().unwrap().to_string();
-    let other = create_endpoint(&api, "other").await["id"].as_str().unwrap().to_string();
+    let e = create_endpoint(&api, "acme").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = create_endpoint(&api, "other").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let acme_key = key(&api, "acme").await;
-    let v = link(&api, &acme_key, json!({"role": "viewer", "endpoints": [e], "expires_in_s": 3600})).await;
+    let v = link(
+        &api,
+        &acme_key,
+        json!({"role": "viewer", "endpoints": [e], "expires_in_s": 3600}),
+    )
+    .await;
     let token = v["token"].as_str().unwrap();
     assert!(token.starts_with("cpp_") && token.len() == 68, "{v}");
-    assert_eq!((v["role"].as_str(), v["account"].as_str()), (Some("viewer"), Some("acme")));
+    assert_eq!(
+        (v["role"].as_str(), v["account"].as_str()),
+        (Some("viewer"), Some("acme"))
+    );
     assert_eq!(v["endpoints"], json!([e]));
     let id = v["id"].as_str().unwrap().to_string();
     let admin = link(&api, ADMIN, json!({"role": "manager"})).await;
     assert_eq!(admin["endpoints"], json!([]), "every endpoint");
     for (body, code) in [
         (json!({"role": "owner"}), "invalid_input"),
-        (json!({"role": "viewer", "expires_in_s": 0}), "invalid_input"),
-        (json!({"role": "viewer", "expires_in_s": 7 * 86_400 + 1}), "invalid_input"),
-        (json!({"role": "viewer", "endpoints": [other]}), "invalid_input"),
-        (json!({"role": "viewer", "endpoints": ["nope"]}), "invalid_input"),
+        (
+            json!({"role": "viewer", "expires_in_s": 0}),
+            "invalid_input",
+        ),
+        (
+            json!({"role": "viewer", "expires_in_s": 7 * 86_400 + 1}),
+            "invalid_input",
+        ),
+        (
+            json!({"role": "viewer", "endpoints": [other]}),
+            "invalid_input",
+        ),
+        (
+            json!({"role": "viewer", "endpoints": ["nope"]}),
+            "invalid_input",
+        ),
     ] {
-        let (s, v) = call("POST", "/v1/accounts/acme/portal-links").json(body.clone()).send(&api).await;
+        let (s, v) = call("POST", "/v1/accounts/acme/portal-links")
+            .json(body.clone())
+            .send(&api)
+            .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
         assert_error(&v, code);
     }
@@ -134,19 +163,34 @@ async fn portal_links_are_created_listed_and_revoked_through_the_api() {
             .await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{method} {path}: {v}");
     }
-    let (s, v) = call("DELETE", format!("/v1/accounts/other/portal-links/{id}")).send(&api).await;
+    let (s, v) = call("DELETE", format!("/v1/accounts/other/portal-links/{id}"))
+        .send(&api)
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
-    let (s, v) = call("GET", "/v1/accounts/acme/portal-links").token(Some(&acme_key)).send(&api).await;
+    let (s, v) = call("GET", "/v1/accounts/acme/portal-links")
+        .token(Some(&acme_key))
+        .send(&api)
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["items"].as_array().unwrap().len(), 2, "{v}");
-    assert!(!v.to_string().contains("cpp_"), "a listing never shows a token: {v}");
+    assert!(
+        !v.to_string().contains("cpp_"),
+        "a listing never shows a token: {v}"
+    );
     let (s, _) = call("DELETE", format!("/v1/accounts/acme/portal-links/{id}"))
         .token(Some(&acme_key))
         .send(&api)
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    let (_, v) = call("GET", "/v1/accounts/acme/portal-links").send(&api).await;
-    let revoked = v["items"].as_array().unwrap().iter().find(|l| l["id"] == id.as_str()).unwrap();
+    let (_, v) = call("GET", "/v1/accounts/acme/portal-links")
+        .send(&api)
+        .await;
+    let revoked = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == id.as_str())
+        .unwrap();
     assert!(revoked["revoked_at"].is_string(), "{v}");
     let (s, _, page) = ui(&api, "GET", &format!("/portal/{token}"), None, None).await;
     assert_eq!(s, StatusCode::GONE, "a revoked link opens nothing: {page}");
@@ -165,20 +209,35 @@ async fn a_link_opens_once_and_only_from_its_confirmation_page() {
     let (s, page) = get(&api, &cookie, "/portal/endpoints").await;
     assert_eq!(s, StatusCode::OK, "{page}");
     for m in ["GET", "POST"] {
-        let (s, _, page) = ui(&api, m, &format!("/portal/{token}"), None, Some(String::new())).await;
+        let (s, _, page) = ui(
+            &api,
+            m,
+            &format!("/portal/{token}"),
+            None,
+            Some(String::new()),
+        )
+        .await;
         assert_eq!(s, StatusCode::GONE, "{m} of a used link: {page}");
-        assert!(page.contains("already used") && page.contains("href=\"/portal\""), "{page}");
+        assert!(
+            page.contains("already used") && page.contains("href=\"/portal\""),
+            "{page}"
+        );
         assert!(!page.contains("/ui/logout"), "{page}");
     }
     // A redemption from another site is refused and burns nothing.
     let fresh = link(&api, ADMIN, json!({"role": "viewer"})).await;
     let fresh = fresh["token"].as_str().unwrap();
-    let ((s, _), _) = call("POST", format!("/portal/{fresh}"))
-        .token(None)
-        .raw("", "application/x-www-form-urlencoded")
+    let req = axum::http::Request::builder()
+        .method("POST")
+        .uri(format!("/portal/{fresh}"))
+        .header("content-type", "application/x-www-form-urlencoded")
         .header("sec-fetch-site", "cross-site")
-        .send_full(&api)
-        .await;
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let s = tower::ServiceExt::oneshot(api.app.clone(), req)
+        .await
+        .unwrap()
+        .status();
     assert_eq!(s, StatusCode::FORBIDDEN);
     open(&api, fresh).await;
     // Junk tokens open nothing.
@@ -189,9 +248,18 @@ async fn a_link_opens_once_and_only_from_its_confirmation_page() {
 #[tokio::test]
 async fn a_portal_session_reaches_only_its_links_endpoints_and_no_operator_page() {
     let api = api().await;
-    let shown = create_endpoint(&api, "acme").await["id"].as_str().unwrap().to_string();
-    let hidden = create_endpoint(&api, "acme").await["id"].as_str().unwrap().to_string();
-    let theirs = create_endpoint(&api, "other").await["id"].as_str().unwrap().to_string();
+    let shown = create_endpoint(&api, "acme").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hidden = create_endpoint(&api, "acme").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let theirs = create_endpoint(&api, "other").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let acme = publish(&api, "acme").await;
     let others = publish(&api, "other").await;
     let (mut shown_d, mut hidden_d) = (None, None);
@@ -203,18 +271,29 @@ async fn a_portal_session_reaches_only_its_links_endpoints_and_no_operator_page(
         }
     }
     let (shown_d, hidden_d) = (shown_d.unwrap(), hidden_d.unwrap());
-    let v = link(&api, ADMIN, json!({"role": "manager", "endpoints": [shown]})).await;
+    let v = link(
+        &api,
+        ADMIN,
+        json!({"role": "manager", "endpoints": [shown]}),
+    )
+    .await;
     let cookie = open(&api, v["token"].as_str().unwrap()).await;
     let (s, page) = get(&api, &cookie, "/portal/endpoints").await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains(&shown) && !page.contains(&hidden), "{page}");
-    assert!(!page.contains("add-endpoint"), "a link of some endpoints adds none: {page}");
+    assert!(
+        !page.contains("add-endpoint"),
+        "a link of some endpoints adds none: {page}"
+    );
     let (s, page) = get(&api, &cookie, &format!("/portal/endpoints/{shown}")).await;
     assert_eq!(s, StatusCode::OK, "{page}");
     let (s, page) = get(&api, &cookie, &format!("/portal/deliveries/{shown_d}")).await;
     assert_eq!(s, StatusCode::OK, "{page}");
     let (s, page) = get(&api, &cookie, "/portal/deliveries").await;
-    assert!(s == StatusCode::OK && page.contains(&shown_d) && !page.contains(&hidden_d), "{page}");
+    assert!(
+        s == StatusCode::OK && page.contains(&shown_d) && !page.contains(&hidden_d),
+        "{page}"
+    );
     let csrf = csrf_of(&page);
     // Outside the link: the account's other endpoint, another account's
     // endpoint and delivery, all as if they did not exist.
@@ -234,19 +313,34 @@ async fn a_portal_session_reaches_only_its_links_endpoints_and_no_operator_page(
         (format!("/portal/endpoints/{hidden}/disable"), ""),
         (format!("/portal/endpoints/{theirs}/delete"), ""),
         (format!("/portal/deliveries/{hidden_d}/replay"), ""),
-        ("/portal/endpoints".to_string(), "&url=https%3A%2F%2Fexample.com%2Fx"),
+        (
+            "/portal/endpoints".to_string(),
+            "&url=https%3A%2F%2Fexample.com%2Fx",
+        ),
     ] {
         let (s, page) = post(&api, &cookie, &csrf, &path, form).await;
-        assert!(s == StatusCode::NOT_FOUND || s == StatusCode::FORBIDDEN, "{path}: {s} {page}");
+        assert!(
+            s == StatusCode::NOT_FOUND || s == StatusCode::FORBIDDEN,
+            "{path}: {s} {page}"
+        );
     }
     let hidden_id: EndpointId = hidden.parse().unwrap();
-    let e = api.store.endpoint_get(&AccountId::new("acme").unwrap(), hidden_id).await.unwrap();
+    let e = api
+        .store
+        .endpoint_get(&AccountId::new("acme").unwrap(), hidden_id)
+        .await
+        .unwrap();
     assert!(e.enabled, "nothing outside the link changed");
     // The operator's pages and the API: the portal's cookie opens none,
     // nor does its session id put in the operator's cookie.
     let id = cookie.strip_prefix("cp_portal=").unwrap();
     for c in [cookie.clone(), format!("cp_session={id}")] {
-        for path in ["/ui", "/ui/a/acme", "/ui/a/acme/endpoints", "/ui/a/other/deliveries"] {
+        for path in [
+            "/ui",
+            "/ui/a/acme",
+            "/ui/a/acme/endpoints",
+            "/ui/a/other/deliveries",
+        ] {
             let (s, h, page) = ui(&api, "GET", path, Some(&c), None).await;
             assert_eq!(s, StatusCode::SEE_OTHER, "{c} {path}: {page}");
             assert_eq!(h["location"], "/ui/login");
@@ -254,7 +348,11 @@ async fn a_portal_session_reaches_only_its_links_endpoints_and_no_operator_page(
         let (s, page) = post(&api, &c, &csrf, "/ui/a/acme/dead/replay", "").await;
         assert_eq!(s, StatusCode::SEE_OTHER, "{page}");
     }
-    let (s, _) = call("GET", "/v1/accounts/acme/endpoints").token(None).header("cookie", &cookie).send(&api).await;
+    let (s, _) = call("GET", "/v1/accounts/acme/endpoints")
+        .token(None)
+        .header("cookie", &cookie)
+        .send(&api)
+        .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
 
@@ -276,13 +374,25 @@ async fn revoking_or_expiring_a_link_ends_its_sessions() {
     let (s, _, page) = ui(&api, "GET", "/portal/endpoints", None, None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{page}");
     let junk = format!("cp_portal={}", "ab".repeat(32));
-    assert_eq!(get(&api, &junk, "/portal/deliveries").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&api, &junk, "/portal/deliveries").await.0,
+        StatusCode::UNAUTHORIZED
+    );
     let v = link(&api, ADMIN, json!({"role": "viewer"})).await;
     let cookie = open(&api, v["token"].as_str().unwrap()).await;
-    assert_eq!(get(&api, &cookie, "/portal/endpoints").await.0, StatusCode::OK);
-    let (s, _) = call("DELETE", format!("/v1/accounts/acme/portal-links/{}", v["id"].as_str().unwrap()))
-        .send(&api)
-        .await;
+    assert_eq!(
+        get(&api, &cookie, "/portal/endpoints").await.0,
+        StatusCode::OK
+    );
+    let (s, _) = call(
+        "DELETE",
+        format!(
+            "/v1/accounts/acme/portal-links/{}",
+            v["id"].as_str().unwrap()
+        ),
+    )
+    .send(&api)
+    .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (s, h, page) = ui(&api, "GET", "/portal/endpoints", Some(&cookie), None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{page}");
@@ -292,9 +402,15 @@ async fn revoking_or_expiring_a_link_ends_its_sessions() {
     let used = link(&api, ADMIN, json!({"role": "viewer", "expires_in_s": 1})).await;
     let unused = link(&api, ADMIN, json!({"role": "viewer", "expires_in_s": 1})).await;
     let cookie = open(&api, used["token"].as_str().unwrap()).await;
-    assert_eq!(get(&api, &cookie, "/portal/endpoints").await.0, StatusCode::OK);
+    assert_eq!(
+        get(&api, &cookie, "/portal/endpoints").await.0,
+        StatusCode::OK
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(get(&api, &cookie, "/portal/endpoints").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&api, &cookie, "/portal/endpoints").await.0,
+        StatusCode::UNAUTHORIZED
+    );
     let path = format!("/portal/{}", unused["token"].as_str().unwrap());
     let (s, _, page) = ui(&api, "POST", &path, None, Some(String::new())).await;
     assert_eq!(s, StatusCode::GONE, "{page}");
@@ -304,7 +420,10 @@ async fn revoking_or_expiring_a_link_ends_its_sessions() {
     let (_, page) = get(&api, &cookie, "/portal/endpoints").await;
     let (s, _) = post(&api, &cookie, &csrf_of(&page), "/portal/logout", "").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    assert_eq!(get(&api, &cookie, "/portal/endpoints").await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&api, &cookie, "/portal/endpoints").await.0,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 /// Makes every due delivery of the store dead.
@@ -332,7 +451,10 @@ async fn kill_all(api: &Api) {
 #[tokio::test]
 async fn a_viewer_is_refused_a_managers_actions_and_a_manager_may_take_them() {
     let api = api().await;
-    let e = create_endpoint(&api, "acme").await["id"].as_str().unwrap().to_string();
+    let e = create_endpoint(&api, "acme").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let d = publish(&api, "acme").await.remove(0);
     kill_all(&api).await;
     let acme = AccountId::new("acme").unwrap();
@@ -340,64 +462,163 @@ async fn a_viewer_is_refused_a_managers_actions_and_a_manager_may_take_them() {
     let viewer = link(&api, ADMIN, json!({"role": "viewer"})).await;
     let cookie = open(&api, viewer["token"].as_str().unwrap()).await;
     let (_, page) = get(&api, &cookie, &format!("/portal/endpoints/{e}")).await;
-    assert!(!page.contains("id=\"disable\"") && !page.contains("id=\"save\""), "{page}");
+    assert!(
+        !page.contains("id=\"disable\"") && !page.contains("id=\"save\""),
+        "{page}"
+    );
     let csrf = csrf_of(&page);
     let (s, page) = get(&api, &cookie, "/portal/endpoints/new").await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{page}");
     for (path, form) in [
         (format!("/portal/endpoints/{e}/disable"), String::new()),
-        (format!("/portal/endpoints/{e}/rotate-secret"), String::new()),
+        (
+            format!("/portal/endpoints/{e}/rotate-secret"),
+            String::new(),
+        ),
         (format!("/portal/endpoints/{e}/delete"), String::new()),
         (format!("/portal/endpoints/{e}/recover"), "&hours=1".into()),
-        (format!("/portal/endpoints/{e}/edit"), "&url=https%3A%2F%2Fexample.com%2Fz".into()),
+        (
+            format!("/portal/endpoints/{e}/edit"),
+            "&url=https%3A%2F%2Fexample.com%2Fz".into(),
+        ),
         (format!("/portal/deliveries/{d}/replay"), String::new()),
-        ("/portal/endpoints".into(), "&url=https%3A%2F%2Fexample.com%2Fy".into()),
+        (
+            "/portal/endpoints".into(),
+            "&url=https%3A%2F%2Fexample.com%2Fy".into(),
+        ),
     ] {
         let (s, page) = post(&api, &cookie, &csrf, &path, &form).await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{path}: {page}");
         assert!(page.contains("view only"), "{page}");
     }
     let e_now = api.store.endpoint_get(&acme, eid).await.unwrap();
-    assert!(e_now.enabled && e_now.url == "https://example.com/hook", "a viewer changed nothing");
+    assert!(
+        e_now.enabled && e_now.url == "https://example.com/hook",
+        "a viewer changed nothing"
+    );
     // A manager of every endpoint: each action works.
     let manager = link(&api, ADMIN, json!({"role": "manager"})).await;
     let cookie = open(&api, manager["token"].as_str().unwrap()).await;
     let (_, page) = get(&api, &cookie, &format!("/portal/endpoints/{e}")).await;
     let csrf = csrf_of(&page);
     // Without the CSRF token, or from another site: refused.
-    let (s, _, _) = ui(&api, "POST", &format!("/portal/endpoints/{e}/disable"), Some(&cookie), Some("csrf=x".into())).await;
+    let (s, _, _) = ui(
+        &api,
+        "POST",
+        &format!("/portal/endpoints/{e}/disable"),
+        Some(&cookie),
+        Some("csrf=x".into()),
+    )
+    .await;
     assert_eq!(s, StatusCode::FORBIDDEN);
-    let (s, page) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/disable"), "").await;
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/disable"),
+        "",
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER, "{page}");
     assert!(!api.store.endpoint_get(&acme, eid).await.unwrap().enabled);
-    let (_, page) = get(&api, &cookie, &format!("/portal/endpoints/{e}?done=disabled")).await;
+    let (_, page) = get(
+        &api,
+        &cookie,
+        &format!("/portal/endpoints/{e}?done=disabled"),
+    )
+    .await;
     assert!(page.contains("id=\"enable\""), "{page}");
-    let (s, _) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/enable"), "").await;
+    let (s, _) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/enable"),
+        "",
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     let form = "&url=https%3A%2F%2Fexample.com%2Fnew&description=renamed&event_types=a.b%2C+c.d";
-    let (s, _) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/edit"), form).await;
+    let (s, _) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/edit"),
+        form,
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     let changed = api.store.endpoint_get(&acme, eid).await.unwrap();
     assert_eq!(
-        (changed.url.as_str(), changed.description.as_deref(), changed.event_types.clone()),
-        ("https://example.com/new", Some("renamed"), vec!["a.b".to_string(), "c.d".to_string()])
+        (
+            changed.url.as_str(),
+            changed.description.as_deref(),
+            changed.event_types.clone()
+        ),
+        (
+            "https://example.com/new",
+            Some("renamed"),
+            vec!["a.b".to_string(), "c.d".to_string()]
+        )
     );
-    let (s, page) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/rotate-secret"), "").await;
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/rotate-secret"),
+        "",
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     assert!(page.contains("id=\"new-secret\">whsec_"), "{page}");
-    let (s, page) = post(&api, &cookie, &csrf, &format!("/portal/deliveries/{d}/replay"), "").await;
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/deliveries/{d}/replay"),
+        "",
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER, "{page}");
     let did: DeliveryId = d.parse().unwrap();
-    assert_eq!(api.store.delivery_get(&acme, did).await.unwrap().state.as_str(), "pending");
-    let (s, page) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/recover"), "&hours=1").await;
+    assert_eq!(
+        api.store
+            .delivery_get(&acme, did)
+            .await
+            .unwrap()
+            .state
+            .as_str(),
+        "pending"
+    );
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/recover"),
+        "&hours=1",
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER, "{page}");
     let (s, page) = get(&api, &cookie, "/portal/endpoints/new").await;
     assert_eq!(s, StatusCode::OK, "{page}");
-    let (s, page) = post(&api, &cookie, &csrf, "/portal/endpoints", "&url=https%3A%2F%2Fexample.com%2Fadded&description=mine").await;
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        "/portal/endpoints",
+        "&url=https%3A%2F%2Fexample.com%2Fadded&description=mine",
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{page}");
     assert!(page.contains("id=\"new-secret\">whsec_"), "{page}");
     assert_eq!(api.store.endpoint_list(&acme).await.unwrap().len(), 2);
-    let (s, page) = post(&api, &cookie, &csrf, &format!("/portal/endpoints/{e}/delete"), "").await;
+    let (s, page) = post(
+        &api,
+        &cookie,
+        &csrf,
+        &format!("/portal/endpoints/{e}/delete"),
+        "",
+    )
+    .await;
     assert_eq!(s, StatusCode::SEE_OTHER, "{page}");
     assert_eq!(api.store.endpoint_list(&acme).await.unwrap().len(), 1);
     // The manager's session reaches no operator page either.
@@ -415,7 +636,10 @@ async fn the_portal_is_framed_only_by_the_configured_sites() {
     let path = format!("/portal/{}", v["token"].as_str().unwrap());
     let (_, h, _) = ui(&api, "GET", &path, None, None).await;
     let csp = h["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
     assert_eq!(h["x-frame-options"], "DENY");
     let config = dashboard::DashboardConfig {
         portal_frame_ancestors: dashboard::FrameAncestors::parse("'self' https://app.example.com")
@@ -426,12 +650,18 @@ async fn the_portal_is_framed_only_by_the_configured_sites() {
     let path = format!("/portal/{}", v["token"].as_str().unwrap());
     let (_, h, _) = ui(&framed, "GET", &path, None, None).await;
     let csp = h["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("frame-ancestors 'self' https://app.example.com;"), "{csp}");
+    assert!(
+        csp.contains("frame-ancestors 'self' https://app.example.com;"),
+        "{csp}"
+    );
     assert!(h.get("x-frame-options").is_none());
     let (s, h, _) = ui(&framed, "POST", &path, None, Some(String::new())).await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     let set = h["set-cookie"].to_str().unwrap();
-    assert!(set.contains("SameSite=None") && set.ends_with("; Secure"), "{set}");
+    assert!(
+        set.contains("SameSite=None") && set.ends_with("; Secure"),
+        "{set}"
+    );
     // The operator's pages are never framed.
     let (_, h, _) = ui(&framed, "GET", "/ui/login", None, None).await;
     let csp = h["content-security-policy"].to_str().unwrap();

@@ -60,7 +60,11 @@ async fn list(t: &Tx<'_>, account: &AccountId) -> StoreResult<Vec<PortalLink>> {
                 "SELECT {COLUMNS} FROM portal_links WHERE account = $1 AND expires_at > $2 \
                  ORDER BY created_at DESC, id DESC LIMIT $3"
             ),
-            &[&account.as_str(), &t.now.as_millis(), &MAX_PORTAL_LINKS_LISTED],
+            &[
+                &account.as_str(),
+                &t.now.as_millis(),
+                &MAX_PORTAL_LINKS_LISTED,
+            ],
         )
         .await
         .db()?;

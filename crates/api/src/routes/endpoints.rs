@@ -7,12 +7,12 @@ use control_plane_core::{EndpointKey, SignatureScheme};
 use crate::views::RetrySettings;
 
 use super::{
-    double, id, ok, ok_showing_secret, over_quota, query, unix_seconds, AccountPath, Answer,
-    ApiError, ApiState, BTreeMap, Caller, Check, Deserialize, Duration, EndpointCreateRequest,
-    EndpointDeleted, EndpointDetail, EndpointId, EndpointStats, EndpointUpdateRequest,
-    EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath, Json, ListQuery, Listing,
-    OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State, StatusCode, TaskView,
-    Timestamp, ToSchema, Value,
+    double, id, ok, ok_showing_secret, query, unix_seconds, AccountPath, Answer, ApiError,
+    ApiState, BTreeMap, Caller, Deserialize, Duration, EndpointCreateRequest, EndpointDeleted,
+    EndpointDetail, EndpointId, EndpointStats, EndpointUpdateRequest, EndpointView,
+    EndpointWithSecret, ErrorBody, EventFilter, ItemPath, Json, ListQuery, Listing, OptionalJson,
+    Path, Query, Recovery, Scope, Secret, Shared, State, StatusCode, TaskView, Timestamp, ToSchema,
+    Value,
 };
 
 /// How an endpoint's requests are signed (Standard Webhooks).

@@ -150,7 +150,7 @@ pub(crate) async fn portal_link_create(
     )?;
     // Counted and written under the account's quota lock.
     let _quota = s.quota_lock(&account).await;
-    let now = s.clock.now();
+    let now = s.now();
     let live = s
         .store
         .portal_link_list(&account)

@@ -57,7 +57,11 @@ pub async fn portal_links_are_listed_and_revoked_per_account(f: &dyn StoreFactor
         Err(StoreError::Conflict(_))
     ));
     let listed = h.store.portal_link_list(&acct("a")).await.unwrap();
-    assert_eq!(listed, vec![a2.clone(), a1.clone()], "newest first, a's only");
+    assert_eq!(
+        listed,
+        vec![a2.clone(), a1.clone()],
+        "newest first, a's only"
+    );
     assert!(matches!(
         h.store.portal_link_revoke(&acct("a"), b1.id).await,
         Err(StoreError::NotFound { .. })
@@ -150,7 +154,12 @@ pub async fn a_portal_link_is_found_until_revoked_or_expired(f: &dyn StoreFactor
     assert_eq!(h.store.portal_link_find(&hash('r')).await.unwrap(), None);
     assert_eq!(h.store.portal_link_redeem(&hash('r')).await.unwrap(), None);
     h.clock.advance(hour - Duration::from_millis(1));
-    assert!(h.store.portal_link_find(&hash('s')).await.unwrap().is_some());
+    assert!(h
+        .store
+        .portal_link_find(&hash('s'))
+        .await
+        .unwrap()
+        .is_some());
     h.clock.advance(Duration::from_millis(1));
     assert_eq!(
         h.store.portal_link_find(&hash('s')).await.unwrap(),

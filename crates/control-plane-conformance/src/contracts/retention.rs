@@ -9,10 +9,10 @@ use control_plane_core::run_maintenance;
 use control_plane_core::{
     usage_window, AttemptQuery, AttemptReport, Check, Clock, DeliveryListRequest, DeliveryOutcome,
     DeliveryState, EndpointId, EventListRequest, EventTypePut, IdempotencyBegin,
-    IdempotencyBeginRequest, PageRequest, PortalLinkCreateRequest, PortalRole, PublishRequest, PurgeBatch, PurgeReport,
-    SessionCreateRequest, StoreError, StoreOptions, StoreResult, StoredResponse, Task,
-    TaskClaimRequest, TaskFailed, TaskState, TimeRange, Timestamp, UsageBatch, UsageEntry,
-    UsageMetric, ERASE_TASK,
+    IdempotencyBeginRequest, PageRequest, PortalLinkCreateRequest, PortalRole, PublishRequest,
+    PurgeBatch, PurgeReport, SessionCreateRequest, StoreError, StoreOptions, StoreResult,
+    StoredResponse, Task, TaskClaimRequest, TaskFailed, TaskState, TimeRange, Timestamp,
+    UsageBatch, UsageEntry, UsageMetric, ERASE_TASK,
 };
 use serde_json::json;
 use std::time::Duration;

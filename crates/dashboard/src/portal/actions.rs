@@ -8,7 +8,7 @@ use std::time::Duration;
 use api::{query, ApiError};
 use axum::extract::{Path, State};
 use control_plane_core::{
-    EndpointCreateRequest, EndpointUpdateRequest, Enablement, Recovery, Secret, SignatureScheme,
+    Enablement, EndpointCreateRequest, EndpointUpdateRequest, Recovery, Secret, SignatureScheme,
 };
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -27,10 +27,10 @@ fn may_add(session: &PortalSession) -> Result<(), crate::UiError> {
     if session.link.endpoints.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::forbidden(
-            "this portal link shows some endpoints only: it cannot add one",
+        Err(
+            ApiError::forbidden("this portal link shows some endpoints only: it cannot add one")
+                .into(),
         )
-        .into())
     }
 }
 
@@ -182,9 +182,10 @@ pub(crate) async fn endpoint_action(
         }
         "rotate-secret" => return rotated(&s, &session, id).await,
         "recover" => {
-            let hours = form.hours.filter(|h| WINDOWS.contains(h)).ok_or_else(|| {
-                ApiError::invalid(format!("hours must be one of {WINDOWS:?}"))
-            })?;
+            let hours = form
+                .hours
+                .filter(|h| WINDOWS.contains(h))
+                .ok_or_else(|| ApiError::invalid(format!("hours must be one of {WINDOWS:?}")))?;
             let now = s.now();
             let since = now.minus(Duration::from_secs(u64::from(hours) * 3600));
             let recovery = Recovery::new(id, since, now)?;
@@ -197,11 +198,19 @@ pub(crate) async fn endpoint_action(
         }
         _ => return Err(ApiError::not_found("route").into()),
     };
-    to(&format!("{}?done={}", endpoint_href(id), done.replace(' ', "+")))
+    to(&format!(
+        "{}?done={}",
+        endpoint_href(id),
+        done.replace(' ', "+")
+    ))
 }
 
 /// Rotates the endpoint's secret and shows the new one, this once.
-async fn rotated(s: &Shared, session: &PortalSession, id: control_plane_core::EndpointId) -> Page {
+async fn rotated(
+    s: &api::ApiState,
+    session: &PortalSession,
+    id: control_plane_core::EndpointId,
+) -> Page {
     let (_, secret) = query::rotate_secret(s, key(session, &id), None).await?;
     let body = html! {
         (notice("Rotated: requests are signed with the new secret, and with the previous one for a while."))

@@ -64,9 +64,7 @@ fn source_ok(s: &str) -> bool {
     let (host, port) = rest.split_once(':').unwrap_or((rest, ""));
     let host = host.strip_prefix("*.").unwrap_or(host);
     let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     let port_ok = port.is_empty() || (port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit()));
     host.len() <= 253 && host.split('.').all(label) && port_ok
@@ -79,8 +77,9 @@ mod tests {
     #[test]
     fn the_frame_ancestors_setting_takes_origins_and_refuses_the_rest() {
         assert!(FrameAncestors::default().is_none());
-        let ok = FrameAncestors::parse(" 'self'  https://app.example.com https://*.shop.example:8443 ")
-            .unwrap();
+        let ok =
+            FrameAncestors::parse(" 'self'  https://app.example.com https://*.shop.example:8443 ")
+                .unwrap();
         assert_eq!(
             ok.as_str(),
             "'self' https://app.example.com https://*.shop.example:8443"

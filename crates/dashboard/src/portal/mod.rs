@@ -38,7 +38,10 @@ pub use frame::FrameAncestors;
 /// The portal's routes.
 pub(crate) fn routes() -> Router<Arc<ApiState>> {
     Router::new()
-        .route("/portal", get(|| async { Redirect::to("/portal/endpoints") }))
+        .route(
+            "/portal",
+            get(|| async { Redirect::to("/portal/endpoints") }),
+        )
         .route("/portal/logout", post(logout))
         .route(
             "/portal/endpoints",
@@ -214,9 +217,10 @@ async fn confirm(
     Path(token): Path<String>,
 ) -> Result<Response, UiError> {
     limited(&failures, addr)?;
-    let found = match may_be_link(&token) {
-        true => s.store().portal_link_find(&hash_token(&token)).await?,
-        false => None,
+    let found = if may_be_link(&token) {
+        s.store().portal_link_find(&hash_token(&token)).await?
+    } else {
+        None
     };
     let Some(link) = found.filter(|l| l.redeemed_at.is_none()) else {
         failures.0.failed(addr, std::time::Instant::now());
@@ -244,9 +248,10 @@ async fn redeem(
     same_origin(&headers)?;
     limited(&failures, addr)?;
     let token_hash = hash_token(&token);
-    let redeemed = match may_be_link(&token) {
-        true => s.store().portal_link_redeem(&token_hash).await?,
-        false => None,
+    let redeemed = if may_be_link(&token) {
+        s.store().portal_link_redeem(&token_hash).await?
+    } else {
+        None
     };
     let Some(link) = redeemed else {
         failures.0.failed(addr, std::time::Instant::now());

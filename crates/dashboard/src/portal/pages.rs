@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use api::query::{self, Flow};
 use api::ApiError;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use control_plane_core::{
-    AttemptQuery, Circuit, DeliveryListRequest, DeliveryState, Endpoint, EndpointId, EndpointKey,
+    AttemptQuery, DeliveryListRequest, DeliveryState, Endpoint, EndpointId, EndpointKey,
     PortalRole, Timestamp,
 };
 use maud::{html, Markup};
@@ -118,7 +118,7 @@ pub(crate) async fn endpoint(
         }
         p { a href={ "/portal/deliveries?endpoint=" (id) } id="its-deliveries" { "Its deliveries" }
             " · " a href={ "/portal/attempts?endpoint=" (id) } { "Its attempts" } }
-        @if session.link.role == PortalRole::Manager { (manage(&e, &circuit, &session.csrf)) }
+        @if session.link.role == PortalRole::Manager { (manage(&e, &session.csrf)) }
         h2 { "Newest attempts" }
         (table("attempts", &ATTEMPT_HEAD, &attempt_rows(&attempts, now), "No attempt yet."))
     };
@@ -127,7 +127,7 @@ pub(crate) async fn endpoint(
 
 /// A manager's forms for endpoint `e`: edit, enable or disable, rotate
 /// the secret, recover a window, delete.
-fn manage(e: &Endpoint, _circuit: &Circuit, csrf: &str) -> Markup {
+fn manage(e: &Endpoint, csrf: &str) -> Markup {
     let base = endpoint_href(e.id);
     html! {
         h2 { "Change" }
@@ -218,7 +218,11 @@ fn endpoint_select(flow: &Flow, chosen: Option<EndpointId>, any: bool) -> Markup
 }
 
 /// Deliveries newest first, by endpoint and state.
-pub(crate) async fn deliveries(s: Shared, session: PortalSession, Query(q): Query<Filters>) -> Page {
+pub(crate) async fn deliveries(
+    s: Shared,
+    session: PortalSession,
+    Query(q): Query<Filters>,
+) -> Page {
     let endpoint = endpoint_filter(&session, q.endpoint.as_deref())?;
     let st = query::delivery_state(q.state.as_deref())?;
     let mut req = DeliveryListRequest::all(
@@ -241,10 +245,13 @@ pub(crate) async fn deliveries(s: Shared, session: PortalSession, Query(q): Quer
         .iter()
         .map(|d| {
             vec![
-                id_cell(&d.id.to_string(), Some(&format!("/portal/deliveries/{}", d.id))),
+                id_cell(
+                    &d.id.to_string(),
+                    Some(&format!("/portal/deliveries/{}", d.id)),
+                ),
                 state(&why(d, &found.flow, now), now),
                 html! { a.url href=(endpoint_href(d.endpoint_id)) {
-                    (urls.get(&d.endpoint_id).copied().unwrap_or("(deleted)")) } },
+                (urls.get(&d.endpoint_id).copied().unwrap_or("(deleted)")) } },
                 html! { span.nowrap { (d.attempts) " / " (d.max_attempts) } },
                 html! { (d.last_error.as_deref().unwrap_or("")) },
                 when(d.updated_at, now),
@@ -253,8 +260,11 @@ pub(crate) async fn deliveries(s: Shared, session: PortalSession, Query(q): Quer
         .collect();
     let extra = format!(
         "{}{}",
-        endpoint.map(|e| format!("&endpoint={e}")).unwrap_or_default(),
-        st.map(|s| format!("&state={}", s.as_str())).unwrap_or_default()
+        endpoint
+            .map(|e| format!("&endpoint={e}"))
+            .unwrap_or_default(),
+        st.map(|s| format!("&state={}", s.as_str()))
+            .unwrap_or_default()
     );
     let at = At {
         cursor: q.cursor.as_deref(),
@@ -315,7 +325,12 @@ pub(crate) async fn delivery(
         (json_block(payload.as_ref()))
         (attempts_table(&r.delivery.attempts, now))
     };
-    show(&format!("Delivery {}", d.id), PortalTab::Deliveries, &session, &body)
+    show(
+        &format!("Delivery {}", d.id),
+        PortalTab::Deliveries,
+        &session,
+        &body,
+    )
 }
 
 /// Attempts newest first, by endpoint.
@@ -329,7 +344,9 @@ pub(crate) async fn attempts(s: Shared, session: PortalSession, Query(q): Query<
     aq.endpoint = endpoint;
     let found = s.store().attempt_search(aq).await?;
     let rows = attempt_rows(&found.items, s.now());
-    let extra = endpoint.map(|e| format!("&endpoint={e}")).unwrap_or_default();
+    let extra = endpoint
+        .map(|e| format!("&endpoint={e}"))
+        .unwrap_or_default();
     let at = At {
         cursor: q.cursor.as_deref(),
         prev: q.prev.as_deref(),
