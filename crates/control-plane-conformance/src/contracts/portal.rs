@@ -141,31 +141,31 @@ pub async fn a_portal_link_is_redeemed_once(f: &dyn StoreFactory) {
 pub async fn a_portal_link_is_found_until_revoked_or_expired(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let hour = Duration::from_secs(3600);
-    let short = link(&h, "a", 's', PortalRole::Viewer, vec![], hour).await;
-    let revoked = link(&h, "a", 'r', PortalRole::Viewer, vec![], DAY).await;
+    let short = link(&h, "a", 'b', PortalRole::Viewer, vec![], hour).await;
+    let revoked = link(&h, "a", 'c', PortalRole::Viewer, vec![], DAY).await;
     assert_eq!(
-        h.store.portal_link_find(&hash('s')).await.unwrap(),
+        h.store.portal_link_find(&hash('b')).await.unwrap(),
         Some(short.clone())
     );
     h.store
         .portal_link_revoke(&acct("a"), revoked.id)
         .await
         .unwrap();
-    assert_eq!(h.store.portal_link_find(&hash('r')).await.unwrap(), None);
-    assert_eq!(h.store.portal_link_redeem(&hash('r')).await.unwrap(), None);
+    assert_eq!(h.store.portal_link_find(&hash('c')).await.unwrap(), None);
+    assert_eq!(h.store.portal_link_redeem(&hash('c')).await.unwrap(), None);
     h.clock.advance(hour - Duration::from_millis(1));
     assert!(h
         .store
-        .portal_link_find(&hash('s'))
+        .portal_link_find(&hash('b'))
         .await
         .unwrap()
         .is_some());
     h.clock.advance(Duration::from_millis(1));
     assert_eq!(
-        h.store.portal_link_find(&hash('s')).await.unwrap(),
+        h.store.portal_link_find(&hash('b')).await.unwrap(),
         None,
         "expired at its end"
     );
-    assert_eq!(h.store.portal_link_redeem(&hash('s')).await.unwrap(), None);
+    assert_eq!(h.store.portal_link_redeem(&hash('b')).await.unwrap(), None);
     assert_eq!(h.store.portal_link_find(&hash('0')).await.unwrap(), None);
 }
