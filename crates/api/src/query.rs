@@ -117,7 +117,7 @@ pub async fn create_endpoint(
     let holds = state.store.endpoint_list(&req.account).await?.len() as u64;
     if holds >= u64::from(quota) {
         let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
-        return Err(crate::routes::over_quota(
+        return Err(over_quota(
             &req.account,
             "endpoints",
             holds + 1,
@@ -126,6 +126,21 @@ pub async fn create_endpoint(
         ));
     }
     Ok(state.store.endpoint_create(req.checked()?).await?)
+}
+
+/// Refuses what would take `account` past one of its quotas: `403`
+/// naming the setting, what the account holds and what it may hold.
+pub(crate) fn over_quota(
+    account: &AccountId,
+    what: &str,
+    holds: u64,
+    quota: u64,
+    setting: &str,
+) -> ApiError {
+    ApiError::forbidden(format!(
+        "account {account} would hold {holds} {what}, over its quota of {quota} \
+         ({setting}); remove some, or ask the operator to raise it"
+    ))
 }
 
 /// A caller's signing secret of `scheme` after checking it, or a fresh one.
