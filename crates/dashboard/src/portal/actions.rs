@@ -50,7 +50,7 @@ fn fields() -> Markup {
 pub(crate) async fn endpoint_new(session: PortalSession) -> Page {
     may_add(&session)?;
     let body = html! {
-        form.edit method="post" action="/portal/endpoints" {
+        form.login method="post" action="/portal/endpoints" {
             (csrf_field(&session.csrf))
             (fields())
             button type="submit" id="create" { "Add" }

@@ -108,7 +108,7 @@ pub(crate) async fn endpoint(
     let now = s.now();
     let body = html! {
         @if let Some(d) = done.done.as_deref() { (notice(&format!("Done: {d}."))) }
-        dl {
+        dl.facts {
             dt { "id" } dd { span.id title=(id) { (id) } }
             dt { "url" } dd { (e.url) }
             dt { "state" } dd { (state(&endpoint_state(&e, &circuit, now), now)) }
@@ -131,7 +131,7 @@ fn manage(e: &Endpoint, csrf: &str) -> Markup {
     let base = endpoint_href(e.id);
     html! {
         h2 { "Change" }
-        form.edit method="post" action={ (base) "/edit" } {
+        form.login method="post" action={ (base) "/edit" } {
             (csrf_field(csrf))
             label for="url" { "URL" }
             input type="url" id="url" name="url" value=(e.url) required;
@@ -310,7 +310,7 @@ pub(crate) async fn delivery(
     let replay = session.link.role == PortalRole::Manager && d.state == DeliveryState::Dead;
     let body = html! {
         @if let Some(d) = done.done.as_deref() { (notice(&format!("Done: {d}."))) }
-        dl {
+        dl.facts {
             dt { "state" } dd { (state(&why(d, &r.flow, now), now)) }
             dt { "endpoint" } dd { a href=(endpoint_href(d.endpoint_id)) {
                 (r.url().unwrap_or("(deleted)")) } }
