@@ -826,6 +826,17 @@ mod tests {
     }
 
     #[test]
+    fn the_portal_frame_ancestors_are_read_and_checked() {
+        assert!(parse(&[]).unwrap().portal_frame_ancestors.is_none());
+        let v = "'self' https://app.example.com";
+        let c = parse(&[("CONTROLPLANE_PORTAL_FRAME_ANCESTORS", v)]).unwrap();
+        assert_eq!(c.portal_frame_ancestors.as_str(), v);
+        let e = parse(&[("CONTROLPLANE_PORTAL_FRAME_ANCESTORS", "*; script-src *")]).unwrap_err();
+        assert_eq!(e.variable, "CONTROLPLANE_PORTAL_FRAME_ANCESTORS");
+        assert!(e.message.contains("expected"), "{e}");
+    }
+
+    #[test]
     fn operator_settings_parse() {
         let c = parse(&[
             ("CONTROLPLANE_AUTO_MIGRATE", "false"),
