@@ -514,6 +514,7 @@ fn each_port_trait_is_implemented_in_its_area_file() {
         ("UsageStore", "usage.rs"),
         ("AlertStore", "alert.rs"),
         ("AccountKeyStore", "account_key.rs"),
+        ("PortalStore", "portal.rs"),
         ("MaintenanceStore", "maintenance.rs"),
         ("ErasureStore", "erasure.rs"),
         ("ControlPlaneStore", "lib.rs"),

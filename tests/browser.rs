@@ -893,3 +893,176 @@ async fn the_api_reference_renders_in_a_real_browser() {
     browser.screenshot("docs").await;
     browser.close().await;
 }
+
+/// Creates a portal link of acme; (its id, its `/portal/{token}` URL).
+async fn portal_link(http: &reqwest::Client, base: &str, body: Value) -> (String, String) {
+    let (s, v) = api(
+        http,
+        base,
+        "POST",
+        "/v1/accounts/acme/portal-links",
+        Some(body),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let token = v["token"].as_str().unwrap();
+    (
+        v["id"].as_str().unwrap().to_string(),
+        format!("{base}/portal/{token}"),
+    )
+}
+
+/// Issue 75's portal in a real browser (ADR 0049): a revoked link and an
+/// expired one open nothing; a viewer sees no manager's button and a
+/// manager's action forged into its page is refused; a manager disables
+/// an endpoint; revoking the manager's link ends its session at the next
+/// page; the portal's pages fit 1280 and 390 px.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_portal_works_in_a_real_browser() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let driver = Driver::start(&http).await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Process::start(
+        env!("CARGO_BIN_EXE_control-plane"),
+        "serve",
+        &[
+            (
+                "CONTROLPLANE_EMBEDDED_PATH",
+                dir.path()
+                    .join("portal.duckdb")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("CONTROLPLANE_ADMIN_TOKEN", ADMIN.to_string()),
+        ],
+    );
+    let base = service.api();
+    let (s, v) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/endpoints",
+        Some(json!({"url": "https://example.com/orders", "description": "orders"})),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let endpoint = v["id"].as_str().unwrap().to_string();
+    let (s, _) = api(
+        &http,
+        &base,
+        "POST",
+        "/v1/accounts/acme/events",
+        Some(json!({"type": "order.created", "payload": {"n": 1}})),
+    )
+    .await;
+    assert_eq!(s, 202);
+    let browser = Browser::open(http.clone(), &driver).await;
+
+    // A revoked link and an expired one open nothing.
+    let (revoked, revoked_url) = portal_link(&http, &base, json!({"role": "manager"})).await;
+    let (s, _) = api(
+        &http,
+        &base,
+        "DELETE",
+        &format!("/v1/accounts/acme/portal-links/{revoked}"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 204);
+    let (_, expired_url) =
+        portal_link(&http, &base, json!({"role": "manager", "expires_in_s": 1})).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for url in [&revoked_url, &expired_url] {
+        browser.go(url).await;
+        let text = browser.text("#error").await;
+        assert!(text.contains("has expired or was revoked"), "{url}: {text}");
+        assert!(browser.find_all("#open").await.is_empty());
+    }
+    browser.screenshot("portal-spent").await;
+
+    // A viewer: no manager's button; a manager's action forged into the
+    // page (with the session's own CSRF token) is refused.
+    let (_, viewer_url) = portal_link(&http, &base, json!({"role": "viewer"})).await;
+    browser.go(&viewer_url).await;
+    browser.click("#open").await;
+    assert!(browser.url().await.ends_with("/portal/endpoints"));
+    assert_eq!(browser.text("#role").await, "viewer");
+    browser
+        .go(&format!("{base}/portal/endpoints/{endpoint}"))
+        .await;
+    assert!(browser.find_all("#disable").await.is_empty());
+    browser
+        .script(&format!(
+            "const f = document.createElement('form'); f.method = 'post'; \
+             f.action = '/portal/endpoints/{endpoint}/disable'; \
+             f.innerHTML = '<input type=hidden name=csrf value=\"' + \
+               document.querySelector('input[name=csrf]').value + \
+               '\"><button id=forged>Disable</button>'; \
+             document.querySelector('main').append(f); return 1"
+        ))
+        .await;
+    browser.click("#forged").await;
+    let refused = browser.text("#error").await;
+    assert!(refused.contains("view only"), "{refused}");
+    let (_, e) = api(
+        &http,
+        &base,
+        "GET",
+        &format!("/v1/accounts/acme/endpoints/{endpoint}"),
+        None,
+    )
+    .await;
+    assert_eq!(e["enabled"], true, "{e}");
+
+    // A manager disables the endpoint.
+    let (manager, manager_url) = portal_link(&http, &base, json!({"role": "manager"})).await;
+    browser.go(&manager_url).await;
+    browser.click("#open").await;
+    assert_eq!(browser.text("#role").await, "manager");
+    for (path, shot) in [
+        ("/portal/endpoints".to_string(), "portal-endpoints"),
+        (format!("/portal/endpoints/{endpoint}"), "portal-endpoint"),
+        ("/portal/deliveries".to_string(), "portal-deliveries"),
+        ("/portal/attempts".to_string(), "portal-attempts"),
+        ("/portal/event-types".to_string(), "portal-event-types"),
+    ] {
+        for width in [1280, 390] {
+            browser.width(width).await;
+            browser.check_layout(&format!("{base}{path}"), shot).await;
+        }
+    }
+    browser.width(1280).await;
+    browser
+        .go(&format!("{base}/portal/endpoints/{endpoint}"))
+        .await;
+    browser.click("#disable").await;
+    assert!(browser.text("#notice").await.contains("disabled"));
+    let (_, e) = api(
+        &http,
+        &base,
+        "GET",
+        &format!("/v1/accounts/acme/endpoints/{endpoint}"),
+        None,
+    )
+    .await;
+    assert_eq!(e["enabled"], false, "{e}");
+    // The operator's pages stay closed to the portal's session.
+    browser.go(&format!("{base}/ui/a/acme")).await;
+    assert!(browser.url().await.ends_with("/ui/login"));
+
+    // Revoking the manager's link ends its session at the next page.
+    let (s, _) = api(
+        &http,
+        &base,
+        "DELETE",
+        &format!("/v1/accounts/acme/portal-links/{manager}"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 204);
+    browser.go(&format!("{base}/portal/endpoints")).await;
+    assert!(browser.text("#ended").await.contains("has ended"));
+    browser.screenshot("portal-ended").await;
+    browser.close().await;
+}

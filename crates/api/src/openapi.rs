@@ -32,6 +32,7 @@ use crate::{routes as r, ApiState};
         (name = "service", description = "Health, readiness, metrics and this document"),
         (name = "keys", description = "Account keys and erasure (admin only)"),
         (name = "sessions", description = "Dashboard sessions (admin only)"),
+        (name = "portal", description = "Portal links: one-time sign-ins to a consumer view of an account"),
         (name = "endpoints", description = "Where deliveries go"),
         (name = "events", description = "What is published"),
         (name = "event types", description = "The catalogue of event types, with their schemas and examples"),
@@ -55,6 +56,11 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(r::admin::account_erase))
         .routes(routes!(r::admin::session_list))
         .routes(routes!(r::admin::session_revoke))
+        .routes(routes!(
+            r::portal::portal_link_create,
+            r::portal::portal_link_list
+        ))
+        .routes(routes!(r::portal::portal_link_revoke))
         .routes(routes!(
             r::endpoints::endpoint_create,
             r::endpoints::endpoint_list
@@ -137,6 +143,13 @@ const LINKS: &[(&str, &str, &str, &str, &[&str])] = &[
         "201",
         "$response.body#/id",
         &["key_revoke"],
+    ),
+    (
+        "/v1/accounts/{account}/portal-links",
+        "post",
+        "201",
+        "$response.body#/id",
+        &["portal_link_revoke"],
     ),
 ];
 

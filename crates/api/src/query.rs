@@ -13,9 +13,9 @@ use control_plane_core::rollup_minute;
 use control_plane_core::{
     AccountId, Alert, AttemptRecord, AttemptResult, AttemptStats, Check, Circuit, CircuitMode,
     Delivery, DeliveryId, DeliveryListRequest, DeliveryState, DynControlPlaneStore, Endpoint,
-    EndpointId, EventType, PageRequest, Published, Recovery, RollupRow, Secret, SecretRotation,
-    SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId, Timestamp, UsageMetric,
-    RECOVER_TASK, ROLLUP_MINUTE_MS,
+    EndpointCreateRequest, EndpointId, EventType, PageRequest, Published, Recovery, RollupRow,
+    Secret, SecretRotation, SignatureScheme, StoreError, Task, TaskEnqueueRequest, TaskId,
+    Timestamp, UsageMetric, RECOVER_TASK, ROLLUP_MINUTE_MS,
 };
 
 use crate::error::ApiError;
@@ -98,6 +98,49 @@ pub async fn queue_task(
         )
         .await?;
     Ok(enqueued.task)
+}
+
+/// Creates an endpoint within its account's quota of endpoints
+/// (`CONTROLPLANE_QUOTA_ENDPOINTS`): what the API's create and the portal's
+/// share.
+///
+/// # Errors
+/// `403` past the quota; `422` for a request the store refuses.
+pub async fn create_endpoint(
+    state: &ApiState,
+    req: EndpointCreateRequest,
+) -> Result<Endpoint, ApiError> {
+    // Checked and written under the account's quota lock, so that
+    // creates that race cannot pass the quota together.
+    let _quota = state.quota_lock(&req.account).await;
+    let quota = state.quotas.endpoints;
+    let holds = state.store.endpoint_list(&req.account).await?.len() as u64;
+    if holds >= u64::from(quota) {
+        let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
+        return Err(over_quota(
+            &req.account,
+            "endpoints",
+            holds + 1,
+            quota.into(),
+            setting,
+        ));
+    }
+    Ok(state.store.endpoint_create(req.checked()?).await?)
+}
+
+/// Refuses what would take `account` past one of its quotas: `403`
+/// naming the setting, what the account holds and what it may hold.
+pub(crate) fn over_quota(
+    account: &AccountId,
+    what: &str,
+    holds: u64,
+    quota: u64,
+    setting: &str,
+) -> ApiError {
+    ApiError::forbidden(format!(
+        "account {account} would hold {holds} {what}, over its quota of {quota} \
+         ({setting}); remove some, or ask the operator to raise it"
+    ))
 }
 
 /// A caller's signing secret of `scheme` after checking it, or a fresh one.

@@ -1310,7 +1310,7 @@ async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 42, "every route is described");
+    assert_eq!(operations, 45, "every route is described");
     // Every link leads to an operation of the document.
     let ids: Vec<&Value> = served["paths"]
         .as_object()
@@ -1561,6 +1561,7 @@ async fn everything_of(api: &Api, account: &str) -> Vec<Value> {
         "tasks?state=pending",
         "tasks?state=dead",
         "alerts",
+        "portal-links",
     ] {
         let (s, v) = call("GET", format!("/v1/accounts/{account}/{what}"))
             .send(api)

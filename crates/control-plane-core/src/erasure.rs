@@ -21,7 +21,8 @@ pub const ERASING: &str = "the account is being erased";
 pub struct ErasureBegun {
     /// Account keys revoked.
     pub keys_revoked: u64,
-    /// Dashboard sessions signed in with those keys, ended.
+    /// Dashboard sessions signed in with those keys or opened by the
+    /// account's portal links, ended.
     pub sessions_ended: u64,
     /// Endpoints disabled, so that nothing more is sent.
     pub endpoints_disabled: u64,

@@ -119,6 +119,7 @@ mod lease;
 mod maintenance;
 mod oauth2;
 mod policy;
+mod portal;
 mod recover;
 mod session;
 mod signing;
@@ -182,6 +183,10 @@ pub use policy::{
     DEFAULT_ENDPOINT_CONCURRENCY,
 };
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, Migrations, StoreOptions};
+pub use portal::{
+    portal_endpoints_parse, portal_endpoints_text, PortalLink, PortalLinkCreateRequest, PortalRole,
+    MAX_PORTAL_LINKS_LISTED, MAX_PORTAL_LINK_ENDPOINTS, MAX_PORTAL_LINK_LIFETIME,
+};
 pub use recover::{RecoverProgress, Recovered, Recovery, RECOVER_TASK};
 pub use session::check_hex;
 pub use session::{DashboardSession, SessionCreateRequest, MAX_SESSION_LIFETIME};
@@ -193,15 +198,15 @@ pub use signing::{
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
     DeliveryStore, DynControlPlaneStore, EndpointStore, ErasureStore, EventStore, IdempotencyStore,
-    MaintenanceStore, SessionStore, TickStore, UsageStore, Wakeups, WorkflowStore,
+    MaintenanceStore, PortalStore, SessionStore, TickStore, UsageStore, Wakeups, WorkflowStore,
     MAX_SESSIONS_LISTED,
 };
 pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;
 pub use types::{
     fenced, validate_free_text, validate_json_text, validate_limit, validate_short_text, AccountId,
-    DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest, TimeRange,
-    OTHER_ACCOUNTS,
+    DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest,
+    PortalLinkId, TimeRange, OTHER_ACCOUNTS,
 };
 pub use usage::{usage_window, UsageBatch, UsageEntry, UsageMetric, UsageRow, USAGE_WINDOW};
 pub use workflow::{

@@ -76,6 +76,8 @@ pub enum Purged {
     PreviousSecrets,
     /// Dashboard sessions, by their expiry: the cutoff is now.
     Sessions,
+    /// Portal links, by their expiry: the cutoff is now.
+    PortalLinks,
 }
 
 impl Purged {
@@ -83,9 +85,10 @@ impl Purged {
     pub fn cutoff(self, now: Timestamp, retention: Duration) -> i64 {
         let age = now.minus(retention).as_millis();
         match self {
-            Purged::IdempotencyRecords | Purged::PreviousSecrets | Purged::Sessions => {
-                now.as_millis()
-            }
+            Purged::IdempotencyRecords
+            | Purged::PreviousSecrets
+            | Purged::Sessions
+            | Purged::PortalLinks => now.as_millis(),
             Purged::UsageWindows => age.saturating_sub(3_600_000),
             Purged::AttemptRollups => now
                 .minus(retention.min(crate::ROLLUP_HORIZON))
@@ -148,6 +151,8 @@ pub struct PurgeReport {
     pub previous_secrets: u64,
     /// Expired dashboard sessions.
     pub sessions: u64,
+    /// Expired portal links.
+    pub portal_links: u64,
 }
 
 impl PurgeReport {
@@ -163,6 +168,7 @@ impl PurgeReport {
             + self.idempotency_records
             + self.previous_secrets
             + self.sessions
+            + self.portal_links
     }
 
     /// Counts `n` rows removed by a statement of kind `what`.
@@ -178,6 +184,7 @@ impl PurgeReport {
             Purged::IdempotencyRecords => &mut self.idempotency_records,
             Purged::PreviousSecrets => &mut self.previous_secrets,
             Purged::Sessions => &mut self.sessions,
+            Purged::PortalLinks => &mut self.portal_links,
         };
         *field += n;
     }
@@ -194,5 +201,6 @@ impl PurgeReport {
         self.idempotency_records += other.idempotency_records;
         self.previous_secrets += other.previous_secrets;
         self.sessions += other.sessions;
+        self.portal_links += other.portal_links;
     }
 }

@@ -70,6 +70,10 @@ uuid_id!(
     /// Identifies an account API key.
     KeyId
 );
+uuid_id!(
+    /// Identifies a portal link.
+    PortalLinkId
+);
 
 string_id! {
     /// An account (tenant) name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.

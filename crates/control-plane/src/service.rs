@@ -227,7 +227,9 @@ async fn spawn_api(
         &api_config,
         meters.metrics.clone(),
         meters.usage.clone(),
-        dashboard::router(),
+        dashboard::router_with(dashboard::DashboardConfig {
+            portal_frame_ancestors: config.portal_frame_ancestors.clone(),
+        }),
     );
     let stop = supervisor.token();
     let limits = config.server;

@@ -343,7 +343,7 @@ fn delivery_body(account: &AccountId, r: &DeliveryRecord, csrf: &str, now: Times
 }
 
 /// A delivery's attempts as the delivery page shows them.
-fn attempts_table(attempts: &[AttemptRecord], now: Timestamp) -> Markup {
+pub(crate) fn attempts_table(attempts: &[AttemptRecord], now: Timestamp) -> Markup {
     let rows: Vec<Vec<Markup>> = attempts
         .iter()
         .map(|a| {

@@ -159,41 +159,104 @@ pub(crate) fn page_refreshing(
     body: &Markup,
     refresh: Option<u32>,
 ) -> Markup {
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="color-scheme" content="light dark";
-                @if let Some(r) = refresh {
-                    meta http-equiv="refresh" content=(r);
-                }
-                title { (title) " · control-plane" }
-                link rel="stylesheet" href="/ui/app.css";
+    let nav = html! {
+        @if let Some((account, active)) = account {
+            span.account { (account.as_str()) }
+            @for (tab, path, label) in TABS {
+                a href={ (base(account)) (path) }
+                    class=[(tab == active).then_some("active")] { (label) }
             }
-            body {
-                header {
-                    a.brand href="/ui" { "control-plane" }
-                    nav {
-                        @if let Some((account, active)) = account {
-                            span.account { (account.as_str()) }
-                            @for (tab, path, label) in TABS {
-                                a href={ (base(account)) (path) }
-                                    class=[(tab == active).then_some("active")] { (label) }
+        }
+    };
+    let frame = Frame {
+        home: "/ui",
+        nav,
+        sign_out: csrf.map(|c| ("/ui/logout", c)),
+        refresh,
+    };
+    frame.page(title, body)
+}
+
+/// A section of the portal (ADR 0049).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PortalTab {
+    Endpoints,
+    EventTypes,
+    Deliveries,
+    Attempts,
+}
+
+const PORTAL_TABS: [(PortalTab, &str, &str); 4] = [
+    (PortalTab::Endpoints, "/portal/endpoints", "Endpoints"),
+    (PortalTab::EventTypes, "/portal/event-types", "Event types"),
+    (PortalTab::Deliveries, "/portal/deliveries", "Deliveries"),
+    (PortalTab::Attempts, "/portal/attempts", "Attempts"),
+];
+
+/// A whole page of the portal: the frame, the portal's tabs and a
+/// sign-out button when in a session (`csrf`), and `body`. The operator's
+/// pages are not linked from it.
+pub(crate) fn portal_page(
+    title: &str,
+    active: Option<PortalTab>,
+    csrf: Option<&str>,
+    body: &Markup,
+) -> Markup {
+    let nav = html! {
+        @if csrf.is_some() {
+            @for (tab, path, label) in PORTAL_TABS {
+                a href=(path) class=[(Some(tab) == active).then_some("active")] { (label) }
+            }
+        }
+    };
+    let frame = Frame {
+        home: "/portal",
+        nav,
+        sign_out: csrf.map(|c| ("/portal/logout", c)),
+        refresh: None,
+    };
+    frame.page(title, body)
+}
+
+/// What frames a page: where the brand leads, the navigation, the sign-out
+/// form (its action and the session's CSRF token) and a refresh.
+struct Frame<'a> {
+    home: &'a str,
+    nav: Markup,
+    sign_out: Option<(&'a str, &'a str)>,
+    refresh: Option<u32>,
+}
+
+impl Frame<'_> {
+    fn page(&self, title: &str, body: &Markup) -> Markup {
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    meta name="color-scheme" content="light dark";
+                    @if let Some(r) = self.refresh {
+                        meta http-equiv="refresh" content=(r);
+                    }
+                    title { (title) " · control-plane" }
+                    link rel="stylesheet" href="/ui/app.css";
+                }
+                body {
+                    header {
+                        a.brand href=(self.home) { "control-plane" }
+                        nav { (self.nav) }
+                        @if let Some((action, csrf)) = self.sign_out {
+                            form.signout method="post" action=(action) {
+                                (csrf_field(csrf))
+                                button type="submit" { "Sign out" }
                             }
                         }
                     }
-                    @if let Some(csrf) = csrf {
-                        form.signout method="post" action="/ui/logout" {
-                            (csrf_field(csrf))
-                            button type="submit" { "Sign out" }
-                        }
+                    main {
+                        h1 { (title) }
+                        (body)
                     }
-                }
-                main {
-                    h1 { (title) }
-                    (body)
                 }
             }
         }

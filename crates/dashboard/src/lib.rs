@@ -31,6 +31,7 @@ mod deliveries;
 mod endpoint;
 mod layout;
 mod pages;
+mod portal;
 mod reason;
 mod recover;
 mod session;
@@ -47,10 +48,27 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use maud::html;
 
+pub use portal::FrameAncestors;
 pub use session::{SESSION_IDLE, SESSION_LIFETIME, SIGN_IN_FAILURES, SIGN_IN_WINDOW};
 
-/// The dashboard's routes, to serve beside the API's (`api::router`).
+/// How the dashboard and the portal run.
+#[derive(Clone, Debug, Default)]
+pub struct DashboardConfig {
+    /// Which sites may frame the portal's pages
+    /// (`CONTROLPLANE_PORTAL_FRAME_ANCESTORS`); none by default. The
+    /// operator's pages are never framed.
+    pub portal_frame_ancestors: FrameAncestors,
+}
+
+/// The dashboard's routes (and the portal's), to serve beside the API's
+/// (`api::router`), with the defaults.
 pub fn router() -> Router<Arc<ApiState>> {
+    router_with(DashboardConfig::default())
+}
+
+/// [`router`] with `config`.
+pub fn router_with(config: DashboardConfig) -> Router<Arc<ApiState>> {
+    let config = Arc::new(config);
     Router::new()
         .route("/ui", get(pages::home))
         .route("/ui/", get(|| async { Redirect::to("/ui") }))
@@ -98,26 +116,43 @@ pub fn router() -> Router<Arc<ApiState>> {
         .route("/ui/a/{account}/tasks", get(tasks::tasks))
         .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
         .route("/ui/a/{account}/{*rest}", get(not_found))
+        .merge(portal::routes())
         .layer(Extension(Arc::new(session::SignInFailures::new())))
+        .layer(Extension(config.clone()))
         .layer(axum::middleware::from_fn(error_nav))
-        .layer(axum::middleware::from_fn(secure_headers))
+        .layer(axum::middleware::from_fn_with_state(config, secure_headers))
 }
 
-/// Headers on every dashboard answer: the CSP, no framing, no sniffing, no
-/// caching of pages that show account data, no referrer leaving the site
-/// (`no-referrer` would make browsers send `Origin: null` with our own
-/// forms, which the same-origin check refuses).
-async fn secure_headers(req: Request<Body>, next: Next) -> Response {
+/// Headers on every dashboard answer: the CSP, no framing (the portal's
+/// pages by the sites of `CONTROLPLANE_PORTAL_FRAME_ANCESTORS` only), no
+/// sniffing, no caching of pages that show account data, no referrer
+/// leaving the site (`no-referrer` would make browsers send `Origin: null`
+/// with our own forms, which the same-origin check refuses).
+async fn secure_headers(
+    axum::extract::State(config): axum::extract::State<Arc<DashboardConfig>>,
+    req: Request<Body>,
+    next: Next,
+) -> Response {
+    let framed =
+        req.uri().path().starts_with("/portal") && !config.portal_frame_ancestors.is_none();
     let mut r = next.run(req).await;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
+    let ancestors = if framed {
+        config.portal_frame_ancestors.as_str()
+    } else {
+        "'none'"
+    };
+    let csp = format!(
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+         frame-ancestors {ancestors}; base-uri 'none'"
     );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    // X-Frame-Options names no site: it goes where the CSP lets sites frame.
+    if !framed {
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -154,6 +189,18 @@ async fn error_nav(req: Request<Body>, next: Next) -> Response {
     let Some(note) = r.extensions().get::<ErrorNote>().cloned() else {
         return r;
     };
+    if path.starts_with("/portal") {
+        // The portal's errors lead back to the portal, never to /ui.
+        let (mut parts, _) = r.into_parts();
+        let body = layout::portal_page(
+            &note.title,
+            None,
+            None,
+            &error_body(&note.message, "/portal"),
+        );
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::from(body.into_string()));
+    }
     let Some(rest) = path.strip_prefix("/ui/a/") else {
         return r;
     };

@@ -17,7 +17,7 @@ use crate::Page;
 use crate::{to, ItemPath, Shared};
 
 /// The windows the form offers, in hours back from now.
-const WINDOWS: [u32; 5] = [1, 6, 24, 72, 168];
+pub(crate) const WINDOWS: [u32; 5] = [1, 6, 24, 72, 168];
 
 /// The recover form of endpoint `e`.
 pub(crate) fn form(e: &Endpoint, csrf: &str) -> Markup {

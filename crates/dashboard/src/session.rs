@@ -21,7 +21,24 @@ use subtle::ConstantTimeEq;
 use crate::layout::{answer, page};
 use crate::UiError;
 
-const COOKIE: &str = "cp_session";
+/// A session cookie: its name and the path it is sent to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cookie {
+    name: &'static str,
+    path: &'static str,
+}
+
+/// The operator's session cookie, sent to `/ui` only.
+pub(crate) const OPERATOR: Cookie = Cookie {
+    name: "cp_session",
+    path: "/ui",
+};
+
+/// A portal session's cookie, sent to `/portal` only (ADR 0049).
+pub(crate) const PORTAL: Cookie = Cookie {
+    name: "cp_portal",
+    path: "/portal",
+};
 
 /// How long a dashboard session lasts from its sign-in, at most.
 pub const SESSION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
@@ -72,14 +89,19 @@ pub(crate) struct Session {
 impl Session {
     /// `Ok` when `given` is this session's CSRF token.
     fn check_csrf(&self, given: &str) -> Result<(), UiError> {
-        if bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes())) {
-            Ok(())
-        } else {
-            Err(UiError(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the form is stale or came from another site: reload the page and try again",
-            )))
-        }
+        check_csrf(&self.csrf, given)
+    }
+}
+
+/// `Ok` when `given` is the session's CSRF token `csrf`.
+pub(crate) fn check_csrf(csrf: &str, given: &str) -> Result<(), UiError> {
+    if bool::from(given.as_bytes().ct_eq(csrf.as_bytes())) {
+        Ok(())
+    } else {
+        Err(UiError(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the form is stale or came from another site: reload the page and try again",
+        )))
     }
 }
 
@@ -154,16 +176,51 @@ impl<F: Posted> FromRequest<Arc<ApiState>> for Action<F> {
     }
 }
 
-/// The session id from the cookie: 64 lowercase hex digits.
-fn session_id(headers: &HeaderMap) -> Option<String> {
+/// The session id from `cookie`: 64 lowercase hex digits.
+fn session_id(headers: &HeaderMap, cookie: Cookie) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .filter_map(|kv| kv.trim().strip_prefix(cookie.name)?.strip_prefix('='))
         .find(|id| control_plane_core::check_hex("session id", id).is_ok())
         .map(str::to_string)
+}
+
+/// The live stored session of `cookie` and the hash of its id; `None`
+/// without a cookie or a live session.
+pub(crate) async fn stored_session(
+    headers: &HeaderMap,
+    state: &ApiState,
+    cookie: Cookie,
+) -> Result<Option<(control_plane_core::DashboardSession, String)>, UiError> {
+    let Some(id) = session_id(headers, cookie) else {
+        return Ok(None);
+    };
+    let id_hash = hash_token(&id);
+    Ok(state
+        .store()
+        .session_get(&id_hash)
+        .await?
+        .map(|s| (s, id_hash)))
+}
+
+/// Moves a session's expiry on as it is used ([`SESSION_IDLE`]), never past
+/// `cap` (a portal link's end) nor [`SESSION_LIFETIME`].
+pub(crate) async fn renew(
+    state: &ApiState,
+    stored: &control_plane_core::DashboardSession,
+    id_hash: &str,
+    cap: Option<control_plane_core::Timestamp>,
+) -> Result<(), UiError> {
+    if let Some(until) = renewed_expiry(stored, state.now()) {
+        let until = cap.map_or(until, |c| until.min(c));
+        if until > stored.expires_at {
+            state.store().session_extend(id_hash, until).await?;
+        }
+    }
+    Ok(())
 }
 
 impl FromRequestParts<Arc<ApiState>> for Session {
@@ -174,23 +231,15 @@ impl FromRequestParts<Arc<ApiState>> for Session {
         state: &Arc<ApiState>,
     ) -> Result<Self, Self::Rejection> {
         let to_login = || Redirect::to("/ui/login").into_response();
-        let id = session_id(&parts.headers).ok_or_else(to_login)?;
-        let id_hash = hash_token(&id);
-        let stored = state
-            .store()
-            .session_get(&id_hash)
+        let (stored, id_hash) = stored_session(&parts.headers, state, OPERATOR)
             .await
-            .map_err(|e| UiError::from(e).into_response())?
+            .map_err(IntoResponse::into_response)?
             .ok_or_else(to_login)?;
         match caller_for_hash(state, &stored.token_hash).await {
             Ok(Some(caller)) => {
-                if let Some(until) = renewed_expiry(&stored, state.now()) {
-                    state
-                        .store()
-                        .session_extend(&id_hash, until)
-                        .await
-                        .map_err(|e| UiError::from(e).into_response())?;
-                }
+                renew(state, &stored, &id_hash, None)
+                    .await
+                    .map_err(IntoResponse::into_response)?;
                 Ok(Session {
                     caller,
                     csrf: stored.csrf,
@@ -209,7 +258,7 @@ impl FromRequestParts<Arc<ApiState>> for Session {
 }
 
 /// Refuses a `POST` that a browser says came from another site.
-fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
+pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
     let forbidden = || {
         UiError(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -286,7 +335,7 @@ pub(crate) async fn login(
     )?;
     state.store().session_create(req).await?;
     let mut r = Redirect::to("/ui").into_response();
-    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, Some(&id))) {
+    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, OPERATOR, Some(&id), false)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     Ok(r)
@@ -315,37 +364,49 @@ pub(crate) async fn logout(
     session.check_csrf(&form.csrf)?;
     state.store().session_end(&session.id_hash).await?;
     let mut r = Redirect::to("/ui/login").into_response();
-    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, None)) {
+    if let Ok(v) = HeaderValue::from_str(&session_cookie(&headers, OPERATOR, None, false)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     Ok(r)
 }
 
-/// The `Set-Cookie` value of the session `id` (`None` clears it).
-/// It is `Secure` when the browser reached the service over HTTPS (its
-/// `Origin`, or a proxy's `X-Forwarded-Proto`), so that such a session is
-/// never sent in clear; over plain HTTP (the local quickstart) a browser
-/// would refuse a `Secure` cookie.
-fn session_cookie(headers: &HeaderMap, id: Option<&str>) -> String {
+/// The `Set-Cookie` value of the session `id` of `cookie` (`None` clears
+/// it). It is `Secure` when the browser reached the service over HTTPS
+/// (its `Origin`, or a proxy's `X-Forwarded-Proto`), so that such a
+/// session is never sent in clear; over plain HTTP (the local quickstart)
+/// a browser would refuse a `Secure` cookie. A `framed` cookie (a portal
+/// that another site may frame) is `SameSite=None; Secure`, so that the
+/// browser sends it inside that site's frame; forms still carry the CSRF
+/// token and must come from this origin.
+pub(crate) fn session_cookie(
+    headers: &HeaderMap,
+    cookie: Cookie,
+    id: Option<&str>,
+    framed: bool,
+) -> String {
     let https = |name| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("https") || v.starts_with("https://"))
     };
-    let secure =
-        if https(header::ORIGIN) || https(header::HeaderName::from_static("x-forwarded-proto")) {
-            "; Secure"
-        } else {
-            ""
-        };
-    match id {
-        Some(id) => format!(
-            "{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-            SESSION_LIFETIME.as_secs()
-        ),
-        None => format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
-    }
+    let secure = if framed
+        || https(header::ORIGIN)
+        || https(header::HeaderName::from_static("x-forwarded-proto"))
+    {
+        "; Secure"
+    } else {
+        ""
+    };
+    let site = if framed { "None" } else { "Strict" };
+    let Cookie { name, path } = cookie;
+    let age = if id.is_some() {
+        SESSION_LIFETIME.as_secs()
+    } else {
+        0
+    };
+    let id = id.unwrap_or_default();
+    format!("{name}={id}; Path={path}; HttpOnly; SameSite={site}; Max-Age={age}{secure}")
 }
 
 #[cfg(test)]
@@ -357,13 +418,18 @@ mod tests {
     #[test]
     fn the_session_cookie_holds_an_id_never_a_token() {
         let mut h = HeaderMap::new();
-        let v = format!("other=1; {COOKIE}={ID}; x=y");
+        let v = format!("other=1; cp_session={ID}; x=y");
         h.insert(header::COOKIE, HeaderValue::from_str(&v).unwrap());
-        assert_eq!(session_id(&h).as_deref(), Some(ID));
+        assert_eq!(session_id(&h, OPERATOR).as_deref(), Some(ID));
+        assert_eq!(
+            session_id(&h, PORTAL),
+            None,
+            "each door reads its own cookie"
+        );
         // What the old cookie held (the hex of a token) and junk are refused.
         for bad in ["cp_session=zz", "cp_session=6370615f61", "cp_session="] {
             h.insert(header::COOKIE, HeaderValue::from_static(bad));
-            assert_eq!(session_id(&h), None, "{bad}");
+            assert_eq!(session_id(&h, OPERATOR), None, "{bad}");
         }
     }
 
@@ -374,8 +440,8 @@ mod tests {
             header::ORIGIN,
             HeaderValue::from_static("http://127.0.0.1:8080"),
         );
-        let plain = session_cookie(&h, Some(ID));
-        assert!(plain.starts_with(&format!("{COOKIE}={ID}")));
+        let plain = session_cookie(&h, OPERATOR, Some(ID), false);
+        assert!(plain.starts_with(&format!("cp_session={ID}; Path=/ui;")));
         assert!(
             plain.contains(&format!("Max-Age={}", SESSION_LIFETIME.as_secs())),
             "{plain}"
@@ -385,11 +451,19 @@ mod tests {
             header::ORIGIN,
             HeaderValue::from_static("https://cp.example"),
         );
-        assert!(session_cookie(&h, Some(ID)).ends_with("; Secure"));
+        assert!(session_cookie(&h, OPERATOR, Some(ID), false).ends_with("; Secure"));
         h.remove(header::ORIGIN);
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        let cleared = session_cookie(&h, None);
+        let cleared = session_cookie(&h, OPERATOR, None, false);
         assert!(cleared.contains("Max-Age=0") && cleared.ends_with("; Secure"));
+        h.remove("x-forwarded-proto");
+        let framed = session_cookie(&h, PORTAL, Some(ID), true);
+        assert!(
+            framed.starts_with(&format!("cp_portal={ID}; Path=/portal;"))
+                && framed.contains("SameSite=None")
+                && framed.ends_with("; Secure"),
+            "{framed}"
+        );
     }
 
     #[test]

@@ -15,15 +15,20 @@ use crate::error::DuckResultExt;
 use crate::store::{EmbeddedStore, Tx};
 use crate::util::RowExt;
 
-/// Ends the sessions signed in with the account's keys, revokes the keys
-/// and disables its endpoints.
+/// Ends the sessions signed in with the account's keys or opened by its
+/// portal links, revokes the keys and the links, and disables its
+/// endpoints.
 pub(crate) fn begin(t: &mut Tx<'_>, account: &AccountId) -> StoreResult<ErasureBegun> {
     let a = account.as_str();
     let sessions_ended = t
         .execute(
-            "DELETE FROM sessions WHERE token_hash IN (SELECT key_hash FROM account_keys WHERE account = $1)",
+            "DELETE FROM sessions WHERE token_hash IN (SELECT key_hash FROM account_keys WHERE account = $1) \
+             OR token_hash IN (SELECT token_hash FROM portal_links WHERE account = $1)",
             params![a],
         )
+        .db()?;
+    // Its portal links go at once: the sessions they opened find them no more.
+    t.execute("DELETE FROM portal_links WHERE account = $1", params![a])
         .db()?;
     let keys_revoked = t
         .execute("DELETE FROM account_keys WHERE account = $1", params![a])
@@ -64,6 +69,7 @@ const REST: &[&str] = &[
     "DELETE FROM tasks WHERE (account, id) IN \
      (SELECT (account, id) FROM tasks WHERE account = $1 AND NOT (kind = $3 AND state = 'leased') LIMIT $2)",
     "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
+    "DELETE FROM portal_links WHERE id IN (SELECT id FROM portal_links WHERE account = $1 LIMIT $2)",
 ];
 
 /// One batch in the writer's transaction; the rows removed.

@@ -80,6 +80,11 @@ const PURGES: &[(Purged, &str)] = &[
         "DELETE FROM sessions WHERE id_hash IN \
          (SELECT id_hash FROM sessions WHERE expires_at <= $1 LIMIT $2)",
     ),
+    (
+        Purged::PortalLinks,
+        "DELETE FROM portal_links WHERE id IN \
+         (SELECT id FROM portal_links WHERE expires_at <= $1 LIMIT $2)",
+    ),
 ];
 
 /// Folds the rollup rows of the last ten minutes, where deltas still

@@ -57,6 +57,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (13, include_str!("migrations/0013_dead_letters.sql")),
     (14, include_str!("migrations/0014_example_events.sql")),
     (15, include_str!("migrations/0015_endpoint_retry.sql")),
+    (16, include_str!("migrations/0016_portal_links.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.

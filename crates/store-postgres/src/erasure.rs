@@ -11,15 +11,21 @@ use crate::error::PgResultExt;
 use crate::store::{in_tx, PostgresStore, Tx};
 use crate::util::RowExt;
 
-/// Ends the sessions signed in with the account's keys, revokes the keys
-/// and disables its endpoints.
+/// Ends the sessions signed in with the account's keys or opened by its
+/// portal links, revokes the keys and the links, and disables its
+/// endpoints.
 pub(crate) async fn begin(t: &Tx<'_>, account: &AccountId) -> StoreResult<ErasureBegun> {
     let a = account.as_str();
     let sessions_ended = t
         .execute(
-            "DELETE FROM sessions WHERE token_hash IN (SELECT key_hash FROM account_keys WHERE account = $1)",
+            "DELETE FROM sessions WHERE token_hash IN (SELECT key_hash FROM account_keys WHERE account = $1) \
+             OR token_hash IN (SELECT token_hash FROM portal_links WHERE account = $1)",
             &[&a],
         )
+        .await
+        .db()?;
+    // Its portal links go at once: the sessions they opened find them no more.
+    t.execute("DELETE FROM portal_links WHERE account = $1", &[&a])
         .await
         .db()?;
     let keys_revoked = t
@@ -72,6 +78,7 @@ const BATCH: &[&str] = &[
     "DELETE FROM tasks WHERE (account, id) IN \
      (SELECT account, id FROM tasks WHERE account = $1 AND NOT (kind = $3 AND state = 'leased') LIMIT $2)",
     "DELETE FROM account_keys WHERE id IN (SELECT id FROM account_keys WHERE account = $1 LIMIT $2)",
+    "DELETE FROM portal_links WHERE id IN (SELECT id FROM portal_links WHERE account = $1 LIMIT $2)",
 ];
 
 /// Up to `$2` deliveries of account `$1`, newest first, live and finished

@@ -92,6 +92,11 @@ const PURGES: &[(Purged, &str)] = &[
         "WITH c AS (SELECT id_hash FROM sessions WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
          DELETE FROM sessions s USING c WHERE s.id_hash = c.id_hash",
     ),
+    (
+        Purged::PortalLinks,
+        "WITH c AS (SELECT id FROM portal_links WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM portal_links p USING c WHERE p.id = c.id",
+    ),
 ];
 
 /// Folds the delta rows of the tallies and of the last minutes' rollup into

@@ -7,12 +7,12 @@ use control_plane_core::{EndpointKey, SignatureScheme};
 use crate::views::RetrySettings;
 
 use super::{
-    double, id, ok, ok_showing_secret, over_quota, query, unix_seconds, AccountPath, Answer,
-    ApiError, ApiState, BTreeMap, Caller, Check, Deserialize, Duration, EndpointCreateRequest,
-    EndpointDeleted, EndpointDetail, EndpointId, EndpointStats, EndpointUpdateRequest,
-    EndpointView, EndpointWithSecret, ErrorBody, EventFilter, ItemPath, Json, ListQuery, Listing,
-    OptionalJson, Path, Query, Recovery, Scope, Secret, Shared, State, StatusCode, TaskView,
-    Timestamp, ToSchema, Value,
+    double, id, ok, ok_showing_secret, query, unix_seconds, AccountPath, Answer, ApiError,
+    ApiState, BTreeMap, Caller, Deserialize, Duration, EndpointCreateRequest, EndpointDeleted,
+    EndpointDetail, EndpointId, EndpointStats, EndpointUpdateRequest, EndpointView,
+    EndpointWithSecret, ErrorBody, EventFilter, ItemPath, Json, ListQuery, Listing, OptionalJson,
+    Path, Query, Recovery, Scope, Secret, Shared, State, StatusCode, TaskView, Timestamp, ToSchema,
+    Value,
 };
 
 /// How an endpoint's requests are signed (Standard Webhooks).
@@ -148,21 +148,6 @@ pub(crate) async fn endpoint_create(
     Json(body): Json<EndpointCreateBody>,
 ) -> Answer {
     cap_allowed(&s, &caller, body.max_in_flight)?;
-    // Checked and written under the account's quota lock, so that
-    // creates that race cannot pass the quota together.
-    let _quota = s.quota_lock(&account).await;
-    let quota = s.quotas.endpoints;
-    let holds = s.store.endpoint_list(&account).await?.len() as u64;
-    if holds >= u64::from(quota) {
-        let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
-        return Err(over_quota(
-            &account,
-            "endpoints",
-            holds + 1,
-            quota.into(),
-            setting,
-        ));
-    }
     let scheme = body.signature.map_or_else(
         || SignatureScheme::of(body.secret.as_deref().unwrap_or_default()),
         SignatureScheme::from,
@@ -178,7 +163,7 @@ pub(crate) async fn endpoint_create(
     req.max_in_flight = body.max_in_flight;
     req.retry = body.retry.map(RetrySettings::checked).transpose()?;
     req.description = body.description;
-    let e = s.store.endpoint_create(req.checked()?).await?;
+    let e = query::create_endpoint(&s, req).await?;
     ok_showing_secret(
         StatusCode::CREATED,
         EndpointWithSecret::new(&e, secret, false),

@@ -24,7 +24,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{caller_for_hash, generate_token, hash_token, AdminScope, Caller, Scope};
 use crate::error::{ApiError, ErrorBody};
-use crate::query::{self, page_request};
+use crate::query::{self, over_quota, page_request};
 use crate::views::{
     self, AlertView, AttemptLogView, DeliveryDetail, DeliveryView, EndpointDeleted, EndpointDetail,
     EndpointStats, EndpointView, EndpointWithSecret, EventTypeView, EventView, KeyCreated, Listing,
@@ -38,6 +38,7 @@ pub(crate) mod endpoints;
 pub(crate) mod event_types;
 pub(crate) mod events;
 pub(crate) mod operations;
+pub(crate) mod portal;
 pub(crate) mod tasks;
 
 type Shared = State<Arc<ApiState>>;
@@ -115,15 +116,6 @@ impl ListQuery {
             n => Ok(n),
         }
     }
-}
-
-/// Refuses what would take `account` past one of its quotas: `403`
-/// naming the setting, what the account holds and what it may hold.
-fn over_quota(account: &AccountId, what: &str, holds: u64, quota: u64, setting: &str) -> ApiError {
-    ApiError::forbidden(format!(
-        "account {account} would hold {holds} {what}, over its quota of {quota} \
-         ({setting}); remove some, or ask the operator to raise it"
-    ))
 }
 
 /// The account a route works in.

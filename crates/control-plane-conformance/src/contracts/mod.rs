@@ -12,6 +12,7 @@ mod fixtures;
 mod history;
 mod listings;
 mod operations;
+mod portal;
 mod publish;
 mod retention;
 mod workflow;
@@ -86,6 +87,10 @@ pub use operations::{
     idempotency_records_expire_and_are_swept, revoking_a_key_drops_its_idempotency_records,
     tick_is_single_flight_until_completed_or_expired, tick_state_is_kept_and_interval_respected,
     usage_batches_are_idempotent_and_queryable_by_window,
+};
+pub use portal::{
+    a_portal_link_is_found_until_revoked_or_expired, a_portal_link_is_redeemed_once,
+    portal_links_are_listed_and_revoked_per_account,
 };
 pub use publish::{
     accounts_never_see_each_others_deliveries, an_event_is_found_by_its_idempotency_key,

@@ -9,10 +9,10 @@ use control_plane_core::run_maintenance;
 use control_plane_core::{
     usage_window, AttemptQuery, AttemptReport, Check, Clock, DeliveryListRequest, DeliveryOutcome,
     DeliveryState, EndpointId, EventListRequest, EventTypePut, IdempotencyBegin,
-    IdempotencyBeginRequest, PageRequest, PublishRequest, PurgeBatch, PurgeReport,
-    SessionCreateRequest, StoreError, StoreOptions, StoreResult, StoredResponse, Task,
-    TaskClaimRequest, TaskFailed, TaskState, TimeRange, Timestamp, UsageBatch, UsageEntry,
-    UsageMetric, ERASE_TASK,
+    IdempotencyBeginRequest, PageRequest, PortalLinkCreateRequest, PortalRole, PublishRequest,
+    PurgeBatch, PurgeReport, SessionCreateRequest, StoreError, StoreOptions, StoreResult,
+    StoredResponse, Task, TaskClaimRequest, TaskFailed, TaskState, TimeRange, Timestamp,
+    UsageBatch, UsageEntry, UsageMetric, ERASE_TASK,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -297,6 +297,7 @@ struct Census {
     tasks: (bool, bool),
     key: bool,
     session: bool,
+    link: bool,
 }
 
 /// Gives `account` rows of every kind: two endpoints (one deleted later),
@@ -314,6 +315,19 @@ async fn fill(h: &Harness, account: &str) {
         .unwrap();
     let id = format!("{:f>64}", account.as_bytes()[0]);
     let req = SessionCreateRequest::new(id, hash, "c".repeat(64), Duration::from_secs(60));
+    h.store.session_create(req.unwrap()).await.unwrap();
+    // A portal link, and the session it opened (ADR 0049).
+    let link = format!("{:e>64}", account.as_bytes()[0]);
+    let req = PortalLinkCreateRequest::new(
+        acct(account),
+        link.clone(),
+        PortalRole::Viewer,
+        vec![],
+        Duration::from_secs(3600),
+    );
+    h.store.portal_link_create(req.unwrap()).await.unwrap();
+    let id = format!("{:d>64}", account.as_bytes()[0]);
+    let req = SessionCreateRequest::new(id, link, "c".repeat(64), Duration::from_secs(60));
     h.store.session_create(req.unwrap()).await.unwrap();
     for _ in 0..3 {
         publish(h, account).await;
@@ -405,7 +419,13 @@ async fn census(h: &Harness, account: &str) -> Census {
             .session_get(&format!("{:f>64}", account.as_bytes()[0]))
             .await
             .unwrap()
-            .is_some(),
+            .is_some()
+            || h.store
+                .session_get(&format!("{:d>64}", account.as_bytes()[0]))
+                .await
+                .unwrap()
+                .is_some(),
+        link: !h.store.portal_link_list(&a).await.unwrap().is_empty(),
     }
 }
 
@@ -422,7 +442,10 @@ pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFact
         before_a.deliveries >= 4 && before_a.attempts >= 2,
         "{before_a:?}"
     );
-    assert!(before_a.key && before_a.session, "{before_a:?}");
+    assert!(
+        before_a.key && before_a.session && before_a.link,
+        "{before_a:?}"
+    );
     assert!(
         before_a.usage > 0 && before_a.alerts > 0 && before_a.event_types > 0,
         "{before_a:?}"
@@ -480,10 +503,11 @@ pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFact
             begun.sessions_ended,
             begun.endpoints_disabled
         ),
-        (1, 1, 1)
+        (1, 2, 1),
+        "the key's session and the portal link's"
     );
     let a = census(&h, "a").await;
-    assert!(!a.key && !a.session, "shut at once: {a:?}");
+    assert!(!a.key && !a.session && !a.link, "shut at once: {a:?}");
     let claimed = claim(&h, 100).await;
     assert!(!claimed.is_empty());
     assert!(
@@ -543,6 +567,7 @@ pub async fn erasing_an_account_removes_its_rows_and_no_others(f: &dyn StoreFact
             tasks: (false, true),
             key: false,
             session: false,
+            link: false,
         }
     );
     assert_eq!(

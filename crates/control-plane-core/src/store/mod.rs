@@ -20,8 +20,8 @@ pub use deliveries::{
 };
 pub use endpoints::EndpointStore;
 pub use operations::{
-    AccountKeyStore, AlertStore, ErasureStore, MaintenanceStore, SessionStore, UsageStore,
-    MAX_SESSIONS_LISTED,
+    AccountKeyStore, AlertStore, ErasureStore, MaintenanceStore, PortalStore, SessionStore,
+    UsageStore, MAX_SESSIONS_LISTED,
 };
 pub use workflows::{IdempotencyStore, TickStore, WorkflowStore};
 
@@ -41,6 +41,7 @@ pub trait ControlPlaneStore:
     + AlertStore
     + AccountKeyStore
     + SessionStore
+    + PortalStore
     + MaintenanceStore
     + ErasureStore
 {

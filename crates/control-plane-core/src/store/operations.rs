@@ -1,4 +1,5 @@
-//! Usage, alerts, account keys, dashboard sessions and maintenance.
+//! Usage, alerts, account keys, dashboard sessions, portal links and
+//! maintenance.
 
 use std::time::Duration;
 
@@ -6,8 +7,8 @@ use async_trait::async_trait;
 
 use crate::{
     AccountId, AccountKey, Alert, Checked, DashboardSession, ErasureBegun, KeyHash, KeyId, Page,
-    PageRequest, PurgeBatch, PurgeReport, SessionCreateRequest, StoreResult, TimeRange, Timestamp,
-    UsageBatch, UsageRow,
+    PageRequest, PortalLink, PortalLinkCreateRequest, PortalLinkId, PurgeBatch, PurgeReport,
+    SessionCreateRequest, StoreResult, TimeRange, Timestamp, UsageBatch, UsageRow,
 };
 
 /// Per-account usage counters.
@@ -152,6 +153,73 @@ pub trait SessionStore: Send + Sync {
 /// The most sessions [`SessionStore::session_list`] answers.
 pub const MAX_SESSIONS_LISTED: i64 = 1000;
 
+/// Portal links (ADR 0049): one-time sign-ins to a consumer view of an
+/// account, stored by the hash of their token.
+#[async_trait]
+pub trait PortalStore: Send + Sync {
+    /// Stores a new link.
+    ///
+    /// # Behavior
+    /// - A new link is listed with its account's, newest first, and never
+    ///   with another account's (`portal_links_are_listed_and_revoked_per_account`).
+    ///
+    /// # Errors
+    /// `Conflict` when the token hash is already stored.
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may or may not have stored the link.
+    async fn portal_link_create(&self, req: PortalLinkCreateRequest) -> StoreResult<PortalLink>;
+
+    /// The links of `account` that have not expired (revoked ones too, with
+    /// their revocation), newest first, at most
+    /// [`crate::MAX_PORTAL_LINKS_LISTED`].
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn portal_link_list(&self, account: &AccountId) -> StoreResult<Vec<PortalLink>>;
+
+    /// Revokes a link of `account`: it opens nothing more, and
+    /// [`PortalStore::portal_link_find`] finds it no more, so the sessions
+    /// it opened end. Revoking a revoked link is `Ok`.
+    ///
+    /// # Behavior
+    /// - Another account's link is not found and stays as it was
+    ///   (`portal_links_are_listed_and_revoked_per_account`).
+    ///
+    /// # Errors
+    /// `NotFound`, also for another account's link.
+    ///
+    /// # Cancellation safety
+    /// Safe to retry.
+    async fn portal_link_revoke(&self, account: &AccountId, id: PortalLinkId) -> StoreResult<()>;
+
+    /// Redeems the link whose token hashes to `token_hash`, once: the one
+    /// caller that marks it redeemed gets it; a redeemed, revoked, expired or
+    /// unknown link gives `None`.
+    ///
+    /// # Behavior
+    /// - Of many concurrent redemptions exactly one gets the link, and no
+    ///   later one does (`a_portal_link_is_redeemed_once`).
+    /// - A revoked or expired link is not redeemed
+    ///   (`a_portal_link_is_found_until_revoked_or_expired`).
+    ///
+    /// # Cancellation safety
+    /// A cancelled call may have redeemed the link.
+    async fn portal_link_redeem(&self, token_hash: &str) -> StoreResult<Option<PortalLink>>;
+
+    /// The link whose token hashes to `token_hash` while it holds (redeemed
+    /// or not; not revoked, not expired by the store's clock): what a portal
+    /// session checks at every request.
+    ///
+    /// # Behavior
+    /// - Found until it is revoked or expires, then never again
+    ///   (`a_portal_link_is_found_until_revoked_or_expired`).
+    ///
+    /// # Cancellation safety
+    /// Safe.
+    async fn portal_link_find(&self, token_hash: &str) -> StoreResult<Option<PortalLink>>;
+}
+
 /// Retention.
 #[async_trait]
 pub trait MaintenanceStore: Send + Sync {
@@ -159,8 +227,8 @@ pub trait MaintenanceStore: Send + Sync {
     /// history older than `retention`: delivered deliveries, dead deliveries
     /// of deleted endpoints, attempt-log rows, events left without
     /// deliveries, completed tasks, alerts, usage
-    /// windows (and their batch ids), expired idempotency records and expired
-    /// dashboard sessions.
+    /// windows (and their batch ids), expired idempotency records, expired
+    /// dashboard sessions and expired portal links.
     ///
     /// # Behavior
     /// - Only old delivered history goes; live deliveries stay
@@ -178,6 +246,8 @@ pub trait MaintenanceStore: Send + Sync {
     /// - Expired idempotency records go (`idempotency_records_expire_and_are_swept`).
     /// - A rotated-out signing secret is cleared once its grace has ended
     ///   (`a_rotated_out_secret_is_cleared_after_its_grace`).
+    /// - Expired portal links go
+    ///   (`portal_links_are_listed_and_revoked_per_account`).
     /// - `maintenance::run_maintenance` runs it on one replica per interval,
     ///   on a tick (`maintenance_runs_on_a_single_flight_tick`).
     ///
@@ -198,10 +268,11 @@ pub trait MaintenanceStore: Send + Sync {
 #[async_trait]
 pub trait ErasureStore: Send + Sync {
     /// The start of an erasure of `account` : its
-    /// dashboard sessions signed in with its keys end, its keys are revoked
+    /// dashboard sessions signed in with its keys or opened by its portal
+    /// links end, its keys and portal links are removed
     /// and its endpoints disabled, in one transaction, so that from its
-    /// commit nothing more is accepted from the account's keys or sent to
-    /// its endpoints. Running it again is harmless.
+    /// commit nothing more is accepted from the account's keys or links or
+    /// sent to its endpoints. Running it again is harmless.
     ///
     /// # Behavior
     /// - Keys stop working and endpoints stop being claimed at once
@@ -215,7 +286,7 @@ pub trait ErasureStore: Send + Sync {
     /// table: attempts, their rollups, deliveries, events without
     /// deliveries, endpoints without deliveries, event types, alerts,
     /// usage windows, tasks (except a running, leased one of kind
-    /// [`crate::ERASE_TASK`]: the erasure's own), keys, and the idempotency
+    /// [`crate::ERASE_TASK`]: the erasure's own), keys, portal links, and the idempotency
     /// records whose scope is the account's ([`crate::idempotency_account_prefix`]);
     /// how many it removed, `0` once nothing is left.
     ///
