@@ -82,6 +82,10 @@ pub struct Endpoint {
     /// JSON text of [`crate::ClientCredentials::to_text`]: sealed at rest
     /// like the signing secrets, opened on reads; `None` when there are none.
     pub oauth2: Option<Secret>,
+    /// The client certificate and key it presents over TLS, as the JSON
+    /// text of [`crate::ClientTls::to_text`]: sealed at rest like the
+    /// signing secrets, opened on reads; `None` when it has none.
+    pub client_tls: Option<Secret>,
     /// Whether deliveries are claimed. A disabled endpoint's deliveries are held.
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
@@ -131,6 +135,14 @@ impl Endpoint {
         self.oauth2
             .as_ref()
             .and_then(|o| crate::ClientCredentials::from_text(o).ok())
+    }
+
+    /// Its client certificate and key, when it has them and they are
+    /// opened; none when they cannot be read.
+    pub fn client_tls(&self) -> Option<crate::ClientTls> {
+        self.client_tls
+            .as_ref()
+            .and_then(|c| crate::ClientTls::from_text(c).ok())
     }
 
     /// Whether an event of `event_type` is delivered to this endpoint, by
@@ -239,6 +251,8 @@ pub struct EndpointCreateRequest {
     pub headers: BTreeMap<String, String>,
     /// OAuth2 client credentials for every request, if any.
     pub oauth2: Option<crate::ClientCredentials>,
+    /// The client certificate and key presented over TLS, if any.
+    pub client_tls: Option<crate::ClientTls>,
     /// Ordered mode.
     pub ordered: bool,
     /// Optional rate limit, requests per second (1 to 100,000).
@@ -262,6 +276,7 @@ impl EndpointCreateRequest {
             filter: None,
             headers: BTreeMap::new(),
             oauth2: None,
+            client_tls: None,
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
@@ -277,7 +292,9 @@ impl crate::Check for EndpointCreateRequest {
     /// # Errors
     /// `InvalidInput` for a bad URL, signing secret
     /// ([`crate::signing::validate_signing_secret`]) or event type, a limit
-    /// out of range or a NUL in the description.
+    /// out of range, a NUL in the description, or a client certificate
+    /// that does not parse, whose key is not its own, or on an endpoint
+    /// that is not `https` ([`crate::ClientTls::validate`]).
     fn check(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
         crate::signing::validate_signing_secret(self.secret.expose())?;
@@ -286,6 +303,10 @@ impl crate::Check for EndpointCreateRequest {
         if let Some(o) = &self.oauth2 {
             o.validate()?;
             oauth2_needs_http(&self.url)?;
+        }
+        if let Some(c) = &self.client_tls {
+            c.validate()?;
+            crate::client_tls::client_tls_needs_https(&self.url)?;
         }
         if let Some(d) = &self.description {
             validate_description(d)?;
@@ -317,6 +338,8 @@ pub struct EndpointUpdateRequest {
     pub headers: Option<BTreeMap<String, String>>,
     /// New OAuth2 client credentials (`Some(None)` removes them).
     pub oauth2: Option<Option<crate::ClientCredentials>>,
+    /// New client certificate and key (`Some(None)` removes them).
+    pub client_tls: Option<Option<crate::ClientTls>>,
     /// New ordered mode.
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
@@ -338,8 +361,10 @@ impl EndpointUpdateRequest {
     /// `InvalidInput` for a URL that is not absolute `http(s)`, a bad event
     /// type, a limit out of range or a NUL in the description; for a URL of
     /// another origin (scheme, host, port) while the endpoint keeps custom
-    /// headers or OAuth2 credentials the request does not give again; `e` is
-    /// then unchanged.
+    /// headers, OAuth2 credentials or a client certificate the request does
+    /// not give again; for a client certificate that is refused
+    /// ([`crate::ClientTls::validate`]) or an endpoint left with one that is
+    /// not `https`; `e` is then unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;
@@ -351,11 +376,15 @@ impl EndpointUpdateRequest {
                 let kept = [
                     ("headers", e.headers.is_some() && self.headers.is_none()),
                     ("oauth2", e.oauth2.is_some() && self.oauth2.is_none()),
+                    (
+                        "client_tls",
+                        e.client_tls.is_some() && self.client_tls.is_none(),
+                    ),
                 ];
                 if let Some((field, _)) = kept.iter().find(|(_, kept)| *kept) {
                     return Err(StoreError::InvalidInput(format!(
                         "the url moves the endpoint to another origin: give \"{field}\" again with it \
-                         (or remove it: {{}} for headers, null for oauth2); credentials never follow \
+                         (or remove it: {{}} for headers, null for oauth2 and client_tls); credentials never follow \
                          an endpoint to another host unasked"
                     )));
                 }
@@ -370,8 +399,20 @@ impl EndpointUpdateRequest {
             Some(None) => Some(None),
             None => None,
         };
+        let client_tls = match &self.client_tls {
+            Some(Some(c)) => Some(Some(c.to_text()?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         if let Some(Some(d)) = &self.description {
             validate_description(d)?;
+        }
+        let client_tls_after = match &self.client_tls {
+            Some(c) => c.is_some(),
+            None => e.client_tls.is_some(),
+        };
+        if client_tls_after {
+            crate::client_tls::client_tls_needs_https(self.url.as_deref().unwrap_or(&e.url))?;
         }
         let oauth2_after = match &self.oauth2 {
             Some(o) => o.is_some(),
@@ -398,6 +439,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(o) = oauth2 {
             e.oauth2 = o;
+        }
+        if let Some(c) = client_tls {
+            e.client_tls = c;
         }
         if let Some(o) = self.ordered {
             e.ordered = o;

@@ -50,6 +50,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (19, include_str!("migrations/0019_tasks_by_state.sql")),
     (20, include_str!("migrations/0020_endpoint_retry.sql")),
     (21, include_str!("migrations/0021_attempts_by_account.sql")),
+    (23, include_str!("migrations/0023_endpoint_client_tls.sql")),
 ];
 
 /// The plan settings of the delivery path's transactions (claims,

@@ -9,7 +9,8 @@ fn targets_carry_host_port_path_and_credentials() {
         Origin {
             tls: true,
             host: "::1".into(),
-            port: 8443
+            port: 8443,
+            client: None,
         }
     );
     assert_eq!(t.authority, "[::1]:8443");
