@@ -754,12 +754,25 @@ async fn a_client_certificate_key_is_never_shown_nor_logged() {
     });
     let profile = Profile::embedded();
     let svc = Service::start_with(&profile, &[("CONTROLPLANE_LOG", "debug")]);
+    let create = |certificate: &str| {
+        json!({"url": format!("https://127.0.0.1:{port}/hook"), "client_tls": {
+            "certificate": certificate, "key": key}})
+    };
+    // Refused (the key is not this certificate's): the answer says why,
+    // without the key.
     let (s, v) = svc
         .call(
             "POST",
             "/v1/accounts/acme/endpoints",
-            Some(json!({"url": format!("https://127.0.0.1:{port}/hook"), "client_tls": {
-                "certificate": include_str!("../testdata/mtls/client.pem"), "key": key}})),
+            Some(create(include_str!("../testdata/mtls/other.pem"))),
+        )
+        .await;
+    assert_eq!(s, 422, "{v}");
+    let (s, v) = svc
+        .call(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(create(include_str!("../testdata/mtls/client.pem"))),
         )
         .await;
     assert_eq!(s, 201, "{v}");
@@ -775,6 +788,7 @@ async fn a_client_certificate_key_is_never_shown_nor_logged() {
     for line in key.lines().filter(|l| !l.starts_with("-----")) {
         assert!(!log.contains(line), "the key is in the log: {log}");
         assert!(!d.to_string().contains(line), "{d}");
+        assert!(!v.to_string().contains(line), "{v}");
     }
     drop(svc);
     drop(profile);

@@ -13,7 +13,7 @@ use control_plane_core::{
 use control_plane_store_kit::sealing::{key_id_of, SEALED_PREFIX};
 use control_plane_store_kit::{SecretKey, SecretKeys};
 
-use crate::contracts::fixtures::client_tls;
+use crate::contracts::client_tls;
 
 /// One store's location, opened again as the service opens it after a
 /// restart, and read raw.

@@ -196,7 +196,7 @@ async fn client_certificates_are_write_only_checked_and_shown() {
         call("GET", &path).send(&api).await,
         call("GET", "/v1/accounts/acme/endpoints").send(&api).await,
     ] {
-        assert_eq!(s.is_success(), true, "{v}");
+        assert!(s.is_success(), "{v}");
         let text = v.to_string();
         assert!(!text.contains(key_line) && !text.contains("PRIVATE KEY"), "{text}");
         assert!(text.contains(&subject), "{text}");

@@ -941,7 +941,7 @@ async fn deliveries_of(s: &Setup, published: &Published) -> HashMap<EndpointId, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused() {
     let r = common::mtls::receiver().await;
-    let s = setup(&r.url).await;
+    let s = &setup(&r.url).await;
     let with_none = s.endpoint.clone();
     let right = mtls_endpoint(&s, &r.url, Some(common::mtls::client())).await;
     let wrong = mtls_endpoint(&s, &r.url, Some(common::mtls::other())).await;
@@ -955,7 +955,7 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
         let (d, stop) = (d.clone(), stop.clone());
         tokio::spawn(async move { d.run(stop).await })
     };
-    let publish_event = || async {
+    let publish_event = || async move {
         s.store
             .event_publish(
                 PublishRequest::new(s.endpoint.account.clone(), "invoice.paid", serde_json::json!({}))

@@ -355,7 +355,8 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
         h.store.endpoint_get(&acct("b"), e.id).await.is_err(),
         "another account does not read it"
     );
-    let update = |req: EndpointUpdateRequest| h.store.endpoint_update(EndpointKey::new(&acct("a"), e.id), req);
+    let a = acct("a");
+    let update = |req: EndpointUpdateRequest| h.store.endpoint_update(EndpointKey::new(&a, e.id), req);
     let kept = update(EndpointUpdateRequest {
         description: Some(Some("renamed".into())),
         ..EndpointUpdateRequest::default()

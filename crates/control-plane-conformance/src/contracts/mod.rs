@@ -9,6 +9,8 @@ mod destinations;
 mod endpoints;
 mod fairness;
 mod fixtures;
+
+pub(crate) use fixtures::client_tls;
 mod history;
 mod listings;
 mod operations;

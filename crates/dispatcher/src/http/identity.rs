@@ -128,13 +128,4 @@ impl Connectors {
         map.insert(digest, (tls.clone(), Instant::now()));
         Ok(Identity { pool, tls })
     }
-
-    /// Connectors kept now.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.by_digest
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
 }
