@@ -666,7 +666,7 @@ async fn send(
     let started = Instant::now();
     let sent = ctx
         .client
-        .post_as(&c.url, identity.as_ref(), &headers, c.body.as_bytes())
+        .post(&c.url, identity.as_ref(), &headers, c.body.as_bytes())
         .await;
     if let (Some(t), Ok(answer)) = (&token, &sent) {
         if answer.status == 401 {

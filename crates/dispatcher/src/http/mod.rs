@@ -353,19 +353,10 @@ impl HttpClient {
     /// POSTs `body` with `headers` to `url` and returns the answer, or the
     /// failure in words without the URL (it may carry credentials). The
     /// destination's addresses are checked when a connection is made
-    /// ([`resolve::resolve`]); a kept-alive one was checked then.
+    /// ([`resolve::resolve`]); a kept-alive one was checked then. With an
+    /// `identity` its client certificate is presented over TLS, on
+    /// connections of that identity only.
     pub(crate) async fn post(
-        &self,
-        url: &str,
-        headers: &[(&str, String)],
-        body: &[u8],
-    ) -> Result<Answer, Failure> {
-        self.send(url, None, headers, body, self.keep).await
-    }
-
-    /// As [`HttpClient::post`], presenting `identity`'s client certificate
-    /// when it connects over TLS, on connections of that identity only.
-    pub(crate) async fn post_as(
         &self,
         url: &str,
         identity: Option<&Identity>,

@@ -117,7 +117,7 @@ fn client() -> HttpClient {
 
 async fn post(client: &HttpClient, url: &str) -> Result<Answer, Failure> {
     client
-        .post(url, &[("webhook-id", "msg_1".into())], b"{\"a\":1}")
+        .post(url, None, &[("webhook-id", "msg_1".into())], b"{\"a\":1}")
         .await
 }
 
@@ -473,7 +473,7 @@ async fn an_early_answer_to_a_request_still_being_written_is_read() {
     });
     let body = vec![b'x'; 16 * 1024 * 1024];
     let answer = client()
-        .post(&url, &[("webhook-id", "msg_1".into())], &body)
+        .post(&url, None, &[("webhook-id", "msg_1".into())], &body)
         .await;
     assert_eq!(answer.unwrap().status, 413);
 }
