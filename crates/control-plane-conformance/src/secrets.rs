@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use control_plane_core::{
-    custom_header_pairs, AccountId, Check, ClaimRequest, ClaimedDelivery, ClientCredentials, ClientTls,
-    DynControlPlaneStore, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, PublishRequest,
-    Secret, SecretRotation, SigningSecrets, StoreResult,
+    custom_header_pairs, AccountId, Check, ClaimRequest, ClaimedDelivery, ClientCredentials,
+    ClientTls, DynControlPlaneStore, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    PublishRequest, Secret, SecretRotation, SigningSecrets, StoreResult,
 };
 use control_plane_store_kit::sealing::{key_id_of, SEALED_PREFIX};
 use control_plane_store_kit::{SecretKey, SecretKeys};

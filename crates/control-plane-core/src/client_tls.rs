@@ -143,7 +143,9 @@ impl ClientTls {
         let summary = summarize(&chain[0])?;
         let key = self.private_key()?;
         let signer = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|_| {
-            invalid("key is of a type TLS cannot sign with here (RSA, ECDSA P-256 or P-384, Ed25519)")
+            invalid(
+                "key is of a type TLS cannot sign with here (RSA, ECDSA P-256 or P-384, Ed25519)",
+            )
         })?;
         let certified = rustls::sign::CertifiedKey::new(chain, signer);
         match certified.keys_match() {
@@ -193,9 +195,8 @@ impl ClientTls {
 fn summarize(der: &CertificateDer<'_>) -> Result<CertificateSummary, StoreError> {
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
         .map_err(|_| invalid("certificate is not an X.509 certificate"))?;
-    let at = |t: x509_parser::time::ASN1Time| {
-        Timestamp::from_millis(t.timestamp().saturating_mul(1000))
-    };
+    let at =
+        |t: x509_parser::time::ASN1Time| Timestamp::from_millis(t.timestamp().saturating_mul(1000));
     let validity = cert.validity();
     Ok(CertificateSummary {
         subject: cert.subject().to_string(),
@@ -245,7 +246,10 @@ mod tests {
     fn a_pair_is_checked_summarized_and_its_key_never_printed() {
         let good = pair(CERT, KEY);
         let s = good.validate().unwrap();
-        assert!(s.subject.contains("CN=control-plane mTLS test client"), "{s:?}");
+        assert!(
+            s.subject.contains("CN=control-plane mTLS test client"),
+            "{s:?}"
+        );
         assert!(s.issuer.contains("mTLS test CA"), "{s:?}");
         assert!(s.not_after > s.not_before);
         assert_eq!(s.fingerprint_sha256.len(), 64);

@@ -571,7 +571,6 @@ fn unsent_failed(error: String) -> Unsent {
     })
 }
 
-
 /// The endpoint's custom headers, opened.
 fn custom_of(c: &ClaimedDelivery) -> Result<Vec<(String, String)>, Unsent> {
     Ok(match &c.headers {

@@ -917,7 +917,10 @@ async fn claims_run_ahead_of_one_slot_while_the_receiver_is_quick() {
 async fn mtls_endpoint(s: &Setup, url: &str, client_tls: Option<ClientTls>) -> Endpoint {
     let mut req = EndpointCreateRequest::new(s.endpoint.account.clone(), url, generate_secret());
     req.client_tls = client_tls;
-    s.store.endpoint_create(req.checked().unwrap()).await.unwrap()
+    s.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
 }
 
 /// The deliveries of the event `published` made, by endpoint.
@@ -958,9 +961,13 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     let publish_event = || async move {
         s.store
             .event_publish(
-                PublishRequest::new(s.endpoint.account.clone(), "invoice.paid", serde_json::json!({}))
-                    .checked()
-                    .unwrap(),
+                PublishRequest::new(
+                    s.endpoint.account.clone(),
+                    "invoice.paid",
+                    serde_json::json!({}),
+                )
+                .checked()
+                .unwrap(),
             )
             .await
             .unwrap()
@@ -972,10 +979,16 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
         loop {
             let mut by = deliveries_of(&s, &p).await;
             by.retain(|e, _| Some(*e) != skip);
-            if by.values().all(|d| d.state == DeliveryState::Delivered || d.last_error.is_some()) {
+            if by
+                .values()
+                .all(|d| d.state == DeliveryState::Delivered || d.last_error.is_some())
+            {
                 return by;
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "not settled: {by:?}");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "not settled: {by:?}"
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     };
@@ -984,12 +997,21 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     assert_eq!(first[&right.id].state, DeliveryState::Delivered);
     for refused in [with_none.id, wrong.id] {
         let d = &first[&refused];
-        assert_eq!((d.state, d.attempts), (DeliveryState::Pending, 1), "retried later");
+        assert_eq!(
+            (d.state, d.attempts),
+            (DeliveryState::Pending, 1),
+            "retried later"
+        );
         let error = d.last_error.clone().unwrap_or_default();
         assert!(error.contains("TLS") && error.contains("alert"), "{error}");
         assert!(!error.contains("PRIVATE KEY"), "{error}");
+        println!("the attempt's error: {error}");
     }
-    assert_eq!(r.counts(), (1, 2, 1), "one accepted connection, two refused, one answer");
+    assert_eq!(
+        r.counts(),
+        (1, 2, 1),
+        "one accepted connection, two refused, one answer"
+    );
 
     // The right endpoint's connection is idle now. Its owner is disabled,
     // so the next event goes to the others only, one of them with the same
@@ -1007,7 +1029,10 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     run.await.unwrap();
     let by_endpoint = |e: &Endpoint| second.get(&e.id).cloned();
     assert_eq!(by_endpoint(&twin).unwrap().state, DeliveryState::Delivered);
-    assert_ne!(by_endpoint(&with_none).unwrap().state, DeliveryState::Delivered);
+    assert_ne!(
+        by_endpoint(&with_none).unwrap().state,
+        DeliveryState::Delivered
+    );
     assert_ne!(by_endpoint(&wrong).unwrap().state, DeliveryState::Delivered);
     assert_eq!(
         r.counts(),

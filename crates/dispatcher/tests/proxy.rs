@@ -302,7 +302,10 @@ async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
     let through = Proxy::parse(&proxy.url("s3cret"), None).unwrap();
     let a = first_attempt_with(&r.url, through.clone(), Some(common::mtls::client())).await;
     assert_eq!(a.result, AttemptResult::Delivered, "{a:?}");
-    let port = r.url.trim_start_matches("https://127.0.0.1:").trim_end_matches("/hook");
+    let port = r
+        .url
+        .trim_start_matches("https://127.0.0.1:")
+        .trim_end_matches("/hook");
     assert!(
         proxy.log().contains(&format!("CONNECT 127.0.0.1:{port}")),
         "through the proxy: {}",
@@ -312,5 +315,9 @@ async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
     assert_eq!(a.status_code, None, "{a:?}");
     let error = a.error.clone().unwrap_or_default();
     assert!(error.contains("TLS") && error.contains("alert"), "{a:?}");
-    assert_eq!(r.counts(), (1, 1, 1), "one accepted, one refused, one answer");
+    assert_eq!(
+        r.counts(),
+        (1, 1, 1),
+        "one accepted, one refused, one answer"
+    );
 }

@@ -8,8 +8,8 @@ use crate::contracts::fixtures::{
 };
 use crate::StoreFactory;
 use control_plane_core::{
-    custom_header_pairs, Check, ClaimedDelivery, ClientCredentials, ClientTls, Enablement, Endpoint,
-    EndpointCreateRequest, EndpointKey, EndpointUpdateRequest, Secret, StoreError,
+    custom_header_pairs, Check, ClaimedDelivery, ClientCredentials, ClientTls, Enablement,
+    Endpoint, EndpointCreateRequest, EndpointKey, EndpointUpdateRequest, Secret, StoreError,
 };
 use std::time::Duration;
 
@@ -350,13 +350,17 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
     assert!(h.store.endpoint_list(&acct("a")).await.unwrap().is_empty());
     let e = create_endpoint(&h, with(hook, client_tls("client"))).await;
     assert_eq!(e.client_tls(), Some(client_tls("client")));
-    assert_eq!(reread(&h, &e).await.client_tls(), Some(client_tls("client")));
+    assert_eq!(
+        reread(&h, &e).await.client_tls(),
+        Some(client_tls("client"))
+    );
     assert!(
         h.store.endpoint_get(&acct("b"), e.id).await.is_err(),
         "another account does not read it"
     );
     let a = acct("a");
-    let update = |req: EndpointUpdateRequest| h.store.endpoint_update(EndpointKey::new(&a, e.id), req);
+    let update =
+        |req: EndpointUpdateRequest| h.store.endpoint_update(EndpointKey::new(&a, e.id), req);
     let kept = update(EndpointUpdateRequest {
         description: Some(Some("renamed".into())),
         ..EndpointUpdateRequest::default()
@@ -372,7 +376,10 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
         update(set(Some(client_tls("mismatched")))).await,
         "not the key of the certificate",
     );
-    assert_eq!(reread(&h, &e).await.client_tls(), Some(client_tls("client")));
+    assert_eq!(
+        reread(&h, &e).await.client_tls(),
+        Some(client_tls("client"))
+    );
     let changed = update(set(Some(client_tls("other")))).await.unwrap();
     assert_eq!(changed.client_tls(), Some(client_tls("other")));
     // Another origin (plain http included) only with the pair given again
@@ -382,8 +389,14 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
         url: Some(url.into()),
         ..EndpointUpdateRequest::default()
     };
-    invalid(update(moved("https://elsewhere.example/hook")).await, "\"client_tls\"");
-    invalid(update(moved("http://example.com/hook")).await, "\"client_tls\"");
+    invalid(
+        update(moved("https://elsewhere.example/hook")).await,
+        "\"client_tls\"",
+    );
+    invalid(
+        update(moved("http://example.com/hook")).await,
+        "\"client_tls\"",
+    );
     publish(&h, "a").await;
     let c = claim(&h, 1).await.remove(0);
     let claimed = c
@@ -395,7 +408,10 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
     assert_eq!(removed.client_tls, None);
     assert_eq!(reread(&h, &e).await.client_tls, None);
     let plain = update(moved("http://example.com/hook")).await.unwrap();
-    assert_eq!(plain.url, "http://example.com/hook", "without a certificate it may move");
+    assert_eq!(
+        plain.url, "http://example.com/hook",
+        "without a certificate it may move"
+    );
 }
 
 /// `EndpointStore::endpoint_create` and `endpoint_update`: a broker

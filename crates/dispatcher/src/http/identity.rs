@@ -108,7 +108,10 @@ impl Connectors {
             endpoint: endpoint.to_string(),
             digest,
         };
-        let mut map = self.by_digest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .by_digest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some((tls, used)) = map.get_mut(&digest) {
             *used = Instant::now();
             return Ok(Identity {
@@ -120,7 +123,10 @@ impl Connectors {
         let config = trust.config(Some(pair))?;
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
         if map.len() >= MAX_CONNECTORS {
-            let oldest = map.iter().min_by_key(|(_, (_, used))| *used).map(|(d, _)| *d);
+            let oldest = map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(d, _)| *d);
             if let Some(d) = oldest {
                 map.remove(&d);
             }

@@ -287,10 +287,8 @@ impl Idle {
 }
 
 impl HttpClient {
-    /// A client whose requests take at most `timeout` each (connecting at
-    /// most `connect_timeout` of it), verifying TLS certificates with the
-    /// platform's roots and connecting to private addresses only inside
-    /// `allowed`.
+    /// A client that trusts the platform's roots only (the tests').
+    #[cfg(test)]
     pub(crate) fn new(
         timeout: Duration,
         connect_timeout: Duration,
@@ -299,8 +297,11 @@ impl HttpClient {
         Self::trusting(timeout, connect_timeout, allowed, Vec::new())
     }
 
-    /// As [`HttpClient::new`], trusting the authorities `extra_roots` too
-    /// (PEM certificates, such as a test's own authority).
+    /// A client whose requests take at most `timeout` each (connecting at
+    /// most `connect_timeout` of it), verifying TLS certificates with the
+    /// platform's roots and the authorities `extra_roots` (such as a test's
+    /// own authority), and connecting to private addresses only inside
+    /// `allowed`.
     pub(crate) fn trusting(
         timeout: Duration,
         connect_timeout: Duration,

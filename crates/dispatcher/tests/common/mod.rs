@@ -91,10 +91,12 @@ pub mod mtls {
         roots
             .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
             .unwrap();
-        let clients =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .build()
-                .unwrap();
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
