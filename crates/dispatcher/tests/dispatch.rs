@@ -946,8 +946,8 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     let r = common::mtls::receiver().await;
     let s = &setup(&r.url).await;
     let with_none = s.endpoint.clone();
-    let right = mtls_endpoint(&s, &r.url, Some(common::mtls::client())).await;
-    let wrong = mtls_endpoint(&s, &r.url, Some(common::mtls::other())).await;
+    let right = mtls_endpoint(s, &r.url, Some(common::mtls::client())).await;
+    let wrong = mtls_endpoint(s, &r.url, Some(common::mtls::other())).await;
     let cfg = DispatcherConfig {
         extra_roots_pem: Some(common::mtls::CA.into()),
         ..config(600)
@@ -977,7 +977,7 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     let settled = |p: Published, skip: Option<EndpointId>| async move {
         let start = Instant::now();
         loop {
-            let mut by = deliveries_of(&s, &p).await;
+            let mut by = deliveries_of(s, &p).await;
             by.retain(|e, _| Some(*e) != skip);
             if by
                 .values()
@@ -1016,7 +1016,7 @@ async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused
     // The right endpoint's connection is idle now. Its owner is disabled,
     // so the next event goes to the others only, one of them with the same
     // certificate on an endpoint of its own.
-    let twin = mtls_endpoint(&s, &r.url, Some(common::mtls::client())).await;
+    let twin = mtls_endpoint(s, &r.url, Some(common::mtls::client())).await;
     s.store
         .endpoint_set_enabled(
             EndpointKey::new(&right.account, right.id),
