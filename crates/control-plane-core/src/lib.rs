@@ -110,6 +110,7 @@ mod clock;
 mod delivery;
 mod destination;
 mod endpoint;
+mod endpoint_update;
 mod erasure;
 mod error;
 mod filter;

@@ -613,6 +613,37 @@ fn headers_of<'a>(
     headers
 }
 
+/// The message of a delivery to a broker destination, signed as `signed`
+/// (id, timestamp, signature, trace context): the broker's ack, or the
+/// error.
+async fn send_to_broker(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    dest: &Destination,
+    signed: (&str, i64, String, Option<&TraceParent>),
+) -> Result<SendResult, Unsent> {
+    let (id, timestamp, signature, traceparent) = signed;
+    // A broker's `authorization` header authenticates the connection and
+    // is not sent with the message.
+    let (auth, custom): (Vec<_>, Vec<_>) = custom_of(c)?
+        .into_iter()
+        .partition(|(n, _)| n == "authorization");
+    let creds = auth
+        .first()
+        .map(|(_, v)| crate::broker::Credentials::from_authorization(v))
+        .transpose()
+        .map_err(|f| match f {
+            Failure::Refused(why) | Failure::Failed(why) => Unsent::Refused(why),
+        })?;
+    let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
+    let msg = crate::broker::Message {
+        id,
+        headers: &headers,
+        body: c.body.as_bytes(),
+    };
+    publish(ctx, dest, creds.as_ref(), c.delivery.endpoint_id, &msg).await
+}
+
 /// The signed request itself, or the message to a broker: status and
 /// `Retry-After` (or the broker's ack), or the error; or, as `Err`, why it
 /// was not made.
@@ -626,25 +657,8 @@ async fn send(
 ) -> Result<SendResult, Unsent> {
     let dest = Destination::parse(&c.url).map_err(|e| Unsent::Refused(e.to_string()))?;
     if !matches!(dest, Destination::Http { .. }) {
-        // A broker's `authorization` header authenticates the connection
-        // and is not sent with the message.
-        let (auth, custom): (Vec<_>, Vec<_>) = custom_of(c)?
-            .into_iter()
-            .partition(|(n, _)| n == "authorization");
-        let creds = auth
-            .first()
-            .map(|(_, v)| crate::broker::Credentials::from_authorization(v))
-            .transpose()
-            .map_err(|f| match f {
-                Failure::Refused(why) | Failure::Failed(why) => Unsent::Refused(why),
-            })?;
-        let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
-        let msg = crate::broker::Message {
-            id,
-            headers: &headers,
-            body: c.body.as_bytes(),
-        };
-        return publish(ctx, &dest, creds.as_ref(), c.delivery.endpoint_id, &msg).await;
+        let signed = (id, timestamp, signature, traceparent);
+        return send_to_broker(ctx, c, &dest, signed).await;
     }
     // The endpoint's client certificate, if any (ADR 0048).
     let identity = ctx
