@@ -739,6 +739,61 @@ async fn oauth2_tokens_are_fetched_cached_renewed_and_never_shown() {
     drop(profile);
 }
 
+/// A client certificate's key (mTLS, ADR 0048) is never shown by the API
+/// nor logged, at `debug`, while the dispatcher loads it and presents it
+/// (here to a receiver that ends every connection: the attempt fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_key_is_never_shown_nor_logged() {
+    let key = include_str!("../testdata/mtls/client.key");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            drop(conn);
+        }
+    });
+    let profile = Profile::embedded();
+    let svc = Service::start_with(&profile, &[("CONTROLPLANE_LOG", "debug")]);
+    let create = |certificate: &str| {
+        json!({"url": format!("https://127.0.0.1:{port}/hook"), "client_tls": {
+            "certificate": certificate, "key": key}})
+    };
+    // Refused (the key is not this certificate's): the answer says why,
+    // without the key.
+    let (s, v) = svc
+        .call(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(create(include_str!("../testdata/mtls/other.pem"))),
+        )
+        .await;
+    assert_eq!(s, 422, "{v}");
+    let (s, v) = svc
+        .call(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(create(include_str!("../testdata/mtls/client.pem"))),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert!(v["client_tls"]["subject"].is_string(), "{v}");
+    let id = svc.publish("order.created").await.remove(0);
+    let d = svc
+        .wait_delivery(&id, Duration::from_secs(20), |d| {
+            !d["attempt_log"].as_array().unwrap().is_empty()
+        })
+        .await;
+    assert_ne!(d["state"], "delivered", "{d}");
+    let log = svc.log();
+    for line in key.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(!log.contains(line), "the key is in the log: {log}");
+        assert!(!d.to_string().contains(line), "{d}");
+        assert!(!v.to_string().contains(line), "{v}");
+    }
+    drop(svc);
+    drop(profile);
+}
+
 /// A `worker` given `CONTROLPLANE_LISTEN` answers `/healthz` and `/readyz`
 /// there (an orchestrator's probes), and nothing of the API.
 #[tokio::test]

@@ -33,6 +33,8 @@ pub(crate) struct EndpointView {
     header_names: Vec<String>,
     /// Its OAuth2 client credentials without the secret, if it has them.
     oauth2: Option<OAuth2View>,
+    /// Its client certificate (mutual TLS), if it has one: never the key.
+    client_tls: Option<ClientTlsView>,
     enabled: bool,
     /// Why it was disabled (by an operator or by the circuit's policy).
     disabled_reason: Option<String>,
@@ -104,6 +106,34 @@ pub(crate) struct OAuth2View {
     audience: Option<String>,
 }
 
+/// An endpoint's client certificate as shown: never the key.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ClientTlsView {
+    /// The certificate's subject, e.g. `CN=orders, O=Acme`.
+    subject: String,
+    /// Who issued it.
+    issuer: String,
+    #[schema(format = DateTime)]
+    not_before: String,
+    /// When it expires: replace it before then.
+    #[schema(format = DateTime)]
+    not_after: String,
+    /// SHA-256 of the certificate (DER), lower-case hex.
+    fingerprint_sha256: String,
+}
+
+impl From<control_plane_core::CertificateSummary> for ClientTlsView {
+    fn from(s: control_plane_core::CertificateSummary) -> Self {
+        ClientTlsView {
+            subject: s.subject,
+            issuer: s.issuer,
+            not_before: time(s.not_before),
+            not_after: time(s.not_after),
+            fingerprint_sha256: s.fingerprint_sha256,
+        }
+    }
+}
+
 impl From<&Endpoint> for EndpointView {
     fn from(e: &Endpoint) -> Self {
         EndpointView {
@@ -119,6 +149,10 @@ impl From<&Endpoint> for EndpointView {
                 scope: c.scope,
                 audience: c.audience,
             }),
+            client_tls: e
+                .client_tls()
+                .and_then(|c| c.summary().ok())
+                .map(ClientTlsView::from),
             enabled: e.enabled,
             disabled_reason: e.disabled_reason.clone(),
             ordered: e.ordered,

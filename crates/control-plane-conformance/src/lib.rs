@@ -74,6 +74,7 @@ macro_rules! conformance_suite {
             a_signing_secret_is_checked_and_keeps_its_scheme,
             erasing_an_account_removes_its_rows_and_no_others,
             oauth2_credentials_are_checked_replaced_removed_and_claimed,
+            client_certificates_are_checked_replaced_removed_and_claimed,
             publish_with_same_idempotency_key_creates_nothing_new,
             an_idempotency_key_reused_for_another_request_is_refused,
             publish_batch_is_all_or_nothing,

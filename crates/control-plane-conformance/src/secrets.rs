@@ -7,11 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use control_plane_core::{
     custom_header_pairs, AccountId, Check, ClaimRequest, ClaimedDelivery, ClientCredentials,
-    DynControlPlaneStore, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, PublishRequest,
-    Secret, SecretRotation, SigningSecrets, StoreResult,
+    ClientTls, DynControlPlaneStore, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    PublishRequest, Secret, SecretRotation, SigningSecrets, StoreResult,
 };
 use control_plane_store_kit::sealing::{key_id_of, SEALED_PREFIX};
 use control_plane_store_kit::{SecretKey, SecretKeys};
+
+use crate::contracts::client_tls;
 
 /// One store's location, opened again as the service opens it after a
 /// restart, and read raw.
@@ -21,8 +23,8 @@ pub trait Reopen: Send + Sync {
     /// drops the previous handle first.
     async fn open(&self, keys: SecretKeys) -> StoreResult<DynControlPlaneStore>;
 
-    /// Every stored `secret`, `previous_secret`, `headers` and `oauth2`
-    /// value, as stored, with no handle open.
+    /// Every stored `secret`, `previous_secret`, `headers`, `oauth2` and
+    /// `client_tls` value, as stored, with no handle open.
     async fn stored_secrets(&self) -> Vec<String>;
 
     /// Copies the stored `secret` of endpoint `from` onto endpoint `to`, as
@@ -84,7 +86,8 @@ async fn publish_and_claim(store: &DynControlPlaneStore) -> Vec<ClaimedDelivery>
 }
 
 /// Plain text written before keys existed still reads; every write under
-/// a key is sealed and shows nothing of the secret (or of custom headers); a store holding values
+/// a key is sealed and shows nothing of the secret (or of custom headers,
+/// OAuth2 credentials, a client certificate or its key); a store holding values
 /// sealed under a key it is not given refuses to open, naming the key; a
 /// rotation (new key current, old one previous, `endpoint_reseal_secrets`
 /// in batches) leaves every value under the new key, readable with it
@@ -113,6 +116,7 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
         );
         req.headers = [("X-Api-Key".to_string(), HEADER.to_string())].into();
         req.oauth2 = Some(client_credentials());
+        req.client_tls = Some(client_tls("client"));
         store.endpoint_create(req.checked().unwrap()).await.unwrap()
     };
     store
@@ -129,8 +133,8 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     let raw = r.stored_secrets().await;
     assert_eq!(
         raw.len(),
-        5,
-        "three secrets, one set of headers, one of OAuth2 credentials: {raw:?}"
+        6,
+        "three secrets, one set of headers, one of OAuth2 credentials, one client certificate: {raw:?}"
     );
     for s in [secret(2), secret(3)] {
         let body = s.expose().trim_start_matches("whsec_").to_string();
@@ -138,11 +142,18 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
     }
     assert!(!raw.iter().any(|v| v.contains(HEADER)), "{raw:?}");
     assert!(!raw.iter().any(|v| v.contains(CLIENT_SECRET)), "{raw:?}");
+    // Neither the private key nor the certificate is readable at rest: a
+    // reader of the store or its backups sees neither.
+    let pair = client_tls("client");
+    for line in [pair.key.lines().nth(1), pair.certificate.lines().nth(1)] {
+        let line = line.unwrap();
+        assert!(!raw.iter().any(|v| v.contains(line)), "{raw:?}");
+    }
     let under_old = raw
         .iter()
         .filter(|v| key_id_of(v) == Some(old.id()))
         .count();
-    assert_eq!(under_old, 4, "{raw:?}");
+    assert_eq!(under_old, 5, "{raw:?}");
 
     // Without the old key the store refuses to start, naming it.
     for keys in [SecretKeys::default(), SecretKeys::new(new.clone(), vec![])] {
@@ -199,8 +210,11 @@ pub async fn secrets_are_sealed_at_rest_and_rotate(r: &impl Reopen) {
             assert_eq!(headers, vec![("x-api-key".to_string(), HEADER.to_string())]);
             let oauth2 = ClientCredentials::from_text(c.oauth2.as_ref().unwrap()).unwrap();
             assert_eq!(oauth2, client_credentials());
+            let tls = ClientTls::from_text(c.client_tls.as_ref().unwrap()).unwrap();
+            assert_eq!(tls, client_tls("client"));
         } else {
             assert_eq!((&c.headers, &c.oauth2), (&None, &None));
+            assert_eq!(c.client_tls, None);
         }
     }
     // Nothing left to rotate.

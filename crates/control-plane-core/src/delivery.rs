@@ -257,6 +257,9 @@ pub struct ClaimedDelivery {
     /// The endpoint's OAuth2 client credentials (the JSON text of
     /// [`crate::ClientCredentials`]), opened like `secrets`.
     pub oauth2: Option<Secret>,
+    /// The endpoint's client certificate and key (the JSON text of
+    /// [`crate::ClientTls`]), opened like `secrets`.
+    pub client_tls: Option<Secret>,
     /// The endpoint's own retry schedule, when it has one (the dispatcher
     /// uses the service's otherwise).
     pub retry: Option<crate::backoff::EndpointRetry>,

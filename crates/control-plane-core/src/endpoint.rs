@@ -82,6 +82,10 @@ pub struct Endpoint {
     /// JSON text of [`crate::ClientCredentials::to_text`]: sealed at rest
     /// like the signing secrets, opened on reads; `None` when there are none.
     pub oauth2: Option<Secret>,
+    /// The client certificate and key it presents over TLS, as the JSON
+    /// text of [`crate::ClientTls::to_text`]: sealed at rest like the
+    /// signing secrets, opened on reads; `None` when it has none.
+    pub client_tls: Option<Secret>,
     /// Whether deliveries are claimed. A disabled endpoint's deliveries are held.
     pub enabled: bool,
     /// Why the endpoint was disabled, when it is.
@@ -131,6 +135,14 @@ impl Endpoint {
         self.oauth2
             .as_ref()
             .and_then(|o| crate::ClientCredentials::from_text(o).ok())
+    }
+
+    /// Its client certificate and key, when it has them and they are
+    /// opened; none when they cannot be read.
+    pub fn client_tls(&self) -> Option<crate::ClientTls> {
+        self.client_tls
+            .as_ref()
+            .and_then(|c| crate::ClientTls::from_text(c).ok())
     }
 
     /// Whether an event of `event_type` is delivered to this endpoint, by
@@ -239,6 +251,8 @@ pub struct EndpointCreateRequest {
     pub headers: BTreeMap<String, String>,
     /// OAuth2 client credentials for every request, if any.
     pub oauth2: Option<crate::ClientCredentials>,
+    /// The client certificate and key presented over TLS, if any.
+    pub client_tls: Option<crate::ClientTls>,
     /// Ordered mode.
     pub ordered: bool,
     /// Optional rate limit, requests per second (1 to 100,000).
@@ -262,6 +276,7 @@ impl EndpointCreateRequest {
             filter: None,
             headers: BTreeMap::new(),
             oauth2: None,
+            client_tls: None,
             ordered: false,
             rate_limit_per_s: None,
             max_in_flight: None,
@@ -277,7 +292,9 @@ impl crate::Check for EndpointCreateRequest {
     /// # Errors
     /// `InvalidInput` for a bad URL, signing secret
     /// ([`crate::signing::validate_signing_secret`]) or event type, a limit
-    /// out of range or a NUL in the description.
+    /// out of range, a NUL in the description, or a client certificate
+    /// that does not parse, whose key is not its own, or on an endpoint
+    /// that is not `https` ([`crate::ClientTls::validate`]).
     fn check(&self) -> Result<(), StoreError> {
         validate_endpoint_url(&self.url)?;
         crate::signing::validate_signing_secret(self.secret.expose())?;
@@ -285,7 +302,11 @@ impl crate::Check for EndpointCreateRequest {
         custom_headers_text(&self.headers)?;
         if let Some(o) = &self.oauth2 {
             o.validate()?;
-            oauth2_needs_http(&self.url)?;
+            crate::endpoint_update::oauth2_needs_http(&self.url)?;
+        }
+        if let Some(c) = &self.client_tls {
+            c.validate()?;
+            crate::client_tls::client_tls_needs_https(&self.url)?;
         }
         if let Some(d) = &self.description {
             validate_description(d)?;
@@ -317,6 +338,8 @@ pub struct EndpointUpdateRequest {
     pub headers: Option<BTreeMap<String, String>>,
     /// New OAuth2 client credentials (`Some(None)` removes them).
     pub oauth2: Option<Option<crate::ClientCredentials>>,
+    /// New client certificate and key (`Some(None)` removes them).
+    pub client_tls: Option<Option<crate::ClientTls>>,
     /// New ordered mode.
     pub ordered: Option<bool>,
     /// New rate limit (`Some(None)` removes it).
@@ -338,47 +361,26 @@ impl EndpointUpdateRequest {
     /// `InvalidInput` for a URL that is not absolute `http(s)`, a bad event
     /// type, a limit out of range or a NUL in the description; for a URL of
     /// another origin (scheme, host, port) while the endpoint keeps custom
-    /// headers or OAuth2 credentials the request does not give again; `e` is
-    /// then unchanged.
+    /// headers, OAuth2 credentials or a client certificate the request does
+    /// not give again; for a client certificate that is refused
+    /// ([`crate::ClientTls::validate`]) or an endpoint left with one that is
+    /// not `https`; `e` is then unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
-        if let Some(url) = &self.url {
-            validate_endpoint_url(url)?;
-            // Write-only credentials never follow the endpoint to another
-            // origin unless the change says so: otherwise a caller who may
-            // change the URL but was never told them could have them sent
-            // to a host of its choosing.
-            if origin_of(url) != origin_of(&e.url) {
-                let kept = [
-                    ("headers", e.headers.is_some() && self.headers.is_none()),
-                    ("oauth2", e.oauth2.is_some() && self.oauth2.is_none()),
-                ];
-                if let Some((field, _)) = kept.iter().find(|(_, kept)| *kept) {
-                    return Err(StoreError::InvalidInput(format!(
-                        "the url moves the endpoint to another origin: give \"{field}\" again with it \
-                         (or remove it: {{}} for headers, null for oauth2); credentials never follow \
-                         an endpoint to another host unasked"
-                    )));
-                }
-            }
-        }
+        self.check_destination(e)?;
         if let Some(types) = &self.event_types {
             validate_event_types(types)?;
         }
         let headers = self.headers.as_ref().map(custom_headers_text).transpose()?;
-        let oauth2 = match &self.oauth2 {
-            Some(Some(o)) => Some(Some(o.to_text()?)),
-            Some(None) => Some(None),
-            None => None,
-        };
+        let oauth2 = crate::endpoint_update::change_text(
+            self.oauth2.as_ref(),
+            crate::ClientCredentials::to_text,
+        )?;
+        let client_tls = crate::endpoint_update::change_text(
+            self.client_tls.as_ref(),
+            crate::ClientTls::to_text,
+        )?;
         if let Some(Some(d)) = &self.description {
             validate_description(d)?;
-        }
-        let oauth2_after = match &self.oauth2 {
-            Some(o) => o.is_some(),
-            None => e.oauth2.is_some(),
-        };
-        if oauth2_after {
-            oauth2_needs_http(self.url.as_deref().unwrap_or(&e.url))?;
         }
         validate_flow_limits(
             self.rate_limit_per_s.flatten(),
@@ -398,6 +400,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(o) = oauth2 {
             e.oauth2 = o;
+        }
+        if let Some(c) = client_tls {
+            e.client_tls = c;
         }
         if let Some(o) = self.ordered {
             e.ordered = o;
@@ -566,30 +571,6 @@ pub fn validate_description(d: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Where a URL's requests go: scheme, host and port (a broker URL's
-/// `url::Url::origin` is opaque, so it is not used). `None` when it does
-/// not parse.
-fn origin_of(url: &str) -> Option<(String, String, Option<u16>)> {
-    let u = url::Url::parse(url).ok()?;
-    Some((
-        u.scheme().to_string(),
-        u.host_str().unwrap_or_default().to_string(),
-        u.port_or_known_default(),
-    ))
-}
-
-/// OAuth2 client credentials get a bearer token for HTTP requests; a broker
-/// destination has no use for one, so it is refused rather than ignored.
-fn oauth2_needs_http(url: &str) -> Result<(), StoreError> {
-    match crate::Destination::parse(url)? {
-        crate::Destination::Http { .. } => Ok(()),
-        other => Err(StoreError::InvalidInput(format!(
-            "oauth2 applies to http(s) endpoints only; this endpoint's destination is {}",
-            other.kind()
-        ))),
-    }
-}
-
 /// Query parameter names that carry a credential: the end of the name
 /// (lower case, `-` as `_`) is one of these.
 const CREDENTIAL_PARAMS: &[&str] = &[
@@ -685,35 +666,6 @@ mod tests {
     fn secrets_are_redacted_in_debug() {
         let s = Secret::new("whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0");
         assert!(!format!("{s:?}").contains("c2VjcmV0"));
-    }
-
-    #[test]
-    fn a_broker_destination_takes_no_oauth2_and_has_an_origin_of_its_own() {
-        use crate::Check;
-        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
-        let account = AccountId::new("a").unwrap();
-        let nats = "nats://127.0.0.1:4222?subject=orders";
-        assert!(
-            EndpointCreateRequest::new(account.clone(), nats, secret.clone())
-                .check()
-                .is_ok()
-        );
-        let mut req = EndpointCreateRequest::new(account, nats, secret);
-        req.oauth2 = Some(crate::ClientCredentials {
-            token_url: "https://auth.example.com/token".into(),
-            client_id: "id".into(),
-            client_secret: "s".into(),
-            scope: None,
-            audience: None,
-        });
-        let e = req.check().unwrap_err().to_string();
-        assert!(e.contains("http(s) endpoints only"), "{e}");
-        // Another broker host is another origin, though `url` calls both opaque.
-        assert_ne!(
-            origin_of("amqp://a/%2f?exchange=&routing_key=k"),
-            origin_of("amqp://b/%2f?exchange=&routing_key=k")
-        );
-        assert_eq!(origin_of("https://a/x"), origin_of("https://a:443/y?z=1"));
     }
 
     #[test]

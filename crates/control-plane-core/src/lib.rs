@@ -105,10 +105,12 @@ mod attempt;
 mod backoff;
 mod catalogue;
 mod checked;
+mod client_tls;
 mod clock;
 mod delivery;
 mod destination;
 mod endpoint;
+mod endpoint_update;
 mod erasure;
 mod error;
 mod filter;
@@ -147,6 +149,9 @@ pub use catalogue::{
     MAX_SCHEMA_BYTES, MAX_SCHEMA_PATTERNS, REMOTE_REFUSED,
 };
 pub use checked::{Check, Checked};
+pub use client_tls::{
+    CertificateSummary, ClientTls, MAX_CLIENT_CERTIFICATE_BYTES, MAX_CLIENT_KEY_BYTES,
+};
 pub use clock::duration_millis;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use delivery::{

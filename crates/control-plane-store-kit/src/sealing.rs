@@ -35,6 +35,9 @@ pub enum Slot {
     Headers,
     /// The OAuth2 client credentials (their JSON object, sealed as one value).
     OAuth2,
+    /// The client certificate and its private key (their JSON object,
+    /// sealed as one value).
+    ClientTls,
 }
 
 fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
@@ -43,6 +46,7 @@ fn aad(owner: &[u8], slot: Slot) -> Vec<u8> {
         Slot::Previous => b"previous_secret",
         Slot::Headers => b"headers",
         Slot::OAuth2 => b"oauth2",
+        Slot::ClientTls => b"client_tls",
     };
     [owner, b":", name].concat()
 }
@@ -219,8 +223,8 @@ impl SecretKeys {
         })
     }
 
-    /// An endpoint as read, its secrets, custom headers and OAuth2
-    /// credentials opened.
+    /// An endpoint as read, its secrets, custom headers, OAuth2
+    /// credentials and client certificate opened.
     ///
     /// # Errors
     /// As [`SecretKeys::open`].
@@ -229,10 +233,13 @@ impl SecretKeys {
         e.secrets = self.open_secrets(owner.as_bytes(), &e.secrets)?;
         e.headers = self.open_optional(owner.as_bytes(), Slot::Headers, e.headers.as_ref())?;
         e.oauth2 = self.open_optional(owner.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?;
+        e.client_tls =
+            self.open_optional(owner.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?;
         Ok(e)
     }
 
-    /// An endpoint's optional credential (custom headers, OAuth2), opened
+    /// An endpoint's optional credential (custom headers, OAuth2, client
+    /// certificate), opened
     /// (`None`: it has none).
     ///
     /// # Errors
@@ -315,7 +322,8 @@ impl SecretKeys {
 }
 
 impl SecretKeys {
-    /// Opens the secrets and custom headers of freshly claimed deliveries, which the adapters
+    /// Opens the secrets, custom headers, OAuth2 credentials and client
+    /// certificates of freshly claimed deliveries, which the adapters
     /// read as stored. A delivery whose secrets do not open (sealed under a
     /// key this process lacks, or altered) is left out and logged: it stays
     /// leased until its lease expires and is claimed again, by a replica
@@ -330,13 +338,16 @@ impl SecretKeys {
                 let opened = self.open_secrets(owner_bytes, &c.secrets).and_then(|s| {
                     let h = self.open_optional(owner_bytes, Slot::Headers, c.headers.as_ref())?;
                     let o = self.open_optional(owner_bytes, Slot::OAuth2, c.oauth2.as_ref())?;
-                    Ok((s, h, o))
+                    let t =
+                        self.open_optional(owner_bytes, Slot::ClientTls, c.client_tls.as_ref())?;
+                    Ok((s, h, o, t))
                 });
                 match opened {
-                    Ok((s, h, o)) => {
+                    Ok((s, h, o, t)) => {
                         c.secrets = s;
                         c.headers = h;
                         c.oauth2 = o;
+                        c.client_tls = t;
                         Some(c)
                     }
                     Err(e) => {
@@ -373,7 +384,8 @@ fn unknown_key(id: &str) -> StoreError {
 /// ([`SecretKeys::check_known`]).
 pub const SEALED_KEY_IDS: &str = "SELECT DISTINCT split_part(s, ':', 2) FROM \
      (SELECT secret AS s FROM endpoints UNION ALL SELECT previous_secret FROM endpoints \
-     UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints) AS c \
+     UNION ALL SELECT headers FROM endpoints UNION ALL SELECT oauth2 FROM endpoints \
+     UNION ALL SELECT client_tls FROM endpoints) AS c \
      WHERE s LIKE 'sealed1:%'";
 
 /// Up to `$2` endpoints (deleted ones included) holding a credential not
@@ -383,16 +395,16 @@ pub const SEALED_KEY_IDS: &str = "SELECT DISTINCT split_part(s, ':', 2) FROM \
 #[macro_export]
 macro_rules! reseal_candidates {
     () => {
-        "SELECT id, secret, previous_secret, headers, oauth2 FROM endpoints \
+        "SELECT id, secret, previous_secret, headers, oauth2, client_tls FROM endpoints \
          WHERE secret NOT LIKE $1 OR previous_secret NOT LIKE $1 OR headers NOT LIKE $1 \
-         OR oauth2 NOT LIKE $1 ORDER BY id LIMIT $2"
+         OR oauth2 NOT LIKE $1 OR client_tls NOT LIKE $1 ORDER BY id LIMIT $2"
     };
 }
 
 /// Writes one endpoint's resealed credentials: `$1` secret, `$2` previous,
-/// `$3` the id, `$4` headers, `$5` OAuth2.
+/// `$3` the id, `$4` headers, `$5` OAuth2, `$6` the client certificate.
 pub const RESEAL_UPDATE: &str = "UPDATE endpoints SET secret = $1, previous_secret = $2, \
-     headers = $4, oauth2 = $5 WHERE id = $3";
+     headers = $4, oauth2 = $5, client_tls = $6 WHERE id = $3";
 
 /// An endpoint's credentials as its row stores them (sealed or plain).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -405,6 +417,8 @@ pub struct StoredCredentials {
     pub headers: Option<String>,
     /// The OAuth2 client credentials' JSON object.
     pub oauth2: Option<String>,
+    /// The client certificate and key's JSON object.
+    pub client_tls: Option<String>,
 }
 
 impl SecretKeys {
@@ -429,6 +443,7 @@ impl SecretKeys {
             previous: reseal(Slot::Previous, &c.previous)?,
             headers: reseal(Slot::Headers, &c.headers)?,
             oauth2: reseal(Slot::OAuth2, &c.oauth2)?,
+            client_tls: reseal(Slot::ClientTls, &c.client_tls)?,
         })
     }
 }

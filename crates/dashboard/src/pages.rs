@@ -372,7 +372,8 @@ pub(crate) fn broker_kind(url: &str) -> Option<&'static str> {
 
 /// The endpoints page's first cell: URL, description, filter, the names of
 /// its custom headers (never their values), the token URL and client id of
-/// its OAuth2 credentials (never the secret), and its own retry schedule.
+/// its OAuth2 credentials (never the secret), the subject and expiry of its
+/// client certificate (never the key), and its own retry schedule.
 pub(crate) fn endpoint_cell(e: &Endpoint) -> Markup {
     let headers = e.header_names();
     let id = e.id.to_string();
@@ -391,6 +392,11 @@ pub(crate) fn endpoint_cell(e: &Endpoint) -> Markup {
         }
         @if let Some(c) = e.oauth2_client() {
             br; small { "oauth2: client " (c.client_id) " at " (c.token_url) }
+        }
+        @if let Some(c) = e.client_tls().and_then(|c| c.summary().ok()) {
+            br; small.client-tls title=(format!("SHA-256 {}", c.fingerprint_sha256)) {
+                "client certificate: " (c.subject) ", expires " (crate::layout::time(c.not_after))
+            }
         }
         @if let Some(r) = &e.retry {
             br; small.retry { "retries: " (retry_text(r)) }

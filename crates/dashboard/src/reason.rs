@@ -213,6 +213,7 @@ mod tests {
             filter: None,
             headers: None,
             oauth2: None,
+            client_tls: None,
             enabled: true,
             disabled_reason: None,
             rate_limit_per_s: None,

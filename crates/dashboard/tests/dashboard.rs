@@ -153,6 +153,130 @@ async fn custom_headers_are_write_only_and_checked() {
     assert_eq!(v["header_names"], json!([]));
 }
 
+/// A client certificate (mTLS, ADR 0048) is write-only: the answers and
+/// the dashboard show its subject, issuer, expiry and fingerprint, never
+/// the key; a key that is not the certificate's, a certificate that is not
+/// PEM or an `http://` endpoint is 422 and stores nothing; another
+/// account's key reads nothing of it; PATCH `null` removes it.
+#[tokio::test]
+async fn client_certificates_are_write_only_checked_and_shown() {
+    let api = api().await;
+    let cert = include_str!("../../../testdata/mtls/client.pem");
+    let key = include_str!("../../../testdata/mtls/client.key");
+    let other_key = include_str!("../../../testdata/mtls/other.key");
+    let key_line = key.lines().nth(1).unwrap();
+    let create = |url: &str, certificate: &str, key: &str| {
+        call("POST", "/v1/accounts/acme/endpoints")
+            .json(json!({"url": url, "client_tls": {"certificate": certificate, "key": key}}))
+    };
+    for (url, certificate, k, says) in [
+        (
+            "https://example.com/hook",
+            cert,
+            other_key,
+            "not the key of the certificate",
+        ),
+        (
+            "https://example.com/hook",
+            "junk",
+            key,
+            "client_tls.certificate",
+        ),
+        (
+            "http://example.com/hook",
+            cert,
+            key,
+            "https:// endpoints only",
+        ),
+    ] {
+        let (s, v) = create(url, certificate, k).send(&api).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert_error(&v, "invalid_input");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(says),
+            "{v}"
+        );
+        assert!(!v.to_string().contains(key_line), "{v}");
+    }
+    let (_, list) = call("GET", "/v1/accounts/acme/endpoints").send(&api).await;
+    assert_eq!(list["items"], json!([]), "nothing stored");
+
+    let (s, e) = create("https://example.com/hook", cert, key)
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    let subject = e["client_tls"]["subject"].as_str().unwrap().to_string();
+    assert!(subject.contains("CN=control-plane mTLS test client"), "{e}");
+    assert!(
+        e["client_tls"]["issuer"]
+            .as_str()
+            .unwrap()
+            .contains("test CA"),
+        "{e}"
+    );
+    assert!(
+        e["client_tls"]["not_after"]
+            .as_str()
+            .unwrap()
+            .starts_with("21"),
+        "{e}"
+    );
+    assert_eq!(
+        e["client_tls"]["fingerprint_sha256"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
+    let path = format!("/v1/accounts/acme/endpoints/{}", e["id"].as_str().unwrap());
+    for (s, v) in [
+        (StatusCode::CREATED, e.clone()),
+        call("GET", &path).send(&api).await,
+        call("GET", "/v1/accounts/acme/endpoints").send(&api).await,
+    ] {
+        assert!(s.is_success(), "{v}");
+        let text = v.to_string();
+        assert!(
+            !text.contains(key_line) && !text.contains("PRIVATE KEY"),
+            "{text}"
+        );
+        assert!(text.contains(&subject), "{text}");
+    }
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, _, page) = ui(&api, "GET", "/ui/a/acme/endpoints", Some(&cookie), None).await;
+    assert!(
+        page.contains("client certificate: CN=control-plane mTLS test client"),
+        "{page}"
+    );
+    assert!(page.contains("expires 21"), "{page}");
+    assert!(
+        !page.contains(key_line) && !page.contains("PRIVATE KEY"),
+        "{page}"
+    );
+
+    // Another tenant's key reaches nothing of it.
+    let (_, other) = call("POST", "/v1/accounts/globex/keys").send(&api).await;
+    let other = other["key"].as_str().unwrap().to_string();
+    let foreign = path.replace("/acme/", "/globex/");
+    for p in [path.as_str(), foreign.as_str()] {
+        let (s, v) = call("GET", p).token(Some(&other)).send(&api).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{p}: {v}");
+        assert!(!v.to_string().contains(&subject), "{v}");
+    }
+
+    let (s, v) = call("PATCH", &path)
+        .json(json!({"client_tls": {"certificate": cert, "key": other_key}}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let (s, v) = call("PATCH", &path)
+        .json(json!({"client_tls": null}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["client_tls"], json!(null));
+}
+
 /// A delivered delivery is resent through the API and the dashboard: 409
 /// while it is pending, 200 and pending again once delivered.
 #[tokio::test]

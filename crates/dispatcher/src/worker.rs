@@ -72,6 +72,10 @@ pub struct DispatcherConfig {
     /// (`CONTROLPLANE_HTTP_PROXY`; the address rules still apply to the
     /// destination).
     pub proxy: Option<crate::Proxy>,
+    /// Authorities trusted beside the platform's roots, as PEM
+    /// certificates: a test's own authority (receivers' and proxies'
+    /// certificates are otherwise checked against the platform's roots).
+    pub extra_roots_pem: Option<String>,
 }
 
 /// The batch a lingering completion batcher waits for
@@ -99,6 +103,7 @@ impl Default for DispatcherConfig {
             response_body_bytes: 4096,
             outcome_linger: OUTCOME_LINGER,
             proxy: None,
+            extra_roots_pem: None,
         }
     }
 }
@@ -146,10 +151,11 @@ impl Dispatcher {
                 config.slow_answer
             ));
         }
-        let client = crate::http::HttpClient::new(
+        let client = crate::http::HttpClient::trusting(
             config.request_timeout,
             config.request_timeout.min(Duration::from_secs(10)),
             config.allowed_targets.clone(),
+            crate::http::roots_of(config.extra_roots_pem.as_deref())?,
         )
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?
         .keeping_bodies(config.response_body_bytes)
@@ -497,9 +503,10 @@ async fn attempt(
             let took = Duration::from_millis(result.latency_ms);
             (result, Some(took))
         }
-        // No token, no request: a failed attempt, retried on the schedule,
-        // that sent nothing (not counted as sent, and no latency).
-        Err(Unsent::NoToken(failed)) => (failed, None),
+        // No token (or no usable client certificate), no request: a failed
+        // attempt, retried on the schedule, that sent nothing (not counted
+        // as sent, and no latency).
+        Err(Unsent::Failed(failed)) => (failed, None),
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
     // The endpoint's own schedule, when it has one, in place of the service's.
@@ -522,8 +529,9 @@ async fn attempt(
 enum Unsent {
     /// Its destination (or its OAuth2 token URL) is refused.
     Refused(String),
-    /// Its OAuth2 token could not be had: the attempt failed, as this says.
-    NoToken(SendResult),
+    /// Its OAuth2 token could not be had, or its client certificate cannot
+    /// be used: the attempt failed, as this says.
+    Failed(SendResult),
 }
 
 impl From<String> for Unsent {
@@ -547,15 +555,20 @@ async fn oauth2_token(ctx: &SendContext, c: &ClaimedDelivery) -> Result<Option<S
     {
         Ok(t) => Ok(Some(t)),
         Err(Failure::Refused(why)) => Err(Unsent::Refused(why)),
-        Err(Failure::Failed(error)) => Err(Unsent::NoToken(SendResult {
-            status: None,
-            retry_after: None,
-            error: Some(error),
-            latency_ms: 0,
-            response_body: None,
-            acked: false,
-        })),
+        Err(Failure::Failed(error)) => Err(unsent_failed(error)),
     }
+}
+
+/// An attempt that failed before its request was made, as `error` says.
+fn unsent_failed(error: String) -> Unsent {
+    Unsent::Failed(SendResult {
+        status: None,
+        retry_after: None,
+        error: Some(error),
+        latency_ms: 0,
+        response_body: None,
+        acked: false,
+    })
 }
 
 /// The endpoint's custom headers, opened.
@@ -600,6 +613,37 @@ fn headers_of<'a>(
     headers
 }
 
+/// The message of a delivery to a broker destination, signed as `signed`
+/// (id, timestamp, signature, trace context): the broker's ack, or the
+/// error.
+async fn send_to_broker(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    dest: &Destination,
+    signed: (&str, i64, String, Option<&TraceParent>),
+) -> Result<SendResult, Unsent> {
+    let (id, timestamp, signature, traceparent) = signed;
+    // A broker's `authorization` header authenticates the connection and
+    // is not sent with the message.
+    let (auth, custom): (Vec<_>, Vec<_>) = custom_of(c)?
+        .into_iter()
+        .partition(|(n, _)| n == "authorization");
+    let creds = auth
+        .first()
+        .map(|(_, v)| crate::broker::Credentials::from_authorization(v))
+        .transpose()
+        .map_err(|f| match f {
+            Failure::Refused(why) | Failure::Failed(why) => Unsent::Refused(why),
+        })?;
+    let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
+    let msg = crate::broker::Message {
+        id,
+        headers: &headers,
+        body: c.body.as_bytes(),
+    };
+    publish(ctx, dest, creds.as_ref(), c.delivery.endpoint_id, &msg).await
+}
+
 /// The signed request itself, or the message to a broker: status and
 /// `Retry-After` (or the broker's ack), or the error; or, as `Err`, why it
 /// was not made.
@@ -613,26 +657,14 @@ async fn send(
 ) -> Result<SendResult, Unsent> {
     let dest = Destination::parse(&c.url).map_err(|e| Unsent::Refused(e.to_string()))?;
     if !matches!(dest, Destination::Http { .. }) {
-        // A broker's `authorization` header authenticates the connection
-        // and is not sent with the message.
-        let (auth, custom): (Vec<_>, Vec<_>) = custom_of(c)?
-            .into_iter()
-            .partition(|(n, _)| n == "authorization");
-        let creds = auth
-            .first()
-            .map(|(_, v)| crate::broker::Credentials::from_authorization(v))
-            .transpose()
-            .map_err(|f| match f {
-                Failure::Refused(why) | Failure::Failed(why) => Unsent::Refused(why),
-            })?;
-        let headers = headers_of(&custom, id, timestamp, signature, traceparent, None);
-        let msg = crate::broker::Message {
-            id,
-            headers: &headers,
-            body: c.body.as_bytes(),
-        };
-        return publish(ctx, &dest, creds.as_ref(), c.delivery.endpoint_id, &msg).await;
+        let signed = (id, timestamp, signature, traceparent);
+        return send_to_broker(ctx, c, &dest, signed).await;
     }
+    // The endpoint's client certificate, if any (ADR 0048).
+    let identity = ctx
+        .client
+        .identity(c.delivery.endpoint_id, c.client_tls.as_ref())
+        .map_err(unsent_failed)?;
     let token = oauth2_token(ctx, c).await?;
     let custom = custom_of(c)?;
     let headers = headers_of(
@@ -645,7 +677,10 @@ async fn send(
     );
     // The receiver's latency: from the request, not from the token fetch.
     let started = Instant::now();
-    let sent = ctx.client.post(&c.url, &headers, c.body.as_bytes()).await;
+    let sent = ctx
+        .client
+        .post(&c.url, identity.as_ref(), &headers, c.body.as_bytes())
+        .await;
     if let (Some(t), Ok(answer)) = (&token, &sent) {
         if answer.status == 401 {
             // The receiver refused the token: the next attempt fetches another.

@@ -912,3 +912,131 @@ async fn claims_run_ahead_of_one_slot_while_the_receiver_is_quick() {
         }
     }
 }
+
+/// An endpoint of the receiver's account presenting `client_tls`, if any.
+async fn mtls_endpoint(s: &Setup, url: &str, client_tls: Option<ClientTls>) -> Endpoint {
+    let mut req = EndpointCreateRequest::new(s.endpoint.account.clone(), url, generate_secret());
+    req.client_tls = client_tls;
+    s.store
+        .endpoint_create(req.checked().unwrap())
+        .await
+        .unwrap()
+}
+
+/// The deliveries of the event `published` made, by endpoint.
+async fn deliveries_of(s: &Setup, published: &Published) -> HashMap<EndpointId, Delivery> {
+    let mut by = HashMap::new();
+    for id in &published.deliveries {
+        let d = state(s, *id).await;
+        by.insert(d.endpoint_id, d);
+    }
+    by
+}
+
+/// Against a receiver that requires a client certificate signed by its
+/// authority (ADR 0048): the endpoint with the right certificate is
+/// delivered to; one with none and one with a certificate of another
+/// authority are refused by the receiver and recorded as failed attempts
+/// (retried later) whose reason names TLS and the receiver's alert. The
+/// idle connection of the first is never reused for another endpoint: not
+/// for one without a certificate (it would then be accepted), and not for
+/// another endpoint with the same certificate (it gets its own handshake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_and_a_missing_or_wrong_one_is_refused() {
+    let r = common::mtls::receiver().await;
+    let s = &setup(&r.url).await;
+    let with_none = s.endpoint.clone();
+    let right = mtls_endpoint(s, &r.url, Some(common::mtls::client())).await;
+    let wrong = mtls_endpoint(s, &r.url, Some(common::mtls::other())).await;
+    let cfg = DispatcherConfig {
+        extra_roots_pem: Some(common::mtls::CA.into()),
+        ..config(600)
+    };
+    let d = Arc::new(Dispatcher::new(s.store.clone(), cfg).unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = {
+        let (d, stop) = (d.clone(), stop.clone());
+        tokio::spawn(async move { d.run(stop).await })
+    };
+    let publish_event = || async move {
+        s.store
+            .event_publish(
+                PublishRequest::new(
+                    s.endpoint.account.clone(),
+                    "invoice.paid",
+                    serde_json::json!({}),
+                )
+                .checked()
+                .unwrap(),
+            )
+            .await
+            .unwrap()
+    };
+    // The deliveries of `p` once each was delivered or failed, but the
+    // held one of `skip`.
+    let settled = |p: Published, skip: Option<EndpointId>| async move {
+        let start = Instant::now();
+        loop {
+            let mut by = deliveries_of(s, &p).await;
+            by.retain(|e, _| Some(*e) != skip);
+            if by
+                .values()
+                .all(|d| d.state == DeliveryState::Delivered || d.last_error.is_some())
+            {
+                return by;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "not settled: {by:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    };
+
+    let first = settled(publish_event().await, None).await;
+    assert_eq!(first[&right.id].state, DeliveryState::Delivered);
+    for refused in [with_none.id, wrong.id] {
+        let d = &first[&refused];
+        assert_eq!(
+            (d.state, d.attempts),
+            (DeliveryState::Pending, 1),
+            "retried later"
+        );
+        let error = d.last_error.clone().unwrap_or_default();
+        assert!(error.contains("TLS") && error.contains("alert"), "{error}");
+        assert!(!error.contains("PRIVATE KEY"), "{error}");
+        println!("the attempt's error: {error}");
+    }
+    assert_eq!(
+        r.counts(),
+        (1, 2, 1),
+        "one accepted connection, two refused, one answer"
+    );
+
+    // The right endpoint's connection is idle now. Its owner is disabled,
+    // so the next event goes to the others only, one of them with the same
+    // certificate on an endpoint of its own.
+    let twin = mtls_endpoint(s, &r.url, Some(common::mtls::client())).await;
+    s.store
+        .endpoint_set_enabled(
+            EndpointKey::new(&right.account, right.id),
+            Enablement::Disabled { reason: None },
+        )
+        .await
+        .unwrap();
+    let second = settled(publish_event().await, Some(right.id)).await;
+    stop.cancel();
+    run.await.unwrap();
+    let by_endpoint = |e: &Endpoint| second.get(&e.id).cloned();
+    assert_eq!(by_endpoint(&twin).unwrap().state, DeliveryState::Delivered);
+    assert_ne!(
+        by_endpoint(&with_none).unwrap().state,
+        DeliveryState::Delivered
+    );
+    assert_ne!(by_endpoint(&wrong).unwrap().state, DeliveryState::Delivered);
+    assert_eq!(
+        r.counts(),
+        (2, 4, 2),
+        "the twin made its own connection; the others were refused again, on new connections"
+    );
+}

@@ -4,7 +4,8 @@
 //! log names the address, never the URL's name); a destination the rules
 //! refuse is refused before the proxy hears of it; `no_proxy` sends
 //! directly; wrong proxy credentials fail the attempt, naming the
-//! proxy's refusal (tinyproxy answers 401 where the standard says 407).
+//! proxy's refusal (tinyproxy answers 401 where the standard says 407); a
+//! client certificate (mTLS) is presented through the tunnel.
 //!
 //! Needs `tinyproxy` (`apt-get install tinyproxy`; `.ci/run` installs it);
 //! fails, never skips, without.
@@ -147,11 +148,22 @@ async fn receiver() -> (u16, Arc<Mutex<Vec<String>>>) {
 /// Sends one event to an endpoint at `url` with a dispatcher whose proxy
 /// is `proxy`; the first attempt recorded.
 async fn first_attempt(url: &str, proxy: Proxy) -> AttemptRecord {
+    first_attempt_with(url, proxy, None).await
+}
+
+/// As [`first_attempt`], the endpoint presenting `client_tls` if given, to
+/// receivers the test authority vouches for.
+async fn first_attempt_with(
+    url: &str,
+    proxy: Proxy,
+    client_tls: Option<ClientTls>,
+) -> AttemptRecord {
     let dir = tempfile::tempdir().unwrap();
     let store = common::embedded_store(&dir, |_| {}).await;
     let account = AccountId::new(ACCOUNT).unwrap();
     let mut req = EndpointCreateRequest::new(account.clone(), url, generate_secret());
     req.event_types = vec!["invoice.paid".into()];
+    req.client_tls = client_tls;
     store.endpoint_create(req.checked().unwrap()).await.unwrap();
     let published = store
         .event_publish(
@@ -175,6 +187,7 @@ async fn first_attempt(url: &str, proxy: Proxy) -> AttemptRecord {
             },
             allowed_targets: vec![dispatcher::Cidr::parse("127.0.0.0/8").unwrap()],
             proxy: Some(proxy),
+            extra_roots_pem: Some(common::mtls::CA.into()),
             ..DispatcherConfig::default()
         },
     )
@@ -274,5 +287,37 @@ async fn webhooks_leave_through_the_proxy_to_the_checked_address() {
         heads.lock().unwrap().len(),
         2,
         "nothing reached the receiver"
+    );
+}
+
+/// mTLS through the proxy (ADR 0048): TLS runs end to end inside the
+/// `CONNECT` tunnel, so the endpoint's client certificate reaches a receiver
+/// that requires it, and the proxy sees only the checked address. Without
+/// the certificate the receiver refuses the same tunnel's handshake, and
+/// the attempt fails saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
+    let proxy = Tinyproxy::start();
+    let r = common::mtls::receiver().await;
+    let through = Proxy::parse(&proxy.url("s3cret"), None).unwrap();
+    let a = first_attempt_with(&r.url, through.clone(), Some(common::mtls::client())).await;
+    assert_eq!(a.result, AttemptResult::Delivered, "{a:?}");
+    let port = r
+        .url
+        .trim_start_matches("https://127.0.0.1:")
+        .trim_end_matches("/hook");
+    assert!(
+        proxy.log().contains(&format!("CONNECT 127.0.0.1:{port}")),
+        "through the proxy: {}",
+        proxy.log()
+    );
+    let a = first_attempt_with(&r.url, through, None).await;
+    assert_eq!(a.status_code, None, "{a:?}");
+    let error = a.error.clone().unwrap_or_default();
+    assert!(error.contains("TLS") && error.contains("alert"), "{a:?}");
+    assert_eq!(
+        r.counts(),
+        (1, 1, 1),
+        "one accepted, one refused, one answer"
     );
 }

@@ -172,6 +172,7 @@ pub(crate) struct Sender {
     pub headers: Option<String>,
     pub oauth2: Option<String>,
     pub retry: Option<EndpointRetry>,
+    pub client_tls: Option<String>,
 }
 
 /// What a claim reads of each endpoint it serves ([`Sender`]): every write
@@ -366,6 +367,7 @@ mod tests {
                 headers: None,
                 oauth2: None,
                 retry: None,
+                client_tls: None,
             },
         );
         let before = c.0.changes;

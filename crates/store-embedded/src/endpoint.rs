@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
-    DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
+    ClientTls, DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
     EndpointRetry, EndpointStore, EndpointUpdateRequest, EventFilter, RateBudget, Secret,
     SecretRotation, SigningSecrets, StoreError, StoreResult, Timestamp,
 };
@@ -51,6 +51,7 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         oauth2: r.col(17)?,
         retry: EndpointRetry::from_stored(r.get::<_, Option<String>>(18)?.as_deref(), r.get(19)?)
             .map_err(|e| conversion(18, e))?,
+        client_tls: r.col(20)?,
     })
 }
 
@@ -62,8 +63,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13, $15, $16)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, client_tls) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13, $15, $16, $17)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -89,6 +90,11 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
             t.now.as_millis(),
             req.retry.as_ref().map(EndpointRetry::schedule_text),
             req.retry.as_ref().map(|r| i64::from(r.max_attempts())),
+            t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::ClientTls,
+                req.client_tls.as_ref().map(ClientTls::to_text).transpose()?.as_ref()
+            )?,
         ],
     )
     .db()?;
@@ -175,7 +181,7 @@ pub(crate) fn update(
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
-         retry_schedule = $12, max_attempts = $13 WHERE id = $7",
+         retry_schedule = $12, max_attempts = $13, client_tls = $14 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -191,7 +197,9 @@ pub(crate) fn update(
             t.keys
                 .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?,
             e.retry.as_ref().map(EndpointRetry::schedule_text),
-            e.retry.as_ref().map(|r| i64::from(r.max_attempts()))
+            e.retry.as_ref().map(|r| i64::from(r.max_attempts())),
+            t.keys
+                .seal_optional(id.0.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?
         ],
     )
     .db()?;
@@ -237,6 +245,7 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
                     previous: r.get(2)?,
                     headers: r.get(3)?,
                     oauth2: r.get(4)?,
+                    client_tls: r.get(5)?,
                 };
                 Ok((r.col::<uuid::Uuid>(0)?, stored))
             })
@@ -247,7 +256,14 @@ pub(crate) fn reseal(t: &mut Tx<'_>, limit: u32) -> StoreResult<u64> {
         let c = t.keys.reseal_credentials(id.as_bytes(), stored)?;
         t.execute(
             RESEAL_UPDATE,
-            params![c.secret, c.previous, id.to_string(), c.headers, c.oauth2],
+            params![
+                c.secret,
+                c.previous,
+                id.to_string(),
+                c.headers,
+                c.oauth2,
+                c.client_tls
+            ],
         )
         .db()?;
         t.senders.forget(EndpointId(*id));
@@ -312,7 +328,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
 
 const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
      budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2, \
-     retry_schedule, max_attempts FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
+     retry_schedule, max_attempts, client_tls FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
 
 fn read_senders(
     t: &Tx<'_>,
@@ -338,6 +354,7 @@ fn read_senders(
                     r.get(15)?,
                 )
                 .map_err(|e| conversion(14, e))?,
+                client_tls: r.get(16)?,
             };
             Ok((r.col(0)?, sender))
         })

@@ -58,6 +58,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (14, include_str!("migrations/0014_example_events.sql")),
     (15, include_str!("migrations/0015_endpoint_retry.sql")),
     (16, include_str!("migrations/0016_portal_links.sql")),
+    (17, include_str!("migrations/0017_endpoint_client_tls.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.
@@ -808,6 +809,8 @@ pub(crate) mod tests {
         let version: i64 = conn
             .query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, MIGRATIONS.len() as i64);
+        // The newest migration's version: numbers are reserved per branch,
+        // so the list may have a gap until the branches meet.
+        assert_eq!(Some(version), MIGRATIONS.last().map(|(v, _)| *v));
     }
 }

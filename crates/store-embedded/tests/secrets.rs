@@ -29,7 +29,8 @@ impl Reopen for File {
                 "SELECT secret FROM endpoints UNION ALL \
                  SELECT previous_secret FROM endpoints WHERE previous_secret IS NOT NULL UNION ALL \
                  SELECT headers FROM endpoints WHERE headers IS NOT NULL UNION ALL \
-                 SELECT oauth2 FROM endpoints WHERE oauth2 IS NOT NULL",
+                 SELECT oauth2 FROM endpoints WHERE oauth2 IS NOT NULL UNION ALL \
+                 SELECT client_tls FROM endpoints WHERE client_tls IS NOT NULL",
             )
             .unwrap();
         let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
-    Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, EndpointRetry,
+    ClientTls, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, EndpointRetry,
     EndpointStore, EndpointUpdateRequest, EventFilter, Secret, SecretRotation, SigningSecrets,
     StoreError, StoreResult, Timestamp,
 };
@@ -32,11 +32,19 @@ pub(crate) async fn reseal(t: &Tx<'_>, limit: u32) -> StoreResult<u64> {
             previous: r.col(2)?,
             headers: r.col(3)?,
             oauth2: r.col(4)?,
+            client_tls: r.col(5)?,
         };
         let c = t.keys.reseal_credentials(id.as_bytes(), &stored)?;
         t.execute(
             RESEAL_UPDATE,
-            &[&c.secret, &c.previous, &id, &c.headers, &c.oauth2],
+            &[
+                &c.secret,
+                &c.previous,
+                &id,
+                &c.headers,
+                &c.oauth2,
+                &c.client_tls,
+            ],
         )
         .await
         .db()?;
@@ -75,6 +83,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         headers: r.col(16)?,
         oauth2: r.col(17)?,
         retry: EndpointRetry::from_stored(r.col::<Option<String>>(18)?.as_deref(), r.col(19)?)?,
+        client_tls: r.col(20)?,
     })
 }
 
@@ -87,8 +96,8 @@ pub(crate) async fn create(
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15)",
+         description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, \
+         client_tls) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -117,6 +126,15 @@ pub(crate) async fn create(
             )?,
             &req.retry.as_ref().map(EndpointRetry::schedule_text),
             &req.retry.as_ref().map(|r| i64::from(r.max_attempts())),
+            &t.keys.seal_optional(
+                id.0.as_bytes(),
+                Slot::ClientTls,
+                req.client_tls
+                    .as_ref()
+                    .map(ClientTls::to_text)
+                    .transpose()?
+                    .as_ref(),
+            )?,
         ],
     )
     .await
@@ -183,7 +201,7 @@ pub(crate) async fn update(
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
-         retry_schedule = $12, max_attempts = $13 WHERE id = $7",
+         retry_schedule = $12, max_attempts = $13, client_tls = $14 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -200,6 +218,8 @@ pub(crate) async fn update(
                 .seal_optional(id.0.as_bytes(), Slot::OAuth2, e.oauth2.as_ref())?,
             &e.retry.as_ref().map(EndpointRetry::schedule_text),
             &e.retry.as_ref().map(|r| i64::from(r.max_attempts())),
+            &t.keys
+                .seal_optional(id.0.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?,
         ],
     )
     .await

@@ -51,6 +51,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (20, include_str!("migrations/0020_endpoint_retry.sql")),
     (21, include_str!("migrations/0021_attempts_by_account.sql")),
     (22, include_str!("migrations/0022_portal_links.sql")),
+    (23, include_str!("migrations/0023_endpoint_client_tls.sql")),
 ];
 
 /// The plan settings of the delivery path's transactions (claims,

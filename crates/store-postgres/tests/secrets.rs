@@ -33,7 +33,8 @@ impl Reopen for Schema {
                     "SELECT secret FROM {0}.endpoints UNION ALL \
                      SELECT previous_secret FROM {0}.endpoints WHERE previous_secret IS NOT NULL UNION ALL \
                  SELECT headers FROM {0}.endpoints WHERE headers IS NOT NULL UNION ALL \
-                 SELECT oauth2 FROM {0}.endpoints WHERE oauth2 IS NOT NULL",
+                 SELECT oauth2 FROM {0}.endpoints WHERE oauth2 IS NOT NULL UNION ALL \
+                 SELECT client_tls FROM {0}.endpoints WHERE client_tls IS NOT NULL",
                     self.0 .0
                 ),
                 &[],

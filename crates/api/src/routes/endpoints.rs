@@ -1,7 +1,7 @@
 //! Endpoints: create, read, change, delete, rotate, enable and disable,
 //! their stats, and their recovery.
 
-use control_plane_core::ClientCredentials;
+use control_plane_core::{ClientCredentials, ClientTls};
 use control_plane_core::{EndpointKey, SignatureScheme};
 
 use crate::views::RetrySettings;
@@ -62,6 +62,12 @@ pub(crate) struct EndpointCreateBody {
     /// `token_url` and sent as `Authorization: Bearer` (docs/http-api.md, "OAuth2").
     /// Sealed at rest; the client secret is never shown again.
     oauth2: Option<OAuth2Body>,
+    /// A client certificate and its key, presented when the dispatcher
+    /// connects (mutual TLS; `https` endpoints only; docs/http-api.md,
+    /// "Client certificates"). The key is sealed at rest and never shown
+    /// again; answers show the certificate's subject, issuer, validity and
+    /// fingerprint.
+    client_tls: Option<ClientTlsBody>,
     /// `whsec_` and the base64 of 24 to 64 bytes (hmac), or `whsk_` and
     /// the base64 of a 32-byte Ed25519 seed (ed25519); generated when absent.
     secret: Option<String>,
@@ -105,6 +111,28 @@ impl From<OAuth2Body> for ClientCredentials {
             client_secret: b.client_secret,
             scope: b.scope,
             audience: b.audience,
+        }
+    }
+}
+
+/// A client certificate and its private key (mutual TLS).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientTlsBody {
+    /// The certificate, PEM (`-----BEGIN CERTIFICATE-----`): its own first,
+    /// then any intermediates; at most 32 KiB.
+    certificate: String,
+    /// Write-only: the certificate's private key, PEM and not encrypted
+    /// (PKCS#8, PKCS#1 RSA or SEC1 EC; RSA, ECDSA P-256/P-384 or Ed25519);
+    /// at most 16 KiB. Never shown in an answer.
+    key: String,
+}
+
+impl From<ClientTlsBody> for ClientTls {
+    fn from(b: ClientTlsBody) -> Self {
+        ClientTls {
+            certificate: b.certificate,
+            key: b.key,
         }
     }
 }
@@ -158,6 +186,7 @@ pub(crate) async fn endpoint_create(
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
     req.headers = body.headers;
     req.oauth2 = body.oauth2.map(ClientCredentials::from);
+    req.client_tls = body.client_tls.map(ClientTls::from);
     req.ordered = body.ordered;
     req.rate_limit_per_s = body.rate_limit_per_s;
     req.max_in_flight = body.max_in_flight;
@@ -230,6 +259,11 @@ pub(crate) struct EndpointUpdateBody {
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<OAuth2Body>)]
     oauth2: Option<Option<OAuth2Body>>,
+    /// A new client certificate and key, replacing them; `null` removes
+    /// them.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<ClientTlsBody>)]
+    client_tls: Option<Option<ClientTlsBody>>,
     ordered: Option<bool>,
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<u32>)]
@@ -278,6 +312,7 @@ pub(crate) async fn endpoint_update(
             .transpose()?,
         headers: body.headers,
         oauth2: body.oauth2.map(|o| o.map(ClientCredentials::from)),
+        client_tls: body.client_tls.map(|c| c.map(ClientTls::from)),
         ordered: body.ordered,
         rate_limit_per_s: body.rate_limit_per_s,
         max_in_flight: body.max_in_flight,

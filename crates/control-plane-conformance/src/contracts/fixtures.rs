@@ -401,3 +401,27 @@ pub(super) async fn tick(
         .await
         .unwrap()
 }
+
+/// A client certificate and its key (testdata/mtls, made by its `make.sh`;
+/// they guard nothing): `other` is a second pair, so `(client, other)` is a
+/// key that is not the certificate's.
+pub(crate) fn client_tls(which: &str) -> control_plane_core::ClientTls {
+    let (certificate, key) = match which {
+        "client" => (
+            include_str!("../../../../testdata/mtls/client.pem"),
+            include_str!("../../../../testdata/mtls/client.key"),
+        ),
+        "other" => (
+            include_str!("../../../../testdata/mtls/other.pem"),
+            include_str!("../../../../testdata/mtls/other.key"),
+        ),
+        _ => (
+            include_str!("../../../../testdata/mtls/client.pem"),
+            include_str!("../../../../testdata/mtls/other.key"),
+        ),
+    };
+    control_plane_core::ClientTls {
+        certificate: certificate.into(),
+        key: key.into(),
+    }
+}

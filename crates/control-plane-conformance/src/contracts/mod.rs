@@ -9,6 +9,8 @@ mod destinations;
 mod endpoints;
 mod fairness;
 mod fixtures;
+
+pub(crate) use fixtures::client_tls;
 mod history;
 mod listings;
 mod operations;
@@ -41,7 +43,9 @@ pub use delivery::{
 };
 pub use destinations::{
     a_broker_destination_is_stored_and_claimed_as_given,
-    a_claim_sends_with_the_endpoint_as_it_is_now, custom_headers_are_checked_replaced_and_claimed,
+    a_claim_sends_with_the_endpoint_as_it_is_now,
+    client_certificates_are_checked_replaced_removed_and_claimed,
+    custom_headers_are_checked_replaced_and_claimed,
     oauth2_credentials_are_checked_replaced_removed_and_claimed,
 };
 pub use endpoints::{

@@ -64,6 +64,11 @@ pub trait EndpointStore: Send + Sync {
     ///   (`oauth2_credentials_are_checked_replaced_removed_and_claimed`).
     /// - A URL of another origin is `InvalidInput` while custom headers or
     ///   OAuth2 credentials would follow it unasked (the same contract).
+    /// - A client certificate and key are checked (PEM, the key the
+    ///   certificate's, `https` only), replaced, removed (`Some(None)`),
+    ///   kept by other changes, never moved to another origin unasked and
+    ///   handed to the claimer
+    ///   (`client_certificates_are_checked_replaced_removed_and_claimed`).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.

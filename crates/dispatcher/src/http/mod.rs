@@ -6,9 +6,10 @@
 //! the answer's status and `retry-after`, so this client writes the request
 //! in one buffer, reads the answer's head through a small one, and holds no
 //! task, channel or buffer per connection beyond that (ADR 0017).
-//! Connections are kept alive per origin and reused when the answer's length
-//! is known; redirects are never followed; every address connected to passed
-//! the private-address check ([`crate::ssrf`]) at connect time.
+//! Connections are kept alive per origin (and per client certificate,
+//! [`identity`]) and reused when the answer's length is known; redirects are
+//! never followed; every address connected to passed the private-address
+//! check ([`crate::ssrf`]) at connect time.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,11 +24,13 @@ use tokio::net::TcpStream;
 use tokio_util::either::Either;
 
 mod answer;
+mod identity;
 mod proxy;
 mod resolve;
 
 use crate::http::answer::{drain, parse_head, quiet, Framing};
 pub(crate) use answer::parse_for_fuzzing;
+pub(crate) use identity::Identity;
 pub use proxy::Proxy;
 pub(crate) use resolve::resolve;
 
@@ -60,13 +63,16 @@ const USER_AGENT: &str = "control-plane-dispatcher";
 
 type Stream = Either<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
-/// Where connections go: scheme, host and port.
+/// Where connections go: scheme, host and port, and who they speak for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Origin {
     tls: bool,
     /// As resolved and named to TLS: without the brackets of an IPv6 literal.
     host: String,
     port: u16,
+    /// The endpoint and client certificate its connections present, if any:
+    /// connections are pooled per origin and per this.
+    client: Option<identity::PoolKey>,
 }
 
 /// A parsed destination.
@@ -107,6 +113,7 @@ impl Target {
                 tls,
                 host: host.trim_start_matches('[').trim_end_matches(']').into(),
                 port,
+                client: None,
             },
             authority,
             path,
@@ -159,6 +166,10 @@ enum Unanswered {
     Silent,
     /// The answer was cut short or is not HTTP/1.x.
     Broken,
+    /// The receiver ended TLS with an alert before answering (after the
+    /// handshake in TLS 1.3, e.g. refusing the client certificate), as
+    /// rustls words it.
+    Alert(String),
 }
 
 /// Why a request got no answer.
@@ -204,7 +215,12 @@ enum Pending {
 
 /// One client per dispatcher, shared by its sends.
 pub(crate) struct HttpClient {
+    /// The connector of requests that present no client certificate.
     tls: tokio_rustls::TlsConnector,
+    /// What every connector verifies receivers with.
+    trust: identity::Trust,
+    /// The connectors of client certificates in use.
+    identities: identity::Connectors,
     allowed: Arc<Vec<Cidr>>,
     timeout: Duration,
     connect_timeout: Duration,
@@ -271,23 +287,42 @@ impl Idle {
 }
 
 impl HttpClient {
-    /// A client whose requests take at most `timeout` each (connecting at
-    /// most `connect_timeout` of it), verifying TLS certificates with the
-    /// platform's roots and connecting to private addresses only inside
-    /// `allowed`.
+    /// A client that trusts the platform's roots only (the tests').
+    #[cfg(test)]
     pub(crate) fn new(
         timeout: Duration,
         connect_timeout: Duration,
         allowed: Vec<Cidr>,
     ) -> Result<HttpClient, String> {
-        use rustls_platform_verifier::ConfigVerifierExt;
+        Self::trusting(timeout, connect_timeout, allowed, Vec::new())
+    }
+
+    /// A client whose requests take at most `timeout` each (connecting at
+    /// most `connect_timeout` of it), verifying TLS certificates with the
+    /// platform's roots and the authorities `extra_roots` (such as a test's
+    /// own authority), and connecting to private addresses only inside
+    /// `allowed`.
+    pub(crate) fn trusting(
+        timeout: Duration,
+        connect_timeout: Duration,
+        allowed: Vec<Cidr>,
+        extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ) -> Result<HttpClient, String> {
         // One process-wide TLS provider; a second install is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut config = rustls::ClientConfig::with_platform_verifier()
-            .map_err(|e| format!("cannot load the TLS roots: {e}"))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots, provider.clone())
+                .map_err(|e| format!("cannot load the TLS roots: {e}"))?;
+        let trust = identity::Trust {
+            provider,
+            verifier: Arc::new(verifier),
+        };
+        let config = trust.config(None)?;
         Ok(HttpClient {
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            trust,
+            identities: identity::Connectors::default(),
             allowed: Arc::new(allowed),
             timeout,
             connect_timeout,
@@ -319,14 +354,37 @@ impl HttpClient {
     /// POSTs `body` with `headers` to `url` and returns the answer, or the
     /// failure in words without the URL (it may carry credentials). The
     /// destination's addresses are checked when a connection is made
-    /// ([`resolve::resolve`]); a kept-alive one was checked then.
+    /// ([`resolve::resolve`]); a kept-alive one was checked then. With an
+    /// `identity` its client certificate is presented over TLS, on
+    /// connections of that identity only.
     pub(crate) async fn post(
         &self,
         url: &str,
+        identity: Option<&Identity>,
         headers: &[(&str, String)],
         body: &[u8],
     ) -> Result<Answer, Failure> {
-        self.post_keeping(url, headers, body, self.keep).await
+        self.send(url, identity, headers, body, self.keep).await
+    }
+
+    /// The identity endpoint `endpoint` connects with when it has a client
+    /// certificate (`stored`, the opened text of
+    /// [`control_plane_core::ClientTls`]; [`identity`]).
+    ///
+    /// # Errors
+    /// Why the pair cannot be used (never the key).
+    pub(crate) fn identity(
+        &self,
+        endpoint: control_plane_core::EndpointId,
+        stored: Option<&control_plane_core::Secret>,
+    ) -> Result<Option<Identity>, String> {
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let pair = control_plane_core::ClientTls::from_text(stored).map_err(|e| e.to_string())?;
+        self.identities
+            .identity(&self.trust, &endpoint.to_string(), &pair)
+            .map(Some)
     }
 
     /// As [`HttpClient::post`], keeping the first `keep` bytes of the
@@ -339,12 +397,26 @@ impl HttpClient {
         body: &[u8],
         keep: usize,
     ) -> Result<Answer, Failure> {
+        self.send(url, None, headers, body, keep).await
+    }
+
+    /// The request, on a connection of `identity` (or of none).
+    async fn send(
+        &self,
+        url: &str,
+        identity: Option<&Identity>,
+        headers: &[(&str, String)],
+        body: &[u8],
+        keep: usize,
+    ) -> Result<Answer, Failure> {
         let keep = keep.min(MAX_KEPT_BODY);
-        let target = Target::parse(url).map_err(Failure::Refused)?;
+        let mut target = Target::parse(url).map_err(Failure::Refused)?;
+        target.origin.client = identity.map(|i| i.pool.clone());
+        let tls = identity.map_or(&self.tls, |i| &i.tls);
         let request = encode(&target, headers, body)?;
         let started = Instant::now();
         let (mut answer, rest) =
-            tokio::time::timeout(self.timeout, self.exchange(&target, &request))
+            tokio::time::timeout(self.timeout, self.exchange(&target, tls, &request))
                 .await
                 .map_err(|_| "timed out".to_string())??;
         // Read the body so the connection can carry the next request (and
@@ -368,26 +440,29 @@ impl HttpClient {
     async fn exchange(
         &self,
         target: &Target,
+        tls: &tokio_rustls::TlsConnector,
         request: &[u8],
     ) -> Result<(Answer, Option<Rest>), Failure> {
         if let Some(stream) = self.idle(&target.origin) {
             match round_trip(stream, request).await {
                 Ok(done) => return Ok(done),
                 Err(Unanswered::Silent) => {}
-                Err(Unanswered::Broken) => return Err(Failure::Failed("request failed".into())),
+                Err(unanswered) => return Err(unanswered.into()),
             }
         }
         // Boxed: resolving and the TLS handshake are large futures that
         // each open request would otherwise carry while it waits (ADR 0017).
-        let stream = Box::pin(self.connect(&target.origin)).await?;
-        round_trip(stream, request)
-            .await
-            .map_err(|_| Failure::Failed("request failed".into()))
+        let stream = Box::pin(self.connect(&target.origin, tls)).await?;
+        round_trip(stream, request).await.map_err(Failure::from)
     }
 
     /// A new connection to `origin`: resolved through the private-address
-    /// check, then TCP (and TLS).
-    async fn connect(&self, origin: &Origin) -> Result<Stream, Failure> {
+    /// check, then TCP (and TLS with `tls`).
+    async fn connect(
+        &self,
+        origin: &Origin,
+        tls: &tokio_rustls::TlsConnector,
+    ) -> Result<Stream, Failure> {
         let addrs = tokio::time::timeout(
             self.connect_timeout,
             resolve::resolve(&origin.host, origin.port, &self.allowed),
@@ -404,7 +479,7 @@ impl HttpClient {
         let name = rustls::pki_types::ServerName::try_from(origin.host.clone()).map_err(|_| {
             Failure::Refused("the endpoint's host is not a valid TLS server name".into())
         })?;
-        let tls = tokio::time::timeout(self.connect_timeout, self.tls.connect(name, tcp))
+        let tls = tokio::time::timeout(self.connect_timeout, tls.connect(name, tcp))
             .await
             .map_err(|_| "timed out".to_string())?
             .map_err(|e| format!("TLS handshake failed: {e}"))?;
@@ -567,7 +642,8 @@ async fn round_trip(
         match read {
             Ok(n) if n > 0 => {}
             _ if answered || !buf.is_empty() => return Err(Unanswered::Broken),
-            _ => return Err(Unanswered::Silent),
+            Err(e) => return Err(tls_alert(&e).map_or(Unanswered::Silent, Unanswered::Alert)),
+            Ok(_) => return Err(Unanswered::Silent),
         }
         while let Some((head_len, head)) = parse_head(&buf)? {
             // A read may bring in more than the limit at once: the limit is
@@ -613,6 +689,47 @@ async fn round_trip(
             return Err(Unanswered::Broken);
         }
     }
+}
+
+/// The certificates of `pem` (none when `None`), as a client trusts them
+/// beside the platform's roots.
+///
+/// # Errors
+/// When `pem` holds no certificate or one that does not decode.
+pub(crate) fn roots_of(
+    pem: Option<&str>,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let Some(pem) = pem else {
+        return Ok(Vec::new());
+    };
+    let roots = rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("extra_roots_pem: not PEM certificates: {e}"))?;
+    if roots.is_empty() {
+        return Err("extra_roots_pem holds no \"-----BEGIN CERTIFICATE-----\" block".into());
+    }
+    Ok(roots)
+}
+
+impl From<Unanswered> for Failure {
+    fn from(u: Unanswered) -> Failure {
+        Failure::Failed(match u {
+            Unanswered::Alert(why) => format!(
+                "the receiver ended the TLS connection before answering: {why} \
+                 (a receiver that requires a client certificate refuses a missing or untrusted one so)"
+            ),
+            Unanswered::Silent | Unanswered::Broken => "request failed".into(),
+        })
+    }
+}
+
+/// The TLS error in `e`, in rustls's words, when a read failed on one (an
+/// alert the receiver sent, such as `CertificateRequired`).
+fn tls_alert(e: &std::io::Error) -> Option<String> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .map(ToString::to_string)
 }
 
 /// RFC 8305's connection attempt delay: how long one attempt runs alone

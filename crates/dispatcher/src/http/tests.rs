@@ -9,7 +9,8 @@ fn targets_carry_host_port_path_and_credentials() {
         Origin {
             tls: true,
             host: "::1".into(),
-            port: 8443
+            port: 8443,
+            client: None,
         }
     );
     assert_eq!(t.authority, "[::1]:8443");
@@ -116,7 +117,7 @@ fn client() -> HttpClient {
 
 async fn post(client: &HttpClient, url: &str) -> Result<Answer, Failure> {
     client
-        .post(url, &[("webhook-id", "msg_1".into())], b"{\"a\":1}")
+        .post(url, None, &[("webhook-id", "msg_1".into())], b"{\"a\":1}")
         .await
 }
 
@@ -472,7 +473,7 @@ async fn an_early_answer_to_a_request_still_being_written_is_read() {
     });
     let body = vec![b'x'; 16 * 1024 * 1024];
     let answer = client()
-        .post(&url, &[("webhook-id", "msg_1".into())], &body)
+        .post(&url, None, &[("webhook-id", "msg_1".into())], &body)
         .await;
     assert_eq!(answer.unwrap().status, 413);
 }

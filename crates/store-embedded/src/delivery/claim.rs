@@ -655,6 +655,7 @@ fn sends(
                 traceparent: ev.traceparent.as_deref().and_then(TraceParent::parse),
                 oauth2: s.oauth2.clone().map(Secret::new),
                 retry: s.retry.clone(),
+                client_tls: s.client_tls.clone().map(Secret::new),
                 delivery,
             },
         );
