@@ -607,35 +607,7 @@ async fn run(a: &Args) -> BenchResult<String> {
             .as_deref()
             .is_none_or(|o| o.split(',').any(|p| p == name))
     };
-    if want("raw") {
-        let _ = writeln!(
-            out,
-            "## Claim and complete: raw SQL beside the postgres adapter\n\n{}",
-            raw_vs_adapter(a).await?
-        );
-    }
-    let mut pg_burn = None;
-    if want("burn") {
-        let (table, burn) = burn_down_and_steady(a, &dir).await?;
-        pg_burn = burn;
-        let _ = writeln!(out, "## Burn-down and steady state\n\n{table}");
-    }
-    if let Some(bin) = &a.peers_bin {
-        let _ = writeln!(
-            out,
-            "## Peers: the same burn-down with the queues users would pick instead\n\n{}",
-            peers(a, bin, &dir, pg_burn).await?
-        );
-    }
-    if want("shapes") && a.profiles.contains(&"postgres") {
-        let _ = writeln!(
-            out,
-            "## Drain shapes (postgres): issue 73's figures, each with the database's cost per delivery
-
-{}",
-            shapes::shapes(a, &dir).await?
-        );
-    }
+    out.push_str(&queues(a, &dir, &want).await?);
     if want("e2e") {
         let _ = writeln!(out, "## End to end\n\n{}", end_to_end(a, &dir).await?);
     }
@@ -683,6 +655,44 @@ async fn run(a: &Args) -> BenchResult<String> {
     }
     out.push_str(&sizes(a, &dir, &want).await?);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+/// The queue sections: raw SQL beside the adapter, burn-down and steady
+/// state, the peers, and issue 73's drain shapes.
+async fn queues(
+    a: &Args,
+    dir: &std::path::Path,
+    want: &dyn Fn(&str) -> bool,
+) -> BenchResult<String> {
+    let mut out = String::new();
+    if want("raw") {
+        let _ = writeln!(
+            out,
+            "## Claim and complete: raw SQL beside the postgres adapter\n\n{}",
+            raw_vs_adapter(a).await?
+        );
+    }
+    let mut pg_burn = None;
+    if want("burn") {
+        let (table, burn) = burn_down_and_steady(a, dir).await?;
+        pg_burn = burn;
+        let _ = writeln!(out, "## Burn-down and steady state\n\n{table}");
+    }
+    if let Some(bin) = &a.peers_bin {
+        let _ = writeln!(
+            out,
+            "## Peers: the same burn-down with the queues users would pick instead\n\n{}",
+            peers(a, bin, dir, pg_burn).await?
+        );
+    }
+    if want("shapes") && a.profiles.contains(&"postgres") {
+        let _ = writeln!(
+            out,
+            "## Drain shapes (postgres): issue 73's figures, each with the database's cost per delivery\n\n{}",
+            shapes::shapes(a, dir).await?
+        );
+    }
     Ok(out)
 }
 
