@@ -717,13 +717,7 @@ async fn the_embedded_process_killed_and_restarted_loses_nothing() {
     let mut page = PageRequest::first(1000);
     loop {
         let p = store
-            .delivery_list(DeliveryListRequest {
-                account: account.clone(),
-                state: None,
-                endpoint_id: None,
-                event_id: None,
-                page,
-            })
+            .delivery_list(DeliveryListRequest::all(account.clone(), page))
             .await
             .unwrap();
         for d in &p.items {

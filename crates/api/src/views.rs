@@ -29,6 +29,8 @@ pub(crate) struct EndpointView {
     /// Its filter on the event's type and payload, if any.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
+    /// Its jq program, applied to each body before it is signed, if any.
+    transform: Option<String>,
     /// The names of its custom headers (their values are never shown).
     header_names: Vec<String>,
     /// Its OAuth2 client credentials without the secret, if it has them.
@@ -142,6 +144,7 @@ impl From<&Endpoint> for EndpointView {
             url: e.url.clone(),
             event_types: e.event_types.clone(),
             filter: e.filter.as_ref().map(EventFilter::to_json),
+            transform: e.transform.as_ref().map(|t| t.as_str().to_string()),
             header_names: e.header_names(),
             oauth2: e.oauth2_client().map(|c| OAuth2View {
                 token_url: c.token_url,

@@ -582,6 +582,26 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
     assert_eq!(s, StatusCode::OK, "{list}");
     assert_eq!(list["items"][0]["id"], delivery);
     assert!(list["next_cursor"].is_null());
+    // By the event's type and the creation time, through the query string.
+    let count = |q: &'static str| {
+        let api = &api;
+        async move {
+            let (s, v) = call("GET", format!("/v1/accounts/acme/deliveries?{q}"))
+                .send(api)
+                .await;
+            assert_eq!(s, StatusCode::OK, "{q}: {v}");
+            v["items"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(count("type=order.paid").await, 1);
+    assert_eq!(count("type=order.refunded").await, 0);
+    assert_eq!(count("since=0&until=99999999999").await, 1);
+    assert_eq!(count("since=99999999999").await, 0);
+    assert_eq!(count("until=1").await, 0);
+    let (s, v) = call("GET", "/v1/accounts/acme/deliveries?since=-5")
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     let (s, d) = call("GET", format!("/v1/accounts/acme/deliveries/{delivery}"))
         .send(&api)
         .await;

@@ -263,6 +263,9 @@ pub struct ClaimedDelivery {
     /// The endpoint's own retry schedule, when it has one (the dispatcher
     /// uses the service's otherwise).
     pub retry: Option<crate::backoff::EndpointRetry>,
+    /// The endpoint's jq program, applied to `body` before it is signed
+    /// (ADR 0050).
+    pub transform: Option<crate::Transform>,
     /// True when this attempt is the half-open circuit's single probe.
     pub probe: bool,
     /// The event's trace context (see [`crate::TraceParent`]).
@@ -425,6 +428,12 @@ pub struct DeliveryListRequest {
     pub endpoint_id: Option<EndpointId>,
     /// Only this event.
     pub event_id: Option<EventId>,
+    /// Only deliveries of events of this type.
+    pub event_type: Option<String>,
+    /// Only deliveries created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only deliveries created before this time.
+    pub until: Option<Timestamp>,
     /// The page.
     pub page: PageRequest,
 }
@@ -437,8 +446,18 @@ impl DeliveryListRequest {
             state: None,
             endpoint_id: None,
             event_id: None,
+            event_type: None,
+            since: None,
+            until: None,
             page,
         }
+    }
+
+    /// Whether the request filters by event type or creation time, which
+    /// only the general listing of the adapters reads (the fast paths by
+    /// state do not carry those columns).
+    pub fn by_type_or_time(&self) -> bool {
+        self.event_type.is_some() || self.since.is_some() || self.until.is_some()
     }
 }
 

@@ -74,6 +74,9 @@ pub struct Endpoint {
     /// A filter on the event's type and payload, beside `event_types`
     /// ([`crate::EventFilter`]); `None` lets every accepted type through.
     pub filter: Option<EventFilter>,
+    /// A jq program that rewrites each delivery's body before it is signed,
+    /// or drops the delivery by giving `null` (ADR 0050).
+    pub transform: Option<crate::Transform>,
     /// Custom headers sent with every request, as the JSON object of
     /// [`custom_headers_text`]: sealed at rest like the signing secrets,
     /// opened on reads; `None` when there are none.
@@ -246,6 +249,8 @@ pub struct EndpointCreateRequest {
     pub event_types: Vec<String>,
     /// Optional filter on the event's type and payload.
     pub filter: Option<EventFilter>,
+    /// Optional jq program applied to each body before it is signed.
+    pub transform: Option<crate::Transform>,
     /// Custom headers sent with every request (names and values checked by
     /// [`custom_headers_text`]).
     pub headers: BTreeMap<String, String>,
@@ -274,6 +279,7 @@ impl EndpointCreateRequest {
             secret,
             event_types: Vec::new(),
             filter: None,
+            transform: None,
             headers: BTreeMap::new(),
             oauth2: None,
             client_tls: None,
@@ -334,6 +340,8 @@ pub struct EndpointUpdateRequest {
     pub event_types: Option<Vec<String>>,
     /// New payload filter (`Some(None)` removes it).
     pub filter: Option<Option<EventFilter>>,
+    /// New jq program (`Some(None)` removes it).
+    pub transform: Option<Option<crate::Transform>>,
     /// New custom headers, replacing all of them (an empty map removes them).
     pub headers: Option<BTreeMap<String, String>>,
     /// New OAuth2 client credentials (`Some(None)` removes them).
@@ -394,6 +402,9 @@ impl EndpointUpdateRequest {
         }
         if let Some(f) = self.filter {
             e.filter = f;
+        }
+        if let Some(t) = self.transform {
+            e.transform = t;
         }
         if let Some(h) = headers {
             e.headers = h;

@@ -128,6 +128,7 @@ mod signing;
 mod store;
 mod tick;
 mod trace;
+mod transform;
 mod types;
 mod usage;
 mod workflow;
@@ -208,6 +209,7 @@ pub use store::{
 };
 pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;
+pub use transform::{run_program, Transform, Transformed, MAX_PROGRAM_BYTES};
 pub use types::{
     fenced, validate_free_text, validate_json_text, validate_limit, validate_short_text, AccountId,
     DeliveryId, EndpointId, EndpointKey, EventId, KeyId, LeaseToken, Page, PageRequest,

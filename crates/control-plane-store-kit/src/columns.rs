@@ -6,7 +6,8 @@
 /// An endpoint row (`endpoints`), as `row_to_endpoint` reads it.
 pub const ENDPOINT_COLS: &str = "id, account, url, secret, previous_secret, previous_expires_at, \
      event_types, enabled, disabled_reason, rate_limit_per_s, ordered, description, created_at, \
-     updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, client_tls";
+     updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, client_tls, \
+     transform";
 
 /// An attempt row (`attempts`), as `row_to_attempt` reads it.
 pub const ATTEMPT_COLS: &str =

@@ -58,6 +58,10 @@ pub enum Role {
     /// address is asked on loopback); exit 0 when it answers 200, 1
     /// otherwise. For container health checks: the image needs no HTTP client.
     Healthcheck,
+    /// Run one endpoint's jq program on a body read from stdin (the
+    /// service starts this itself, one process per transformation; ADR 0050).
+    #[command(hide = true)]
+    Transform,
 }
 
 impl Role {
@@ -71,6 +75,7 @@ impl Role {
             Role::Status => "status",
             Role::RotateKey => "rotate-key",
             Role::Healthcheck => "healthcheck",
+            Role::Transform => "transform",
         }
     }
 }
@@ -129,6 +134,9 @@ fn main() -> ExitCode {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     raise_open_files_limit();
     let role = parse_args();
+    if role == Role::Transform {
+        return dispatcher::transform::worker_main();
+    }
     if role == Role::Healthcheck {
         return run_healthcheck();
     }
@@ -226,7 +234,7 @@ async fn run(role: Role, config: Config) -> Result<(), String> {
             Ok(())
         }
         // Answered in `main` before any store is opened.
-        Role::Healthcheck => Err("healthcheck opens no store".into()),
+        Role::Healthcheck | Role::Transform => Err(format!("{} opens no store", role.name())),
         Role::Serve | Role::Api | Role::Worker => {
             store.ping().await.map_err(|e| e.to_string())?;
             service::run_service(role, &config, store).await

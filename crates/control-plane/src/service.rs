@@ -54,6 +54,10 @@ fn dispatcher_config(config: &Config) -> DispatcherConfig {
         slow_answer: config.slow_answer,
         response_body_bytes: usize::try_from(config.response_body_bytes).unwrap_or(4096),
         outcome_linger: config.outcome_linger,
+        // This binary's own `transform` command runs endpoints' programs
+        // (ADR 0050); without it (no path to itself) they fail their
+        // attempts, saying so.
+        transform: dispatcher::TransformRunner::this_binary().ok(),
         ..DispatcherConfig::default()
     }
 }

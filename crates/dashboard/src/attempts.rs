@@ -27,12 +27,26 @@ pub(crate) struct AttemptFilters {
     prev: Option<String>,
 }
 
-/// The windows of the time filter: hours back, and how the page says it.
-const WITHIN: [(&str, &str); 3] = [
+/// The windows of the time filters: hours back, and how the page says it.
+pub(crate) const WITHIN: [(&str, &str); 3] = [
     ("1", "in the last hour"),
     ("24", "in the last day"),
     ("168", "in the last week"),
 ];
+
+/// The start of the time window `within` (one of [`WITHIN`]) before `now`.
+pub(crate) fn since(within: Option<&str>, now: Timestamp) -> Result<Option<Timestamp>, ApiError> {
+    within
+        .map(|w| {
+            WITHIN
+                .iter()
+                .find(|(v, _)| *v == w)
+                .and_then(|(v, _)| v.parse::<u64>().ok())
+                .map(|hours| now.minus(Duration::from_secs(hours * 3600)))
+                .ok_or_else(|| ApiError::bad_request("within: expected 1, 24 or 168 hours"))
+        })
+        .transpose()
+}
 
 /// The store's query for the page's filters (endpoint, result, status
 /// code, each as typed) and cursor.
@@ -147,14 +161,7 @@ pub(crate) async fn page(
         q.cursor.as_deref(),
     )?;
     let now = s.now();
-    if let Some(w) = within {
-        let hours = WITHIN
-            .iter()
-            .find(|(v, _)| *v == w.as_str())
-            .map(|(v, _)| v.parse::<u64>().unwrap_or(1))
-            .ok_or_else(|| ApiError::bad_request("within: expected 1, 24 or 168 hours"))?;
-        query.since = Some(now.minus(Duration::from_secs(hours * 3600)));
-    }
+    query.since = since(within.as_deref(), now)?;
     let found = s.store().attempt_search(query).await?;
     let path = format!("{}/attempts", base(&account));
     let at = At {

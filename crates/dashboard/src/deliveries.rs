@@ -1,5 +1,5 @@
-//! The deliveries of an account: the listing (filtered by state, endpoint
-//! and event, with a lookup by delivery id, event id or idempotency key),
+//! The deliveries of an account: the listing (filtered by state, endpoint,
+//! event, event type and creation time, with a lookup by delivery id, event id or idempotency key),
 //! one delivery with why it is where it is, and their actions (replay,
 //! resend).
 
@@ -13,6 +13,7 @@ use control_plane_core::{
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use crate::attempts::{since, WITHIN};
 use crate::layout::{
     alerts_table, base, button, endpoint_href, id_cell, link, notice, pager, segment, state, table,
     time, when, At, Tab,
@@ -66,6 +67,11 @@ pub(crate) struct ListQuery {
     state: Option<String>,
     endpoint: Option<String>,
     event: Option<String>,
+    /// Only deliveries of events of this type.
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    /// Only deliveries created in the last this many hours (`WITHIN`).
+    within: Option<String>,
     /// A delivery id, an event id or an idempotency key to look up.
     q: Option<String>,
     cursor: Option<String>,
@@ -130,7 +136,11 @@ pub(crate) async fn deliveries(
         .map(|e| e.parse())
         .transpose()
         .map_err(|_| ApiError::bad_request("event: expected an event id (a UUID)"))?;
+    let event_type = given(q.event_type.as_ref());
+    req.event_type = event_type.map(str::to_string);
+    let within = given(q.within.as_ref());
     let now = s.now();
+    req.since = since(within, now)?;
     let found = query::delivery_page(s.store(), req, s.endpoint_concurrency()).await?;
     let path = format!("{}/deliveries", base(&account));
     let keep = |k: &str, v: Option<&str>| {
@@ -141,6 +151,8 @@ pub(crate) async fn deliveries(
         ("state", st.map(DeliveryState::as_str)),
         ("endpoint", endpoint),
         ("event", event),
+        ("type", event_type),
+        ("within", within),
     ];
     let extra: String = filters.iter().map(|(k, v)| keep(k, *v)).collect();
     let rows: Vec<Vec<Markup>> = found
@@ -158,6 +170,7 @@ pub(crate) async fn deliveries(
             }
         }
         (state_filters(&path, &filters))
+        (filter_form(&path, &filters))
         (active_filters(&account, &path, &filters, &found))
         (table("deliveries", &DELIVERY_HEAD, &rows, "No delivery."))
         (pager(&path, &extra, At { cursor: q.cursor.as_deref(), prev: q.prev.as_deref() }, found.deliveries.items.len(), found.deliveries.next))
@@ -176,8 +189,35 @@ fn search_form(path: &str, wanted: Option<&str>) -> Markup {
     }
 }
 
+/// The filters of the deliveries page, in the order of its query string:
+/// state, endpoint, event, event type and time window.
+type Filters<'a> = [(&'a str, Option<&'a str>); 5];
+
+/// The event type and time window form; the other filters ride along.
+fn filter_form(path: &str, filters: &Filters<'_>) -> Markup {
+    let [(_, state), (_, endpoint), (_, event), (_, ty), (_, within)] = *filters;
+    let hidden = [("state", state), ("endpoint", endpoint), ("event", event)];
+    html! {
+        form.inline method="get" action=(path) id="delivery-filters" {
+            @for (k, v) in hidden {
+                @if let Some(v) = v { input type="hidden" name=(k) value=(v); }
+            }
+            label for="f-type" { "Event type" }
+            input id="f-type" name="type" value=(ty.unwrap_or("")) size="20";
+            label for="f-within" { "Created" }
+            select id="f-within" name="within" {
+                option value="" { "any time" }
+                @for (v, label) in WITHIN {
+                    option value=(v) selected[within == Some(v)] { (label) }
+                }
+            }
+            button type="submit" id="filter-deliveries" { "Filter" }
+        }
+    }
+}
+
 /// The state links, the active one marked, each keeping the other filters.
-fn state_filters(path: &str, filters: &[(&str, Option<&str>); 3]) -> Markup {
+fn state_filters(path: &str, filters: &Filters<'_>) -> Markup {
     let others: String = filters
         .iter()
         .skip(1)
@@ -201,7 +241,7 @@ fn state_filters(path: &str, filters: &[(&str, Option<&str>); 3]) -> Markup {
 fn active_filters(
     account: &AccountId,
     path: &str,
-    filters: &[(&str, Option<&str>); 3],
+    filters: &Filters<'_>,
     found: &DeliveryPage,
 ) -> Markup {
     let without = |skip: &str| -> String {

@@ -86,6 +86,12 @@ fn settings(e: &Endpoint, circuit: &Circuit, now: Timestamp) -> Markup {
             dt { "rate limit" } dd {
                 @match e.rate_limit_per_s { Some(r) => { (r) " per second" } None => { "none" } }
             }
+            dt { "transformation" } dd id="fact-transform" {
+                @match &e.transform {
+                    Some(t) => { pre { (t.as_str()) } }
+                    None => { "none: bodies are sent as published" }
+                }
+            }
             dt { "created" } dd { (when(e.created_at, now)) }
             dt { "updated" } dd { (when(e.updated_at, now)) }
         }

@@ -25,13 +25,10 @@ pub(crate) fn segment(s: &str) -> String {
     utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
-/// A time as `2026-11-30 09:43:48Z` (UTC, seconds).
+/// A time to the second in the viewer's zone (`crate::zone`):
+/// `2026-11-30 09:43:48Z` in UTC.
 pub(crate) fn time(t: Timestamp) -> String {
-    let s = t.to_rfc3339();
-    match (s.get(..10), s.get(11..19)) {
-        (Some(day), Some(clock)) => format!("{day} {clock}Z"),
-        _ => s,
-    }
+    crate::zone::local(t)
 }
 
 /// How long ago (or how soon) `t` is from `now`, as a person says it:
@@ -53,8 +50,8 @@ pub(crate) fn relative(t: Timestamp, now: Timestamp) -> String {
     }
 }
 
-/// A time relative to `now` with the absolute time beside it (UTC; the
-/// page runs no script to learn the viewer's zone) and in its `datetime`.
+/// A time relative to `now` with the absolute time beside it (in the
+/// viewer's zone, `crate::zone`) and in its `datetime` (UTC).
 pub(crate) fn when(t: Timestamp, now: Timestamp) -> Markup {
     html! {
         span.when {
@@ -256,6 +253,9 @@ impl Frame<'_> {
                     main {
                         h1 { (title) }
                         (body)
+                    }
+                    @if let (Some((_, csrf)), "/ui") = (self.sign_out, self.home) {
+                        footer { (crate::zone::form(csrf)) }
                     }
                 }
             }

@@ -36,6 +36,7 @@ mod reason;
 mod recover;
 mod session;
 mod tasks;
+mod zone;
 
 use std::sync::Arc;
 
@@ -75,6 +76,7 @@ pub fn router_with(config: DashboardConfig) -> Router<Arc<ApiState>> {
         .route("/ui/app.css", get(stylesheet))
         .route("/ui/login", get(session::login_form).post(session::login))
         .route("/ui/logout", post(session::logout))
+        .route("/ui/zone", post(zone::set))
         .route("/ui/a/{account}", get(pages::overview))
         .route("/ui/a/{account}/endpoints", get(pages::endpoints))
         .route("/ui/a/{account}/endpoints/{id}", get(endpoint::page_of))
@@ -120,6 +122,7 @@ pub fn router_with(config: DashboardConfig) -> Router<Arc<ApiState>> {
         .layer(Extension(Arc::new(session::SignInFailures::new())))
         .layer(Extension(config.clone()))
         .layer(axum::middleware::from_fn(error_nav))
+        .layer(axum::middleware::from_fn(zone::in_viewers_zone))
         .layer(axum::middleware::from_fn_with_state(config, secure_headers))
 }
 

@@ -214,6 +214,7 @@ mod tests {
             headers: None,
             oauth2: None,
             client_tls: None,
+            transform: None,
             enabled: true,
             disabled_reason: None,
             rate_limit_per_s: None,

@@ -464,3 +464,161 @@ async fn a_bulk_replay_says_what_it_will_do_and_asks_once_more() {
     assert!(h["location"].to_str().unwrap().ends_with("?replayed=1"));
     assert_eq!(dead().await, 2);
 }
+
+/// The deliveries page filters by event type and creation time, shows
+/// both as active filters, keeps them across the state links, and refuses
+/// a time window it does not offer with a page that keeps the navigation.
+#[tokio::test]
+async fn deliveries_are_filtered_by_event_type_and_time_on_the_page() {
+    let api = api().await;
+    endpoint(&api, "hook", &[]).await;
+    let (_, paid) = publish(&api, "order.paid").await;
+    let (_, refunded) = publish(&api, "order.refunded").await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let (s, page) = get(&api, &cookie, "/ui/a/acme/deliveries?type=order.paid").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert!(page.contains(&paid[0]), "{page}");
+    assert!(!page.contains(&refunded[0]), "{page}");
+    assert!(
+        page.contains("id=\"active-filters\"") && page.contains("<strong title=\"order.paid\">"),
+        "{page}"
+    );
+    assert!(
+        page.contains("href=\"/ui/a/acme/deliveries?state=pending&amp;type=order.paid\""),
+        "the state links keep the type: {page}"
+    );
+    assert!(
+        page.contains("id=\"f-type\" name=\"type\" value=\"order.paid\""),
+        "{page}"
+    );
+    let (_, page) = get(&api, &cookie, "/ui/a/acme/deliveries?within=1").await;
+    assert!(
+        page.contains(&paid[0]) && page.contains(&refunded[0]),
+        "{page}"
+    );
+    assert!(page.contains("option value=\"1\" selected"), "{page}");
+    let (_, page) = get(
+        &api,
+        &cookie,
+        "/ui/a/acme/deliveries?within=1&type=nothing.here",
+    )
+    .await;
+    assert!(page.contains("No delivery."), "{page}");
+    let (s, page) = get(&api, &cookie, "/ui/a/acme/deliveries?within=5").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{page}");
+    assert!(
+        page.contains("within: expected 1, 24 or 168 hours"),
+        "{page}"
+    );
+    assert!(
+        page.contains("href=\"/ui/a/acme/deliveries\""),
+        "navigation kept: {page}"
+    );
+}
+
+/// Absolute times are written in the zone the viewer names at the foot of
+/// a page (UTC until then); an unknown name is refused with a page that
+/// says so, and the form never leads off the dashboard.
+#[tokio::test]
+async fn times_are_shown_in_the_zone_the_viewer_names() {
+    let api = api().await;
+    endpoint(&api, "hook", &[]).await;
+    let (_, ids) = publish(&api, "order.paid").await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let path = format!("/ui/a/acme/deliveries/{}", ids[0]);
+    let (_, page) = get(&api, &cookie, &path).await;
+    assert!(page.contains("Z</small>"), "UTC by default: {page}");
+    assert!(
+        page.contains("id=\"zone-name\" name=\"zone\" value=\"UTC\""),
+        "{page}"
+    );
+    let csrf = csrf_of(&page);
+    let set = |zone: &str, back: &str| {
+        let form = format!("csrf={csrf}&zone={zone}&back={back}");
+        let (api, cookie) = (&api, cookie.clone());
+        async move { ui(api, "POST", "/ui/zone", Some(&cookie), Some(form)).await }
+    };
+    // Kolkata: UTC+05:30 the whole year, named IST.
+    let (s, h, body) = set("Asia%2FKolkata", &path.replace('/', "%2F")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(h["location"], path.as_str());
+    let zone = h["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(zone, "cp_zone=Asia%2FKolkata");
+    let both = format!("{cookie}; {zone}");
+    let (_, page) = get(&api, &both, &path).await;
+    assert!(
+        page.contains(" IST</small>") && !page.contains("Z</small>"),
+        "{page}"
+    );
+    assert!(page.contains("value=\"Asia/Kolkata\""), "{page}");
+    // The same instant, 5 h 30 min apart on the two pages.
+    let shown = |page: &str| {
+        let at = page.split("<small class=\"abs\">").nth(1).unwrap();
+        at[11..16].to_string()
+    };
+    let (_, utc) = get(&api, &cookie, &path).await;
+    let minutes =
+        |hhmm: &str| hhmm[..2].parse::<i32>().unwrap() * 60 + hhmm[3..].parse::<i32>().unwrap();
+    let apart = (minutes(&shown(&page)) - minutes(&shown(&utc))).rem_euclid(24 * 60);
+    assert_eq!(apart, 330, "{} against {}", shown(&page), shown(&utc));
+    // Unknown names are refused; the form only leads back into /ui.
+    let (s, _, body) = set("Mars%2FOlympus", "%2Fui").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("not a name of the time zone database"),
+        "{body}"
+    );
+    let (s, h, _) = set("UTC", "%2F%2Fevil.example%2Fx").await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h["location"], "/ui");
+    // Without the session's CSRF token nothing is kept.
+    let form = "csrf=nope&zone=UTC&back=%2Fui".to_string();
+    let (s, h, _) = ui(&api, "POST", "/ui/zone", Some(&cookie), Some(form)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(h.get("set-cookie").is_none());
+}
+
+/// An endpoint's jq program is refused at save when it does not compile,
+/// with where, and once saved the endpoint page shows it as text.
+#[tokio::test]
+async fn the_endpoint_page_shows_its_transformation() {
+    let api = api().await;
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/t", "transform": "{id: .data.id"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("transform: 1:"), "{message}");
+    let program = "if .data.n < 3 then {n: .data.n} else null end";
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"url": "https://example.com/t", "transform": program}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["transform"], program);
+    let id = v["id"].as_str().unwrap().to_string();
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/endpoints/{id}")).await;
+    assert!(
+        page.contains("<pre>if .data.n &lt; 3 then {n: .data.n} else null end</pre>"),
+        "{page}"
+    );
+    let (s, v) = call("PATCH", format!("/v1/accounts/acme/endpoints/{id}"))
+        .json(json!({"transform": null}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["transform"].is_null(), "{v}");
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/endpoints/{id}")).await;
+    assert!(
+        page.contains("none: bodies are sent as published"),
+        "{page}"
+    );
+}

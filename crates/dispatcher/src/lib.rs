@@ -13,6 +13,7 @@ pub mod retry;
 pub mod signing;
 pub mod ssrf;
 pub mod tasks;
+pub mod transform;
 mod turns;
 pub mod worker;
 
@@ -22,6 +23,7 @@ pub use metrics::DeliveryMetrics;
 pub use retry::RetryPolicy;
 pub use ssrf::Cidr;
 pub use tasks::{Progress, TaskError, TaskReport, TaskResult, TaskRunner, TaskRunnerConfig};
+pub use transform::TransformRunner;
 pub use worker::{DispatchReport, Dispatcher, DispatcherConfig, OUTCOME_FILL, OUTCOME_LINGER};
 
 /// Runs the answer parsers (the head of an HTTP answer, and the framing of

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use control_plane_core::{
     custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
     Destination, DynControlPlaneStore, EndpointId, Lease, OutcomeRecorded, StoreError, SystemClock,
-    TraceParent, UsageMetric,
+    TraceParent, Transformed, UsageMetric,
 };
 use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;
@@ -76,6 +76,9 @@ pub struct DispatcherConfig {
     /// certificates: a test's own authority (receivers' and proxies'
     /// certificates are otherwise checked against the platform's roots).
     pub extra_roots_pem: Option<String>,
+    /// Runs endpoints' jq programs (ADR 0050); without one, a delivery to
+    /// an endpoint that has a program fails its attempt, saying so.
+    pub transform: Option<crate::TransformRunner>,
 }
 
 /// The batch a lingering completion batcher waits for
@@ -104,6 +107,7 @@ impl Default for DispatcherConfig {
             outcome_linger: OUTCOME_LINGER,
             proxy: None,
             extra_roots_pem: None,
+            transform: None,
         }
     }
 }
@@ -136,6 +140,7 @@ struct SendContext {
     usage: Arc<UsageMeter>,
     tokens: crate::oauth2::Tokens,
     brokers: crate::broker::Brokers,
+    transform: Option<crate::TransformRunner>,
 }
 
 impl Dispatcher {
@@ -171,6 +176,7 @@ impl Dispatcher {
                 config.allowed_targets.clone(),
                 config.request_timeout,
             ),
+            transform: config.transform.clone(),
         });
         Ok(Dispatcher { store, config, ctx })
     }
@@ -479,6 +485,23 @@ async fn attempt(
             .record(&c.delivery.account, outcome.kind(), None);
         outcome
     };
+    // The endpoint's program first: the body it gives is what is signed.
+    let transformed;
+    let c = match (&c.transform, &ctx.transform) {
+        (None, _) => c,
+        (Some(program), Some(runner)) => match runner.run(program.as_str(), &c.body).await {
+            Ok(Transformed::Body(body)) => {
+                transformed = ClaimedDelivery { body, ..c.clone() };
+                &transformed
+            }
+            Ok(Transformed::Dropped) => return dropped(ctx, c),
+            Err(why) => return settle(ctx, c, unsent_result(why), None),
+        },
+        (Some(_), None) => {
+            let why = "transformation: this process cannot run transformations".to_string();
+            return settle(ctx, c, unsent_result(why), None);
+        }
+    };
     let now = ctx.clock.now();
     let id = c.delivery.id.to_string();
     let timestamp = now.as_millis().div_euclid(1000);
@@ -509,7 +532,18 @@ async fn attempt(
         Err(Unsent::Failed(failed)) => (failed, None),
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
-    // The endpoint's own schedule, when it has one, in place of the service's.
+    settle(ctx, c, result, took)
+}
+
+/// The outcome of an attempt that gave `result`: classified on the
+/// endpoint's own retry schedule when it has one (the service's otherwise),
+/// and counted.
+fn settle(
+    ctx: &SendContext,
+    c: &ClaimedDelivery,
+    result: SendResult,
+    took: Option<Duration>,
+) -> DeliveryOutcome {
     let own = c
         .retry
         .as_ref()
@@ -521,9 +555,27 @@ async fn attempt(
         own.as_ref().unwrap_or(&ctx.policy),
         ctx.clock.now(),
     );
-    ctx.metrics.record(account, outcome.kind(), took);
+    ctx.metrics
+        .record(&c.delivery.account, outcome.kind(), took);
     outcome
 }
+
+/// A delivery its endpoint's program dropped (it gave `null`): finished
+/// without a request, its attempt saying why.
+fn dropped(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
+    let outcome = DeliveryOutcome::Delivered(control_plane_core::AttemptReport {
+        status_code: None,
+        error: Some(DROPPED.into()),
+        latency_ms: 0,
+        response_body: None,
+    });
+    ctx.metrics
+        .record(&c.delivery.account, outcome.kind(), None);
+    outcome
+}
+
+/// The attempt note of a delivery its endpoint's program dropped.
+pub const DROPPED: &str = "not sent: the endpoint's transformation gave null";
 
 /// Why a request was not made.
 enum Unsent {
@@ -561,14 +613,19 @@ async fn oauth2_token(ctx: &SendContext, c: &ClaimedDelivery) -> Result<Option<S
 
 /// An attempt that failed before its request was made, as `error` says.
 fn unsent_failed(error: String) -> Unsent {
-    Unsent::Failed(SendResult {
+    Unsent::Failed(unsent_result(error))
+}
+
+/// An attempt that made no request, failed as `error` says.
+fn unsent_result(error: String) -> SendResult {
+    SendResult {
         status: None,
         retry_after: None,
         error: Some(error),
         latency_ms: 0,
         response_body: None,
         acked: false,
-    })
+    }
 }
 
 /// The endpoint's custom headers, opened.

@@ -173,6 +173,7 @@ pub(crate) struct Sender {
     pub oauth2: Option<String>,
     pub retry: Option<EndpointRetry>,
     pub client_tls: Option<String>,
+    pub transform: Option<control_plane_core::Transform>,
 }
 
 /// What a claim reads of each endpoint it serves ([`Sender`]): every write
@@ -368,6 +369,7 @@ mod tests {
                 oauth2: None,
                 retry: None,
                 client_tls: None,
+                transform: None,
             },
         );
         let before = c.0.changes;

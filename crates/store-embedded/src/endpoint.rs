@@ -7,7 +7,7 @@ use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
     ClientTls, DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey,
     EndpointRetry, EndpointStore, EndpointUpdateRequest, EventFilter, RateBudget, Secret,
-    SecretRotation, SigningSecrets, StoreError, StoreResult, Timestamp,
+    SecretRotation, SigningSecrets, StoreError, StoreResult, Timestamp, Transform,
 };
 use control_plane_store_kit::columns::ENDPOINT_COLS;
 use control_plane_store_kit::reseal_candidates;
@@ -52,6 +52,7 @@ pub(crate) fn row_to_endpoint(r: &Row<'_>) -> duckdb::Result<Endpoint> {
         retry: EndpointRetry::from_stored(r.get::<_, Option<String>>(18)?.as_deref(), r.get(19)?)
             .map_err(|e| conversion(18, e))?,
         client_tls: r.col(20)?,
+        transform: r.get::<_, Option<String>>(21)?.map(Transform::stored),
     })
 }
 
@@ -63,8 +64,8 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
-         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, client_tls) \
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13, $15, $16, $17)",
+         description, created_at, updated_at, circuit_mode, circuit_failures, circuit_reopen_count, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, client_tls, transform) \
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $14, 'closed', 0, 0, $10, $11, $12, $13, $15, $16, $17, $18)",
         params![
             id.to_string(),
             req.account.as_str(),
@@ -95,6 +96,7 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
                 Slot::ClientTls,
                 req.client_tls.as_ref().map(ClientTls::to_text).transpose()?.as_ref()
             )?,
+            req.transform.as_ref().map(Transform::as_str),
         ],
     )
     .db()?;
@@ -181,7 +183,7 @@ pub(crate) fn update(
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
-         retry_schedule = $12, max_attempts = $13, client_tls = $14 WHERE id = $7",
+         retry_schedule = $12, max_attempts = $13, client_tls = $14, transform = $15 WHERE id = $7",
         params![
             e.url,
             types_json(&e.event_types)?,
@@ -199,7 +201,8 @@ pub(crate) fn update(
             e.retry.as_ref().map(EndpointRetry::schedule_text),
             e.retry.as_ref().map(|r| i64::from(r.max_attempts())),
             t.keys
-                .seal_optional(id.0.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?
+                .seal_optional(id.0.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?,
+            e.transform.as_ref().map(Transform::as_str)
         ],
     )
     .db()?;
@@ -328,7 +331,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
 
 const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
      budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2, \
-     retry_schedule, max_attempts, client_tls FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
+     retry_schedule, max_attempts, client_tls, transform FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
 
 fn read_senders(
     t: &Tx<'_>,
@@ -355,6 +358,7 @@ fn read_senders(
                 )
                 .map_err(|e| conversion(14, e))?,
                 client_tls: r.get(16)?,
+                transform: r.get::<_, Option<String>>(17)?.map(Transform::stored),
             };
             Ok((r.col(0)?, sender))
         })

@@ -59,6 +59,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (15, include_str!("migrations/0015_endpoint_retry.sql")),
     (16, include_str!("migrations/0016_portal_links.sql")),
     (17, include_str!("migrations/0017_endpoint_client_tls.sql")),
+    (18, include_str!("migrations/0018_endpoint_transform.sql")),
 ];
 
 /// Statements kept prepared: more than the adapter has, so none is evicted.
@@ -320,6 +321,12 @@ impl Tx<'_> {
     pub fn live_mut(&mut self) -> &mut LiveIndex {
         *self.live_touched = true;
         self.live
+    }
+
+    /// The highest delivery sequence number handed out so far (or
+    /// reserved before a restart), `None` before the first.
+    pub fn last_seq(&self) -> Option<i64> {
+        self.counters.get("delivery_seq").map(|(value, _)| *value)
     }
 
     /// The next delivery sequence number.

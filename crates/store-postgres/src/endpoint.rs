@@ -7,7 +7,7 @@ use control_plane_core::{
     custom_headers_text, AccountId, Checked, Circuit, CircuitMode, CircuitStore, ClientCredentials,
     ClientTls, Enablement, Endpoint, EndpointCreateRequest, EndpointId, EndpointKey, EndpointRetry,
     EndpointStore, EndpointUpdateRequest, EventFilter, Secret, SecretRotation, SigningSecrets,
-    StoreError, StoreResult, Timestamp,
+    StoreError, StoreResult, Timestamp, Transform,
 };
 use control_plane_store_kit::columns::ENDPOINT_COLS;
 use control_plane_store_kit::reseal_candidates;
@@ -84,6 +84,7 @@ pub(crate) fn row_to_endpoint(r: &Row) -> StoreResult<Endpoint> {
         oauth2: r.col(17)?,
         retry: EndpointRetry::from_stored(r.col::<Option<String>>(18)?.as_deref(), r.col(19)?)?,
         client_tls: r.col(20)?,
+        transform: r.col::<Option<String>>(21)?.map(Transform::stored),
     })
 }
 
@@ -97,7 +98,7 @@ pub(crate) async fn create(
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
          description, created_at, updated_at, max_in_flight, filter, headers, oauth2, retry_schedule, max_attempts, \
-         client_tls) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16)",
+         client_tls, transform) VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         &[
             &id.0,
             &req.account.as_str(),
@@ -135,6 +136,7 @@ pub(crate) async fn create(
                     .transpose()?
                     .as_ref(),
             )?,
+            &req.transform.as_ref().map(Transform::as_str),
         ],
     )
     .await
@@ -201,7 +203,7 @@ pub(crate) async fn update(
     t.execute(
         "UPDATE endpoints SET url = $1, event_types = $2, ordered = $3, rate_limit_per_s = $4, \
          description = $5, updated_at = $6, max_in_flight = $8, filter = $9, headers = $10, oauth2 = $11, \
-         retry_schedule = $12, max_attempts = $13, client_tls = $14 WHERE id = $7",
+         retry_schedule = $12, max_attempts = $13, client_tls = $14, transform = $15 WHERE id = $7",
         &[
             &e.url,
             &types,
@@ -220,6 +222,7 @@ pub(crate) async fn update(
             &e.retry.as_ref().map(|r| i64::from(r.max_attempts())),
             &t.keys
                 .seal_optional(id.0.as_bytes(), Slot::ClientTls, e.client_tls.as_ref())?,
+            &e.transform.as_ref().map(Transform::as_str),
         ],
     )
     .await

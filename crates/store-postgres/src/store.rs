@@ -52,6 +52,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     (21, include_str!("migrations/0021_attempts_by_account.sql")),
     (22, include_str!("migrations/0022_portal_links.sql")),
     (23, include_str!("migrations/0023_endpoint_client_tls.sql")),
+    (24, include_str!("migrations/0024_endpoint_transform.sql")),
 ];
 
 /// The plan settings of the delivery path's transactions (claims,

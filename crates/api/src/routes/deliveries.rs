@@ -20,6 +20,14 @@ pub(crate) struct DeliveryQuery {
     /// Only deliveries of this event (a UUID).
     #[param(format = Uuid)]
     event: Option<String>,
+    /// Only deliveries of events of this type.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    event_type: Option<String>,
+    /// Only deliveries created at or after this time (Unix seconds).
+    since: Option<i64>,
+    /// Only deliveries created before this time (Unix seconds).
+    until: Option<i64>,
     /// Items per page, 1 to 1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
@@ -57,11 +65,13 @@ pub(crate) async fn delivery_list(
     let p = s
         .store
         .delivery_list(DeliveryListRequest {
-            account,
             state,
             endpoint_id,
             event_id,
-            page: page_request(q.limit, q.cursor.as_deref())?,
+            event_type: q.event_type,
+            since: unix_seconds("since", q.since, ApiError::bad_request)?,
+            until: unix_seconds("until", q.until, ApiError::bad_request)?,
+            ..DeliveryListRequest::all(account, page_request(q.limit, q.cursor.as_deref())?)
         })
         .await?;
     ok(StatusCode::OK, Listing::<DeliveryView>::of(&p))

@@ -2,7 +2,7 @@
 //! their stats, and their recovery.
 
 use control_plane_core::{ClientCredentials, ClientTls};
-use control_plane_core::{EndpointKey, SignatureScheme};
+use control_plane_core::{EndpointKey, SignatureScheme, Transform};
 
 use crate::views::RetrySettings;
 
@@ -53,6 +53,12 @@ pub(crate) struct EndpointCreateBody {
     /// absent means every event of its types.
     #[schema(value_type = Option<Object>)]
     filter: Option<Value>,
+    /// A jq program applied to each delivery's JSON body before it is
+    /// signed, such as `{id: .data.id, kind: .type}`; `null` from it drops
+    /// the delivery (docs/http-api.md, "Transformations"). At most 16 KiB;
+    /// a program that does not compile is refused with its error.
+    #[schema(max_length = 16384)]
+    transform: Option<String>,
     /// Headers sent with every request, such as `{"x-api-key": "..."}` or
     /// `{"authorization": "Bearer ..."}`: sealed at rest, never shown again
     /// (the answers list their names only).
@@ -184,6 +190,11 @@ pub(crate) async fn endpoint_create(
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
+    req.transform = body
+        .transform
+        .as_deref()
+        .map(Transform::parse)
+        .transpose()?;
     req.headers = body.headers;
     req.oauth2 = body.oauth2.map(ClientCredentials::from);
     req.client_tls = body.client_tls.map(ClientTls::from);
@@ -253,6 +264,10 @@ pub(crate) struct EndpointUpdateBody {
     #[serde(default, deserialize_with = "double")]
     #[schema(value_type = Option<Object>)]
     filter: Option<Option<Value>>,
+    /// A new jq program; `null` removes it.
+    #[serde(default, deserialize_with = "double")]
+    #[schema(value_type = Option<String>, max_length = 16384)]
+    transform: Option<Option<String>>,
     /// New headers, replacing all of them; `{}` removes them.
     headers: Option<BTreeMap<String, String>>,
     /// New OAuth2 client credentials, replacing them; `null` removes them.
@@ -309,6 +324,10 @@ pub(crate) async fn endpoint_update(
         filter: body
             .filter
             .map(|f| f.map(EventFilter::parse).transpose())
+            .transpose()?,
+        transform: body
+            .transform
+            .map(|t| t.as_deref().map(Transform::parse).transpose())
             .transpose()?,
         headers: body.headers,
         oauth2: body.oauth2.map(|o| o.map(ClientCredentials::from)),

@@ -10,6 +10,7 @@ use crate::StoreFactory;
 use control_plane_core::{
     custom_header_pairs, Check, ClaimedDelivery, ClientCredentials, ClientTls, Enablement,
     Endpoint, EndpointCreateRequest, EndpointKey, EndpointUpdateRequest, Secret, StoreError,
+    Transform,
 };
 use std::time::Duration;
 
@@ -411,6 +412,72 @@ pub async fn client_certificates_are_checked_replaced_removed_and_claimed(f: &dy
     assert_eq!(
         plain.url, "http://example.com/hook",
         "without a certificate it may move"
+    );
+}
+
+/// `EndpointStore::endpoint_create` and `endpoint_update`: an endpoint's
+/// jq program (ADR 0050) is checked when saved (one that does not compile
+/// is refused with its error, and nothing is stored), read back as given,
+/// kept by an update that does not name it, replaced, handed to the
+/// claimer with the delivery, and removed by `Some(None)`.
+pub async fn a_transform_is_checked_kept_replaced_removed_and_claimed(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    let with = |program: &str| {
+        let mut req = EndpointCreateRequest::new(
+            acct("a"),
+            "https://example.com/hook",
+            Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
+        );
+        req.transform = Some(Transform::parse(program).unwrap());
+        req
+    };
+    let refused = Transform::parse("{id: .data.id").unwrap_err().to_string();
+    assert!(
+        refused.contains("transform:") && refused.contains("1:"),
+        "{refused}"
+    );
+    assert!(Transform::parse("nosuchfilter").is_err());
+    let first = "{id: .data.id, kind: .type}";
+    let e = create_endpoint(&h, with(first)).await;
+    assert_eq!(e.transform.as_ref().map(Transform::as_str), Some(first));
+    assert_eq!(reread(&h, &e).await.transform, e.transform);
+    let a = acct("a");
+    let update =
+        |req: EndpointUpdateRequest| h.store.endpoint_update(EndpointKey::new(&a, e.id), req);
+    let kept = update(EndpointUpdateRequest {
+        description: Some(Some("renamed".into())),
+        ..EndpointUpdateRequest::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(kept.transform, e.transform);
+    let second = "if .data.n > 1 then . else null end";
+    let changed = update(EndpointUpdateRequest {
+        transform: Some(Some(Transform::parse(second).unwrap())),
+        ..EndpointUpdateRequest::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        changed.transform.as_ref().map(Transform::as_str),
+        Some(second)
+    );
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    assert_eq!(c.transform.as_ref().map(Transform::as_str), Some(second));
+    let removed = update(EndpointUpdateRequest {
+        transform: Some(None),
+        ..EndpointUpdateRequest::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(removed.transform, None);
+    assert_eq!(reread(&h, &e).await.transform, None);
+    publish(&h, "a").await;
+    let c = claim(&h, 1).await.remove(0);
+    assert_eq!(
+        c.transform, None,
+        "a claim sends with the endpoint as it is now"
     );
 }
 

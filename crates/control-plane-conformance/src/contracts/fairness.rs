@@ -130,11 +130,9 @@ pub async fn claim_respects_the_rate_limit_under_concurrent_claimers(f: &dyn Sto
     let d = h
         .store
         .delivery_list(DeliveryListRequest {
-            account: acct("a"),
             state: Some(DeliveryState::Pending),
             endpoint_id: Some(limited.id),
-            event_id: None,
-            page: PageRequest::first(100),
+            ..DeliveryListRequest::all(acct("a"), PageRequest::first(100))
         })
         .await
         .unwrap();

@@ -392,11 +392,8 @@ pub async fn a_recovery_goes_on_from_its_last_reported_page(f: &dyn StoreFactory
     let to_second = h
         .store
         .delivery_list(DeliveryListRequest {
-            account: a.clone(),
-            state: None,
             endpoint_id: Some(second.id),
-            event_id: None,
-            page: PageRequest::first(1000),
+            ..DeliveryListRequest::all(a.clone(), PageRequest::first(1000))
         })
         .await
         .unwrap();

@@ -44,6 +44,7 @@ pub use delivery::{
 pub use destinations::{
     a_broker_destination_is_stored_and_claimed_as_given,
     a_claim_sends_with_the_endpoint_as_it_is_now,
+    a_transform_is_checked_kept_replaced_removed_and_claimed,
     client_certificates_are_checked_replaced_removed_and_claimed,
     custom_headers_are_checked_replaced_and_claimed,
     oauth2_credentials_are_checked_replaced_removed_and_claimed,
@@ -79,8 +80,8 @@ pub use listings::{
     attempt_rollup_of_an_account_matches_each_endpoints_stats,
     attempt_stats_count_results_and_rank_latencies,
     attempts_are_searched_by_result_status_and_time, attempts_keep_the_start_of_each_answer,
-    deliveries_are_counted_by_account_and_state, delivery_counts_follow_every_move,
-    delivery_list_filters_and_paginates,
+    deliveries_are_counted_by_account_and_state, deliveries_are_filtered_by_event_type_and_time,
+    delivery_counts_follow_every_move, delivery_list_filters_and_paginates,
 };
 pub use operations::{
     a_session_is_extended_listed_and_revoked, a_session_lives_until_it_expires_or_ends,

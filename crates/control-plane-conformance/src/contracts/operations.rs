@@ -504,11 +504,8 @@ pub async fn alerts_are_published_to_endpoints_that_subscribe_by_name(f: &dyn St
         async move {
             store
                 .delivery_list(DeliveryListRequest {
-                    account,
-                    state: None,
                     endpoint_id: Some(id),
-                    event_id: None,
-                    page: PageRequest::first(10),
+                    ..DeliveryListRequest::all(account, PageRequest::first(10))
                 })
                 .await
                 .unwrap()

@@ -436,11 +436,8 @@ pub async fn sequence_numbers_strictly_increase_per_endpoint(f: &dyn StoreFactor
         let page = h
             .store
             .delivery_list(DeliveryListRequest {
-                account: acct("a"),
-                state: None,
                 endpoint_id: Some(e),
-                event_id: None,
-                page: PageRequest::first(100),
+                ..DeliveryListRequest::all(acct("a"), PageRequest::first(100))
             })
             .await
             .unwrap();
@@ -552,11 +549,8 @@ pub async fn accounts_never_see_each_others_deliveries(f: &dyn StoreFactory) {
     let listed = h
         .store
         .delivery_list(DeliveryListRequest {
-            account: b.clone(),
-            state: None,
             endpoint_id: Some(e.id),
-            event_id: None,
-            page: PageRequest::first(10),
+            ..DeliveryListRequest::all(b.clone(), PageRequest::first(10))
         })
         .await
         .unwrap();

@@ -421,6 +421,9 @@ pub trait DeliveryStore: Send + Sync {
     /// # Behavior
     /// - Filters by state, endpoint and event; pages do not overlap
     ///   (`delivery_list_filters_and_paginates`).
+    /// - Filters by the event's type and by creation time (`since`
+    ///   inclusive, `until` exclusive), alone or with the other filters and
+    ///   in every state (`deliveries_are_filtered_by_event_type_and_time`).
     ///
     /// # Cancellation safety
     /// Safe.

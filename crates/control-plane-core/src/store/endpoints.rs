@@ -69,6 +69,10 @@ pub trait EndpointStore: Send + Sync {
     ///   kept by other changes, never moved to another origin unasked and
     ///   handed to the claimer
     ///   (`client_certificates_are_checked_replaced_removed_and_claimed`).
+    /// - A jq program (checked when built, [`crate::Transform::parse`]) is
+    ///   kept by other changes, replaced, removed (`Some(None)`) and handed
+    ///   to the claimer as it is at the claim
+    ///   (`a_transform_is_checked_kept_replaced_removed_and_claimed`).
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for a bad URL.

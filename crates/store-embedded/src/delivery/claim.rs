@@ -656,6 +656,7 @@ fn sends(
                 oauth2: s.oauth2.clone().map(Secret::new),
                 retry: s.retry.clone(),
                 client_tls: s.client_tls.clone().map(Secret::new),
+                transform: s.transform.clone(),
                 delivery,
             },
         );

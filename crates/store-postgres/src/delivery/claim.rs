@@ -11,7 +11,7 @@ use crate::util::{u32_of, RowExt};
 use control_plane_core::plan_lease_expiry;
 use control_plane_core::{
     share_claim, ClaimRequest, ClaimedDelivery, EndpointId, EndpointRetry, FlowCandidate, Lease,
-    RateBudget, SigningSecrets, StoreResult, Throttle, TraceParent,
+    RateBudget, SigningSecrets, StoreResult, Throttle, TraceParent, Transform,
 };
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -55,7 +55,8 @@ pub(super) const PROBE_CANDIDATE: &str = "SELECT l.seq, l.due_at FROM delivery_q
 pub(super) const SENDER_COLS: &str =
     "x.endpoint_id, x.seq, dv.id, dv.account, dv.event_id, dv.created_at, \
      ev.event_type, ev.body, ep.url, ep.secret, ep.previous_secret, ep.previous_expires_at, ep.headers, \
-     ev.traceparent, ep.oauth2, ep.retry_schedule, ep.max_attempts AS retry_max, ep.client_tls";
+     ev.traceparent, ep.oauth2, ep.retry_schedule, ep.max_attempts AS retry_max, ep.client_tls, \
+     ep.transform";
 
 /// The lookups of [`SENDER_COLS`], one row each by primary key. Written as
 /// lateral subqueries with `LIMIT 1` so that the planner cannot turn them
@@ -66,7 +67,7 @@ pub(super) const SENDER_JOINS: &str = "CROSS JOIN LATERAL (SELECT d.id, d.accoun
        FROM deliveries d WHERE d.id = x.delivery_id LIMIT 1) dv \
      CROSS JOIN LATERAL (SELECT v.event_type, v.body, v.traceparent FROM events v WHERE v.id = dv.event_id LIMIT 1) ev \
      CROSS JOIN LATERAL (SELECT e.url, e.secret, e.previous_secret, e.previous_expires_at, e.headers, e.oauth2, \
-       e.retry_schedule, e.max_attempts, e.client_tls \
+       e.retry_schedule, e.max_attempts, e.client_tls, e.transform \
        FROM endpoints e WHERE e.id = x.endpoint_id LIMIT 1) ep";
 
 /// Leases the live rows of the CTE `c` ([`SENDER_COLS`]) and returns them
@@ -81,7 +82,7 @@ pub(super) const LEASE_AND_RETURN: &str = "UPDATE delivery_queue l SET state = '
      RETURNING c.id, c.account, c.endpoint_id, c.event_id, c.seq, l.state, l.attempts, l.max_attempts, l.due_at, \
      l.lease_expires_at, l.last_error, c.created_at, l.updated_at, c.event_type, c.body, c.url, c.secret, \
      c.previous_secret, c.previous_expires_at, l.lease_token, c.headers, c.traceparent, c.oauth2, \
-     c.retry_schedule, c.retry_max, c.client_tls";
+     c.retry_schedule, c.retry_max, c.client_tls, c.transform";
 
 /// The claim of ordinary deliveries, endpoint by endpoint: `$1` now (ms),
 /// `$2` the endpoints, `$5` how many of each, `$6` the head sequence of an
@@ -364,6 +365,7 @@ pub(super) fn row_to_claimed(r: &Row, probe: bool) -> StoreResult<ClaimedDeliver
         oauth2: r.col(22)?,
         retry: EndpointRetry::from_stored(r.col::<Option<String>>(23)?.as_deref(), r.col(24)?)?,
         client_tls: r.col(25)?,
+        transform: r.col::<Option<String>>(26)?.map(Transform::stored),
     })
 }
 

@@ -192,11 +192,16 @@ const DEAD_PAGE: &str = "(SELECT * FROM delivery_done x WHERE x.state = 'dead' A
      JOIN deliveries d ON d.id = x.delivery_id LEFT JOIN delivery_queue l ON false";
 
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-    let live = matches!(
-        req.state,
-        Some(DeliveryState::Pending | DeliveryState::Leased)
-    );
-    let dead_only = req.state == Some(DeliveryState::Dead)
+    // The fast pages by state read the live table or the dead rows alone,
+    // which hold neither the event's type nor the creation time.
+    let plain = !req.by_type_or_time();
+    let live = plain
+        && matches!(
+            req.state,
+            Some(DeliveryState::Pending | DeliveryState::Leased)
+        );
+    let dead_only = plain
+        && req.state == Some(DeliveryState::Dead)
         && req.endpoint_id.is_none()
         && req.event_id.is_none();
     let sql = if live {
@@ -208,23 +213,33 @@ pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Pa
             "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
              AND ($2::text IS NULL OR {STATE_OF} = $2) AND ($3::uuid IS NULL OR d.endpoint_id = $3) \
              AND ($4::uuid IS NULL OR d.event_id = $4) AND ($5::bigint IS NULL OR d.seq < $5) \
+             AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id AND e.event_type = $7)) \
+             AND ($8::bigint IS NULL OR d.created_at >= $8) AND ($9::bigint IS NULL OR d.created_at < $9) \
              ORDER BY d.seq DESC LIMIT $6"
         )
     };
-    let rows = t
-        .query(
-            &sql,
-            &[
-                &req.account.as_str(),
-                &req.state.map(DeliveryState::as_str),
-                &req.endpoint_id.map(|e| e.0),
-                &req.event_id.map(|e| e.0),
-                &req.page.after(),
-                &(i64::from(req.page.limit()) + 1),
-            ],
-        )
-        .await
-        .db()?;
+    let account = req.account.as_str();
+    let state = req.state.map(DeliveryState::as_str);
+    let endpoint = req.endpoint_id.map(|e| e.0);
+    let event = req.event_id.map(|e| e.0);
+    let after = req.page.after();
+    let limit = i64::from(req.page.limit()) + 1;
+    let since = req.since.map(Timestamp::as_millis);
+    let until = req.until.map(Timestamp::as_millis);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &account,
+        &state,
+        &endpoint,
+        &event,
+        &after,
+        &limit,
+        &req.event_type,
+        &since,
+        &until,
+    ];
+    // The fast pages take the first six.
+    let used = if live || dead_only { 6 } else { 9 };
+    let rows = t.query(&sql, &params[..used]).await.db()?;
     let items = rows
         .iter()
         .map(row_to_delivery)

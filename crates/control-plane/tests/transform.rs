@@ -1,0 +1,222 @@
+//! Payload transformations (issue 77, ADR 0050) through the real binary:
+//! its `transform` command under the runner's limits, and `serve` sending a
+//! rewritten, signed body, finishing a dropped delivery unsent, and failing
+//! the attempt of a program that never ends while it keeps delivering.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use control_plane_core::{
+    AccountId, Check, DeliveryState, EndpointCreateRequest, PublishRequest, Secret, SystemClock,
+    Transform, Transformed,
+};
+use control_plane_core::{AttemptLogStore, DeliveryStore, EndpointStore, EventStore};
+use dispatcher::TransformRunner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_control-plane");
+
+fn runner() -> TransformRunner {
+    TransformRunner::new(BIN, vec!["transform".into()], 4)
+}
+
+const BODY: &str =
+    r#"{"type":"order.created","timestamp":"2026-12-07T00:00:00.000Z","data":{"id":7}}"#;
+
+/// Every way a program can end is a body, a drop, or an error: the endless,
+/// the stack-hungry and the memory-hungry program each end as an error
+/// within the limits, and the service's environment never reaches one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transform_command_answers_every_program_within_its_limits() {
+    let r = runner();
+    assert_eq!(
+        r.run("{id: .data.id, kind: .type}", BODY).await,
+        Ok(Transformed::Body(
+            r#"{"id":7,"kind":"order.created"}"#.into()
+        ))
+    );
+    assert_eq!(r.run("null", BODY).await, Ok(Transformed::Dropped));
+    let e = r.run("error(\"refused\")", BODY).await.unwrap_err();
+    assert!(e.contains("refused"), "{e}");
+    let e = r.run("env", BODY).await.unwrap_err();
+    assert!(e.contains("env is not available"), "{e}");
+    for (program, what) in [
+        ("def f: f; f", "never ends"),
+        ("def f: 1 + f; f", "exhausts its stack"),
+        ("[range(1e10)]", "exhausts its memory"),
+        ("reduce range(64) as $_ (\"x\"; . + .)", "doubles a string"),
+    ] {
+        let started = Instant::now();
+        let e = r.run(program, BODY).await.unwrap_err();
+        assert!(e.starts_with("transformation:"), "{what}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// One HTTP request off `sock`: its headers and body; answered 204.
+async fn receive(sock: &mut tokio::net::TcpStream) -> (Vec<(String, String)>, String) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = sock.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        let headers: Vec<(String, String)> = head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap();
+        while buf.len() < end + len {
+            let n = sock.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        return (
+            headers,
+            String::from_utf8_lossy(&buf[end..end + len]).to_string(),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.duckdb");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let acct = AccountId::new("acme").unwrap();
+    let config = store_embedded::EmbeddedConfig::new(&path);
+    let (rewritten, dropped, endless) = {
+        let store = store_embedded::EmbeddedStore::open(config, std::sync::Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for program in ["{id: .data.id, kind: .type}", "null", "def f: f; f"] {
+            let mut req = EndpointCreateRequest::new(acct.clone(), url.clone(), secret.clone());
+            req.transform = Some(Transform::parse(program).unwrap());
+            ids.push(
+                store
+                    .endpoint_create(req.checked().unwrap())
+                    .await
+                    .unwrap()
+                    .id,
+            );
+        }
+        let p = store
+            .event_publish(
+                PublishRequest::new(acct.clone(), "order.created", serde_json::json!({"id": 7}))
+                    .checked()
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.deliveries.len(), 3);
+        let d = store
+            .delivery_list(control_plane_core::DeliveryListRequest::all(
+                acct.clone(),
+                control_plane_core::PageRequest::first(10),
+            ))
+            .await
+            .unwrap()
+            .items;
+        let of = |e| d.iter().find(|d| d.endpoint_id == e).unwrap().id;
+        (of(ids[0]), of(ids[1]), of(ids[2]))
+    };
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CONTROLPLANE_LISTEN", "127.0.0.1:0")
+        .env("CONTROLPLANE_EMBEDDED_PATH", &path)
+        .env("CONTROLPLANE_ALLOWED_TARGETS", "127.0.0.0/8")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (mut sock, _) = tokio::time::timeout(Duration::from_secs(30), listener.accept())
+        .await
+        .expect("the rewritten webhook arrives")
+        .unwrap();
+    let (headers, body) = receive(&mut sock).await;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(header("webhook-id"), rewritten.to_string());
+    assert_eq!(body, r#"{"id":7,"kind":"order.created"}"#);
+    let ts: i64 = header("webhook-timestamp").parse().unwrap();
+    assert!(
+        dispatcher::signing::verify(
+            &secret,
+            &header("webhook-signature"),
+            &header("webhook-id"),
+            ts,
+            body.as_bytes()
+        ),
+        "the signature covers the transformed body"
+    );
+    // Nothing else arrives: the dropped one is not sent, the endless one
+    // never gets to its request.
+    let more = tokio::time::timeout(Duration::from_secs(4), listener.accept()).await;
+    assert!(more.is_err(), "only the rewritten delivery was sent");
+    let kill = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().unwrap().to_string())
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(status.success());
+
+    let store = store_embedded::EmbeddedStore::open(
+        store_embedded::EmbeddedConfig::new(&path),
+        std::sync::Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let d = store.delivery_get(&acct, dropped).await.unwrap();
+    assert_eq!(d.state, DeliveryState::Delivered);
+    let log = store
+        .attempt_list_for_delivery(&acct, dropped)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].status_code, None);
+    assert_eq!(log[0].error.as_deref(), Some(dispatcher::worker::DROPPED));
+    let d = store.delivery_get(&acct, endless).await.unwrap();
+    assert_eq!(
+        d.state,
+        DeliveryState::Pending,
+        "failed, backing off: {d:?}"
+    );
+    let log = store
+        .attempt_list_for_delivery(&acct, endless)
+        .await
+        .unwrap();
+    let error = log[0].error.clone().unwrap_or_default();
+    assert!(error.starts_with("transformation:"), "{error}");
+}
