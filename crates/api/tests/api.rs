@@ -602,6 +602,11 @@ async fn publishing_is_idempotent_by_header_and_deliveries_are_listed() {
         .send(&api)
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let long = "x".repeat(256);
+    let (s, v) = call("GET", format!("/v1/accounts/acme/deliveries?type={long}"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
     let (s, d) = call("GET", format!("/v1/accounts/acme/deliveries/{delivery}"))
         .send(&api)
         .await;

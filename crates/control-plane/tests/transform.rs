@@ -21,6 +21,12 @@ fn runner() -> TransformRunner {
     TransformRunner::new(BIN, vec!["transform".into()], 4)
 }
 
+/// Runs `program` on [`BODY`] for account `acme` with 10 s to spare.
+async fn run(r: &TransformRunner, program: &str) -> Result<Transformed, String> {
+    let acme = AccountId::new("acme").unwrap();
+    r.run(&acme, program, BODY, Duration::from_secs(10)).await
+}
+
 const BODY: &str =
     r#"{"type":"order.created","timestamp":"2026-12-07T00:00:00.000Z","data":{"id":7}}"#;
 
@@ -31,15 +37,15 @@ const BODY: &str =
 async fn the_transform_command_answers_every_program_within_its_limits() {
     let r = runner();
     assert_eq!(
-        r.run("{id: .data.id, kind: .type}", BODY).await,
+        run(&r, "{id: .data.id, kind: .type}").await,
         Ok(Transformed::Body(
             r#"{"id":7,"kind":"order.created"}"#.into()
         ))
     );
-    assert_eq!(r.run("null", BODY).await, Ok(Transformed::Dropped));
-    let e = r.run("error(\"refused\")", BODY).await.unwrap_err();
+    assert_eq!(run(&r, "null").await, Ok(Transformed::Dropped));
+    let e = run(&r, "error(\"refused\")").await.unwrap_err();
     assert!(e.contains("refused"), "{e}");
-    let e = r.run("env", BODY).await.unwrap_err();
+    let e = run(&r, "env").await.unwrap_err();
     assert!(e.contains("env is not available"), "{e}");
     for (program, what) in [
         ("def f: f; f", "never ends"),
@@ -48,7 +54,7 @@ async fn the_transform_command_answers_every_program_within_its_limits() {
         ("reduce range(64) as $_ (\"x\"; . + .)", "doubles a string"),
     ] {
         let started = Instant::now();
-        let e = r.run(program, BODY).await.unwrap_err();
+        let e = run(&r, program).await.unwrap_err();
         assert!(e.starts_with("transformation:"), "{what}: {e}");
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -206,7 +212,7 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
         .unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].status_code, None);
-    assert_eq!(log[0].error.as_deref(), Some(dispatcher::worker::DROPPED));
+    assert_eq!(log[0].error.as_deref(), Some(dispatcher::outcome::DROPPED));
     let d = store.delivery_get(&acct, endless).await.unwrap();
     assert_eq!(
         d.state,
@@ -219,4 +225,57 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
         .unwrap();
     let error = log[0].error.clone().unwrap_or_default();
     assert!(error.starts_with("transformation:"), "{error}");
+}
+
+/// A program's error is cut to a bounded length; a program is stopped at
+/// the budget its delivery's lease leaves; and one account's endless
+/// programs hold at most half the turns, so another account's program runs
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transformations_are_bounded_by_the_lease_and_shared_between_accounts() {
+    let r = TransformRunner::new(BIN, vec!["transform".into()], 2);
+    let e = run(&r, "error(\"x\" * 100000)").await.unwrap_err();
+    assert!(
+        e.len() <= dispatcher::transform::MAX_ERROR_BYTES + 32,
+        "{}",
+        e.len()
+    );
+    let acme = AccountId::new("acme").unwrap();
+    let started = Instant::now();
+    let e = r
+        .run(&acme, "def f: f; f", BODY, Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(e.contains("stopped"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let hostile = AccountId::new("hostile").unwrap();
+    let endless: Vec<_> = (0..3)
+        .map(|_| {
+            let (r, hostile) = (r.clone(), hostile.clone());
+            tokio::spawn(async move {
+                r.run(&hostile, "def f: f; f", BODY, Duration::from_secs(10))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    assert_eq!(
+        run(&r, "{id: .data.id}").await,
+        Ok(Transformed::Body(r#"{"id":7}"#.into()))
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "another account waited {:?}",
+        started.elapsed()
+    );
+    // The hostile account's third program waited for its own turn and
+    // still ended within its budget.
+    for h in endless {
+        assert!(h.await.unwrap().is_err());
+    }
 }

@@ -376,6 +376,13 @@ fn delivery_body(account: &AccountId, r: &DeliveryRecord, csrf: &str, now: Times
             "webhook-signature: v1,(HMAC-SHA256 with the endpoint's secret, not shown)\n\n"
             (r.event.body)
         }
+        @if let Some(t) = r.flow.endpoint(d.endpoint_id).and_then(|e| e.transform.as_ref()) {
+            p.note id="transformed" {
+                "Its endpoint's transformation rewrites this body before it is signed (or drops the \
+                 delivery when it gives null); the body it gave is not kept: "
+                code { (t.as_str()) }
+            }
+        }
         (attempts_table(&r.delivery.attempts, now))
         h2 { "Alerts" }
         (alerts_table(account, &r.alerts, now, "No alert names this delivery."))

@@ -76,7 +76,7 @@ pub fn router_with(config: DashboardConfig) -> Router<Arc<ApiState>> {
         .route("/ui/app.css", get(stylesheet))
         .route("/ui/login", get(session::login_form).post(session::login))
         .route("/ui/logout", post(session::logout))
-        .route("/ui/zone", post(zone::set))
+        .route("/ui/zone", post(session::set_zone))
         .route("/ui/a/{account}", get(pages::overview))
         .route("/ui/a/{account}/endpoints", get(pages::endpoints))
         .route("/ui/a/{account}/endpoints/{id}", get(endpoint::page_of))

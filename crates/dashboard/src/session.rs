@@ -409,6 +409,52 @@ pub(crate) fn session_cookie(
     format!("{name}={id}; Path={path}; HttpOnly; SameSite={site}; Max-Age={age}{secure}")
 }
 
+/// The form that names the viewer's time zone (`crate::zone`).
+#[derive(Deserialize)]
+pub(crate) struct ZoneForm {
+    csrf: String,
+    zone: String,
+    back: String,
+}
+
+/// Keeps the zone the viewer named (a name of the time zone database, or
+/// `UTC`) in a cookie and goes back to the page the form was on: an
+/// operator page, never another site.
+pub(crate) async fn set_zone(
+    session: Session,
+    headers: HeaderMap,
+    Form(form): Form<ZoneForm>,
+) -> Result<Response, UiError> {
+    same_origin(&headers)?;
+    session.check_csrf(&form.csrf)?;
+    let name = form.zone.trim();
+    let (_, canonical) = crate::zone::named_zone(name).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "time zone: {name:?} is not a name of the time zone database (like Europe/Berlin, \
+             America/New_York or UTC)"
+        ))
+    })?;
+    let back = Some(form.back.as_str())
+        .filter(|b| b.starts_with("/ui") && b.len() <= 2048)
+        .filter(|b| b.bytes().all(|c| c.is_ascii_graphic()))
+        .unwrap_or("/ui");
+    let mut r = Redirect::to(back).into_response();
+    let secure = if session_cookie(&headers, OPERATOR, None, false).contains("; Secure") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{}={}; Path=/; Max-Age=31536000; SameSite=Lax{secure}",
+        crate::zone::COOKIE,
+        canonical.replace('/', "%2F")
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,26 +4,17 @@
 //! cookie keeps it, and every absolute time on the pages is written in it
 //! (UTC until then). Relative times ("in 4 min") do not depend on it.
 
-use std::sync::Arc;
-
-use api::{ApiError, ApiState};
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, Request};
+use axum::http::{header, HeaderMap, Request};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use axum::response::Response;
 use control_plane_core::Timestamp;
 use jiff::tz::TimeZone;
 use maud::{html, Markup};
-use serde::Deserialize;
 
-use crate::layout::csrf_field;
-use crate::session::{check_csrf, same_origin, Session};
-use crate::UiError;
-
-/// The cookie that keeps the viewer's zone, sent to every page.
-const COOKIE: &str = "cp_zone";
+/// The cookie that keeps the viewer's zone, sent to every page; set by
+/// `session::set_zone`.
+pub(crate) const COOKIE: &str = "cp_zone";
 
 /// The request being answered: the viewer's zone, and the page (path and
 /// query) the zone form comes back to.
@@ -91,6 +82,14 @@ pub(crate) fn local(t: Timestamp) -> String {
     }
 }
 
+/// The zone named `name` in the time zone database, with its canonical
+/// name (what the cookie keeps).
+pub(crate) fn named_zone(name: &str) -> Option<(TimeZone, String)> {
+    let zone = TimeZone::get(name).ok()?;
+    let canonical = zone.iana_name().unwrap_or("UTC").to_string();
+    Some((zone, canonical))
+}
+
 /// The form at the foot of an operator page that sets the zone, coming
 /// back to the page.
 pub(crate) fn form(csrf: &str) -> Markup {
@@ -100,7 +99,7 @@ pub(crate) fn form(csrf: &str) -> Markup {
         .unwrap_or_else(|_| "/ui".into());
     html! {
         form.inline.zone method="post" action="/ui/zone" id="zone" {
-            (csrf_field(csrf))
+            input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="back" value=(back);
             label for="zone-name" { "Times in" }
             input id="zone-name" name="zone" value=(current) size="18"
@@ -108,46 +107,4 @@ pub(crate) fn form(csrf: &str) -> Markup {
             button type="submit" id="set-zone" { "Set" }
         }
     }
-}
-
-#[derive(Deserialize)]
-pub(crate) struct ZoneForm {
-    csrf: String,
-    zone: String,
-    back: String,
-}
-
-/// Keeps the zone the viewer named (a name of the time zone database, or
-/// `UTC`) and goes back to the page the form was on.
-pub(crate) async fn set(
-    State(_): State<Arc<ApiState>>,
-    session: Session,
-    headers: HeaderMap,
-    Form(form): Form<ZoneForm>,
-) -> Result<Response, UiError> {
-    same_origin(&headers)?;
-    check_csrf(&session.csrf, &form.csrf)?;
-    let name = form.zone.trim();
-    let zone = TimeZone::get(name).map_err(|_| {
-        ApiError::bad_request(format!(
-            "time zone: {name:?} is not a name of the time zone database (like Europe/Berlin, \
-             America/New_York or UTC)"
-        ))
-    })?;
-    let name = zone.iana_name().unwrap_or("UTC");
-    // Back to an operator page only: never to another site.
-    let back = if form.back.starts_with("/ui") && !form.back.starts_with("//") {
-        form.back.as_str()
-    } else {
-        "/ui"
-    };
-    let mut r = Redirect::to(back).into_response();
-    let cookie = format!(
-        "{COOKIE}={}; Path=/; Max-Age=31536000; SameSite=Lax",
-        name.replace('/', "%2F")
-    );
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    Ok(r)
 }

@@ -610,6 +610,13 @@ async fn the_endpoint_page_shows_its_transformation() {
         page.contains("<pre>if .data.n &lt; 3 then {n: .data.n} else null end</pre>"),
         "{page}"
     );
+    // A delivery's page says its body is rewritten, and by what.
+    let (_, ids) = publish(&api, "order.paid").await;
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/deliveries/{}", ids[0])).await;
+    assert!(
+        page.contains("id=\"transformed\"") && page.contains("else null end</code>"),
+        "{page}"
+    );
     let (s, v) = call("PATCH", format!("/v1/accounts/acme/endpoints/{id}"))
         .json(json!({"transform": null}))
         .send(&api)

@@ -4,9 +4,11 @@
 
 mod broker;
 pub mod classify;
+mod context;
 mod http;
 pub mod metrics;
 mod oauth2;
+pub mod outcome;
 mod pace;
 mod pump;
 pub mod retry;

@@ -7,15 +7,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    custom_header_pairs, ClaimRequest, ClaimedDelivery, Clock, DeliveryOutcome, DeliveryState,
+    custom_header_pairs, ClaimRequest, ClaimedDelivery, DeliveryOutcome, DeliveryState,
     Destination, DynControlPlaneStore, EndpointId, Lease, OutcomeRecorded, StoreError, SystemClock,
-    TraceParent, Transformed, UsageMetric,
+    TraceParent, UsageMetric,
 };
 use control_plane_runtime::UsageMeter;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::classify::{classify, parse_retry_after, SendResult};
+use crate::classify::{parse_retry_after, SendResult};
+use crate::context::SendContext;
 use crate::http::Failure;
 use crate::metrics::DeliveryMetrics;
 use crate::pace::{Answered, Pace, Tracked};
@@ -131,18 +132,6 @@ pub struct Dispatcher {
     ctx: Arc<SendContext>,
 }
 
-/// What every send needs, shared by the in-flight tasks.
-struct SendContext {
-    client: crate::http::HttpClient,
-    clock: Arc<dyn Clock>,
-    policy: RetryPolicy,
-    metrics: Arc<DeliveryMetrics>,
-    usage: Arc<UsageMeter>,
-    tokens: crate::oauth2::Tokens,
-    brokers: crate::broker::Brokers,
-    transform: Option<crate::TransformRunner>,
-}
-
 impl Dispatcher {
     /// A dispatcher over `store`, with one shared HTTP client that follows no
     /// redirects and enforces `request_timeout`.
@@ -177,6 +166,7 @@ impl Dispatcher {
                 config.request_timeout,
             ),
             transform: config.transform.clone(),
+            request_timeout: config.request_timeout,
         });
         Ok(Dispatcher { store, config, ctx })
     }
@@ -487,20 +477,13 @@ async fn attempt(
     };
     // The endpoint's program first: the body it gives is what is signed.
     let transformed;
-    let c = match (&c.transform, &ctx.transform) {
-        (None, _) => c,
-        (Some(program), Some(runner)) => match runner.run(program.as_str(), &c.body).await {
-            Ok(Transformed::Body(body)) => {
-                transformed = ClaimedDelivery { body, ..c.clone() };
-                &transformed
-            }
-            Ok(Transformed::Dropped) => return dropped(ctx, c),
-            Err(why) => return settle(ctx, c, unsent_result(why), None),
-        },
-        (Some(_), None) => {
-            let why = "transformation: this process cannot run transformations".to_string();
-            return settle(ctx, c, unsent_result(why), None);
+    let c = match crate::outcome::transform(ctx, c).await {
+        Ok(None) => c,
+        Ok(Some(body)) => {
+            transformed = ClaimedDelivery { body, ..c.clone() };
+            &transformed
         }
+        Err(outcome) => return outcome,
     };
     let now = ctx.clock.now();
     let id = c.delivery.id.to_string();
@@ -532,50 +515,8 @@ async fn attempt(
         Err(Unsent::Failed(failed)) => (failed, None),
         Err(Unsent::Refused(refused)) => return refuse(refused),
     };
-    settle(ctx, c, result, took)
+    crate::outcome::settle(ctx, c, result, took)
 }
-
-/// The outcome of an attempt that gave `result`: classified on the
-/// endpoint's own retry schedule when it has one (the service's otherwise),
-/// and counted.
-fn settle(
-    ctx: &SendContext,
-    c: &ClaimedDelivery,
-    result: SendResult,
-    took: Option<Duration>,
-) -> DeliveryOutcome {
-    let own = c
-        .retry
-        .as_ref()
-        .map(|r| crate::retry::for_endpoint(&ctx.policy, r));
-    let outcome = classify(
-        &result,
-        c.lease.attempt,
-        c.delivery.id.0.as_bytes(),
-        own.as_ref().unwrap_or(&ctx.policy),
-        ctx.clock.now(),
-    );
-    ctx.metrics
-        .record(&c.delivery.account, outcome.kind(), took);
-    outcome
-}
-
-/// A delivery its endpoint's program dropped (it gave `null`): finished
-/// without a request, its attempt saying why.
-fn dropped(ctx: &SendContext, c: &ClaimedDelivery) -> DeliveryOutcome {
-    let outcome = DeliveryOutcome::Delivered(control_plane_core::AttemptReport {
-        status_code: None,
-        error: Some(DROPPED.into()),
-        latency_ms: 0,
-        response_body: None,
-    });
-    ctx.metrics
-        .record(&c.delivery.account, outcome.kind(), None);
-    outcome
-}
-
-/// The attempt note of a delivery its endpoint's program dropped.
-pub const DROPPED: &str = "not sent: the endpoint's transformation gave null";
 
 /// Why a request was not made.
 enum Unsent {
@@ -613,19 +554,7 @@ async fn oauth2_token(ctx: &SendContext, c: &ClaimedDelivery) -> Result<Option<S
 
 /// An attempt that failed before its request was made, as `error` says.
 fn unsent_failed(error: String) -> Unsent {
-    Unsent::Failed(unsent_result(error))
-}
-
-/// An attempt that made no request, failed as `error` says.
-fn unsent_result(error: String) -> SendResult {
-    SendResult {
-        status: None,
-        retry_after: None,
-        error: Some(error),
-        latency_ms: 0,
-        response_body: None,
-        acked: false,
-    }
+    Unsent::Failed(crate::outcome::unsent_result(error))
 }
 
 /// The endpoint's custom headers, opened.

@@ -20,9 +20,9 @@ pub(crate) struct DeliveryQuery {
     /// Only deliveries of this event (a UUID).
     #[param(format = Uuid)]
     event: Option<String>,
-    /// Only deliveries of events of this type.
+    /// Only deliveries of events of this type (1 to 255 bytes).
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", min_length = 1, max_length = 255)]
     event_type: Option<String>,
     /// Only deliveries created at or after this time (Unix seconds).
     since: Option<i64>,
@@ -68,7 +68,14 @@ pub(crate) async fn delivery_list(
             state,
             endpoint_id,
             event_id,
-            event_type: q.event_type,
+            event_type: q
+                .event_type
+                .map(|t| {
+                    (!t.is_empty() && t.len() <= 255)
+                        .then_some(t)
+                        .ok_or_else(|| ApiError::invalid("type: 1 to 255 bytes"))
+                })
+                .transpose()?,
             since: unix_seconds("since", q.since, ApiError::bad_request)?,
             until: unix_seconds("until", q.until, ApiError::bad_request)?,
             ..DeliveryListRequest::all(account, page_request(q.limit, q.cursor.as_deref())?)

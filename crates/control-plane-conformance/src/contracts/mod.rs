@@ -12,6 +12,7 @@ mod fixtures;
 
 pub(crate) use fixtures::client_tls;
 mod history;
+mod listing_filters;
 mod listings;
 mod operations;
 mod portal;
@@ -75,13 +76,14 @@ pub use history::{
     recovering_an_endpoint_sends_its_window_again_once,
     replay_gives_a_dead_delivery_a_fresh_budget,
 };
+pub use listing_filters::deliveries_are_filtered_by_event_type_and_time;
 pub use listings::{
     attempt_log_lists_by_delivery_oldest_first, attempt_log_pages_by_endpoint_newest_first,
     attempt_rollup_of_an_account_matches_each_endpoints_stats,
     attempt_stats_count_results_and_rank_latencies,
     attempts_are_searched_by_result_status_and_time, attempts_keep_the_start_of_each_answer,
-    deliveries_are_counted_by_account_and_state, deliveries_are_filtered_by_event_type_and_time,
-    delivery_counts_follow_every_move, delivery_list_filters_and_paginates,
+    deliveries_are_counted_by_account_and_state, delivery_counts_follow_every_move,
+    delivery_list_filters_and_paginates,
 };
 pub use operations::{
     a_session_is_extended_listed_and_revoked, a_session_lives_until_it_expires_or_ends,

@@ -311,31 +311,67 @@ fn live_list(t: &mut Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Option<Ve
 
 /// One more than a page of the request's deliveries, newest first, from
 /// the table, read in windows of sequence numbers going back from the
-/// newest, each eight times as wide as the last, until the page is full:
-/// DuckDB skips the row groups outside a window by their bounds (ADR 0008),
-/// so that a page of recent deliveries does not scan the whole history. A
-/// page that the windows do not fill reads, in all, about what one scan
-/// would.
+/// newest, each eight times as wide as the last, the last one down to the
+/// lowest: DuckDB skips the row groups outside a window by their bounds
+/// (ADR 0008), so that a page of recent deliveries does not scan the whole
+/// history. A page that the windows do not fill reads, in all, about what
+/// one scan would; with `since`, the windows stop at the first one that
+/// reaches back before it (sequence numbers follow creation time: one
+/// writer numbers deliveries as it creates them).
 fn list_from_table(t: &Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Vec<Delivery>> {
     let want = req.page.limit() as usize + 1;
     let top = t.last_seq().map_or(i64::MAX, |s| s.saturating_add(1));
     let mut hi = req.page.after().map_or(top, |a| a.min(top));
     let mut width: i64 = 4096;
     let mut found = Vec::new();
-    while found.len() < want && hi > i64::MIN {
-        let lo = if top == i64::MAX {
-            i64::MIN
-        } else {
-            hi.saturating_sub(width)
+    loop {
+        let lo = match hi.checked_sub(width) {
+            Some(lo) if lo > 0 && top != i64::MAX => lo,
+            _ => i64::MIN,
         };
         found.extend(table_window(t, req, (lo, hi), want - found.len())?);
-        if lo <= 0 {
-            break;
+        if found.len() >= want || lo == i64::MIN || reaches_before_since(t, req, lo)? {
+            return Ok(found);
         }
         hi = lo;
         width = width.saturating_mul(8);
     }
-    Ok(found)
+}
+
+/// Whether the deliveries from sequence number `lo` up include one created
+/// before the request's `since` (`false` without one): no older window
+/// can then hold a delivery of the listing.
+fn reaches_before_since(t: &Tx<'_>, req: &DeliveryListRequest, lo: i64) -> StoreResult<bool> {
+    let Some(since) = req.since else {
+        return Ok(false);
+    };
+    let oldest: Option<i64> = t
+        .query_row(
+            "SELECT min(created_at) FROM deliveries WHERE seq >= $1 AND seq < $2",
+            params![lo, lo.saturating_add(4096)],
+            |r| r.get(0),
+        )
+        .db()?;
+    Ok(oldest.is_some_and(|c| c < since.as_millis()))
+}
+
+/// The listing's statement over a window of sequence numbers (`$5` to
+/// `$10`): without the event type and time conditions when the request
+/// has none, so that the plain listing reads the deliveries table alone.
+fn window_sql(req: &DeliveryListRequest) -> String {
+    let by_type_or_time = if req.by_type_or_time() {
+        "AND ($7::VARCHAR IS NULL OR d.event_id IN (SELECT e.id FROM events e WHERE e.account = $1 \
+         AND e.event_type = $7)) AND ($8::BIGINT IS NULL OR d.created_at >= $8) \
+         AND ($9::BIGINT IS NULL OR d.created_at < $9)"
+    } else {
+        "AND $7::VARCHAR IS NULL AND $8::BIGINT IS NULL AND $9::BIGINT IS NULL"
+    };
+    format!(
+        "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
+         AND ($2::VARCHAR IS NULL OR d.state = $2) AND ($3::VARCHAR IS NULL OR d.endpoint_id = $3) \
+         AND ($4::VARCHAR IS NULL OR d.event_id = $4) AND d.seq >= $5 AND d.seq < $10 \
+         {by_type_or_time} ORDER BY d.seq DESC LIMIT $6"
+    )
 }
 
 /// At most `n` of the request's deliveries with a sequence number in
@@ -346,16 +382,7 @@ fn table_window(
     (lo, hi): (i64, i64),
     n: usize,
 ) -> StoreResult<Vec<Delivery>> {
-    let mut st = t
-        .prepare(&format!(
-            "SELECT {DELIVERY_COLS} FROM deliveries d WHERE d.account = $1 \
-             AND ($2::VARCHAR IS NULL OR d.state = $2) AND ($3::VARCHAR IS NULL OR d.endpoint_id = $3) \
-             AND ($4::VARCHAR IS NULL OR d.event_id = $4) AND d.seq >= $5 AND d.seq < $10 \
-             AND ($7::VARCHAR IS NULL OR d.event_id IN (SELECT e.id FROM events e WHERE e.account = $1 AND e.event_type = $7)) \
-             AND ($8::BIGINT IS NULL OR d.created_at >= $8) AND ($9::BIGINT IS NULL OR d.created_at < $9) \
-             ORDER BY d.seq DESC LIMIT $6"
-        ))
-        .db()?;
+    let mut st = t.prepare(&window_sql(req)).db()?;
     let rows = st
         .query_map(
             params![
@@ -614,6 +641,23 @@ mod tests {
             [vec![40_001, 40_000], vec![3, 2], vec![1]]
         );
         assert_eq!(pages("a", 10).await, [vec![40_001, 40_000, 3, 2, 1]]);
+        // By creation time (here the sequence number): within the newest
+        // window, and across the gap.
+        let by_time = |since: Option<i64>, until: Option<i64>| {
+            let store = &store;
+            async move {
+                let mut req =
+                    DeliveryListRequest::all(AccountId::new("a").unwrap(), PageRequest::first(10));
+                req.since = since.map(Timestamp::from_millis);
+                req.until = until.map(Timestamp::from_millis);
+                let p = store.delivery_list(req).await.unwrap();
+                p.items.iter().map(|d| d.seq).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(by_time(Some(40_000), None).await, [40_001, 40_000]);
+        assert_eq!(by_time(Some(2), None).await, [40_001, 40_000, 3, 2]);
+        assert_eq!(by_time(None, Some(4)).await, [3, 2, 1]);
+        assert_eq!(by_time(Some(2), Some(40_001)).await, [40_000, 3, 2]);
         let b = pages("b", 1000).await;
         assert_eq!(b.len(), 40);
         assert_eq!((b[0][0], b[39].last()), (39_999, Some(&4)));

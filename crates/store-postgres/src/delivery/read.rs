@@ -191,23 +191,57 @@ const DEAD_PAGE: &str = "(SELECT * FROM delivery_done x WHERE x.state = 'dead' A
      AND ($5::bigint IS NULL OR x.seq < $5) ORDER BY x.seq DESC LIMIT $6) x \
      JOIN deliveries d ON d.id = x.delivery_id LEFT JOIN delivery_queue l ON false";
 
+/// The conditions on the immutable row `d0` of a live or dead row by the
+/// event's type and the creation time (`$7` to `$9`), and by the event
+/// (`$4`).
+const BY_TYPE_OR_TIME: &str = "($4::uuid IS NULL OR d0.event_id = $4) \
+     AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM events e WHERE e.id = d0.event_id AND e.event_type = $7)) \
+     AND ($8::bigint IS NULL OR d0.created_at >= $8) AND ($9::bigint IS NULL OR d0.created_at < $9)";
+
+/// A listing of a live or dead state filtered by the event's type or the
+/// creation time: the page is chosen among the account's live rows (or
+/// its dead rows) of that state, each checked against its immutable row and
+/// event, so that it reads those rows, not the finished history.
+fn state_page_by_type_or_time(dead: bool) -> String {
+    if dead {
+        format!(
+            "(SELECT x.* FROM delivery_done x JOIN deliveries d0 ON d0.id = x.delivery_id \
+             WHERE x.state = 'dead' AND x.account = $1 AND $2::text = 'dead' \
+             AND ($3::uuid IS NULL OR d0.endpoint_id = $3) AND ($5::bigint IS NULL OR x.seq < $5) \
+             AND {BY_TYPE_OR_TIME} ORDER BY x.seq DESC LIMIT $6) x \
+             JOIN deliveries d ON d.id = x.delivery_id LEFT JOIN delivery_queue l ON false"
+        )
+    } else {
+        format!(
+            "(SELECT l.* FROM delivery_queue l JOIN deliveries d0 ON d0.id = l.delivery_id \
+             WHERE l.account = $1 AND l.state = $2 AND ($3::uuid IS NULL OR l.endpoint_id = $3) \
+             AND ($5::bigint IS NULL OR l.seq < $5) AND {BY_TYPE_OR_TIME} \
+             ORDER BY l.seq DESC LIMIT $6) l \
+             JOIN deliveries d ON d.id = l.delivery_id LEFT JOIN delivery_done x ON false"
+        )
+    }
+}
+
 pub(crate) async fn list(t: &Tx<'_>, req: DeliveryListRequest) -> StoreResult<Page<Delivery>> {
-    // The fast pages by state read the live table or the dead rows alone,
-    // which hold neither the event's type nor the creation time.
+    // The fast pages by state read the live table or the dead rows alone;
+    // filtered by the event's type or the creation time, they read those
+    // rows' immutable rows too, still not the finished history.
     let plain = !req.by_type_or_time();
-    let live = plain
-        && matches!(
-            req.state,
-            Some(DeliveryState::Pending | DeliveryState::Leased)
-        );
-    let dead_only = plain
-        && req.state == Some(DeliveryState::Dead)
-        && req.endpoint_id.is_none()
-        && req.event_id.is_none();
+    let live_state = matches!(
+        req.state,
+        Some(DeliveryState::Pending | DeliveryState::Leased)
+    );
+    let dead_state = req.state == Some(DeliveryState::Dead);
+    let live = plain && live_state;
+    let dead_only = plain && dead_state && req.endpoint_id.is_none() && req.event_id.is_none();
     let sql = if live {
         format!("SELECT {DELIVERY_COLS} FROM {LIVE_PAGE} ORDER BY l.seq DESC")
     } else if dead_only {
         format!("SELECT {DELIVERY_COLS} FROM {DEAD_PAGE} ORDER BY x.seq DESC")
+    } else if !plain && (live_state || dead_state) {
+        let page = state_page_by_type_or_time(dead_state);
+        let by = if dead_state { "x" } else { "l" };
+        format!("SELECT {DELIVERY_COLS} FROM {page} ORDER BY {by}.seq DESC")
     } else {
         format!(
             "SELECT {DELIVERY_COLS} FROM {DELIVERY_FROM} WHERE d.account = $1 AND {STATE_OF} IS NOT NULL \
