@@ -266,9 +266,17 @@ fn duck_history(path: &std::path::Path, e: EndpointId, size: i64) -> BenchResult
     c.execute(
         "INSERT INTO deliveries (id, account, endpoint_id, event_id, seq, state, attempts, max_attempts, due_at, \
          created_at, updated_at) SELECT printf('00000000-0000-4000-8000-%012d', i), 'bench', $1, \
-         printf('00000000-0000-4000-9000-%012d', i), -1 - i, \
+         printf('00000000-0000-4000-9000-%012d', i), 1 + i, \
          CASE WHEN i % 100 = 0 THEN 'dead' ELSE 'delivered' END, 1, 8, $2, $2, $2 FROM range($3) t(i)",
         duckdb::params![e, now, size],
+    )
+    .map_err(fail)?;
+    // The history is older than what the store numbers next, as the
+    // writer's counter would have it: sequence numbers 1 to `size`, below
+    // the live deliveries the bench publishes after.
+    c.execute(
+        "UPDATE counters SET value = $1 WHERE name = 'delivery_seq'",
+        duckdb::params![size],
     )
     .map_err(fail)?;
     c.execute(
