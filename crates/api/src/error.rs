@@ -133,6 +133,7 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidInput(m) => ApiError::invalid(m),
             StoreError::NotFound { what, .. } => ApiError::not_found(what),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
+            StoreError::OverQuota { .. } => ApiError::forbidden(e.to_string()),
             StoreError::LeaseLost => {
                 ApiError::new(StatusCode::CONFLICT, "the lease was lost to another worker")
             }

@@ -108,24 +108,23 @@ pub async fn queue_task(
 /// `403` past the quota; `422` for a request the store refuses.
 pub async fn create_endpoint(
     state: &ApiState,
-    req: EndpointCreateRequest,
+    mut req: EndpointCreateRequest,
 ) -> Result<Endpoint, ApiError> {
-    // Checked and written under the account's quota lock, so that
-    // creates that race cannot pass the quota together.
-    let _quota = state.quota_lock(&req.account).await;
-    let quota = state.quotas.endpoints;
-    let holds = state.store.endpoint_list(&req.account).await?.len() as u64;
-    if holds >= u64::from(quota) {
-        let setting = "CONTROLPLANE_QUOTA_ENDPOINTS";
-        return Err(over_quota(
-            &req.account,
+    // Counted by the store in the create's own transaction, so that
+    // creates racing in any number of processes cannot pass the quota
+    // together.
+    req.quota = Some(state.quotas.endpoints);
+    let account = req.account.clone();
+    match state.store.endpoint_create(req.checked()?).await {
+        Err(StoreError::OverQuota { holds, quota, .. }) => Err(over_quota(
+            &account,
             "endpoints",
-            holds + 1,
-            quota.into(),
-            setting,
-        ));
+            holds,
+            quota,
+            "CONTROLPLANE_QUOTA_ENDPOINTS",
+        )),
+        r => Ok(r?),
     }
-    Ok(state.store.endpoint_create(req.checked()?).await?)
 }
 
 /// Refuses what would take `account` past one of its quotas: `403`

@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
     ($factory:expr) => {
         $crate::conformance_suite!(@stamp $factory;
             endpoint_create_then_get_round_trips,
+            creates_racing_at_an_endpoint_quota_make_no_more_than_it,
             endpoint_create_rejects_bad_url,
             endpoint_of_another_account_is_not_found,
             endpoint_update_changes_only_given_fields,

@@ -268,6 +268,10 @@ pub struct EndpointCreateRequest {
     pub retry: Option<EndpointRetry>,
     /// Optional description.
     pub description: Option<String>,
+    /// The most live endpoints the account may hold, this one included;
+    /// the store counts them in the create's own transaction and answers
+    /// [`StoreError::OverQuota`] past it. `None` is no quota.
+    pub quota: Option<u32>,
 }
 
 impl EndpointCreateRequest {
@@ -288,6 +292,7 @@ impl EndpointCreateRequest {
             max_in_flight: None,
             retry: None,
             description: None,
+            quota: None,
         }
     }
 }

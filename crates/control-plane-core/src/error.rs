@@ -30,6 +30,19 @@ pub enum StoreError {
     /// The request itself is malformed; the message says what is accepted.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A create would take its account past the quota the request carries;
+    /// nothing was written. Counted in the create's own transaction, so
+    /// that creates racing in any number of processes cannot pass it
+    /// together.
+    #[error("over quota: the account would hold {holds} {what}, over its quota of {quota}")]
+    OverQuota {
+        /// What is counted, e.g. `endpoints`.
+        what: &'static str,
+        /// What the account would hold with this create.
+        holds: u64,
+        /// The quota.
+        quota: u64,
+    },
     /// The backend cannot be reached or is shutting down; retry later.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -49,8 +62,8 @@ impl StoreError {
     }
 
     /// True for the answers a contract gives about one item (`LeaseLost`,
-    /// `NotFound`, `Conflict`, `InvalidInput`), as opposed to failures of the
-    /// backend; batch operations report the former per item.
+    /// `NotFound`, `Conflict`, `InvalidInput`, `OverQuota`), as opposed to
+    /// failures of the backend; batch operations report the former per item.
     pub fn is_contract_answer(&self) -> bool {
         matches!(
             self,
@@ -58,6 +71,7 @@ impl StoreError {
                 | StoreError::NotFound { .. }
                 | StoreError::Conflict(_)
                 | StoreError::InvalidInput(_)
+                | StoreError::OverQuota { .. }
         )
     }
 

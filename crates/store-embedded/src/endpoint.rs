@@ -61,6 +61,9 @@ fn types_json(types: &[String]) -> StoreResult<String> {
 }
 
 pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> StoreResult<Endpoint> {
+    if let Some(quota) = req.quota {
+        within_quota(t, &req.account, quota)?;
+    }
     let id = EndpointId::new();
     t.execute(
         "INSERT INTO endpoints (id, account, url, secret, event_types, enabled, rate_limit_per_s, ordered, \
@@ -102,6 +105,27 @@ pub(crate) fn create(t: &mut Tx<'_>, req: Checked<EndpointCreateRequest>) -> Sto
     .db()?;
     t.fan_out.forget(&req.account);
     get(t, &req.account, id)
+}
+
+/// `OverQuota` unless `account` holds fewer than `quota` live endpoints:
+/// with one writer, the count and the create's insert are one step.
+fn within_quota(t: &Tx<'_>, account: &AccountId, quota: u32) -> StoreResult<()> {
+    let holds: i64 = t
+        .query_row(
+            "SELECT count(*) FROM endpoints WHERE account = $1 AND deleted_at IS NULL",
+            params![account.as_str()],
+            |r| r.get(0),
+        )
+        .db()?;
+    let holds = u64::try_from(holds).unwrap_or(0);
+    if holds >= u64::from(quota) {
+        return Err(StoreError::OverQuota {
+            what: "endpoints",
+            holds: holds + 1,
+            quota: quota.into(),
+        });
+    }
+    Ok(())
 }
 
 /// A live (not deleted) endpoint of `account`.

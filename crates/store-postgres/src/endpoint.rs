@@ -92,6 +92,9 @@ pub(crate) async fn create(
     t: &Tx<'_>,
     req: Checked<EndpointCreateRequest>,
 ) -> StoreResult<Endpoint> {
+    if let Some(quota) = req.quota {
+        within_quota(t, &req.account, quota).await?;
+    }
     let id = EndpointId::new();
     let types = serde_json::to_value(&req.event_types)
         .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
@@ -154,6 +157,36 @@ pub(crate) async fn create(
     .await
     .db()?;
     get(t, &req.account, id).await
+}
+
+/// `OverQuota` unless `account` holds fewer than `quota` live endpoints.
+/// The count is taken under a lock per account held to the end of the
+/// transaction (an advisory lock: no row is locked), so that creates racing
+/// in any number of replicas count one after the other; read committed,
+/// the count after the lock sees every create that held it before.
+async fn within_quota(t: &Tx<'_>, account: &AccountId, quota: u32) -> StoreResult<()> {
+    t.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('endpoint quota of ' || $1, 0))",
+        &[&account.as_str()],
+    )
+    .await
+    .db()?;
+    let row = t
+        .query_one(
+            "SELECT count(*) FROM endpoints WHERE account = $1 AND deleted_at IS NULL",
+            &[&account.as_str()],
+        )
+        .await
+        .db()?;
+    let holds = u64::try_from(row.col::<i64>(0)?).unwrap_or(0);
+    if holds >= u64::from(quota) {
+        return Err(StoreError::OverQuota {
+            what: "endpoints",
+            holds: holds + 1,
+            quota: quota.into(),
+        });
+    }
+    Ok(())
 }
 
 pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {

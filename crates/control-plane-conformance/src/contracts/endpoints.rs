@@ -532,3 +532,47 @@ pub async fn a_rotated_out_secret_is_cleared_after_its_grace(f: &dyn StoreFactor
         "whsec_bmV3bmV3bmV3bmV3bmV3bmV3bmV3bmV3"
     );
 }
+
+/// `EndpointStore::endpoint_create` with a quota: creates that race at the
+/// quota make no more endpoints than it (the others answer `OverQuota`
+/// with what the account would hold, and write nothing); a deleted
+/// endpoint no longer counts; another account's endpoints never do.
+pub async fn creates_racing_at_an_endpoint_quota_make_no_more_than_it(f: &dyn StoreFactory) {
+    let h = open(f).await;
+    endpoint(&h, "a", false).await;
+    let removed = endpoint(&h, "a", false).await;
+    for _ in 0..3 {
+        endpoint(&h, "b", false).await;
+    }
+    h.store
+        .endpoint_delete(&acct("a"), removed.id)
+        .await
+        .unwrap();
+    let mut racers = Vec::new();
+    for _ in 0..16 {
+        let store = h.store.clone();
+        racers.push(tokio::spawn(async move {
+            let mut req = EndpointCreateRequest::new(
+                acct("a"),
+                "https://example.com/q",
+                Secret::new("whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0"),
+            );
+            req.quota = Some(5);
+            store.endpoint_create(req.checked().unwrap()).await
+        }));
+    }
+    let (mut made, mut refused) = (0, 0);
+    for r in racers {
+        match r.await.unwrap() {
+            Ok(_) => made += 1,
+            Err(StoreError::OverQuota { what, holds, quota }) => {
+                assert_eq!((what, holds, quota), ("endpoints", 6, 5));
+                refused += 1;
+            }
+            Err(e) => panic!("neither made nor over quota: {e:?}"),
+        }
+    }
+    assert_eq!((made, refused), (4, 12));
+    assert_eq!(h.store.endpoint_list(&acct("a")).await.unwrap().len(), 5);
+    assert_eq!(h.store.endpoint_list(&acct("b")).await.unwrap().len(), 3);
+}

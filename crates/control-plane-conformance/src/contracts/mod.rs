@@ -53,6 +53,7 @@ pub use destinations::{
 pub use endpoints::{
     a_disable_reason_is_checked_by_the_store, a_rotated_out_secret_is_cleared_after_its_grace,
     a_signing_secret_is_checked_and_keeps_its_scheme, account_keys_are_found_by_hash_and_revoked,
+    creates_racing_at_an_endpoint_quota_make_no_more_than_it,
     deleting_endpoint_parks_deliveries_as_dead, disabled_endpoint_holds_deliveries_until_enabled,
     endpoint_create_rejects_bad_url, endpoint_create_then_get_round_trips,
     endpoint_filters_decide_which_events_fan_out, endpoint_of_another_account_is_not_found,

@@ -14,6 +14,10 @@ pub trait EndpointStore: Send + Sync {
     ///
     /// # Behavior
     /// - The stored endpoint reads back equal (`endpoint_create_then_get_round_trips`).
+    /// - With a quota ([`crate::EndpointCreateRequest::quota`]), creates that
+    ///   race, in any number of processes, make no more live endpoints than
+    ///   it; the others are `OverQuota` and write nothing
+    ///   (`creates_racing_at_an_endpoint_quota_make_no_more_than_it`).
     /// - Its seal refuses a signing secret outside the one rule of secrets
     ///   ([`crate::signing::validate_signing_secret`];
     ///   `a_signing_secret_is_checked_and_keeps_its_scheme`).
