@@ -384,6 +384,19 @@ mod tests {
         // Brackets inside strings do not count.
         let s = format!("\"{}\"", "[".repeat(100));
         assert!(Transform::parse(&s).is_ok());
+        // The longest program of constructs that nest without brackets is
+        // checked on the check's own stack without exhausting it.
+        let unary = format!("{}1", "-".repeat(MAX_PROGRAM_BYTES - 1));
+        let _ = Transform::parse(&unary);
+        let ifs = format!(
+            "{}1{}",
+            "if . then ".repeat(MAX_PROGRAM_BYTES / 24),
+            " else 0 end".repeat(MAX_PROGRAM_BYTES / 24)
+        );
+        assert!(ifs.len() <= MAX_PROGRAM_BYTES);
+        let _ = Transform::parse(&ifs);
+        let tries = format!("{}1", "try ".repeat(MAX_PROGRAM_BYTES / 4 - 1));
+        let _ = Transform::parse(&tries);
     }
 
     #[test]

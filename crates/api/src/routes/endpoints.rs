@@ -190,11 +190,10 @@ pub(crate) async fn endpoint_create(
     let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
-    req.transform = body
-        .transform
-        .as_deref()
-        .map(Transform::parse)
-        .transpose()?;
+    req.transform = match body.transform {
+        Some(text) => Some(transform_of(text).await?),
+        None => None,
+    };
     req.headers = body.headers;
     req.oauth2 = body.oauth2.map(ClientCredentials::from);
     req.client_tls = body.client_tls.map(ClientTls::from);
@@ -325,10 +324,11 @@ pub(crate) async fn endpoint_update(
             .filter
             .map(|f| f.map(EventFilter::parse).transpose())
             .transpose()?,
-        transform: body
-            .transform
-            .map(|t| t.as_deref().map(Transform::parse).transpose())
-            .transpose()?,
+        transform: match body.transform {
+            Some(Some(text)) => Some(Some(transform_of(text).await?)),
+            Some(None) => Some(None),
+            None => None,
+        },
         headers: body.headers,
         oauth2: body.oauth2.map(|o| o.map(ClientCredentials::from)),
         client_tls: body.client_tls.map(|c| c.map(ClientTls::from)),
@@ -554,4 +554,26 @@ pub(crate) async fn endpoint_stats(
             last_day: (&last_day).into(),
         },
     )
+}
+
+/// `text` checked as a jq program ([`Transform::parse`]) off the runtime's
+/// workers, two at a time: compiling is CPU work, on a thread of its own
+/// with a large stack.
+async fn transform_of(text: String) -> Result<Transform, ApiError> {
+    static CHECKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let _turn = CHECKS.acquire().await.map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "transform: programs cannot be checked now; try again",
+        )
+    })?;
+    tokio::task::spawn_blocking(move || Transform::parse(&text))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("transform check: {e}"),
+            )
+        })?
+        .map_err(ApiError::from)
 }
