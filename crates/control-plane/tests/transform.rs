@@ -8,10 +8,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
-    AccountId, Check, DeliveryState, EndpointCreateRequest, PublishRequest, Secret, SystemClock,
-    Transform, Transformed,
+    AccountId, Check, DeliveryState, EndpointCreateRequest, EndpointKey, EventTypePut,
+    PublishRequest, Secret, SystemClock, Transform, Transformed,
 };
-use control_plane_core::{AttemptLogStore, DeliveryStore, EndpointStore, EventStore};
+use control_plane_core::{
+    AttemptLogStore, CatalogueStore, DeliveryStore, EndpointStore, EventStore,
+};
 use dispatcher::TransformRunner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -110,7 +112,7 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
     let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     let acct = AccountId::new("acme").unwrap();
     let config = store_embedded::EmbeddedConfig::new(&path);
-    let (rewritten, dropped, endless) = {
+    let (rewritten, dropped, endless, example) = {
         let store = store_embedded::EmbeddedStore::open(config, std::sync::Arc::new(SystemClock))
             .await
             .unwrap();
@@ -135,6 +137,16 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
             .await
             .unwrap();
         assert_eq!(p.deliveries.len(), 3);
+        let put = EventTypePut {
+            example: Some(serde_json::json!({"id": 9})),
+            ..EventTypePut::new(acct.clone(), "order.created", "an order")
+        };
+        store.event_type_put(put.checked().unwrap()).await.unwrap();
+        let example = store
+            .event_type_send_example(EndpointKey::new(&acct, ids[0]), "order.created")
+            .await
+            .unwrap()
+            .deliveries[0];
         let d = store
             .delivery_list(control_plane_core::DeliveryListRequest::all(
                 acct.clone(),
@@ -143,8 +155,13 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
             .await
             .unwrap()
             .items;
-        let of = |e| d.iter().find(|d| d.endpoint_id == e).unwrap().id;
-        (of(ids[0]), of(ids[1]), of(ids[2]))
+        let of = |e| {
+            d.iter()
+                .find(|d| d.endpoint_id == e && d.id != example)
+                .unwrap()
+                .id
+        };
+        (of(ids[0]), of(ids[1]), of(ids[2]), example)
     };
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
@@ -157,35 +174,47 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let (mut sock, _) = tokio::time::timeout(Duration::from_secs(30), listener.accept())
-        .await
-        .expect("the rewritten webhook arrives")
-        .unwrap();
-    let (headers, body) = receive(&mut sock).await;
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap()
-    };
-    assert_eq!(header("webhook-id"), rewritten.to_string());
-    assert_eq!(body, r#"{"id":7,"kind":"order.created"}"#);
-    let ts: i64 = header("webhook-timestamp").parse().unwrap();
-    assert!(
-        dispatcher::signing::verify(
-            &secret,
-            &header("webhook-signature"),
-            &header("webhook-id"),
-            ts,
-            body.as_bytes()
-        ),
-        "the signature covers the transformed body"
+    // The published event and the type's example, both through the program.
+    let mut got = std::collections::BTreeMap::new();
+    for _ in 0..2 {
+        let (mut sock, _) = tokio::time::timeout(Duration::from_secs(30), listener.accept())
+            .await
+            .expect("the rewritten webhooks arrive")
+            .unwrap();
+        let (headers, body) = receive(&mut sock).await;
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let ts: i64 = header("webhook-timestamp").parse().unwrap();
+        assert!(
+            dispatcher::signing::verify(
+                &secret,
+                &header("webhook-signature"),
+                &header("webhook-id"),
+                ts,
+                body.as_bytes()
+            ),
+            "the signature covers the transformed body"
+        );
+        got.insert(header("webhook-id"), body);
+    }
+    assert_eq!(
+        got.get(&rewritten.to_string()).map(String::as_str),
+        Some(r#"{"id":7,"kind":"order.created"}"#)
+    );
+    assert_eq!(
+        got.get(&example.to_string()).map(String::as_str),
+        Some(r#"{"id":9,"kind":"order.created"}"#),
+        "send-example runs the program too"
     );
     // Nothing else arrives: the dropped one is not sent, the endless one
     // never gets to its request.
     let more = tokio::time::timeout(Duration::from_secs(4), listener.accept()).await;
-    assert!(more.is_err(), "only the rewritten delivery was sent");
+    assert!(more.is_err(), "only the rewritten deliveries were sent");
     let kill = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().unwrap().to_string())
