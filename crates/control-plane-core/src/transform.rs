@@ -291,29 +291,26 @@ fn load_errors(errs: &load::Errors<&str, ()>) -> String {
                     msgs.push(format!("{}: cannot load {path}: {e}", at(file.code, path)));
                 }
             }
-            load::Error::Lex(es) => {
-                for (expected, found) in es {
-                    msgs.push(format!(
-                        "{}: expected {}, found {}",
-                        at(file.code, found),
-                        expected.as_str(),
-                        found_text(found)
-                    ));
-                }
-            }
-            load::Error::Parse(es) => {
-                for (expected, found) in es {
-                    msgs.push(format!(
-                        "{}: expected {}, found {}",
-                        at(file.code, found),
-                        expected.as_str(),
-                        found_text(found)
-                    ));
-                }
-            }
+            load::Error::Lex(es) => msgs.extend(
+                es.iter()
+                    .map(|(expected, found)| expected_at(file.code, expected.as_str(), found)),
+            ),
+            load::Error::Parse(es) => msgs.extend(
+                es.iter()
+                    .map(|(expected, found)| expected_at(file.code, expected.as_str(), found)),
+            ),
         }
     }
     msgs.join("; ")
+}
+
+/// A lexer's or parser's error: where, what it expected, what it found.
+fn expected_at(code: &str, expected: &str, found: &str) -> String {
+    format!(
+        "{}: expected {expected}, found {}",
+        at(code, found),
+        found_text(found)
+    )
 }
 
 fn compile_errors(errs: &compile::Errors<&str, ()>) -> String {

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use workspace_tests::Schema;
 
+mod serving;
+use serving::read_request;
+
 fn bin() -> Command {
     isolated(Command::new(env!("CARGO_BIN_EXE_control-plane")))
 }
@@ -400,38 +403,6 @@ fn unreachable_postgres_is_a_clear_error_without_the_password() {
     assert!(!e.contains("sekrit-pw"), "the password leaked: {e}");
 }
 
-/// One HTTP request read off a socket: (headers, body).
-async fn read_request(
-    sock: &mut tokio::net::TcpStream,
-) -> (std::collections::HashMap<String, String>, String) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = sock.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let headers: std::collections::HashMap<String, String> = head
-                .lines()
-                .skip(1)
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-                .collect();
-            let len: usize = headers["content-length"].parse().unwrap();
-            while buf.len() < end + len {
-                let n = sock.read(&mut chunk).await.unwrap();
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return (
-                headers,
-                String::from_utf8_lossy(&buf[end..end + len]).to_string(),
-            );
-        }
-    }
-}
-
 /// The embedded store at `path`, with the default settings.
 async fn open_embedded(path: &std::path::Path) -> store_embedded::EmbeddedStore {
     store_embedded::EmbeddedStore::open(
@@ -504,17 +475,7 @@ async fn serve_delivers_a_signed_webhook_end_to_end() {
         body.as_bytes()
     ));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let kill = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().unwrap().to_string())
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .expect("serve stops")
-        .unwrap();
-    assert!(status.success());
+    serving::stop(&mut child).await;
     let out = bin()
         .arg("status")
         .env("CONTROLPLANE_EMBEDDED_PATH", &path)

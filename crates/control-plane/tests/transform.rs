@@ -4,7 +4,6 @@
 //! the attempt of a program that never ends while it keeps delivering.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use control_plane_core::{
@@ -15,7 +14,10 @@ use control_plane_core::{
     AttemptLogStore, CatalogueStore, DeliveryStore, EndpointStore, EventStore,
 };
 use dispatcher::TransformRunner;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+
+mod serving;
+use serving::read_request;
 
 const BIN: &str = env!("CARGO_BIN_EXE_control-plane");
 
@@ -62,43 +64,6 @@ async fn the_transform_command_answers_every_program_within_its_limits() {
             started.elapsed() < Duration::from_secs(5),
             "{what}: {:?}",
             started.elapsed()
-        );
-    }
-}
-
-/// One HTTP request off `sock`: its headers and body; answered 204.
-async fn receive(sock: &mut tokio::net::TcpStream) -> (Vec<(String, String)>, String) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = sock.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        let headers: Vec<(String, String)> = head
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k == "content-length")
-            .map(|(_, v)| v.parse().unwrap())
-            .unwrap();
-        while buf.len() < end + len {
-            let n = sock.read(&mut chunk).await.unwrap();
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        return (
-            headers,
-            String::from_utf8_lossy(&buf[end..end + len]).to_string(),
         );
     }
 }
@@ -181,26 +146,22 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
             .await
             .expect("the rewritten webhooks arrive")
             .unwrap();
-        let (headers, body) = receive(&mut sock).await;
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-                .unwrap()
-        };
-        let ts: i64 = header("webhook-timestamp").parse().unwrap();
+        let (headers, body) = read_request(&mut sock).await;
+        sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let ts: i64 = headers["webhook-timestamp"].parse().unwrap();
         assert!(
             dispatcher::signing::verify(
                 &secret,
-                &header("webhook-signature"),
-                &header("webhook-id"),
+                &headers["webhook-signature"],
+                &headers["webhook-id"],
                 ts,
                 body.as_bytes()
             ),
             "the signature covers the transformed body"
         );
-        got.insert(header("webhook-id"), body);
+        got.insert(headers["webhook-id"].clone(), body);
     }
     assert_eq!(
         got.get(&rewritten.to_string()).map(String::as_str),
@@ -215,17 +176,7 @@ async fn serve_sends_the_transformed_body_signed_and_drops_on_null() {
     // never gets to its request.
     let more = tokio::time::timeout(Duration::from_secs(4), listener.accept()).await;
     assert!(more.is_err(), "only the rewritten deliveries were sent");
-    let kill = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().unwrap().to_string())
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .expect("serve stops")
-        .unwrap();
-    assert!(status.success());
+    serving::stop(&mut child).await;
 
     let store = store_embedded::EmbeddedStore::open(
         store_embedded::EmbeddedConfig::new(&path),

@@ -26,6 +26,7 @@
 mod alerts;
 mod attempts;
 mod catalogue;
+mod cookie;
 mod dead;
 mod deliveries;
 mod endpoint;

@@ -178,12 +178,7 @@ impl<F: Posted> FromRequest<Arc<ApiState>> for Action<F> {
 
 /// The session id from `cookie`: 64 lowercase hex digits.
 fn session_id(headers: &HeaderMap, cookie: Cookie) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().strip_prefix(cookie.name)?.strip_prefix('='))
+    crate::cookie::values(headers, cookie.name)
         .find(|id| control_plane_core::check_hex("session id", id).is_ok())
         .map(str::to_string)
 }
@@ -384,16 +379,7 @@ pub(crate) fn session_cookie(
     id: Option<&str>,
     framed: bool,
 ) -> String {
-    let https = |name| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("https") || v.starts_with("https://"))
-    };
-    let secure = if framed
-        || https(header::ORIGIN)
-        || https(header::HeaderName::from_static("x-forwarded-proto"))
-    {
+    let secure = if framed || crate::cookie::over_https(headers) {
         "; Secure"
     } else {
         ""
@@ -439,7 +425,7 @@ pub(crate) async fn set_zone(
         .filter(|b| b.bytes().all(|c| c.is_ascii_graphic()))
         .unwrap_or("/ui");
     let mut r = Redirect::to(back).into_response();
-    let secure = if session_cookie(&headers, OPERATOR, None, false).contains("; Secure") {
+    let secure = if crate::cookie::over_https(&headers) {
         "; Secure"
     } else {
         ""

@@ -5,7 +5,7 @@
 //! (UTC until then). Relative times ("in 4 min") do not depend on it.
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, Request};
+use axum::http::{HeaderMap, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use control_plane_core::Timestamp;
@@ -49,14 +49,9 @@ fn zone() -> TimeZone {
 
 /// The zone name the request's cookie holds.
 fn named(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .map(|v| v.replace("%2F", "/"))
+    crate::cookie::values(headers, COOKIE)
         .next()
+        .map(|v| v.replace("%2F", "/"))
 }
 
 /// `t` in the viewer's zone: `2026-11-30 09:43:48Z` in UTC,
