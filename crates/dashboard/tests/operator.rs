@@ -577,6 +577,13 @@ async fn times_are_shown_in_the_zone_the_viewer_names() {
     let (s, h, _) = set("UTC", "%2F%2Fevil.example%2Fx").await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     assert_eq!(h["location"], "/ui");
+    // Without a session (an anonymous client, another site's form) nothing
+    // is kept either.
+    let form = "csrf=x&zone=UTC&back=%2Fui".to_string();
+    let (s, h, _) = ui(&api, "POST", "/ui/zone", None, Some(form)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h["location"], "/ui/login", "sent to sign in");
+    assert!(h.get("set-cookie").is_none());
     // Without the session's CSRF token nothing is kept.
     let form = "csrf=nope&zone=UTC&back=%2Fui".to_string();
     let (s, h, _) = ui(&api, "POST", "/ui/zone", Some(&cookie), Some(form)).await;
