@@ -515,6 +515,7 @@ fn each_port_trait_is_implemented_in_its_area_file() {
         ("AlertStore", "alert.rs"),
         ("AccountKeyStore", "account_key.rs"),
         ("PortalStore", "portal.rs"),
+        ("PollStore", "poll.rs"),
         ("MaintenanceStore", "maintenance.rs"),
         ("ErasureStore", "erasure.rs"),
         ("ControlPlaneStore", "lib.rs"),

@@ -75,6 +75,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(r::endpoints::endpoint_disable))
         .routes(routes!(r::endpoints::endpoint_stats))
         .routes(routes!(r::endpoints::endpoint_recover))
+        .routes(routes!(r::poll::endpoint_poll))
         .routes(routes!(r::event_types::endpoint_send_example))
         .routes(routes!(r::event_types::event_type_list))
         .routes(routes!(

@@ -23,7 +23,12 @@ pub(crate) struct EndpointView {
     #[schema(value_type = uuid::Uuid)]
     id: EndpointId,
     account: String,
-    url: String,
+    /// `push`: deliveries go to `url`; `poll`: its consumer reads them
+    /// (`GET …/endpoints/{id}/poll`).
+    #[schema(pattern = "^(push|poll)$")]
+    kind: &'static str,
+    /// Where deliveries go; `null` for a poll endpoint.
+    url: Option<String>,
     /// Event types it receives; empty means every type.
     event_types: Vec<String>,
     /// Its filter on the event's type and payload, if any.
@@ -141,7 +146,8 @@ impl From<&Endpoint> for EndpointView {
         EndpointView {
             id: e.id,
             account: e.account.as_str().to_string(),
-            url: e.url.clone(),
+            kind: e.kind(),
+            url: (!e.is_poll()).then(|| e.url.clone()),
             event_types: e.event_types.clone(),
             filter: e.filter.as_ref().map(EventFilter::to_json),
             transform: e.transform.as_ref().map(|t| t.as_str().to_string()),

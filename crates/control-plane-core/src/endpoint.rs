@@ -64,7 +64,8 @@ pub struct Endpoint {
     pub id: EndpointId,
     /// Owning account.
     pub account: AccountId,
-    /// Destination URL.
+    /// Destination URL; empty for a poll endpoint, which has none
+    /// ([`Endpoint::is_poll`]).
     pub url: String,
     /// Signing secrets.
     pub secrets: SigningSecrets,
@@ -112,6 +113,33 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Whether it is a poll endpoint (ADR 0051): it has no URL, nothing is
+    /// sent to it, and its consumer reads its deliveries
+    /// ([`crate::PollStore`]).
+    pub fn is_poll(&self) -> bool {
+        self.url.is_empty()
+    }
+
+    /// Its kind as the API names it: `poll`, or `push` for an endpoint
+    /// with a URL (of any [`crate::Destination`]).
+    pub fn kind(&self) -> &'static str {
+        if self.is_poll() {
+            "poll"
+        } else {
+            "push"
+        }
+    }
+
+    /// What pages show for where its deliveries go: its URL, or
+    /// `(poll endpoint)`.
+    pub fn destination_label(&self) -> &str {
+        if self.is_poll() {
+            "(poll endpoint)"
+        } else {
+            &self.url
+        }
+    }
+
     /// Attempts its new deliveries get: its own limit, or `default` (the
     /// service's, `StoreOptions::max_attempts`).
     pub fn attempt_limit(&self, default: u32) -> u32 {
@@ -240,8 +268,12 @@ impl Enablement {
 pub struct EndpointCreateRequest {
     /// Owning account.
     pub account: AccountId,
-    /// Destination URL (`http` or `https`).
+    /// Destination URL (see [`crate::Destination`]); empty for a poll
+    /// endpoint.
     pub url: String,
+    /// A poll endpoint ([`EndpointCreateRequest::poll`]): no URL; its
+    /// consumer reads its deliveries (ADR 0051).
+    pub poll: bool,
     /// Signing secret: `whsec_` + base64 of 24 to 64 bytes, or `whsk_` +
     /// base64 of a 32-byte Ed25519 seed.
     pub secret: Secret,
@@ -280,6 +312,7 @@ impl EndpointCreateRequest {
         EndpointCreateRequest {
             account,
             url: url.into(),
+            poll: false,
             secret,
             event_types: Vec::new(),
             filter: None,
@@ -297,6 +330,32 @@ impl EndpointCreateRequest {
     }
 }
 
+impl EndpointCreateRequest {
+    /// A poll endpoint (ADR 0051): no URL; its consumer reads its
+    /// deliveries.
+    pub fn poll(account: AccountId, secret: Secret) -> Self {
+        EndpointCreateRequest {
+            poll: true,
+            ..EndpointCreateRequest::new(account, "", secret)
+        }
+    }
+
+    /// On a poll endpoint, refuses every setting that shapes sending.
+    fn check_poll(&self) -> Result<(), StoreError> {
+        crate::refuse_on_poll(&[
+            ("url", !self.url.is_empty()),
+            ("custom headers", !self.headers.is_empty()),
+            ("oauth2", self.oauth2.is_some()),
+            ("client_tls", self.client_tls.is_some()),
+            ("transform", self.transform.is_some()),
+            ("ordered mode (reads are in order already)", self.ordered),
+            ("rate_limit_per_s", self.rate_limit_per_s.is_some()),
+            ("max_in_flight", self.max_in_flight.is_some()),
+            ("retry", self.retry.is_some()),
+        ])
+    }
+}
+
 impl crate::Check for EndpointCreateRequest {
     /// Checks what every adapter must check before storing the endpoint.
     ///
@@ -307,7 +366,11 @@ impl crate::Check for EndpointCreateRequest {
     /// that does not parse, whose key is not its own, or on an endpoint
     /// that is not `https` ([`crate::ClientTls::validate`]).
     fn check(&self) -> Result<(), StoreError> {
-        validate_endpoint_url(&self.url)?;
+        if self.poll {
+            self.check_poll()?;
+        } else {
+            validate_endpoint_url(&self.url)?;
+        }
         crate::signing::validate_signing_secret(self.secret.expose())?;
         validate_event_types(&self.event_types)?;
         custom_headers_text(&self.headers)?;
@@ -379,6 +442,7 @@ impl EndpointUpdateRequest {
     /// ([`crate::ClientTls::validate`]) or an endpoint left with one that is
     /// not `https`; `e` is then unchanged.
     pub fn apply_to(self, e: &mut Endpoint) -> Result<(), StoreError> {
+        self.check_poll(e)?;
         self.check_destination(e)?;
         if let Some(types) = &self.event_types {
             validate_event_types(types)?;

@@ -10,6 +10,34 @@ impl EndpointUpdateRequest {
     /// credentials do not follow the endpoint to another origin unasked,
     /// and those it keeps suit its destination (OAuth2 over HTTP, a client
     /// certificate over `https`).
+    /// On a poll endpoint (ADR 0051), refuses a URL and every setting
+    /// that shapes sending; removing one is allowed.
+    pub(crate) fn check_poll(&self, e: &Endpoint) -> Result<(), StoreError> {
+        if !e.is_poll() {
+            return Ok(());
+        }
+        crate::refuse_on_poll(&[
+            ("url (its kind is fixed at creation)", self.url.is_some()),
+            (
+                "custom headers",
+                self.headers.as_ref().is_some_and(|h| !h.is_empty()),
+            ),
+            ("oauth2", matches!(self.oauth2, Some(Some(_)))),
+            ("client_tls", matches!(self.client_tls, Some(Some(_)))),
+            ("transform", matches!(self.transform, Some(Some(_)))),
+            (
+                "ordered mode (reads are in order already)",
+                self.ordered == Some(true),
+            ),
+            (
+                "rate_limit_per_s",
+                matches!(self.rate_limit_per_s, Some(Some(_))),
+            ),
+            ("max_in_flight", matches!(self.max_in_flight, Some(Some(_)))),
+            ("retry", matches!(self.retry, Some(Some(_)))),
+        ])
+    }
+
     pub(crate) fn check_destination(&self, e: &Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;

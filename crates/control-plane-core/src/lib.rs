@@ -121,6 +121,7 @@ mod lease;
 mod maintenance;
 mod oauth2;
 mod policy;
+mod poll;
 mod portal;
 mod recover;
 mod session;
@@ -189,6 +190,10 @@ pub use policy::{
     DEFAULT_ENDPOINT_CONCURRENCY,
 };
 pub use policy::{BreakerPolicy, Circuit, CircuitChange, CircuitMode, Migrations, StoreOptions};
+pub use poll::{
+    not_a_poll_endpoint, refuse_on_poll, PollPage, PollRequest, Polled, DEFAULT_POLL_LIMIT,
+    MAX_POLL_LIMIT,
+};
 pub use portal::{
     portal_endpoints_parse, portal_endpoints_text, PortalLink, PortalLinkCreateRequest, PortalRole,
     MAX_PORTAL_LINKS_LISTED, MAX_PORTAL_LINK_ENDPOINTS, MAX_PORTAL_LINK_LIFETIME,
@@ -204,8 +209,8 @@ pub use signing::{
 pub use store::{
     AccountKeyStore, AlertStore, AttemptLogStore, CatalogueStore, CircuitStore, ControlPlaneStore,
     DeliveryStore, DynControlPlaneStore, EndpointStore, ErasureStore, EventStore, IdempotencyStore,
-    MaintenanceStore, PortalStore, SessionStore, TickStore, UsageStore, Wakeups, WorkflowStore,
-    MAX_SESSIONS_LISTED,
+    MaintenanceStore, PollStore, PortalStore, SessionStore, TickStore, UsageStore, Wakeups,
+    WorkflowStore, MAX_SESSIONS_LISTED,
 };
 pub use tick::{TickClaimRequest, TickLease};
 pub use trace::TraceParent;

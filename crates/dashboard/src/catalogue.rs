@@ -27,7 +27,7 @@ fn send_form(t: &EventType, endpoints: &[Endpoint], csrf: &str) -> Markup {
                 action={ (base(&t.account)) "/event-types/" (segment(&t.name)) "/send-example" } {
                 (csrf_field(csrf))
                 select name="endpoint" aria-label="endpoint" {
-                    @for e in endpoints { option value=(e.id) { (e.url) } }
+                    @for e in endpoints { option value=(e.id) { (e.destination_label()) } }
                 }
                 button type="submit" id={ "send-example-" (t.name) } { "Send example" }
             }

@@ -77,7 +77,7 @@ pub(crate) async fn dead(
             select id="endpoint_id" name="endpoint_id" {
                 option value="" { "every endpoint" }
                 @for e in &found.flow.endpoints {
-                    option value=(e.id) { (e.url) }
+                    option value=(e.id) { (e.destination_label()) }
                 }
             }
             label for="within_hours" { "Died within" }
@@ -196,7 +196,7 @@ fn confirm_body(
             strong { (replay_sentence(preview)) } "?"
         }
         p {
-            "Endpoint: " (endpoint.map_or("every endpoint", |e| e.url.as_str()))
+            "Endpoint: " (endpoint.map_or("every endpoint", |e| e.destination_label()))
             ". Died within: " (window) ". "
             "Each goes back to the queue with a fresh attempt budget, under its own webhook-id."
             @if preview.count.more {

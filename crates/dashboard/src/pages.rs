@@ -260,7 +260,7 @@ fn overview_body(account: &AccountId, o: &Overview, csrf: &str, now: Timestamp) 
 /// An endpoint's URL as a link to its page, its id on hover.
 pub(crate) fn endpoint_link(account: &AccountId, e: &Endpoint) -> Markup {
     let id = e.id.to_string();
-    html! { a.url href=(endpoint_href(account, &id)) title=(id) { (e.url) } }
+    html! { a.url href=(endpoint_href(account, &id)) title=(id) { (e.destination_label()) } }
 }
 
 /// Every endpoint with its state, circuit, flow limits, its pending and
@@ -378,7 +378,7 @@ pub(crate) fn endpoint_cell(e: &Endpoint) -> Markup {
     let headers = e.header_names();
     let id = e.id.to_string();
     html! {
-        a.url href=(endpoint_href(&e.account, &id)) title=(id) { (e.url) }
+        a.url href=(endpoint_href(&e.account, &id)) title=(id) { (e.destination_label()) }
         br; small { "id " (id_cell(&id, None)) }
         @if let Some(kind) = broker_kind(&e.url) {
             br; small.destination { "destination: " (kind) " broker" }

@@ -104,6 +104,13 @@ fn pending(d: &Delivery, flow: &Flow, now: Timestamp) -> Why {
         let reason = e.disabled_reason.as_deref().unwrap_or("no reason given");
         return Why::new("held", Tone::Held, format!("endpoint disabled: {reason}"));
     }
+    if e.is_poll() {
+        return Why::new(
+            "pending",
+            Tone::Waiting,
+            "waiting for its consumer to read it (poll endpoint)",
+        );
+    }
     let circuit = flow.circuit(d.endpoint_id);
     match circuit.mode {
         CircuitMode::Open => {

@@ -160,7 +160,7 @@ impl CircuitCache {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Sender {
     pub account: String,
-    /// Enabled and not removed.
+    /// Enabled, not removed, and not a poll endpoint: claims send to it.
     pub live: bool,
     pub cap: Option<u32>,
     pub rate: Option<u32>,

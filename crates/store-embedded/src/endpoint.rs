@@ -353,7 +353,8 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     Ok(n)
 }
 
-const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL, max_in_flight, rate_limit_per_s, \
+/// `live` is false for a poll endpoint too: nothing is sent to it (ADR 0051).
+const SENDERS: &str = "SELECT id, account, enabled AND deleted_at IS NULL AND url <> '', max_in_flight, rate_limit_per_s, \
      budget_tokens, budget_at, ordered, url, secret, previous_secret, previous_expires_at, headers, oauth2, \
      retry_schedule, max_attempts, client_tls, transform FROM endpoints WHERE id IN (SELECT unnest($1::VARCHAR[]))";
 

@@ -16,6 +16,7 @@ mod finished;
 mod idempotency;
 mod live;
 mod maintenance;
+mod poll;
 mod portal;
 mod session;
 mod store;

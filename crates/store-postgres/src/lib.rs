@@ -16,6 +16,7 @@ mod error;
 mod idempotency;
 mod maintenance;
 mod notify;
+mod poll;
 mod portal;
 mod session;
 mod store;

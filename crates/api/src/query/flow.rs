@@ -199,7 +199,7 @@ pub struct DeliveryPage {
 impl DeliveryPage {
     /// The URL of endpoint `id`, if it still exists.
     pub fn url_of(&self, id: EndpointId) -> Option<&str> {
-        self.flow.endpoint(id).map(|e| e.url.as_str())
+        self.flow.endpoint(id).map(|e| e.destination_label())
     }
 }
 

@@ -35,16 +35,32 @@ impl From<SignatureBody> for SignatureScheme {
     }
 }
 
+/// How an endpoint gets its deliveries.
+#[derive(Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum KindBody {
+    /// Sent to its `url` (the default).
+    #[default]
+    Push,
+    /// Read by its consumer from `GET …/endpoints/{id}/poll`; no `url`
+    /// (docs/http-api.md, "Poll endpoints").
+    Poll,
+}
+
 /// A new endpoint.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EndpointCreateBody {
-    /// Where the deliveries go: an `http(s)://` URL, or a broker's
-    /// (`amqp(s)://…?exchange=E&routing_key=K`, `nats://…?subject=S` with no
-    /// wildcard and not starting with `$`, `redis(s)://…[/db]?stream=K&maxlen=N`
-    /// with at most one database number as the path; docs/http-api.md,
-    /// "Destinations").
-    url: String,
+    /// `push` (the default): deliveries go to `url`; `poll`: no `url`, its
+    /// consumer reads them (settings that shape sending are refused).
+    #[serde(default)]
+    kind: KindBody,
+    /// Where the deliveries go, required for `push`: an `http(s)://` URL,
+    /// or a broker's (`amqp(s)://…?exchange=E&routing_key=K`,
+    /// `nats://…?subject=S` with no wildcard and not starting with `$`,
+    /// `redis(s)://…[/db]?stream=K&maxlen=N` with at most one database
+    /// number as the path; docs/http-api.md, "Destinations").
+    url: Option<String>,
     /// Event types it receives; empty or absent means every type.
     #[serde(default)]
     event_types: Vec<String>,
@@ -187,7 +203,21 @@ pub(crate) async fn endpoint_create(
         SignatureScheme::from,
     );
     let secret = query::given_or_new_secret(body.secret, scheme)?;
-    let mut req = EndpointCreateRequest::new(account, body.url, Secret::new(secret.clone()));
+    let secret_given = Secret::new(secret.clone());
+    let mut req = match (body.kind, body.url) {
+        (KindBody::Push, Some(url)) => EndpointCreateRequest::new(account, url, secret_given),
+        (KindBody::Poll, None) => EndpointCreateRequest::poll(account, secret_given),
+        (KindBody::Push, None) => {
+            return Err(ApiError::invalid(
+                "url is required (or kind \"poll\" for an endpoint its consumer reads)",
+            ))
+        }
+        (KindBody::Poll, Some(_)) => {
+            return Err(ApiError::invalid(
+                "a poll endpoint has no url: its consumer reads GET …/endpoints/{id}/poll",
+            ))
+        }
+    };
     req.event_types = body.event_types;
     req.filter = body.filter.map(EventFilter::parse).transpose()?;
     req.transform = match body.transform {

@@ -38,6 +38,7 @@ pub(crate) mod endpoints;
 pub(crate) mod event_types;
 pub(crate) mod events;
 pub(crate) mod operations;
+pub(crate) mod poll;
 pub(crate) mod portal;
 pub(crate) mod tasks;
 

@@ -15,6 +15,7 @@ mod history;
 mod listing_filters;
 mod listings;
 mod operations;
+mod poll;
 mod portal;
 mod publish;
 mod retention;
@@ -95,6 +96,11 @@ pub use operations::{
     idempotency_records_expire_and_are_swept, revoking_a_key_drops_its_idempotency_records,
     tick_is_single_flight_until_completed_or_expired, tick_state_is_kept_and_interval_respected,
     usage_batches_are_idempotent_and_queryable_by_window,
+};
+pub use poll::{
+    a_poll_endpoint_is_read_only_by_its_consumer,
+    a_poll_from_an_earlier_cursor_reads_the_same_events_again,
+    a_poll_reads_in_order_and_acknowledges_what_it_reads,
 };
 pub use portal::{
     a_portal_link_is_found_until_revoked_or_expired, a_portal_link_is_redeemed_once,

@@ -8,8 +8,8 @@ use crate::{
     AccountId, AttemptQuery, AttemptRecord, AttemptStats, Checked, Circuit, ClaimRequest,
     ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest, DeliveryOutcome, DeliveryState,
     EndpointId, EndpointKey, Enqueued, Event, EventId, EventListRequest, EventType, EventTypePut,
-    Lease, OutcomeRecorded, Page, PublishRequest, Published, ReplayFilter, RollupRow, StoreError,
-    StoreResult, Timestamp,
+    Lease, OutcomeRecorded, Page, PollPage, PollRequest, PublishRequest, Published, ReplayFilter,
+    RollupRow, StoreError, StoreResult, Timestamp,
 };
 
 /// Events: publishing them (with their fan-out to deliveries, in the same
@@ -467,6 +467,40 @@ pub trait DeliveryStore: Send + Sync {
     async fn delivery_count_by_account_and_state(
         &self,
     ) -> StoreResult<Vec<(AccountId, DeliveryState, u64)>>;
+}
+
+/// Poll endpoints (ADR 0051): their consumers read their deliveries.
+#[async_trait]
+pub trait PollStore: Send + Sync {
+    /// Reads a poll endpoint's deliveries: first what was read before
+    /// after the cursor `req.after` (positions in its attempt log), then
+    /// its oldest pending deliveries by sequence, each recorded as
+    /// delivered (an attempt of result `delivered`, its tally and rollup)
+    /// in the same transaction, up to `req.limit` in all. Reads of one
+    /// endpoint are serialised. A disabled endpoint hands out nothing new;
+    /// what was read before is read again.
+    ///
+    /// # Behavior
+    /// - Events come in publish order, each once, and each read one is
+    ///   delivered with one attempt; the returned cursor reads on from the
+    ///   last (`a_poll_reads_in_order_and_acknowledges_what_it_reads`).
+    /// - A read with an earlier cursor returns the same events again and
+    ///   delivers nothing twice; a replayed delivery is read again after
+    ///   the rest (`a_poll_from_an_earlier_cursor_reads_the_same_events_again`).
+    /// - A claim never takes a poll endpoint's deliveries; event types and
+    ///   filters choose its deliveries as for any endpoint; another
+    ///   account's endpoint is not found and a pushed one is refused
+    ///   (`a_poll_endpoint_is_read_only_by_its_consumer`).
+    ///
+    /// # Errors
+    /// `NotFound` for an endpoint that is not the account's or is deleted;
+    /// `InvalidInput` for an endpoint with a URL
+    /// ([`crate::not_a_poll_endpoint`]).
+    ///
+    /// # Cancellation safety
+    /// A cancelled read may have delivered what it read; reading again
+    /// with the same cursor returns it.
+    async fn delivery_poll(&self, req: PollRequest) -> StoreResult<PollPage>;
 }
 
 /// The append-only attempt log.

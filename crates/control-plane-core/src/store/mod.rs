@@ -16,7 +16,7 @@ mod operations;
 mod workflows;
 
 pub use deliveries::{
-    AttemptLogStore, CatalogueStore, CircuitStore, DeliveryStore, EventStore, Wakeups,
+    AttemptLogStore, CatalogueStore, CircuitStore, DeliveryStore, EventStore, PollStore, Wakeups,
 };
 pub use endpoints::EndpointStore;
 pub use operations::{
@@ -42,6 +42,7 @@ pub trait ControlPlaneStore:
     + AccountKeyStore
     + SessionStore
     + PortalStore
+    + PollStore
     + MaintenanceStore
     + ErasureStore
 {

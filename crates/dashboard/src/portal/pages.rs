@@ -56,7 +56,7 @@ pub(crate) async fn endpoints(s: Shared, session: PortalSession) -> Page {
         .iter()
         .map(|e| {
             vec![
-                html! { a.url href=(endpoint_href(e.id)) { (e.url) } },
+                html! { a.url href=(endpoint_href(e.id)) { (e.destination_label()) } },
                 state(&endpoint_state(e, &flow.circuit(e.id), now), now),
                 html! { (e.description.as_deref().unwrap_or("")) },
                 html! { (subscription(e)) },
@@ -110,7 +110,7 @@ pub(crate) async fn endpoint(
         @if let Some(d) = done.done.as_deref() { (notice(&format!("Done: {d}."))) }
         dl.facts {
             dt { "id" } dd { span.id title=(id) { (id) } }
-            dt { "url" } dd { (e.url) }
+            dt { "url" } dd { (e.destination_label()) }
             dt { "state" } dd { (state(&endpoint_state(&e, &circuit, now), now)) }
             dt { "description" } dd { (e.description.as_deref().unwrap_or("")) }
             dt { "event types" } dd { (subscription(&e)) }
@@ -122,7 +122,7 @@ pub(crate) async fn endpoint(
         h2 { "Newest attempts" }
         (table("attempts", &ATTEMPT_HEAD, &attempt_rows(&attempts, now), "No attempt yet."))
     };
-    show(&e.url, PortalTab::Endpoints, &session, &body)
+    show(e.destination_label(), PortalTab::Endpoints, &session, &body)
 }
 
 /// A manager's forms for endpoint `e`: edit, enable or disable, rotate
@@ -211,7 +211,7 @@ fn endpoint_select(flow: &Flow, chosen: Option<EndpointId>, any: bool) -> Markup
         select name="endpoint" id="endpoint" aria-label="endpoint" {
             @if any { option value="" { "every endpoint" } }
             @for e in &flow.endpoints {
-                option value=(e.id) selected[chosen == Some(e.id)] { (e.url) }
+                option value=(e.id) selected[chosen == Some(e.id)] { (e.destination_label()) }
             }
         }
     }
@@ -237,7 +237,7 @@ pub(crate) async fn deliveries(
         .flow
         .endpoints
         .iter()
-        .map(|e| (e.id, e.url.as_str()))
+        .map(|e| (e.id, e.destination_label()))
         .collect();
     let rows: Vec<Vec<Markup>> = found
         .deliveries

@@ -43,9 +43,10 @@ pub(super) fn sweep_expired(t: &mut Tx<'_>) -> StoreResult<()> {
     writes.write(t)
 }
 
-/// Pending and due on a live enabled endpoint.
+/// Pending and due on a live enabled endpoint that is not a poll endpoint
+/// (whose consumer reads its deliveries, ADR 0051).
 pub(super) const DUE: &str =
-    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL";
+    "d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL AND e.url <> ''";
 
 /// The head of its endpoint when that one is ordered (with [`DUE`]: claimable).
 pub(super) const HEAD: &str = "(NOT e.ordered OR d.seq = (SELECT min(h.seq) FROM deliveries h \
@@ -101,7 +102,8 @@ pub(super) const FLOWS_UNORDERED: &str = "WITH g AS (SELECT d.endpoint_id, \
      (SELECT count(*) FROM endpoints o WHERE o.enabled AND o.deleted_at IS NULL AND o.ordered \
        AND o.circuit_mode = 'closed') AS ordered_endpoints \
      FROM g JOIN endpoints e ON e.id = g.endpoint_id \
-     WHERE g.n > 0 AND e.enabled AND e.deleted_at IS NULL AND NOT e.ordered AND e.circuit_mode = 'closed'";
+     WHERE g.n > 0 AND e.enabled AND e.deleted_at IS NULL AND e.url <> '' AND NOT e.ordered \
+     AND e.circuit_mode = 'closed'";
 
 /// The flows of ordered endpoints on closed circuits whose head (the oldest
 /// pending or leased delivery) is pending and due: the same columns as

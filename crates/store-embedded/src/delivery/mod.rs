@@ -30,6 +30,7 @@ use crate::delivery::read::{
     count_by_account_and_state, count_by_state, event_by_key, event_get, event_list,
 };
 
+pub(crate) use outcome::deliver_polled;
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;
 pub(crate) use transition::{dead_letters_add, dead_letters_remove, moved_seqs};

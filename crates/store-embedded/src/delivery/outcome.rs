@@ -13,8 +13,8 @@ use crate::store::Tx;
 use crate::util::list;
 use control_plane_core::plan_outcome;
 use control_plane_core::{
-    AccountId, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded,
-    ReplayFilter, Requeue, StoreResult, Timestamp,
+    AccountId, AttemptReport, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId,
+    Lease, OutcomeRecorded, ReplayFilter, Requeue, StoreResult, Timestamp,
 };
 use control_plane_core::{FencedWrite, LeaseRow, Refused, Verdict};
 use duckdb::{params, OptionalExt};
@@ -262,4 +262,54 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
             .moved(&f.account, DeliveryState::Dead, DeliveryState::Pending, n);
     }
     Ok(n)
+}
+
+/// Hands out up to `limit` pending deliveries of poll endpoint `endpoint`,
+/// lowest sequence first, each recorded as delivered: the same transition a
+/// success after a claim makes (its attempt counted, the attempt row, the
+/// rollup, the tally, the live index), so that reading is acknowledging
+/// (ADR 0051).
+pub(crate) fn deliver_polled(t: &mut Tx<'_>, endpoint: EndpointId, limit: i64) -> StoreResult<()> {
+    let seqs = moved_seqs(
+        t,
+        "UPDATE deliveries SET attempts = attempts + 1 WHERE seq IN (SELECT seq FROM deliveries \
+         WHERE endpoint_id = $1 AND state = 'pending' ORDER BY seq LIMIT $2) RETURNING seq",
+        params![endpoint.to_string(), limit],
+    )?;
+    let Some((lo, hi)) = seq_range(&seqs) else {
+        return Ok(());
+    };
+    let mut rows = {
+        let mut st = t
+            .prepare(&format!(
+                "SELECT {LEASE_COLS} FROM deliveries \
+                 WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
+            ))
+            .db()?;
+        let rows = st
+            .query_map(
+                params![list::of(seqs.iter().copied()), lo, hi],
+                row_to_lease_row,
+            )
+            .db()?;
+        rows.collect::<Result<Vec<_>, _>>().db()?
+    };
+    rows.sort_by_key(|r| r.seq);
+    let outcome = DeliveryOutcome::Delivered(AttemptReport::default());
+    let mut circuits = Circuits::default();
+    let mut writes = Transitions::default();
+    for row in &mut rows {
+        let circuit = circuits.get(t, row.endpoint_id)?;
+        let tr = plan_outcome(
+            row.state_for_plan(),
+            &outcome,
+            circuit,
+            false,
+            t.now,
+            &t.options,
+        );
+        writes.push(t, row, &tr, None, Some(outcome.kind()))?;
+    }
+    circuits.write(t)?;
+    writes.write(t)
 }

@@ -107,7 +107,8 @@ pub fn claim_statement() -> String {
     )
 }
 
-/// Per endpoint with due work on a closed circuit (`$1` now): account,
+/// Per endpoint with due work on a closed circuit, poll endpoints aside
+/// (their consumers read their deliveries, ADR 0051) (`$1` now): account,
 /// oldest due `(due_at, seq)`, due count up to `$2`, live leases, cap, rate
 /// limit, bucket, ordered. Unordered endpoints by their due index, ordered
 /// ones by their head (the first live row by sequence).
@@ -119,7 +120,7 @@ pub(super) const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.se
      FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
      CROSS JOIN LATERAL (SELECT x.due_at, x.seq FROM delivery_queue x WHERE x.endpoint_id = e.id AND x.state = 'pending' \
        AND x.due_at <= $1 ORDER BY x.due_at, x.seq LIMIT 1) h \
-     WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND NOT e.ordered \
+     WHERE e.enabled AND e.deleted_at IS NULL AND e.url <> '' AND ci.mode = 'closed' AND NOT e.ordered \
      UNION ALL \
      SELECT e.id, e.account, h.due_at, h.seq, 1::bigint, \
      (SELECT count(*) FROM delivery_queue y WHERE y.endpoint_id = e.id AND y.state = 'leased' AND y.lease_expires_at > $1), \
@@ -127,7 +128,7 @@ pub(super) const FLOW_CANDIDATES: &str = "SELECT e.id, e.account, h.due_at, h.se
      FROM endpoints e JOIN circuits ci ON ci.endpoint_id = e.id JOIN endpoint_flow f ON f.endpoint_id = e.id \
      CROSS JOIN LATERAL (SELECT x.state, x.due_at, x.seq FROM delivery_queue x WHERE x.endpoint_id = e.id \
        ORDER BY x.seq LIMIT 1) h \
-     WHERE e.enabled AND e.deleted_at IS NULL AND ci.mode = 'closed' AND e.ordered \
+     WHERE e.enabled AND e.deleted_at IS NULL AND e.url <> '' AND ci.mode = 'closed' AND e.ordered \
      AND h.state = 'pending' AND h.due_at <= $1";
 
 /// Whether a claim's transaction is still open when the claim returns:

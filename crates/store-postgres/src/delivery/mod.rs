@@ -32,6 +32,7 @@ mod read;
 mod transition;
 
 pub use claim::claim_statement;
+pub(crate) use outcome::deliver_polled;
 pub use outcome::{LEASED, RECORD_DELIVERED};
 pub(crate) use publish::publish_example_to;
 pub(crate) use read::get;

@@ -3,7 +3,7 @@
 //! deliveries again (replay, resend).
 
 use crate::delivery::read::get;
-use crate::delivery::transition::{apply, finished, lock_live};
+use crate::delivery::transition::{apply, finished, lock_live, row_to_lease_row, LEASE_COLS};
 use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::store::{PipelinedTx, PostgresStore, Tx};
@@ -11,8 +11,8 @@ use crate::util::RowExt;
 use control_plane_core::plan_outcome;
 use control_plane_core::{
     latency_bucket, rollup_minute, storable_body, AccountId, AttemptReport, Delivery, DeliveryId,
-    DeliveryOutcome, DeliveryState, Lease, OutcomeRecorded, ReplayFilter, Requeue, StoreResult,
-    Timestamp,
+    DeliveryOutcome, DeliveryState, EndpointId, Lease, OutcomeRecorded, ReplayFilter, Requeue,
+    StoreResult, Timestamp,
 };
 use control_plane_core::{FencedWrite, LeaseRow, Refused, Verdict};
 use std::time::Duration;
@@ -286,6 +286,47 @@ pub(crate) async fn record_outcome(
         state: tr.state,
         duplicate: false,
     })
+}
+
+/// Hands out up to `limit` pending deliveries of poll endpoint `endpoint`,
+/// lowest sequence first, each recorded as delivered: the same transition a
+/// success after a claim makes (its attempt counted, the finished row, the
+/// tally, the attempt row and its rollup), so that reading is acknowledging
+/// (ADR 0051). The caller holds the endpoint's poll lock.
+pub(crate) async fn deliver_polled(
+    t: &Tx<'_>,
+    endpoint: EndpointId,
+    limit: i64,
+) -> StoreResult<()> {
+    let rows = t
+        .query(
+            &format!(
+                "UPDATE delivery_queue l SET attempts = l.attempts + 1 \
+                 WHERE (l.endpoint_id, l.seq) IN (SELECT p.endpoint_id, p.seq FROM delivery_queue p \
+                 WHERE p.endpoint_id = $1 AND p.state = 'pending' ORDER BY p.seq LIMIT $2 FOR UPDATE) \
+                 RETURNING {LEASE_COLS}"
+            ),
+            &[&endpoint.0, &limit],
+        )
+        .await
+        .db()?;
+    let mut rows = rows
+        .iter()
+        .map(row_to_lease_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    rows.sort_by_key(|r| r.seq);
+    let outcome = DeliveryOutcome::Delivered(AttemptReport::default());
+    let mut circuit = endpoint::load_circuit(t, endpoint, true).await?;
+    let before = circuit.clone();
+    for row in &rows {
+        let at = row.state_for_plan();
+        let tr = plan_outcome(at, &outcome, &mut circuit, false, t.now, t.options);
+        apply(t, row, &tr, None, Some(outcome.kind())).await?;
+    }
+    if circuit != before {
+        endpoint::save_circuit(t, endpoint, &circuit).await?;
+    }
+    Ok(())
 }
 
 /// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x
