@@ -10,20 +10,30 @@ use crate::{
     BenchResult,
 };
 use control_plane_core::{
-    DeliveryListRequest, DeliveryState, DynControlPlaneStore, EndpointId, EndpointKey, PageRequest,
-    SystemClock, Timestamp,
+    Check, DeliveryListRequest, DeliveryState, DynControlPlaneStore, EndpointCreateRequest,
+    EndpointId, EndpointKey, PageRequest, PollRequest, PublishRequest, Secret, SystemClock,
+    Timestamp,
 };
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use store_embedded::{EmbeddedConfig, EmbeddedStore};
 
+/// What the read paths read: the endpoint with the history, and a poll
+/// endpoint (ADR 0051) whose consumer has read everything, with its cursor.
+#[derive(Clone, Copy)]
+struct Target {
+    endpoint: EndpointId,
+    poll: EndpointId,
+    cursor: i64,
+}
+
 /// One read path: its name and a call of it.
 type ReadPath = (
     &'static str,
     fn(
         DynControlPlaneStore,
-        EndpointId,
+        Target,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BenchResult<()>> + Send>>,
 );
 
@@ -60,12 +70,19 @@ fn read_paths() -> Vec<ReadPath> {
                 let now = Timestamp::from_millis(now_ms());
                 for window in [3600, 86_400] {
                     s.attempt_stats(
-                        EndpointKey::new(&acct(), e),
+                        EndpointKey::new(&acct(), e.endpoint),
                         now.minus(Duration::from_secs(window)),
                     )
                     .await
                     .map_err(fail)?;
                 }
+                Ok(())
+            })
+        }),
+        ("poll endpoint, a caught-up consumer's read", |s, e| {
+            Box::pin(async move {
+                let req = PollRequest::new(acct(), e.poll, Some(e.cursor), 100).map_err(fail)?;
+                s.delivery_poll(req).await.map_err(fail)?;
                 Ok(())
             })
         }),
@@ -105,7 +122,7 @@ fn dashboard_paths() -> Vec<ReadPath> {
         ("dashboard, endpoint page", |s, e| {
             Box::pin(async move {
                 let now = Timestamp::from_millis(now_ms());
-                api::query::endpoint_page(&s, EndpointKey::new(&acct(), e), now, 10)
+                api::query::endpoint_page(&s, EndpointKey::new(&acct(), e.endpoint), now, 10)
                     .await
                     .map_err(|e| e.message)?;
                 Ok(())
@@ -149,13 +166,36 @@ async fn list(s: &DynControlPlaneStore, state: DeliveryState) -> BenchResult<()>
 }
 
 /// The medians (ms) of every read path on `store`, after two warm-ups.
+/// First a poll endpoint is made and read to the end, so that its read
+/// path is a caught-up consumer's.
 async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> BenchResult<Vec<f64>> {
+    let mut req = EndpointCreateRequest::poll(
+        acct(),
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    );
+    req.event_types = vec!["bench.poll".into()];
+    let poll = store
+        .endpoint_create(req.checked().map_err(fail)?)
+        .await
+        .map_err(fail)?;
+    let publish = PublishRequest::new(acct(), "bench.poll", serde_json::json!({"n": 1}));
+    store
+        .event_publish(publish.checked().map_err(fail)?)
+        .await
+        .map_err(fail)?;
+    let read = PollRequest::new(acct(), poll.id, None, 100).map_err(fail)?;
+    let cursor = store.delivery_poll(read).await.map_err(fail)?.cursor;
+    let target = Target {
+        endpoint: e,
+        poll: poll.id,
+        cursor,
+    };
     let mut out = Vec::new();
     for (_, read) in read_paths() {
         let mut ms = Vec::new();
         for i in 0..runs + 2 {
             let t = Instant::now();
-            read(store.clone(), e).await?;
+            read(store.clone(), target).await?;
             if i >= 2 {
                 ms.push(t.elapsed().as_secs_f64() * 1000.0);
             }

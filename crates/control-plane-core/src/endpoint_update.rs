@@ -6,10 +6,6 @@
 use crate::{validate_endpoint_url, Endpoint, EndpointUpdateRequest, Secret, StoreError};
 
 impl EndpointUpdateRequest {
-    /// Checks a new URL and where the credentials go: the write-only
-    /// credentials do not follow the endpoint to another origin unasked,
-    /// and those it keeps suit its destination (OAuth2 over HTTP, a client
-    /// certificate over `https`).
     /// On a poll endpoint (ADR 0051), refuses a URL and every setting
     /// that shapes sending; removing one is allowed.
     pub(crate) fn check_poll(&self, e: &Endpoint) -> Result<(), StoreError> {
@@ -38,6 +34,10 @@ impl EndpointUpdateRequest {
         ])
     }
 
+    /// Checks a new URL and where the credentials go: the write-only
+    /// credentials do not follow the endpoint to another origin unasked,
+    /// and those it keeps suit its destination (OAuth2 over HTTP, a client
+    /// certificate over `https`).
     pub(crate) fn check_destination(&self, e: &Endpoint) -> Result<(), StoreError> {
         if let Some(url) = &self.url {
             validate_endpoint_url(url)?;

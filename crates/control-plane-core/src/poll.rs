@@ -122,6 +122,32 @@ impl PollPage {
     }
 }
 
+impl PollPage {
+    /// The page of a read that found `before` events already read after
+    /// its cursor, then handed out `handed` new ones and read `events`.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the page lacks some of what the read handed
+    /// out: the cursor is ahead of every position of this endpoint (another
+    /// endpoint's, or made up). The caller's transaction is then rolled
+    /// back, so nothing is delivered unseen.
+    pub fn read(
+        req: &PollRequest,
+        before: usize,
+        handed: usize,
+        events: Vec<Polled>,
+    ) -> Result<Self, StoreError> {
+        if events.len() < before + handed {
+            return Err(StoreError::InvalidInput(format!(
+                "cursor {} is ahead of every read of endpoint {}: give a cursor a read of it returned",
+                req.unchanged_cursor(),
+                req.endpoint
+            )));
+        }
+        Ok(PollPage::of(req, events))
+    }
+}
+
 /// The answer to a read of an endpoint that is not a poll endpoint.
 pub fn not_a_poll_endpoint(id: EndpointId) -> StoreError {
     StoreError::InvalidInput(format!(

@@ -366,6 +366,11 @@ fn delivery_body(account: &AccountId, r: &DeliveryRecord, csrf: &str, now: Times
         @if d.state == DeliveryState::Delivered {
             (button(&format!("{action}/resend"), csrf, "Resend this delivery", "resend"))
         }
+        @if r.endpoint().is_some_and(|e| e.is_poll()) {
+            h2 { "Event" }
+            p.note id="polled" { "Its endpoint is a poll endpoint: its consumer reads this body, nothing is sent." }
+            pre id="request" { (r.event.body) }
+        } @else {
         h2 { "Request" }
         pre id="request" {
             (r.url().and_then(broker_kind).map_or("POST", |_| "PUBLISH")) " "
@@ -375,6 +380,7 @@ fn delivery_body(account: &AccountId, r: &DeliveryRecord, csrf: &str, now: Times
             "webhook-timestamp: (the Unix time of each attempt)\n"
             "webhook-signature: v1,(HMAC-SHA256 with the endpoint's secret, not shown)\n\n"
             (r.event.body)
+        }
         }
         @if let Some(t) = r.flow.endpoint(d.endpoint_id).and_then(|e| e.transform.as_ref()) {
             p.note id="transformed" {

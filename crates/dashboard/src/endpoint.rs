@@ -77,6 +77,13 @@ fn settings(e: &Endpoint, circuit: &Circuit, now: Timestamp) -> Markup {
         dl.facts id="endpoint" {
             dt { "endpoint" } dd id="fact-url" { (endpoint_cell(e)) }
             dt { "id" } dd id="fact-id" { code { (e.id) } }
+            @if e.is_poll() {
+                dt { "kind" } dd id="fact-kind" {
+                    "poll: its consumer reads its events from "
+                    code { "GET /v1/accounts/" (e.account) "/endpoints/" (e.id) "/poll" }
+                    " with the account's key; nothing is sent"
+                }
+            }
             dt { "state" } dd id="fact-state" { (state(&endpoint_state(e, circuit, now), now)) }
             dt { "event types" } dd id="fact-types" { (types) }
             dt { "in-flight cap" } dd {

@@ -636,3 +636,33 @@ async fn the_endpoint_page_shows_its_transformation() {
         "{page}"
     );
 }
+
+#[tokio::test]
+async fn a_poll_endpoint_says_its_consumer_reads_it_and_its_deliveries_wait_for_that() {
+    let api = api().await;
+    let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+        .json(json!({"kind": "poll"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (_, ids) = publish(&api, "order.paid").await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/endpoints/{id}")).await;
+    assert!(
+        page.contains("id=\"fact-kind\"") && page.contains("(poll endpoint)"),
+        "{page}"
+    );
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/deliveries/{}", ids[0])).await;
+    assert!(
+        page.contains("waiting for its consumer to read it"),
+        "{page}"
+    );
+    let (s, read) = call("GET", format!("/v1/accounts/acme/endpoints/{id}/poll"))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{read}");
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/deliveries/{}", ids[0])).await;
+    assert!(!page.contains("waiting for its consumer"), "{page}");
+    assert!(page.contains("delivered"), "{page}");
+}

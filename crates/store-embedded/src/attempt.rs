@@ -33,6 +33,18 @@ fn row_to_attempt(r: &Row<'_>) -> duckdb::Result<AttemptRecord> {
     })
 }
 
+/// What [`ensure_owned`] checks of an endpoint: its name in the error, and
+/// the statement that counts it in the account.
+const ENDPOINTS: (&str, &str) = (
+    "endpoint",
+    "SELECT count(*) FROM endpoints WHERE id = $1 AND account = $2",
+);
+/// What [`ensure_owned`] checks of a delivery.
+const DELIVERIES: (&str, &str) = (
+    "delivery",
+    "SELECT count(*) FROM deliveries WHERE id = $1 AND account = $2",
+);
+
 /// Attempt-log rows gathered during one transaction and written by one
 /// statement.
 #[derive(Default)]
@@ -144,7 +156,7 @@ pub(crate) fn list_for_delivery(
     account: &AccountId,
     id: DeliveryId,
 ) -> StoreResult<Vec<AttemptRecord>> {
-    crate::delivery::get(t, account, id)?;
+    ensure_owned(t, account, DELIVERIES, id.to_string())?;
     let mut st = t
         .prepare(&format!(
             "SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"
@@ -156,7 +168,7 @@ pub(crate) fn list_for_delivery(
 
 pub(crate) fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
     if let Some(e) = q.endpoint {
-        ensure_endpoint(t, &q.account, e)?;
+        ensure_owned(t, &q.account, ENDPOINTS, e.to_string())?;
     }
     // Bound in the order `AttemptQuery::sql` numbers them.
     let mut values: Vec<duckdb::types::Value> = vec![q.account.as_str().to_string().into()];
@@ -188,16 +200,19 @@ pub(crate) fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<AttemptRe
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
-fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<()> {
+/// `NotFound` (as `what`) unless `count` ([`ENDPOINTS`], [`DELIVERIES`])
+/// finds row `id` in `account`.
+fn ensure_owned(
+    t: &Tx<'_>,
+    account: &AccountId,
+    (what, count): (&'static str, &str),
+    id: String,
+) -> StoreResult<()> {
     let known: i64 = t
-        .query_row(
-            "SELECT count(*) FROM endpoints WHERE id = $1 AND account = $2",
-            params![id.to_string(), account.as_str()],
-            |r| r.get(0),
-        )
+        .query_row(count, params![id, account.as_str()], |r| r.get(0))
         .db()?;
     if known == 0 {
-        return Err(StoreError::not_found("endpoint", id));
+        return Err(StoreError::not_found(what, id));
     }
     Ok(())
 }
@@ -208,7 +223,7 @@ pub(crate) fn stats(
     id: EndpointId,
     since: Timestamp,
 ) -> StoreResult<AttemptStats> {
-    ensure_endpoint(t, account, id)?;
+    ensure_owned(t, account, ENDPOINTS, id.to_string())?;
     let mut st = t
         .prepare(
             "SELECT result, bucket, sum(n)::BIGINT FROM attempt_rollup \

@@ -3,15 +3,14 @@
 use async_trait::async_trait;
 use control_plane_core::{
     AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
-    PublishRequest, Published, StoreError, StoreResult, Timestamp,
+    Published, StoreError, StoreResult, Timestamp,
 };
-use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 use duckdb::{params, OptionalExt};
 
 use crate::delivery::publish_example_to;
 use crate::error::DuckResultExt;
 use crate::store::{EmbeddedStore, Tx};
-use crate::util::{list, RowExt};
+use crate::util::RowExt;
 use control_plane_store_kit::columns::TYPE_COLS;
 
 type TypeRow = (
@@ -127,50 +126,6 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, name: &str) -> StoreRe
         return Err(StoreError::not_found("event type", name));
     }
     Ok(())
-}
-
-/// The schemas of the types `reqs` publish (see
-/// [`control_plane_store_kit::schemas::check_publishes`]): from the writer's
-/// cache ([`crate::cache::SchemaCache`]), the types it lacks read in the
-/// publish's transaction.
-pub(crate) fn schemas(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
-    let mut out = Vec::new();
-    for (account, types) in types_by_account(reqs) {
-        let missing: Vec<&str> = types
-            .iter()
-            .copied()
-            .filter(|name| t.schemas.get(account, name).is_none())
-            .collect();
-        if !missing.is_empty() {
-            let found = {
-                let mut st = t
-                    .prepare(
-                        "SELECT name, schema FROM event_types WHERE account = $1 \
-                         AND list_contains($2::VARCHAR[], name)",
-                    )
-                    .db()?;
-                let rows = st
-                    .query_map(params![account.as_str(), list::text(&missing)], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-                    })
-                    .db()?;
-                rows.collect::<Result<Vec<_>, _>>().db()?
-            };
-            for name in &missing {
-                let schema = found
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .and_then(|(_, s)| s.clone());
-                t.schemas.insert(account, name, schema);
-            }
-        }
-        for name in types {
-            if let Some(Some(schema)) = t.schemas.get(account, name) {
-                out.push((account.clone(), name.to_string(), schema.clone()));
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn send_example(

@@ -336,7 +336,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     .db()?;
     t.fan_out.forget(account);
     t.senders.forget(id);
-    let parked = crate::delivery::moved_seqs(
+    let parked = crate::delivery::dead_letters::moved_seqs(
         t,
         "UPDATE deliveries SET state = 'dead', last_error = 'endpoint removed', lease_token = NULL, \
          lease_expires_at = NULL, leased_by = NULL, last_outcome = NULL, updated_at = $1 \
@@ -345,7 +345,7 @@ pub(crate) fn delete(t: &mut Tx<'_>, account: &AccountId, id: EndpointId) -> Sto
     )?;
     let n = parked.len() as u64;
     if n > 0 {
-        crate::delivery::dead_letters_add(t, &parked)?;
+        crate::delivery::dead_letters::dead_letters_add(t, &parked)?;
         t.live_mut().forget();
         // An endpoint's deliveries are of its account.
         t.finished_mut().added(account, DeliveryState::Dead, n);

@@ -139,7 +139,7 @@ fn deliveries(t: &mut Tx<'_>, account: &AccountId, n: i64) -> StoreResult<u64> {
             *gone.entry(state).or_default() += 1;
         }
     }
-    crate::delivery::dead_letters_remove(t, &dead)?;
+    crate::delivery::dead_letters::dead_letters_remove(t, &dead)?;
     let mut total = if events.is_empty() {
         0
     } else {

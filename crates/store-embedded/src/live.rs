@@ -120,6 +120,11 @@ impl EndpointQueue {
         self.due.iter().take_while(move |(due, ..)| *due <= now)
     }
 
+    /// Pending deliveries by seq, lowest first: `(seq, id)`.
+    pub fn pending_by_seq(&self) -> impl Iterator<Item = (i64, DeliveryId)> + '_ {
+        self.pending.iter().map(|(seq, (_, id))| (*seq, *id))
+    }
+
     /// Leases that have not expired at `now`.
     pub fn in_flight(&self, now: i64) -> usize {
         self.leased.values().filter(|exp| **exp > now).count()

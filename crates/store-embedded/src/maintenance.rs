@@ -159,7 +159,7 @@ fn delete_finished(t: &mut Tx<'_>, sql: &str, cutoff: i64, rows: i64) -> StoreRe
             *gone.entry((r.col(0).db()?, state)).or_default() += 1;
         }
     }
-    crate::delivery::dead_letters_remove(t, &dead)?;
+    crate::delivery::dead_letters::dead_letters_remove(t, &dead)?;
     let mut n = 0;
     for ((account, state), k) in gone {
         t.finished_mut().removed(&account, state, k);

@@ -32,6 +32,18 @@ fn row_to_attempt(r: &Row) -> StoreResult<AttemptRecord> {
     })
 }
 
+/// What [`ensure_owned`] checks of an endpoint: its name in the error, and
+/// the statement that finds it in the account.
+const ENDPOINTS: (&str, &str) = (
+    "endpoint",
+    "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
+);
+/// What [`ensure_owned`] checks of a delivery.
+const DELIVERIES: (&str, &str) = (
+    "delivery",
+    "SELECT 1 FROM deliveries WHERE id = $1 AND account = $2",
+);
+
 pub(crate) async fn insert(
     t: &Tx<'_>,
     delivery: DeliveryId,
@@ -74,7 +86,7 @@ pub(crate) async fn list_for_delivery(
     account: &AccountId,
     id: DeliveryId,
 ) -> StoreResult<Vec<AttemptRecord>> {
-    crate::delivery::get(t, account, id).await?;
+    ensure_owned(t, account, DELIVERIES, id.0).await?;
     let rows = t
         .query(
             &format!("SELECT {ATTEMPT_COLS} FROM attempts WHERE delivery_id = $1 ORDER BY id"),
@@ -87,7 +99,7 @@ pub(crate) async fn list_for_delivery(
 
 pub(crate) async fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<AttemptRecord>> {
     if let Some(e) = q.endpoint {
-        ensure_endpoint(t, &q.account, e).await?;
+        ensure_owned(t, &q.account, ENDPOINTS, e.0).await?;
     }
     let account = q.account.as_str();
     let endpoint = q.endpoint.map(|e| e.0);
@@ -129,16 +141,17 @@ pub(crate) async fn search(t: &Tx<'_>, q: &AttemptQuery) -> StoreResult<Page<Att
 }
 
 /// `NotFound` unless `id` is an endpoint of `account` (deleted ones count).
-async fn ensure_endpoint(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<()> {
-    let known = t
-        .query_opt(
-            "SELECT 1 FROM endpoints WHERE id = $1 AND account = $2",
-            &[&id.0, &account.as_str()],
-        )
-        .await
-        .db()?;
+/// `NotFound` (as `what`) unless `find` ([`ENDPOINTS`], [`DELIVERIES`])
+/// finds row `id` in `account`.
+async fn ensure_owned(
+    t: &Tx<'_>,
+    account: &AccountId,
+    (what, find): (&'static str, &str),
+    id: uuid::Uuid,
+) -> StoreResult<()> {
+    let known = t.query_opt(find, &[&id, &account.as_str()]).await.db()?;
     if known.is_none() {
-        return Err(StoreError::not_found("endpoint", id));
+        return Err(StoreError::not_found(what, id));
     }
     Ok(())
 }
@@ -149,7 +162,7 @@ pub(crate) async fn stats(
     id: EndpointId,
     since: Timestamp,
 ) -> StoreResult<AttemptStats> {
-    ensure_endpoint(t, account, id).await?;
+    ensure_owned(t, account, ENDPOINTS, id.0).await?;
     let rows = t
         .query(
             "SELECT result, bucket, sum(n)::bigint FROM attempt_rollup \

@@ -4,10 +4,9 @@ use crate::util::RowExt;
 use async_trait::async_trait;
 use control_plane_core::{
     AccountId, CatalogueStore, Checked, EndpointId, EndpointKey, EventType, EventTypePut,
-    PublishRequest, Published, StoreError, StoreResult,
+    Published, StoreError, StoreResult,
 };
 use control_plane_store_kit::columns::TYPE_COLS;
-use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 
 use crate::delivery::publish_example_to;
 use crate::error::PgResultExt;
@@ -94,32 +93,6 @@ pub(crate) async fn delete(t: &Tx<'_>, account: &AccountId, name: &str) -> Store
         return Err(StoreError::not_found("event type", name));
     }
     Ok(())
-}
-
-/// The schemas of the types `reqs` publish, read in the publish's
-/// transaction, one statement per account, sent together (see
-/// [`control_plane_store_kit::schemas::check_publishes`]).
-pub(crate) async fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
-    let read = t
-        .prepare_cached(
-            "SELECT name, schema FROM event_types WHERE account = $1 AND name = ANY($2) \
-             AND schema IS NOT NULL",
-        )
-        .await
-        .db()?;
-    let per_account = futures::future::try_join_all(types_by_account(reqs).into_iter().map(
-        |(account, types)| {
-            let read = &read;
-            async move {
-                let rows = t.query(read, &[&account.as_str(), &types]).await.db()?;
-                rows.iter()
-                    .map(|r| Ok((account.clone(), r.col(0)?, r.col(1)?)))
-                    .collect::<StoreResult<Vec<StoredSchema>>>()
-            }
-        },
-    ))
-    .await?;
-    Ok(per_account.into_iter().flatten().collect())
 }
 
 async fn send_example(

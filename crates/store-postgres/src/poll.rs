@@ -48,15 +48,22 @@ async fn read(t: &Tx<'_>, req: &PollRequest) -> StoreResult<Vec<Polled>> {
         .collect()
 }
 
-/// The advisory lock that serialises the reads of one endpoint, so that
-/// attempt-log positions follow the order reads hand deliveries out in
-/// (a later read never commits a lower position).
-fn lock_key(req: &PollRequest) -> i64 {
-    let (high, _) = req.endpoint.0.as_u64_pair();
-    i64::from_ne_bytes(high.to_ne_bytes())
+/// Serialises the reads of one endpoint, so that attempt-log positions
+/// follow the order reads hand deliveries out in (a later read never
+/// commits a lower position). Taken first, so that every statement after it
+/// sees what the read before committed.
+async fn lock(t: &Tx<'_>, req: &PollRequest) -> StoreResult<()> {
+    t.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('poll of ' || $1, 0))",
+        &[&req.endpoint.0.to_string()],
+    )
+    .await
+    .db()?;
+    Ok(())
 }
 
 async fn poll(t: &Tx<'_>, req: &PollRequest) -> StoreResult<PollPage> {
+    lock(t, req).await?;
     let found = t
         .query_opt(
             "SELECT url, enabled FROM endpoints WHERE id = $1 AND account = $2 AND deleted_at IS NULL",
@@ -71,16 +78,17 @@ async fn poll(t: &Tx<'_>, req: &PollRequest) -> StoreResult<PollPage> {
     if !url.is_empty() {
         return Err(not_a_poll_endpoint(req.endpoint));
     }
-    t.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(req)])
-        .await
-        .db()?;
     let mut events = read(t, req).await?;
-    let room = i64::from(req.limit) - events.len() as i64;
+    let before = events.len();
+    let room = i64::from(req.limit) - before as i64;
+    let mut handed = 0;
     if enabled && room > 0 {
-        deliver_polled(t, req.endpoint, room).await?;
-        events = read(t, req).await?;
+        handed = deliver_polled(t, req.endpoint, room).await?;
+        if handed > 0 {
+            events = read(t, req).await?;
+        }
     }
-    Ok(PollPage::of(req, events))
+    PollPage::read(req, before, handed, events)
 }
 
 #[async_trait]

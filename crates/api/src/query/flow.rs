@@ -233,11 +233,16 @@ pub struct DeliveryRecord {
 }
 
 impl DeliveryRecord {
-    /// Its endpoint's URL, while the endpoint exists.
+    /// Its endpoint's URL (`(poll endpoint)` for one without,
+    /// [`control_plane_core::Endpoint::destination_label`]), while the
+    /// endpoint exists.
     pub fn url(&self) -> Option<&str> {
-        self.flow
-            .endpoint(self.delivery.delivery.endpoint_id)
-            .map(|e| e.url.as_str())
+        self.endpoint().map(|e| e.destination_label())
+    }
+
+    /// Its endpoint, while it exists.
+    pub fn endpoint(&self) -> Option<&control_plane_core::Endpoint> {
+        self.flow.endpoint(self.delivery.delivery.endpoint_id)
     }
 }
 

@@ -101,6 +101,7 @@ pub use poll::{
     a_poll_endpoint_is_read_only_by_its_consumer,
     a_poll_from_an_earlier_cursor_reads_the_same_events_again,
     a_poll_reads_in_order_and_acknowledges_what_it_reads,
+    concurrent_polls_of_one_endpoint_read_every_event_once_in_one_order,
 };
 pub use portal::{
     a_portal_link_is_found_until_revoked_or_expired, a_portal_link_is_redeemed_once,

@@ -2,7 +2,7 @@
 //! deliveries in order, and reading is acknowledging.
 
 use crate::contracts::fixtures::{acct, attempts, claim, create_endpoint, endpoint, get, publish};
-use crate::contracts::fixtures::{is_invalid, publish_ok, publish_req};
+use crate::contracts::fixtures::{is_invalid, publish_n, publish_ok, publish_req};
 use crate::{Harness, StoreFactory};
 use control_plane_core::{
     AttemptResult, Check, DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointKey,
@@ -152,8 +152,9 @@ pub async fn a_poll_from_an_earlier_cursor_reads_the_same_events_again(f: &dyn S
 /// `PollStore::delivery_poll` and `DeliveryStore::delivery_claim`: a claim
 /// never takes a poll endpoint's deliveries; its event types choose its
 /// deliveries as for any endpoint; another account's endpoint is not
-/// found, a pushed one is refused, a deleted one is gone; the settings
-/// that only shape sending are refused on it.
+/// found, a pushed one is refused, a deleted one is gone, a cursor ahead of
+/// its reads is refused and hands nothing out; the settings that only shape
+/// sending are refused on it.
 pub async fn a_poll_endpoint_is_read_only_by_its_consumer(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let p = poll_endpoint(&h, "a", &["invoice.*"]).await;
@@ -165,6 +166,16 @@ pub async fn a_poll_endpoint_is_read_only_by_its_consumer(f: &dyn StoreFactory) 
     assert!(claimed.iter().all(|c| c.delivery.endpoint_id == pushed.id));
     let page = read(&h, &p, None, 10).await;
     assert_eq!(events(&page), [paid.event.id]);
+
+    // A cursor ahead of every read of this endpoint (another endpoint's,
+    // or made up) is refused and hands nothing out unseen.
+    let waiting = publish_ok(&h, publish_req("a", "invoice.sent")).await;
+    let ahead = PollRequest::new(acct("a"), p.id, Some(i64::MAX / 2), 10).unwrap();
+    is_invalid(h.store.delivery_poll(ahead).await);
+    let delivery = waiting.deliveries[0];
+    assert_eq!(get(&h, "a", delivery).await.state, DeliveryState::Pending);
+    let next = read(&h, &p, Some(page.cursor), 10).await;
+    assert_eq!(events(&next), [waiting.event.id]);
 
     let other = PollRequest::new(acct("b"), p.id, None, 10).unwrap();
     assert!(matches!(
@@ -193,4 +204,56 @@ pub async fn a_poll_endpoint_is_read_only_by_its_consumer(f: &dyn StoreFactory) 
         h.store.delivery_poll(gone).await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+/// `PollStore::delivery_poll` under concurrency: readers of one endpoint,
+/// each following its own cursor at once, all read every event once, in
+/// one and the same order (a read never commits a position below one
+/// another read already returned), and each event is delivered once.
+pub async fn concurrent_polls_of_one_endpoint_read_every_event_once_in_one_order(
+    f: &dyn StoreFactory,
+) {
+    let h = f.open(StoreOptions::default()).await;
+    let e = poll_endpoint(&h, "a", &[]).await;
+    publish_n(&h, "a", "invoice.paid", 120).await;
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, e) = (h.store.clone(), e.clone());
+            tokio::spawn(async move {
+                let (mut cursor, mut seen) = (None, Vec::new());
+                loop {
+                    let req = PollRequest::new(e.account.clone(), e.id, cursor, 7).unwrap();
+                    let page = store.delivery_poll(req).await.unwrap();
+                    if page.events.is_empty() {
+                        return seen;
+                    }
+                    cursor = Some(page.cursor);
+                    seen.extend(page.events.into_iter().map(|p| (p.position, p.delivery_id)));
+                }
+            })
+        })
+        .collect();
+    let mut orders = Vec::new();
+    for r in readers {
+        orders.push(r.await.unwrap());
+    }
+    let all = read(&h, &e, None, 1000).await;
+    let order: Vec<_> = all
+        .events
+        .iter()
+        .map(|p| (p.position, p.delivery_id))
+        .collect();
+    assert_eq!(order.len(), 120);
+    let mut ids: Vec<_> = order.iter().map(|(_, d)| *d).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 120, "each event handed out once");
+    for seen in &orders {
+        assert_eq!(
+            seen, &order,
+            "a reader saw every event once, in the one order"
+        );
+    }
+    let counts = h.store.delivery_count_by_account_and_state().await.unwrap();
+    assert_eq!(counts, [(acct("a"), DeliveryState::Delivered, 120)]);
 }

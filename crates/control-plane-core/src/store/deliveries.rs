@@ -487,15 +487,20 @@ pub trait PollStore: Send + Sync {
     /// - A read with an earlier cursor returns the same events again and
     ///   delivers nothing twice; a replayed delivery is read again after
     ///   the rest (`a_poll_from_an_earlier_cursor_reads_the_same_events_again`).
+    /// - Readers of one endpoint at once, each on its own cursor, all read
+    ///   every event once in one order, each delivered once
+    ///   (`concurrent_polls_of_one_endpoint_read_every_event_once_in_one_order`).
     /// - A claim never takes a poll endpoint's deliveries; event types and
     ///   filters choose its deliveries as for any endpoint; another
-    ///   account's endpoint is not found and a pushed one is refused
-    ///   (`a_poll_endpoint_is_read_only_by_its_consumer`).
+    ///   account's endpoint is not found, a pushed one is refused, and a
+    ///   cursor ahead of every read of the endpoint is refused with nothing
+    ///   handed out (`a_poll_endpoint_is_read_only_by_its_consumer`).
     ///
     /// # Errors
     /// `NotFound` for an endpoint that is not the account's or is deleted;
     /// `InvalidInput` for an endpoint with a URL
-    /// ([`crate::not_a_poll_endpoint`]).
+    /// ([`crate::not_a_poll_endpoint`]), or a cursor ahead of every read of
+    /// the endpoint ([`crate::PollPage::read`]).
     ///
     /// # Cancellation safety
     /// A cancelled read may have delivered what it read; reading again

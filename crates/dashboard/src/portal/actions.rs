@@ -62,7 +62,8 @@ pub(crate) async fn endpoint_new(session: PortalSession) -> Page {
 #[derive(Deserialize)]
 pub(crate) struct EndpointForm {
     csrf: String,
-    url: String,
+    /// Absent from a poll endpoint's edit form, which has no URL.
+    url: Option<String>,
     description: Option<String>,
     event_types: Option<String>,
 }
@@ -106,7 +107,7 @@ pub(crate) async fn endpoint_add(
     let secret = query::given_or_new_secret(None, SignatureScheme::Hmac)?;
     let mut req = EndpointCreateRequest::new(
         session.link.account.clone(),
-        form.url.trim(),
+        form.url.as_deref().unwrap_or_default().trim(),
         Secret::new(secret.clone()),
     );
     req.event_types = form.types();
@@ -130,7 +131,8 @@ pub(crate) async fn endpoint_edit(
     session.manager()?;
     let id = session.endpoint(&p.id)?;
     let req = EndpointUpdateRequest {
-        url: Some(form.url.trim().to_string()),
+        // A poll endpoint's form has no URL field: nothing to change.
+        url: form.url.as_deref().map(|u| u.trim().to_string()),
         event_types: Some(form.types()),
         description: Some(form.description()),
         ..EndpointUpdateRequest::default()

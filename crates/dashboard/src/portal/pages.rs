@@ -133,8 +133,10 @@ fn manage(e: &Endpoint, csrf: &str) -> Markup {
         h2 { "Change" }
         form.login method="post" action={ (base) "/edit" } {
             (csrf_field(csrf))
-            label for="url" { "URL" }
-            input type="url" id="url" name="url" value=(e.url) required;
+            @if !e.is_poll() {
+                label for="url" { "URL" }
+                input type="url" id="url" name="url" value=(e.url) required;
+            }
             label for="description" { "Description" }
             input type="text" id="description" name="description"
                 value=(e.description.as_deref().unwrap_or(""));

@@ -1,8 +1,9 @@
 //! Claiming: expired leases swept, probes first, then due deliveries shared
 //! fairly among endpoints and accounts (ADR 0009), leased and read back.
 
+use crate::delivery::dead_letters::seq_range;
 use crate::delivery::read::{row_to_delivery, sent_events, DELIVERY_COLS};
-use crate::delivery::transition::{seq_range, Circuits, Transitions};
+use crate::delivery::transition::{Circuits, Transitions};
 use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::live::{row_to_lease_row, LiveRow, LEASE_COLS};
@@ -110,7 +111,7 @@ pub(super) const FLOWS_UNORDERED: &str = "WITH g AS (SELECT d.endpoint_id, \
 /// [`FLOWS_UNORDERED`], the head being the one delivery it may hand out.
 pub(super) const FLOWS_ORDERED: &str = "WITH due AS (SELECT d.endpoint_id, d.id, d.due_at, d.seq FROM deliveries d \
      JOIN endpoints e ON e.id = d.endpoint_id \
-     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     WHERE d.state = 'pending' AND d.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL AND e.url <> '' \
      AND e.ordered AND e.circuit_mode = 'closed' AND d.seq = (SELECT min(h.seq) FROM deliveries h \
      WHERE h.endpoint_id = d.endpoint_id AND h.state IN ('pending', 'leased'))), \
      fl AS (SELECT endpoint_id, count(*) AS n FROM deliveries \

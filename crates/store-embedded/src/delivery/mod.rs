@@ -19,6 +19,7 @@ use crate::delivery::read::list;
 use crate::store::EmbeddedStore;
 
 mod claim;
+pub(crate) mod dead_letters;
 mod outcome;
 mod publish;
 mod read;
@@ -27,13 +28,11 @@ mod transition;
 use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
 use crate::delivery::publish::enqueue;
 use crate::delivery::read::{
-    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list,
+    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list, get,
 };
 
 pub(crate) use outcome::deliver_polled;
 pub(crate) use publish::publish_example_to;
-pub(crate) use read::get;
-pub(crate) use transition::{dead_letters_add, dead_letters_remove, moved_seqs};
 
 #[async_trait]
 impl EventStore for EmbeddedStore {

@@ -2,10 +2,9 @@
 //! lease check, `control_plane_core::fence`), and sending finished
 //! deliveries again (replay, resend).
 
+use crate::delivery::dead_letters::{dead_letters_remove, moved_seqs, seq_range};
 use crate::delivery::read::get;
-use crate::delivery::transition::{
-    dead_letters_remove, lease_row, moved_seqs, seq_range, Circuits, Transitions,
-};
+use crate::delivery::transition::{lease_row, Circuits, Transitions};
 use crate::endpoint;
 use crate::error::DuckResultExt;
 use crate::live::{row_to_lease_row, LEASE_COLS};
@@ -264,21 +263,43 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
     Ok(n)
 }
 
+/// The seqs of the `limit` oldest pending deliveries of `endpoint`, from
+/// the live index when it is kept (no scan of the history), else from the
+/// table.
+fn pending_seqs(t: &mut Tx<'_>, endpoint: EndpointId, limit: i64) -> StoreResult<Vec<i64>> {
+    let take = usize::try_from(limit).unwrap_or(0);
+    if let Some(queues) = t.live_queues()? {
+        return Ok(queues
+            .get(&endpoint)
+            .map(|q| q.pending_by_seq().take(take).map(|(seq, _)| seq).collect())
+            .unwrap_or_default());
+    }
+    moved_seqs(
+        t,
+        "SELECT seq FROM deliveries WHERE endpoint_id = $1 AND state = 'pending' ORDER BY seq LIMIT $2",
+        params![endpoint.to_string(), limit],
+    )
+}
+
 /// Hands out up to `limit` pending deliveries of poll endpoint `endpoint`,
 /// lowest sequence first, each recorded as delivered: the same transition a
 /// success after a claim makes (its attempt counted, the attempt row, the
 /// rollup, the tally, the live index), so that reading is acknowledging
-/// (ADR 0051).
-pub(crate) fn deliver_polled(t: &mut Tx<'_>, endpoint: EndpointId, limit: i64) -> StoreResult<()> {
+/// (ADR 0051). Returns how many it handed out.
+pub(crate) fn deliver_polled(
+    t: &mut Tx<'_>,
+    endpoint: EndpointId,
+    limit: i64,
+) -> StoreResult<usize> {
+    let Some((lo, hi)) = seq_range(&pending_seqs(t, endpoint, limit)?) else {
+        return Ok(0);
+    };
     let seqs = moved_seqs(
         t,
-        "UPDATE deliveries SET attempts = attempts + 1 WHERE seq IN (SELECT seq FROM deliveries \
-         WHERE endpoint_id = $1 AND state = 'pending' ORDER BY seq LIMIT $2) RETURNING seq",
-        params![endpoint.to_string(), limit],
+        "UPDATE deliveries SET attempts = attempts + 1 WHERE seq BETWEEN $1 AND $2 \
+         AND endpoint_id = $3 AND state = 'pending' RETURNING seq",
+        params![lo, hi, endpoint.to_string()],
     )?;
-    let Some((lo, hi)) = seq_range(&seqs) else {
-        return Ok(());
-    };
     let mut rows = {
         let mut st = t
             .prepare(&format!(
@@ -311,5 +332,6 @@ pub(crate) fn deliver_polled(t: &mut Tx<'_>, endpoint: EndpointId, limit: i64) -
         writes.push(t, row, &tr, None, Some(outcome.kind()))?;
     }
     circuits.write(t)?;
-    writes.write(t)
+    writes.write(t)?;
+    Ok(rows.len())
 }

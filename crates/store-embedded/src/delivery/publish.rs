@@ -12,6 +12,7 @@ use control_plane_core::{
     fan_out, AccountId, Checked, DeliveryId, DeliveryState, Endpoint, EndpointId, Enqueued,
     EventId, NewAlert, PublishRequest, Published, StoreResult,
 };
+use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 use duckdb::{params, OptionalExt};
 use std::collections::HashMap;
 
@@ -166,7 +167,7 @@ impl NewRows {
 pub(crate) fn publish(t: &mut Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
     // Checked only for the events this call creates: a repeated key answers
     // with its first event whatever a schema registered since says.
-    let schemas = crate::catalogue::schemas(t, &reqs)?;
+    let schemas = schemas(t, &reqs)?;
     let mut rows = NewRows::default();
     let mut keyed: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut out: Vec<Published> = Vec::with_capacity(reqs.len());
@@ -272,4 +273,48 @@ pub(crate) fn enqueue(
             })
         }
     }
+}
+
+/// The schemas of the types `reqs` publish (see
+/// [`control_plane_store_kit::schemas::check_publishes`]): from the writer's
+/// cache ([`crate::cache::SchemaCache`]), the types it lacks read in the
+/// publish's transaction.
+fn schemas(t: &mut Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
+    let mut out = Vec::new();
+    for (account, types) in types_by_account(reqs) {
+        let missing: Vec<&str> = types
+            .iter()
+            .copied()
+            .filter(|name| t.schemas.get(account, name).is_none())
+            .collect();
+        if !missing.is_empty() {
+            let found = {
+                let mut st = t
+                    .prepare(
+                        "SELECT name, schema FROM event_types WHERE account = $1 \
+                         AND list_contains($2::VARCHAR[], name)",
+                    )
+                    .db()?;
+                let rows = st
+                    .query_map(params![account.as_str(), list::text(&missing)], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .db()?;
+                rows.collect::<Result<Vec<_>, _>>().db()?
+            };
+            for name in &missing {
+                let schema = found
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .and_then(|(_, s)| s.clone());
+                t.schemas.insert(account, name, schema);
+            }
+        }
+        for name in types {
+            if let Some(Some(schema)) = t.schemas.get(account, name) {
+                out.push((account.clone(), name.to_string(), schema.clone()));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -4,7 +4,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use crate::cache::SentEvent;
-use crate::delivery::transition::DEAD_LETTER_COLS;
+use crate::delivery::dead_letters::DEAD_LETTER_COLS;
 use crate::error::DuckResultExt;
 use crate::finished::{count_in_table, Counts};
 use crate::live::LiveRow;

@@ -45,7 +45,7 @@ pub(super) async fn sweep_expired(t: &Tx<'_>) -> StoreResult<()> {
 /// The first claimable live row of endpoint `$2` at `$1`: pending, due, on a
 /// live enabled endpoint, and the head of an ordered one.
 pub(super) const PROBE_CANDIDATE: &str = "SELECT l.seq, l.due_at FROM delivery_queue l JOIN endpoints e ON e.id = l.endpoint_id \
-     WHERE l.endpoint_id = $2 AND l.state = 'pending' AND l.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL \
+     WHERE l.endpoint_id = $2 AND l.state = 'pending' AND l.due_at <= $1 AND e.enabled AND e.deleted_at IS NULL AND e.url <> '' \
      AND (NOT e.ordered OR l.seq = (SELECT min(h.seq) FROM delivery_queue h WHERE h.endpoint_id = l.endpoint_id)) \
      ORDER BY l.due_at, l.seq LIMIT 1 FOR UPDATE OF l SKIP LOCKED";
 

@@ -8,7 +8,7 @@ use crate::delivery::claim::ClaimTx;
 use crate::delivery::outcome::{extend, record_outcomes, release, replay_dead, requeue};
 use crate::delivery::publish::{enqueue, publish_keyless};
 use crate::delivery::read::{
-    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list, list,
+    count_by_account_and_state, count_by_state, event_by_key, event_get, event_list, get, list,
 };
 use control_plane_core::{
     AccountId, Checked, ClaimRequest, ClaimedDelivery, Delivery, DeliveryId, DeliveryListRequest,
@@ -35,7 +35,6 @@ pub use claim::claim_statement;
 pub(crate) use outcome::deliver_polled;
 pub use outcome::{LEASED, RECORD_DELIVERED};
 pub(crate) use publish::publish_example_to;
-pub(crate) use read::get;
 
 impl PostgresStore {
     /// The outbox: publishes inside the caller's own transaction, so the

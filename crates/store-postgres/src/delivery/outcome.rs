@@ -292,12 +292,13 @@ pub(crate) async fn record_outcome(
 /// lowest sequence first, each recorded as delivered: the same transition a
 /// success after a claim makes (its attempt counted, the finished row, the
 /// tally, the attempt row and its rollup), so that reading is acknowledging
-/// (ADR 0051). The caller holds the endpoint's poll lock.
+/// (ADR 0051). The caller holds the endpoint's poll lock. Returns how many
+/// it handed out.
 pub(crate) async fn deliver_polled(
     t: &Tx<'_>,
     endpoint: EndpointId,
     limit: i64,
-) -> StoreResult<()> {
+) -> StoreResult<usize> {
     let rows = t
         .query(
             &format!(
@@ -314,6 +315,9 @@ pub(crate) async fn deliver_polled(
         .iter()
         .map(row_to_lease_row)
         .collect::<StoreResult<Vec<_>>>()?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
     rows.sort_by_key(|r| r.seq);
     let outcome = DeliveryOutcome::Delivered(AttemptReport::default());
     let mut circuit = endpoint::load_circuit(t, endpoint, true).await?;
@@ -326,7 +330,7 @@ pub(crate) async fn deliver_polled(
     if circuit != before {
         endpoint::save_circuit(t, endpoint, &circuit).await?;
     }
-    Ok(())
+    Ok(rows.len())
 }
 
 /// The end of a replay, after the `WHERE` of a `DELETE FROM delivery_done x

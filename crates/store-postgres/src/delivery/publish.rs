@@ -9,6 +9,7 @@ use control_plane_core::{
     fan_out, AccountId, Checked, DeliveryId, Endpoint, EndpointId, Enqueued, Event, EventId,
     NewAlert, PublishRequest, Published, StoreError, StoreResult, TraceParent,
 };
+use control_plane_store_kit::schemas::{types_by_account, StoredSchema};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -37,10 +38,12 @@ pub(super) async fn insert_delivery(
     row.map(|r| r.col(0)).transpose()
 }
 
-/// Locks the ordered endpoints among `$1` (in id order, so publishers
-/// never deadlock), so their sequence numbers follow commit order.
+/// Locks the ordered endpoints and the poll endpoints among `$1` (in id
+/// order, so publishers never deadlock), so their sequence numbers follow
+/// commit order: a poll never hands out a sequence number while a lower
+/// one is still uncommitted (ADR 0051).
 pub(super) const LOCK_ORDERED: &str =
-    "SELECT id FROM endpoints WHERE id = ANY($1) AND ordered ORDER BY id FOR NO KEY UPDATE";
+    "SELECT id FROM endpoints WHERE id = ANY($1) AND (ordered OR url = '') ORDER BY id FOR NO KEY UPDATE";
 
 /// Runs [`LOCK_ORDERED`] on `endpoints`.
 pub(super) async fn lock_ordered(t: &Tx<'_>, endpoints: &[Uuid]) -> StoreResult<()> {
@@ -224,7 +227,7 @@ pub(super) fn accounts_of(reqs: &[PublishRequest]) -> Vec<&AccountId> {
 /// Publishes every request (checked when sealed, [`Checked`]) inside `tx`:
 /// the caller's transaction for the outbox, or one from the pool.
 pub(crate) async fn publish(t: &Tx<'_>, reqs: Vec<PublishRequest>) -> StoreResult<Vec<Published>> {
-    let schemas = crate::catalogue::schemas(t, &reqs).await?;
+    let schemas = schemas(t, &reqs).await?;
     // Each account's endpoints, read once: the batch fans out as of its
     // start (it commits at once).
     let mut endpoints: Vec<(AccountId, Vec<Endpoint>)> = Vec::new();
@@ -286,7 +289,7 @@ pub(super) async fn publish_keyless(
         let ((), lists, schemas) = futures::try_join!(
             async { t.batch_execute(crate::store::BEGIN_GENERIC).await.db() },
             futures::future::try_join_all(accounts.iter().map(|a| endpoint::list_sealed(&t, a))),
-            crate::catalogue::schemas(&t, reqs),
+            schemas(&t, reqs),
         )?;
         if let Err(refused) = control_plane_store_kit::schemas::check_publishes(reqs, &schemas) {
             // Nothing was written: the connection goes back to the pool,
@@ -446,4 +449,30 @@ pub(crate) async fn enqueue(
         delivery_id: row.col(0)?,
         won: false,
     })
+}
+
+/// The schemas of the types `reqs` publish, read in the publish's
+/// transaction, one statement per account, sent together (see
+/// [`control_plane_store_kit::schemas::check_publishes`]).
+async fn schemas(t: &Tx<'_>, reqs: &[PublishRequest]) -> StoreResult<Vec<StoredSchema>> {
+    let read = t
+        .prepare_cached(
+            "SELECT name, schema FROM event_types WHERE account = $1 AND name = ANY($2) \
+             AND schema IS NOT NULL",
+        )
+        .await
+        .db()?;
+    let per_account = futures::future::try_join_all(types_by_account(reqs).into_iter().map(
+        |(account, types)| {
+            let read = &read;
+            async move {
+                let rows = t.query(read, &[&account.as_str(), &types]).await.db()?;
+                rows.iter()
+                    .map(|r| Ok((account.clone(), r.col(0)?, r.col(1)?)))
+                    .collect::<StoreResult<Vec<StoredSchema>>>()
+            }
+        },
+    ))
+    .await?;
+    Ok(per_account.into_iter().flatten().collect())
 }
