@@ -10,9 +10,9 @@ use crate::{
     BenchResult,
 };
 use control_plane_core::{
-    Check, DeliveryListRequest, DeliveryState, DynControlPlaneStore, EndpointCreateRequest,
-    EndpointId, EndpointKey, PageRequest, PollRequest, PublishRequest, Secret, SystemClock,
-    Timestamp,
+    Check, Checked, DeliveryListRequest, DeliveryState, DynControlPlaneStore,
+    EndpointCreateRequest, EndpointId, EndpointKey, PageRequest, PollRequest, PublishRequest,
+    Secret, SystemClock, Timestamp,
 };
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -202,7 +202,47 @@ async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> Ben
         }
         out.push(median(ms));
     }
+    out.push(backlog_reads(&store, runs).await?);
     Ok(out)
+}
+
+/// The row after the read paths: a poll endpoint's consumer reading a
+/// backlog, a page at a time ([`backlog_reads`]).
+const BACKLOG_READ: &str = "poll endpoint, a read of 100 from a backlog of 10,000";
+
+/// The median (ms) of reads of 100 that follow their cursor through a
+/// backlog of 10,000 events of a new poll endpoint (each read hands out and
+/// delivers its 100).
+async fn backlog_reads(store: &DynControlPlaneStore, runs: usize) -> BenchResult<f64> {
+    let mut req = EndpointCreateRequest::poll(
+        acct(),
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    );
+    req.event_types = vec!["bench.backlog".into()];
+    let poll = store
+        .endpoint_create(req.checked().map_err(fail)?)
+        .await
+        .map_err(fail)?;
+    for _ in 0..10 {
+        let reqs: Vec<PublishRequest> = (0..1000)
+            .map(|n| PublishRequest::new(acct(), "bench.backlog", serde_json::json!({"n": n})))
+            .collect();
+        store
+            .event_publish_batch(Checked::all(reqs).map_err(fail)?)
+            .await
+            .map_err(fail)?;
+    }
+    let (mut cursor, mut ms) = (None, Vec::new());
+    for i in 0..runs + 2 {
+        let read = PollRequest::new(acct(), poll.id, cursor, 100).map_err(fail)?;
+        let t = Instant::now();
+        let page = store.delivery_poll(read).await.map_err(fail)?;
+        if i >= 2 {
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        cursor = Some(page.cursor);
+    }
+    Ok(median(ms))
 }
 
 /// `size` finished deliveries of one endpoint, written by SQL (postgres).
@@ -443,7 +483,8 @@ pub(crate) async fn history(a: &Args, dir: &std::path::Path) -> BenchResult<Stri
             out,
             "\n{profile}: medians of {runs} after 2 warm-ups (ms)\n\n| read path | {small} finished | {large} finished | ratio |\n| --- | --- | --- | --- |"
         );
-        for (i, (name, _)) in read_paths().iter().enumerate() {
+        let names = read_paths().into_iter().map(|(name, _)| name);
+        for (i, name) in names.chain([BACKLOG_READ]).enumerate() {
             let (s, l) = (rows[0][i], rows[1][i]);
             let _ = writeln!(
                 out,

@@ -5,8 +5,9 @@ use crate::contracts::fixtures::{acct, attempts, claim, create_endpoint, endpoin
 use crate::contracts::fixtures::{is_invalid, publish_n, publish_ok, publish_req};
 use crate::{Harness, StoreFactory};
 use control_plane_core::{
-    AttemptResult, Check, DeliveryState, Enablement, Endpoint, EndpointCreateRequest, EndpointKey,
-    EndpointUpdateRequest, EventId, PollPage, PollRequest, Secret, StoreError, StoreOptions,
+    AttemptResult, Check, Clock, DeliveryState, Enablement, Endpoint, EndpointCreateRequest,
+    EndpointKey, EndpointUpdateRequest, EventId, PollPage, PollRequest, Secret, StoreError,
+    StoreOptions,
 };
 
 async fn poll_endpoint(h: &Harness, account: &str, types: &[&str]) -> Endpoint {
@@ -32,7 +33,8 @@ fn events(p: &PollPage) -> Vec<EventId> {
 /// `PollStore::delivery_poll`: events come in publish order, each once,
 /// with the body a pushed endpoint would get; each one read is delivered
 /// with one attempt of result `delivered`, and the counts follow; the
-/// cursor reads on from the last one, and a read past the end keeps it.
+/// cursor reads on from the last one, and a read past the end keeps it;
+/// the endpoint's stats and the account's rollup count the reads.
 pub async fn a_poll_reads_in_order_and_acknowledges_what_it_reads(f: &dyn StoreFactory) {
     let h = f.open(StoreOptions::default()).await;
     let e = poll_endpoint(&h, "a", &[]).await;
@@ -84,6 +86,22 @@ pub async fn a_poll_reads_in_order_and_acknowledges_what_it_reads(f: &dyn StoreF
     );
     let counts = h.store.delivery_count_by_account_and_state().await.unwrap();
     assert_eq!(counts, [(acct("a"), DeliveryState::Delivered, 5)]);
+    // The endpoint's stats and the account's rollup count the reads.
+    let since = h.clock.now().minus(std::time::Duration::from_secs(3600));
+    let key = EndpointKey::new(&e.account, e.id);
+    let stats = h.store.attempt_stats(key, since).await.unwrap();
+    assert_eq!((stats.delivered, stats.failed), (5, 0));
+    let rollup = h
+        .store
+        .attempt_rollup_of_account(&acct("a"), since)
+        .await
+        .unwrap();
+    let counted: i64 = rollup
+        .iter()
+        .filter(|r| r.endpoint_id == e.id)
+        .map(|r| r.n)
+        .sum();
+    assert_eq!(counted, 5, "{rollup:?}");
 }
 
 /// `PollStore::delivery_poll`: a read with an earlier cursor (an answer the

@@ -3,16 +3,16 @@
 //! deliveries again (replay, resend).
 
 use crate::delivery::read::get;
-use crate::delivery::transition::{apply, finished, lock_live, row_to_lease_row, LEASE_COLS};
+use crate::delivery::transition::{apply, finished, lock_live};
 use crate::endpoint;
 use crate::error::PgResultExt;
 use crate::store::{PipelinedTx, PostgresStore, Tx};
 use crate::util::RowExt;
 use control_plane_core::plan_outcome;
 use control_plane_core::{
-    latency_bucket, rollup_minute, storable_body, AccountId, AttemptReport, Delivery, DeliveryId,
-    DeliveryOutcome, DeliveryState, EndpointId, Lease, OutcomeRecorded, ReplayFilter, Requeue,
-    StoreResult, Timestamp,
+    latency_bucket, rollup_bucket, rollup_minute, storable_body, AccountId, AttemptReport,
+    AttemptResult, Delivery, DeliveryId, DeliveryOutcome, DeliveryState, EndpointId, Lease,
+    OutcomeRecorded, ReplayFilter, Requeue, StoreResult, Timestamp,
 };
 use control_plane_core::{FencedWrite, LeaseRow, Refused, Verdict};
 use std::time::Duration;
@@ -288,48 +288,53 @@ pub(crate) async fn record_outcome(
     })
 }
 
-/// Hands out up to `limit` pending deliveries of poll endpoint `endpoint`,
-/// lowest sequence first, each recorded as delivered: the same transition a
-/// success after a claim makes (its attempt counted, the finished row, the
-/// tally, the attempt row and its rollup), so that reading is acknowledging
-/// (ADR 0051). The caller holds the endpoint's poll lock. Returns how many
-/// it handed out.
+/// Hands out up to `$2` pending deliveries of poll endpoint `$1`, lowest
+/// sequence first, each recorded as delivered at `$3` in one statement, as
+/// [`RECORD_DELIVERED`] records a batch of successes: the live row deleted,
+/// the finished row, the tally, the rollup (`$4` its minute, `$5` its
+/// bucket) and the attempt row (its attempt counted), so that reading is
+/// acknowledging (ADR 0051). `plan_outcome` gives exactly this transition
+/// there: a poll endpoint's circuit never leaves closed, as no outcome but
+/// a delivery is ever recorded for it. The attempt rows are inserted in
+/// sequence order, so their positions follow it.
+const DELIVER_POLLED: &str = "WITH g AS (DELETE FROM delivery_queue l \
+     WHERE (l.endpoint_id, l.seq) IN (SELECT p.endpoint_id, p.seq FROM delivery_queue p \
+     WHERE p.endpoint_id = $1 AND p.state = 'pending' ORDER BY p.seq LIMIT $2 FOR UPDATE) \
+     RETURNING l.delivery_id, l.endpoint_id, l.account, l.seq, l.attempts + 1 AS attempts, \
+     l.max_attempts, l.due_at), \
+     f AS (INSERT INTO delivery_done (delivery_id, state, attempts, max_attempts, due_at, last_error, \
+     lease_token, last_outcome, finished_at) \
+     SELECT delivery_id, 'delivered', attempts, max_attempts, due_at, NULL, NULL, 'delivered', $3 FROM g), \
+     tally AS (INSERT INTO delivery_tallies (account, state, n) \
+     SELECT account, 'delivered', count(*) FROM g GROUP BY account), \
+     rollup AS (INSERT INTO attempt_rollup (endpoint_id, minute, result, bucket, n) \
+     SELECT endpoint_id, $4, 'delivered', $5, count(*) FROM g GROUP BY endpoint_id) \
+     INSERT INTO attempts (delivery_id, endpoint_id, account, attempt, result, status_code, error, \
+     latency_ms, will_retry, next_attempt_at, recorded_at, response_body) \
+     SELECT delivery_id, endpoint_id, account, attempts, 'delivered', NULL, NULL, 0, false, NULL, $3, NULL \
+     FROM g ORDER BY seq RETURNING delivery_id";
+
+/// Runs [`DELIVER_POLLED`]; the caller holds the endpoint's poll lock.
+/// Returns how many it handed out.
 pub(crate) async fn deliver_polled(
     t: &Tx<'_>,
     endpoint: EndpointId,
     limit: i64,
 ) -> StoreResult<usize> {
+    let statement = t.prepare_cached(DELIVER_POLLED).await.db()?;
     let rows = t
         .query(
-            &format!(
-                "UPDATE delivery_queue l SET attempts = l.attempts + 1 \
-                 WHERE (l.endpoint_id, l.seq) IN (SELECT p.endpoint_id, p.seq FROM delivery_queue p \
-                 WHERE p.endpoint_id = $1 AND p.state = 'pending' ORDER BY p.seq LIMIT $2 FOR UPDATE) \
-                 RETURNING {LEASE_COLS}"
-            ),
-            &[&endpoint.0, &limit],
+            &statement,
+            &[
+                &endpoint.0,
+                &limit,
+                &t.now.as_millis(),
+                &rollup_minute(t.now),
+                &rollup_bucket(AttemptResult::Delivered, 0),
+            ],
         )
         .await
         .db()?;
-    let mut rows = rows
-        .iter()
-        .map(row_to_lease_row)
-        .collect::<StoreResult<Vec<_>>>()?;
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    rows.sort_by_key(|r| r.seq);
-    let outcome = DeliveryOutcome::Delivered(AttemptReport::default());
-    let mut circuit = endpoint::load_circuit(t, endpoint, true).await?;
-    let before = circuit.clone();
-    for row in &rows {
-        let at = row.state_for_plan();
-        let tr = plan_outcome(at, &outcome, &mut circuit, false, t.now, t.options);
-        apply(t, row, &tr, None, Some(outcome.kind())).await?;
-    }
-    if circuit != before {
-        endpoint::save_circuit(t, endpoint, &circuit).await?;
-    }
     Ok(rows.len())
 }
 
