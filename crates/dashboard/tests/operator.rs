@@ -666,3 +666,88 @@ async fn a_poll_endpoint_says_its_consumer_reads_it_and_its_deliveries_wait_for_
     assert!(!page.contains("waiting for its consumer"), "{page}");
     assert!(page.contains("delivered"), "{page}");
 }
+
+/// The reasons the other tests leave out (an ordered endpoint's queue, the
+/// in-flight cap), the endpoints page's pending and dead counts, and the
+/// deliveries page's pager followed both ways.
+#[tokio::test]
+async fn the_cap_and_order_reasons_the_counts_and_the_pager_show_over_http() {
+    let api = api().await;
+    let create = |body: Value| {
+        let api = &api;
+        async move {
+            let (s, v) = call("POST", "/v1/accounts/acme/endpoints")
+                .json(body)
+                .send(api)
+                .await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+            v["id"].as_str().unwrap().to_string()
+        }
+    };
+    create(json!({"url": "https://example.com/o", "event_types": ["o.x"], "ordered": true})).await;
+    let capped =
+        create(json!({"url": "https://example.com/c", "event_types": ["c.x"], "max_in_flight": 1}))
+            .await;
+    let (_, o1) = publish(&api, "o.x").await;
+    let (_, o2) = publish(&api, "o.x").await;
+    let (_, c1) = publish(&api, "c.x").await;
+    let (_, c2) = publish(&api, "c.x").await;
+    let claimed = api
+        .store
+        .delivery_claim(ClaimRequest::new("w", 100, Duration::from_secs(60)).unwrap())
+        .await
+        .unwrap();
+    let ids: Vec<String> = claimed.iter().map(|c| c.delivery.id.to_string()).collect();
+    assert_eq!(ids.len(), 2, "the ordered head and one capped: {ids:?}");
+    assert!(ids.contains(&o1[0]) && !ids.contains(&o2[0]), "{ids:?}");
+    let waiting = if ids.contains(&c1[0]) { &c2[0] } else { &c1[0] };
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/deliveries/{}", o2[0])).await;
+    assert!(
+        page.contains("ordered endpoint: waiting for the delivery in flight"),
+        "{page}"
+    );
+    let (_, page) = get(&api, &cookie, &format!("/ui/a/acme/deliveries/{waiting}")).await;
+    assert!(
+        page.contains("in-flight cap reached (1 of 1 in flight)"),
+        "{page}"
+    );
+    // The capped endpoint's leased delivery dies: 1 pending, 1 dead.
+    let lease = &claimed
+        .iter()
+        .find(|c| c.delivery.endpoint_id.to_string() == capped)
+        .unwrap()
+        .lease;
+    api.store
+        .delivery_record_outcome(lease, DeliveryOutcome::GiveUp(report()))
+        .await
+        .unwrap();
+    let (_, page) = get(&api, &cookie, "/ui/a/acme/endpoints").await;
+    let pending = format!("state=pending&amp;endpoint={capped}\">1</a>");
+    let dead = format!("state=dead&amp;endpoint={capped}\" class=\"bad\">1</a>");
+    assert!(page.contains(&pending) && page.contains(&dead), "{page}");
+
+    // 4 deliveries so far; 56 more make 60: two pages of 50 and 10.
+    for _ in 0..56 {
+        publish(&api, "o.x").await;
+    }
+    let (_, first) = get(&api, &cookie, "/ui/a/acme/deliveries").await;
+    assert!(
+        first.contains("rows 1–50") && !first.contains("id=\"newer\""),
+        "{first}"
+    );
+    let older = first.split("id=\"next\"").next().unwrap();
+    let href = older
+        .rsplit("href=\"")
+        .next()
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let (_, second) = get(&api, &cookie, &href.replace("&amp;", "&")).await;
+    assert!(
+        second.contains("rows 51–60") && !second.contains("id=\"next\""),
+        "{second}"
+    );
+    assert!(second.contains("id=\"newer\""), "{second}");
+}
