@@ -76,6 +76,24 @@ pub(crate) fn release(t: &mut Tx<'_>, lease: &Lease) -> StoreResult<()> {
     Ok(())
 }
 
+/// The rows of deliveries `seqs`, all between `lo` and `hi`, as the lease
+/// check reads them: by seq range, so that the zone maps skip the rest.
+fn lease_rows_by_seq(t: &Tx<'_>, seqs: &[i64], (lo, hi): (i64, i64)) -> StoreResult<Vec<LeaseRow>> {
+    let mut st = t
+        .prepare(&format!(
+            "SELECT {LEASE_COLS} FROM deliveries \
+             WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
+        ))
+        .db()?;
+    let rows = st
+        .query_map(
+            params![list::of(seqs.iter().copied()), lo, hi],
+            row_to_lease_row,
+        )
+        .db()?;
+    rows.collect::<Result<Vec<_>, _>>().db()
+}
+
 /// The rows of the batch's deliveries as the lease check reads them. The
 /// live index holds every leased one; only the others (a lease already
 /// ended or lost) are read from the table, and all of them while the index
@@ -105,21 +123,7 @@ fn lease_rows(t: &mut Tx<'_>, batch: &[(Lease, DeliveryOutcome)]) -> StoreResult
         .map(|(l, _)| t.seqs.take(l.delivery_id))
         .collect();
     let found = match known.as_deref().and_then(|k| seq_range(k).map(|r| (k, r))) {
-        Some((seqs, (lo, hi))) => {
-            let mut st = t
-                .prepare(&format!(
-                    "SELECT {LEASE_COLS} FROM deliveries \
-                     WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
-                ))
-                .db()?;
-            let rows = st
-                .query_map(
-                    params![list::of(seqs.iter().copied()), lo, hi],
-                    row_to_lease_row,
-                )
-                .db()?;
-            rows.collect::<Result<Vec<_>, _>>().db()?
-        }
+        Some((seqs, range)) => lease_rows_by_seq(t, seqs, range)?,
         None => {
             let mut st = t
                 .prepare(&format!(
@@ -300,21 +304,7 @@ pub(crate) fn deliver_polled(
          AND endpoint_id = $3 AND state = 'pending' RETURNING seq",
         params![lo, hi, endpoint.to_string()],
     )?;
-    let mut rows = {
-        let mut st = t
-            .prepare(&format!(
-                "SELECT {LEASE_COLS} FROM deliveries \
-                 WHERE seq BETWEEN $2 AND $3 AND seq IN (SELECT unnest($1::BIGINT[]))"
-            ))
-            .db()?;
-        let rows = st
-            .query_map(
-                params![list::of(seqs.iter().copied()), lo, hi],
-                row_to_lease_row,
-            )
-            .db()?;
-        rows.collect::<Result<Vec<_>, _>>().db()?
-    };
+    let mut rows = lease_rows_by_seq(t, &seqs, (lo, hi))?;
     rows.sort_by_key(|r| r.seq);
     let outcome = DeliveryOutcome::Delivered(AttemptReport::default());
     let mut circuits = Circuits::default();
