@@ -668,3 +668,44 @@ async fn the_portal_is_framed_only_by_the_configured_sites() {
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
     assert_eq!(h["x-frame-options"], "DENY");
 }
+
+/// The portal's event-types and attempts pages show their account's
+/// content: a registered type with its description (another account's
+/// never), and a failed attempt with the receiver's status, linked to its
+/// delivery.
+#[tokio::test]
+async fn the_portal_shows_its_accounts_event_types_and_attempts() {
+    let api = api().await;
+    for (account, name, text) in [
+        ("acme", "order.paid", "An order was paid <in full>"),
+        ("other", "user.secret", "Another account's type"),
+    ] {
+        let (s, v) = call("PUT", format!("/v1/accounts/{account}/event-types/{name}"))
+            .json(json!({"description": text}))
+            .send(&api)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    create_endpoint(&api, "acme").await;
+    let delivery = publish(&api, "acme").await.remove(0);
+    kill_all(&api).await;
+    let v = link(&api, ADMIN, json!({"role": "viewer"})).await;
+    let cookie = open(&api, v["token"].as_str().unwrap()).await;
+    let (s, page) = get(&api, &cookie, "/portal/event-types").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("order.paid") && page.contains("An order was paid &lt;in full&gt;"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("user.secret"),
+        "another account's type: {page}"
+    );
+    let (s, page) = get(&api, &cookie, "/portal/attempts").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert!(page.contains("HTTP 400"), "{page}");
+    assert!(
+        page.contains(&format!("/portal/deliveries/{delivery}")),
+        "the attempt links its delivery: {page}"
+    );
+}
