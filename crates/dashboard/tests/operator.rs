@@ -751,3 +751,26 @@ async fn the_cap_and_order_reasons_the_counts_and_the_pager_show_over_http() {
     );
     assert!(second.contains("id=\"newer\""), "{second}");
 }
+
+/// The alerts page names the endpoint of each alert, and the delivery of
+/// a dead one, as links to their pages.
+#[tokio::test]
+async fn an_alert_links_its_endpoint_and_its_delivery() {
+    let api = api().await;
+    let failing = endpoint(&api, "failing", &["order.failed"]).await;
+    let (_, deliveries) = publish(&api, "order.failed").await;
+    // A delivery given up on goes dead, which raises an alert naming it.
+    fail_all(&api, |_| DeliveryOutcome::GiveUp(report())).await;
+    let cookie = sign_in(&api, ADMIN).await;
+    let (s, page) = get(&api, &cookie, "/ui/a/acme/alerts").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert!(page.contains("delivery.dead"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/ui/a/acme/endpoints/{failing}\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("href=\"/ui/a/acme/deliveries/{}\"", deliveries[0])),
+        "{page}"
+    );
+}
