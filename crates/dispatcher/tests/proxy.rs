@@ -100,6 +100,12 @@ impl Tinyproxy {
 
 /// A receiver answering `200` to every request; the heads it read.
 async fn receiver() -> (u16, Arc<Mutex<Vec<String>>>) {
+    server(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()).await
+}
+
+/// A server answering `answer` to every request; the heads it read.
+async fn server(answer: Vec<u8>) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let answer = Arc::new(answer);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let heads = Arc::new(Mutex::new(Vec::new()));
@@ -107,7 +113,7 @@ async fn receiver() -> (u16, Arc<Mutex<Vec<String>>>) {
     tokio::spawn(async move {
         loop {
             let (mut s, _) = listener.accept().await.unwrap();
-            let seen = seen.clone();
+            let (seen, answer) = (seen.clone(), answer.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -134,8 +140,7 @@ async fn receiver() -> (u16, Arc<Mutex<Vec<String>>>) {
                     }
                     seen.lock().unwrap().push(text[..end].to_string());
                     buf.drain(..end + 4 + length);
-                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-                    if s.write_all(ok).await.is_err() {
+                    if s.write_all(&answer).await.is_err() {
                         return;
                     }
                 }
@@ -148,22 +153,23 @@ async fn receiver() -> (u16, Arc<Mutex<Vec<String>>>) {
 /// Sends one event to an endpoint at `url` with a dispatcher whose proxy
 /// is `proxy`; the first attempt recorded.
 async fn first_attempt(url: &str, proxy: Proxy) -> AttemptRecord {
-    first_attempt_with(url, proxy, None).await
+    first_attempt_with(url, proxy, |_| {}).await
 }
 
-/// As [`first_attempt`], the endpoint presenting `client_tls` if given, to
-/// receivers the test authority vouches for.
+/// As [`first_attempt`], the endpoint's request changed by `configure`
+/// (a client certificate, OAuth2 credentials), to receivers the test
+/// authority vouches for.
 async fn first_attempt_with(
     url: &str,
     proxy: Proxy,
-    client_tls: Option<ClientTls>,
+    configure: impl FnOnce(&mut EndpointCreateRequest),
 ) -> AttemptRecord {
     let dir = tempfile::tempdir().unwrap();
     let store = common::embedded_store(&dir, |_| {}).await;
     let account = AccountId::new(ACCOUNT).unwrap();
     let mut req = EndpointCreateRequest::new(account.clone(), url, generate_secret());
     req.event_types = vec!["invoice.paid".into()];
-    req.client_tls = client_tls;
+    configure(&mut req);
     store.endpoint_create(req.checked().unwrap()).await.unwrap();
     let published = store
         .event_publish(
@@ -300,7 +306,10 @@ async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
     let proxy = Tinyproxy::start();
     let r = common::mtls::receiver().await;
     let through = Proxy::parse(&proxy.url("s3cret"), None).unwrap();
-    let a = first_attempt_with(&r.url, through.clone(), Some(common::mtls::client())).await;
+    let a = first_attempt_with(&r.url, through.clone(), |r| {
+        r.client_tls = Some(common::mtls::client())
+    })
+    .await;
     assert_eq!(a.result, AttemptResult::Delivered, "{a:?}");
     let port = r
         .url
@@ -311,7 +320,7 @@ async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
         "through the proxy: {}",
         proxy.log()
     );
-    let a = first_attempt_with(&r.url, through, None).await;
+    let a = first_attempt_with(&r.url, through, |_| {}).await;
     assert_eq!(a.status_code, None, "{a:?}");
     let error = a.error.clone().unwrap_or_default();
     assert!(error.contains("TLS") && error.contains("alert"), "{a:?}");
@@ -320,4 +329,47 @@ async fn a_client_certificate_is_presented_through_the_proxy_tunnel() {
         (1, 1, 1),
         "one accepted, one refused, one answer"
     );
+}
+
+/// OAuth2 token requests leave through the proxy too (README, ADR 0046):
+/// the token server is reached through a tunnel to its checked address,
+/// then the webhook, carrying the token it gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_token_requests_leave_through_the_proxy() {
+    let proxy = Tinyproxy::start();
+    let token = r#"{"access_token":"tok-123","token_type":"Bearer","expires_in":3600}"#;
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{token}",
+        token.len()
+    );
+    let (token_port, asked) = server(answer.into_bytes()).await;
+    let (port, heads) = receiver().await;
+    let through = Proxy::parse(&proxy.url("s3cret"), None).unwrap();
+    let a = first_attempt_with(&format!("http://localhost:{port}/hook"), through, |r| {
+        r.oauth2 = Some(ClientCredentials {
+            token_url: format!("http://localhost:{token_port}/token"),
+            client_id: "client".into(),
+            client_secret: "secret".into(),
+            scope: None,
+            audience: None,
+        });
+    })
+    .await;
+    assert_eq!(a.status_code, Some(200), "{a:?}");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].starts_with("POST /token HTTP/1.1"), "{asked:?}");
+    let got = heads.lock().unwrap().clone();
+    assert!(
+        got[0]
+            .to_ascii_lowercase()
+            .contains("authorization: bearer tok-123"),
+        "{got:?}"
+    );
+    let log = proxy.log();
+    assert!(
+        log.contains(&format!("CONNECT 127.0.0.1:{token_port}")),
+        "the token request went through the proxy: {log}"
+    );
+    assert!(log.contains(&format!("CONNECT 127.0.0.1:{port}")), "{log}");
 }
