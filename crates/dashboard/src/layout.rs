@@ -254,8 +254,8 @@ impl Frame<'_> {
                         h1 { (title) }
                         (body)
                     }
-                    @if let (Some((_, csrf)), "/ui") = (self.sign_out, self.home) {
-                        footer { (crate::zone::form(csrf)) }
+                    @if let Some((_, csrf)) = self.sign_out {
+                        footer { (crate::zone::form(csrf, self.home)) }
                     }
                 }
             }

@@ -284,6 +284,23 @@ mod tests {
         );
         assert_eq!(w.until, Some(later));
 
+        // Half-open: the probe goes, the others wait for its answer.
+        let mut half = Circuit::closed();
+        half.mode = CircuitMode::HalfOpen;
+        half.probe = Some(due.id);
+        let w = why(&due, &flow_of(&e, half.clone(), 1), NOW);
+        assert!(!w.text.contains("half-open"), "the probe itself: {w:?}");
+        let other = pending_of(&e, NOW, 0);
+        let w = why(&other, &flow_of(&e, half, 1), NOW);
+        assert_eq!(
+            (w.tone, w.text.as_str()),
+            (
+                Tone::Held,
+                "circuit half-open: waiting for its probe's answer"
+            ),
+            "{w:?}"
+        );
+
         let w = why(&due, &flow_of(&e, Circuit::closed(), 10), NOW);
         assert!(w.tone == Tone::Held && w.text.contains("10 of 10"), "{w:?}");
 
@@ -294,6 +311,13 @@ mod tests {
             w.tone == Tone::Held && w.text.contains("rate limit (5/s)"),
             "{w:?}"
         );
+
+        // A poll endpoint's delivery waits for its consumer, not a worker.
+        let mut polled = e.clone();
+        polled.url = String::new();
+        let waiting = pending_of(&polled, NOW, 0);
+        let w = why(&waiting, &flow_of(&polled, Circuit::closed(), 0), NOW);
+        assert!(w.text.contains("waiting for its consumer"), "{w:?}");
 
         e.enabled = false;
         e.disabled_reason = Some("410 Gone".into());

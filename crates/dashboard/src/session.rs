@@ -403,9 +403,14 @@ pub(crate) struct ZoneForm {
     back: String,
 }
 
+impl Posted for ZoneForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 /// Keeps the zone the viewer named (a name of the time zone database, or
-/// `UTC`) in a cookie and goes back to the page the form was on: an
-/// operator page, never another site.
+/// `UTC`) in a cookie and goes back to the operator page the form was on.
 pub(crate) async fn set_zone(
     session: Session,
     headers: HeaderMap,
@@ -413,6 +418,17 @@ pub(crate) async fn set_zone(
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
     session.check_csrf(&form.csrf)?;
+    zone_set(&headers, &form, "/ui")
+}
+
+/// The answer to a zone form checked by its caller: the cookie, and back
+/// to the page the form was on when it is under `home` (`/ui`, `/portal`),
+/// never another site.
+pub(crate) fn zone_set(
+    headers: &HeaderMap,
+    form: &ZoneForm,
+    home: &str,
+) -> Result<Response, UiError> {
     let name = form.zone.trim();
     let (_, canonical) = crate::zone::named_zone(name).ok_or_else(|| {
         ApiError::bad_request(format!(
@@ -421,11 +437,11 @@ pub(crate) async fn set_zone(
         ))
     })?;
     let back = Some(form.back.as_str())
-        .filter(|b| b.starts_with("/ui") && b.len() <= 2048)
+        .filter(|b| b.starts_with(home) && b.len() <= 2048)
         .filter(|b| b.bytes().all(|c| c.is_ascii_graphic()))
-        .unwrap_or("/ui");
+        .unwrap_or(home);
     let mut r = Redirect::to(back).into_response();
-    let secure = if crate::cookie::over_https(&headers) {
+    let secure = if crate::cookie::over_https(headers) {
         "; Secure"
     } else {
         ""

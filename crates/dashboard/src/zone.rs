@@ -85,15 +85,15 @@ pub(crate) fn named_zone(name: &str) -> Option<(TimeZone, String)> {
     Some((zone, canonical))
 }
 
-/// The form at the foot of an operator page that sets the zone, coming
-/// back to the page.
-pub(crate) fn form(csrf: &str) -> Markup {
+/// The form at the foot of a page under `home` (`/ui` for the operator's,
+/// `/portal` for the portal's) that sets the zone, coming back to the page.
+pub(crate) fn form(csrf: &str, home: &str) -> Markup {
     let current = zone().iana_name().unwrap_or("UTC").to_string();
     let back = VIEWER
         .try_with(|v| v.page.clone())
-        .unwrap_or_else(|_| "/ui".into());
+        .unwrap_or_else(|_| home.into());
     html! {
-        form.inline.zone method="post" action="/ui/zone" id="zone" {
+        form.inline.zone method="post" action={ (home) "/zone" } id="zone" {
             input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="back" value=(back);
             label for="zone-name" { "Times in" }

@@ -709,3 +709,49 @@ async fn the_portal_shows_its_accounts_event_types_and_attempts() {
         "the attempt links its delivery: {page}"
     );
 }
+
+/// The portal's pages carry the zone form too: its viewer names a zone and
+/// the times follow; the form leads back into the portal only, and needs
+/// the session's CSRF token.
+#[tokio::test]
+async fn a_portal_viewer_names_the_zone_its_times_are_shown_in() {
+    let api = api().await;
+    create_endpoint(&api, "acme").await;
+    let delivery = publish(&api, "acme").await.remove(0);
+    let v = link(&api, ADMIN, json!({"role": "viewer"})).await;
+    let cookie = open(&api, v["token"].as_str().unwrap()).await;
+    let path = format!("/portal/deliveries/{delivery}");
+    let (_, page) = get(&api, &cookie, &path).await;
+    assert!(page.contains("action=\"/portal/zone\""), "{page}");
+    assert!(page.contains("Z</small>"), "UTC by default: {page}");
+    let csrf = csrf_of(&page);
+    let form = format!(
+        "csrf={csrf}&zone=Asia%2FKolkata&back={}",
+        path.replace('/', "%2F")
+    );
+    let (s, h, body) = ui(&api, "POST", "/portal/zone", Some(&cookie), Some(form)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(h["location"], path.as_str());
+    let zone = h["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(zone, "cp_zone=Asia%2FKolkata");
+    let (_, page) = get(&api, &format!("{cookie}; {zone}"), &path).await;
+    assert!(
+        page.contains(" IST</small>") && !page.contains("Z</small>"),
+        "{page}"
+    );
+    // Back into the portal only; a stale token keeps nothing.
+    let form = format!("csrf={csrf}&zone=UTC&back=%2Fui%2Fa%2Fother");
+    let (s, h, _) = ui(&api, "POST", "/portal/zone", Some(&cookie), Some(form)).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h["location"], "/portal");
+    let form = "csrf=nope&zone=UTC&back=%2Fportal".to_string();
+    let (s, h, _) = ui(&api, "POST", "/portal/zone", Some(&cookie), Some(form)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(h.get("set-cookie").is_none());
+}

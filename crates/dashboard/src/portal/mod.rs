@@ -29,7 +29,7 @@ use maud::html;
 use crate::layout::{answer, portal_page};
 use crate::session::{
     check_csrf, renew, same_origin, session_cookie, stored_session, CsrfForm, Posted,
-    SignInFailures, PORTAL, SESSION_IDLE,
+    SignInFailures, ZoneForm, PORTAL, SESSION_IDLE,
 };
 use crate::{DashboardConfig, UiError};
 
@@ -43,6 +43,7 @@ pub(crate) fn routes() -> Router<Arc<ApiState>> {
             get(|| async { Redirect::to("/portal/endpoints") }),
         )
         .route("/portal/logout", post(logout))
+        .route("/portal/zone", post(zone))
         .route(
             "/portal/endpoints",
             get(pages::endpoints).post(actions::endpoint_add),
@@ -178,6 +179,15 @@ impl<F: Posted> FromRequest<Arc<ApiState>> for PortalAction<F> {
             .map_err(IntoResponse::into_response)?;
         Ok(PortalAction { session, form })
     }
+}
+
+/// Keeps the zone the portal's viewer named, as the operator's form does
+/// (`crate::session::set_zone`), and goes back to the portal page.
+async fn zone(
+    headers: HeaderMap,
+    PortalAction { form, .. }: PortalAction<ZoneForm>,
+) -> Result<Response, UiError> {
+    crate::session::zone_set(&headers, &form, "/portal")
 }
 
 /// Whether `token` has the shape of a portal link's token: `cpp_` and 64
