@@ -90,7 +90,7 @@ impl From<PollPage> for PollView {
     params(ItemPath, PollQuery),
     responses(
         (status = 200, description = "The next events and the cursor after them", body = PollView),
-        (status = 422, description = "The endpoint is not a poll endpoint", body = ErrorBody),
+        (status = 422, description = "The endpoint is not a poll endpoint, or the cursor is ahead of every read of it", body = ErrorBody),
     ),
 )]
 pub(crate) async fn endpoint_poll(
