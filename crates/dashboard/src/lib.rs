@@ -31,6 +31,7 @@ mod dead;
 mod deliveries;
 mod endpoint;
 mod layout;
+mod links;
 mod pages;
 mod portal;
 mod reason;
@@ -116,6 +117,11 @@ pub fn router_with(config: DashboardConfig) -> Router<Arc<ApiState>> {
         .route("/ui/a/{account}/alerts", get(alerts::page))
         .route("/ui/a/{account}/dead", get(dead::dead))
         .route("/ui/a/{account}/dead/replay", post(dead::dead_replay))
+        .route("/ui/a/{account}/portal-links", get(links::page))
+        .route(
+            "/ui/a/{account}/portal-links/{id}/revoke",
+            post(links::revoke),
+        )
         .route("/ui/a/{account}/tasks", get(tasks::tasks))
         .route("/ui/a/{account}/tasks/{id}/retry", post(tasks::task_retry))
         .route("/ui/a/{account}/{*rest}", get(not_found))

@@ -293,6 +293,10 @@ pub(crate) async fn endpoints(
         &rows,
         "No endpoint yet.",
     );
+    let body = html! {
+        (body)
+        p { (link(&format!("{}/portal-links", base(&account)), "Portal links of this account")) }
+    };
     show("Endpoints", &account, Tab::Endpoints, &session, &body)
 }
 

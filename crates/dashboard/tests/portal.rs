@@ -755,3 +755,53 @@ async fn a_portal_viewer_names_the_zone_its_times_are_shown_in() {
     assert_eq!(s, StatusCode::FORBIDDEN);
     assert!(h.get("set-cookie").is_none());
 }
+
+/// The operator lists the account's portal links on the dashboard and
+/// revokes one there: its session ends at once; another account's link
+/// cannot be revoked from this account's page.
+#[tokio::test]
+async fn the_operator_lists_and_revokes_portal_links_on_the_dashboard() {
+    let api = api().await;
+    create_endpoint(&api, "acme").await;
+    let v = link(&api, ADMIN, json!({"role": "viewer"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let portal = open(&api, v["token"].as_str().unwrap()).await;
+    let (s, _) = get(&api, &portal, "/portal/endpoints").await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, theirs) = call("POST", "/v1/accounts/other/portal-links")
+        .json(json!({"role": "viewer"}))
+        .send(&api)
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{theirs}");
+    let cookie = sign_in(&api, ADMIN).await;
+    let (_, endpoints) = get(&api, &cookie, "/ui/a/acme/endpoints").await;
+    assert!(endpoints.contains("/ui/a/acme/portal-links"), "{endpoints}");
+    let (s, page) = get(&api, &cookie, "/ui/a/acme/portal-links").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert!(page.contains(&id) && page.contains("viewer"), "{page}");
+    assert!(
+        page.contains("every endpoint") && page.contains("opened "),
+        "{page}"
+    );
+    assert!(!page.contains(theirs["id"].as_str().unwrap()), "{page}");
+    let csrf = csrf_of(&page);
+    let revoke = |path: String| {
+        let (api, cookie, csrf) = (&api, cookie.clone(), csrf.clone());
+        async move { post(api, &cookie, &csrf, &path, "").await }
+    };
+    let (s, _) = revoke(format!(
+        "/ui/a/acme/portal-links/{}/revoke",
+        theirs["id"].as_str().unwrap()
+    ))
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "another account's link");
+    let (s, to) = revoke(format!("/ui/a/acme/portal-links/{id}/revoke")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{to}");
+    let (_, page) = get(&api, &cookie, "/ui/a/acme/portal-links").await;
+    assert!(
+        page.contains("revoked ") && !page.contains(&format!("id=\"revoke-{id}\"")),
+        "{page}"
+    );
+    let (s, _) = get(&api, &portal, "/portal/endpoints").await;
+    assert_ne!(s, StatusCode::OK, "the revoked link's session ended");
+}
