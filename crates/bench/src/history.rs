@@ -169,15 +169,7 @@ async fn list(s: &DynControlPlaneStore, state: DeliveryState) -> BenchResult<()>
 /// First a poll endpoint is made and read to the end, so that its read
 /// path is a caught-up consumer's.
 async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> BenchResult<Vec<f64>> {
-    let mut req = EndpointCreateRequest::poll(
-        acct(),
-        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-    );
-    req.event_types = vec!["bench.poll".into()];
-    let poll = store
-        .endpoint_create(req.checked().map_err(fail)?)
-        .await
-        .map_err(fail)?;
+    let poll = poll_endpoint(&store, "bench.poll").await?;
     let publish = PublishRequest::new(acct(), "bench.poll", serde_json::json!({"n": 1}));
     store
         .event_publish(publish.checked().map_err(fail)?)
@@ -206,6 +198,23 @@ async fn measure(store: DynControlPlaneStore, e: EndpointId, runs: usize) -> Ben
     Ok(out)
 }
 
+/// A new poll endpoint (ADR 0051) of the bench's account receiving
+/// `event_type`.
+async fn poll_endpoint(
+    store: &DynControlPlaneStore,
+    event_type: &str,
+) -> BenchResult<control_plane_core::Endpoint> {
+    let mut req = EndpointCreateRequest::poll(
+        acct(),
+        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    );
+    req.event_types = vec![event_type.into()];
+    store
+        .endpoint_create(req.checked().map_err(fail)?)
+        .await
+        .map_err(fail)
+}
+
 /// The row after the read paths: a poll endpoint's consumer reading a
 /// backlog, a page at a time ([`backlog_reads`]).
 const BACKLOG_READ: &str = "poll endpoint, a read of 100 from a backlog of 10,000";
@@ -214,15 +223,7 @@ const BACKLOG_READ: &str = "poll endpoint, a read of 100 from a backlog of 10,00
 /// backlog of 10,000 events of a new poll endpoint (each read hands out and
 /// delivers its 100).
 async fn backlog_reads(store: &DynControlPlaneStore, runs: usize) -> BenchResult<f64> {
-    let mut req = EndpointCreateRequest::poll(
-        acct(),
-        Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-    );
-    req.event_types = vec!["bench.backlog".into()];
-    let poll = store
-        .endpoint_create(req.checked().map_err(fail)?)
-        .await
-        .map_err(fail)?;
+    let poll = poll_endpoint(store, "bench.backlog").await?;
     for _ in 0..10 {
         let reqs: Vec<PublishRequest> = (0..1000)
             .map(|n| PublishRequest::new(acct(), "bench.backlog", serde_json::json!({"n": n})))

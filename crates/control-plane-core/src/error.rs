@@ -75,6 +75,21 @@ impl StoreError {
         )
     }
 
+    /// `Ok` when an account holding `holds` of `what` (counted by the
+    /// store in the create's transaction) may make one more under `quota`;
+    /// [`StoreError::OverQuota`] otherwise.
+    pub fn within_quota(what: &'static str, holds: i64, quota: u32) -> StoreResult<()> {
+        let holds = u64::try_from(holds).unwrap_or(0);
+        if holds >= u64::from(quota) {
+            return Err(StoreError::OverQuota {
+                what,
+                holds: holds + 1,
+                quota: quota.into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Shorthand for [`StoreError::NotFound`].
     pub fn not_found(what: &'static str, id: impl fmt::Display) -> Self {
         StoreError::NotFound {

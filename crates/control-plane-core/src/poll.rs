@@ -120,9 +120,7 @@ impl PollPage {
             done,
         }
     }
-}
 
-impl PollPage {
     /// The page of a read that found `before` events already read after
     /// its cursor, then handed out `handed` new ones and read `events`.
     ///

@@ -117,15 +117,7 @@ fn within_quota(t: &Tx<'_>, account: &AccountId, quota: u32) -> StoreResult<()> 
             |r| r.get(0),
         )
         .db()?;
-    let holds = u64::try_from(holds).unwrap_or(0);
-    if holds >= u64::from(quota) {
-        return Err(StoreError::OverQuota {
-            what: "endpoints",
-            holds: holds + 1,
-            quota: quota.into(),
-        });
-    }
-    Ok(())
+    StoreError::within_quota("endpoints", holds, quota)
 }
 
 /// A live (not deleted) endpoint of `account`.

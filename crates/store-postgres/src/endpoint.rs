@@ -178,15 +178,7 @@ async fn within_quota(t: &Tx<'_>, account: &AccountId, quota: u32) -> StoreResul
         )
         .await
         .db()?;
-    let holds = u64::try_from(row.col::<i64>(0)?).unwrap_or(0);
-    if holds >= u64::from(quota) {
-        return Err(StoreError::OverQuota {
-            what: "endpoints",
-            holds: holds + 1,
-            quota: quota.into(),
-        });
-    }
-    Ok(())
+    StoreError::within_quota("endpoints", row.col(0)?, quota)
 }
 
 pub(crate) async fn get(t: &Tx<'_>, account: &AccountId, id: EndpointId) -> StoreResult<Endpoint> {

@@ -50,9 +50,9 @@ pub(crate) fn dead_letters_add(t: &mut Tx<'_>, seqs: &[i64]) -> StoreResult<()> 
     Ok(())
 }
 
-/// The seqs `sql`, an `UPDATE ... RETURNING seq` of deliveries, returned:
-/// the deliveries it moved, for [`dead_letters_add`] or
-/// [`dead_letters_remove`].
+/// The seqs `sql` returns: of an `UPDATE ... RETURNING seq`, the
+/// deliveries it moved, for [`dead_letters_add`] or [`dead_letters_remove`];
+/// of a `SELECT seq`, the deliveries it found.
 pub(crate) fn moved_seqs<P: duckdb::Params>(
     t: &Tx<'_>,
     sql: &str,
