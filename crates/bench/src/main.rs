@@ -74,6 +74,17 @@ struct Args {
     serve_env: Vec<(String, String)>,
 }
 
+/// `v` as a number of at least `least`, or `refusal`.
+fn number<T: std::str::FromStr + PartialOrd>(
+    v: Option<String>,
+    least: T,
+    refusal: &str,
+) -> BenchResult<T> {
+    v.and_then(|v| v.parse().ok())
+        .filter(|n| *n >= least)
+        .ok_or_else(|| refusal.to_string())
+}
+
 fn args() -> BenchResult<Args> {
     let mut a = Args {
         quick: false,
@@ -115,12 +126,7 @@ fn args() -> BenchResult<Args> {
                     }
                 }
             }
-            "--runs" => {
-                a.runs = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--runs needs a number")?
-            }
+            "--runs" => a.runs = number(it.next(), 1, "--runs needs a number")?,
             "--growth-rows" => {
                 a.growth_rows = it
                     .next()
@@ -136,11 +142,11 @@ fn args() -> BenchResult<Args> {
                     .ok_or("--history-rows needs a number of at least 400000")?
             }
             "--held-rows" => {
-                a.held_rows = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|n| *n >= 1_000)
-                    .ok_or("--held-rows needs a number of at least 1000")?
+                a.held_rows = number(
+                    it.next(),
+                    1_000,
+                    "--held-rows needs a number of at least 1000",
+                )?
             }
             other => return Err(format!("unknown argument {other:?}")),
         }

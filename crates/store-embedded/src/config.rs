@@ -20,6 +20,11 @@ pub struct EmbeddedConfig {
     /// claims scan the table and read their rows back instead. `0` never
     /// keeps the index.
     pub live_index_limit: usize,
+    /// Pending deliveries of one endpoint the live index keeps at most, by
+    /// lowest seq (ADR 0028): a backlog that waits beyond it stays in the
+    /// table, counted, and is read a window at a time as its endpoint is
+    /// served. At least 1.
+    pub live_window: usize,
     /// Compare what the writer keeps in memory (the live index and its
     /// rows, the finished-delivery tally, the endpoint, circuit and event
     /// caches) with the tables at every use, and fail the call on a
@@ -33,6 +38,10 @@ pub struct EmbeddedConfig {
 /// live deliveries, about 110 MB.
 pub const DEFAULT_LIVE_INDEX_LIMIT: usize = 250_000;
 
+/// The default [`EmbeddedConfig::live_window`]: five claims of the largest
+/// size (1,000) per endpoint.
+pub const DEFAULT_LIVE_WINDOW: usize = 5_000;
+
 impl EmbeddedConfig {
     /// Default options at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
@@ -41,6 +50,7 @@ impl EmbeddedConfig {
             options: StoreOptions::default(),
             keys: SecretKeys::default(),
             live_index_limit: DEFAULT_LIVE_INDEX_LIMIT,
+            live_window: DEFAULT_LIVE_WINDOW,
             check_against_table: false,
         }
     }

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 
 use control_plane_core::{ControlPlaneStore, StoreResult};
 
-pub use config::{EmbeddedConfig, DEFAULT_LIVE_INDEX_LIMIT};
+pub use config::{EmbeddedConfig, DEFAULT_LIVE_INDEX_LIMIT, DEFAULT_LIVE_WINDOW};
 pub use store::EmbeddedStore;
 
 #[async_trait]

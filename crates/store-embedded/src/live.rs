@@ -16,6 +16,14 @@
 //! ([`crate::EmbeddedConfig::live_index_limit`]) of live deliveries it is
 //! not kept, and claims scan the table as before.
 //!
+//! A backlog that waits (a disabled endpoint, an open circuit, a poll
+//! endpoint nobody reads) is kept only up to a window per endpoint
+//! ([`crate::EmbeddedConfig::live_window`]) of its lowest pending sequence
+//! numbers; the rest stays in the table, counted ([`Overflow`]), and is read
+//! in a window at a time when a claim or a poll of that endpoint reaches
+//! it. So one tenant's waiting backlog neither fills the writer's memory nor
+//! pushes every other tenant's claims back to scanning the table.
+//!
 //! Beside it, the writer counts the finished deliveries by account and
 //! state ([`crate::finished::FinishedTally`]), so that counting deliveries
 //! by state reads the live rows from the index and never scans the finished
@@ -25,7 +33,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use control_plane_core::LeaseRow;
 use control_plane_core::{
-    Delivery, DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult, Timestamp,
+    AccountId, Delivery, DeliveryId, DeliveryState, EndpointId, EventId, StoreError, StoreResult,
+    Timestamp,
 };
 use duckdb::params;
 
@@ -102,6 +111,20 @@ impl LiveRow {
     }
 }
 
+/// An endpoint's pending deliveries past its window, left in the table:
+/// every pending one with a seq above `after`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Overflow {
+    /// The highest pending seq the index keeps.
+    after: i64,
+    /// How many pending deliveries are past it.
+    n: u64,
+    /// The earliest due time among them.
+    min_due: i64,
+    /// The endpoint's account, for counts by account.
+    account: AccountId,
+}
+
 /// One endpoint's live deliveries.
 #[derive(Default, Debug, PartialEq)]
 pub(crate) struct EndpointQueue {
@@ -112,6 +135,8 @@ pub(crate) struct EndpointQueue {
     /// Leased, by seq: the lease's expiry (also when it has passed and the
     /// sweep has not freed it yet).
     leased: BTreeMap<i64, i64>,
+    /// Its pending deliveries past the window, when there are any.
+    overflow: Option<Overflow>,
 }
 
 impl EndpointQueue {
@@ -138,6 +163,40 @@ impl EndpointQueue {
         (!leased_first && *due <= now).then_some((*due, *seq, *id))
     }
 
+    /// Keeps pending delivery `seq` (due at `due`) in the window.
+    fn insert_pending(&mut self, seq: i64, due: i64, id: DeliveryId) {
+        self.pending.insert(seq, (due, id));
+        self.due.insert((due, seq, id));
+    }
+
+    /// Whether pending delivery `seq` of `account`, due at `due`, goes past
+    /// the window (then it is counted there): when the endpoint already
+    /// overflows below it, or when its window holds `window` pending ones,
+    /// all of them below it. A delivery below the window's top (a retry)
+    /// stays in the window.
+    fn overflows(&mut self, seq: i64, due: i64, window: usize, account: &AccountId) -> bool {
+        if let Some(o) = self.overflow.as_mut() {
+            if seq <= o.after {
+                return false;
+            }
+            o.n += 1;
+            o.min_due = o.min_due.min(due);
+            return true;
+        }
+        match self.pending.last_key_value() {
+            Some((&last, _)) if self.pending.len() >= window && seq > last => {
+                self.overflow = Some(Overflow {
+                    after: last,
+                    n: 1,
+                    min_due: due,
+                    account: account.clone(),
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn remove(&mut self, seq: i64) {
         if let Some((due, id)) = self.pending.remove(&seq) {
             self.due.remove(&(due, seq, id));
@@ -146,7 +205,35 @@ impl EndpointQueue {
     }
 
     fn is_empty(&self) -> bool {
-        self.pending.is_empty() && self.leased.is_empty()
+        self.pending.is_empty() && self.leased.is_empty() && self.overflow.is_none()
+    }
+
+    /// Whether a claim of up to `take` at `now` needs more of this
+    /// endpoint's deliveries read into the window first: the ones it holds
+    /// are due in the same order as in the table (`due_at`, then seq) only
+    /// while none past the window is due before the last one taken.
+    pub fn short_for_claim(&self, now: i64, take: usize) -> bool {
+        let Some(o) = &self.overflow else {
+            return false;
+        };
+        if o.min_due > now {
+            return false;
+        }
+        match self.due_at(now).nth(take.saturating_sub(1)) {
+            Some((due, ..)) => *due > o.min_due,
+            None => true,
+        }
+    }
+
+    /// Whether a read of the `take` lowest pending seqs needs more of this
+    /// endpoint's deliveries read into the window first.
+    pub fn short_for_seqs(&self, take: usize) -> bool {
+        self.overflow.is_some() && self.pending.len() < take
+    }
+
+    /// Pending deliveries past the window, `(account, how many)`.
+    pub fn overflow(&self) -> Option<(&AccountId, u64)> {
+        self.overflow.as_ref().map(|o| (&o.account, o.n))
     }
 }
 
@@ -165,9 +252,18 @@ pub(crate) enum LiveIndex {
         /// The row of each live delivery.
         rows: HashMap<DeliveryId, LiveRow>,
         len: usize,
-        /// Live deliveries kept at most.
-        limit: usize,
+        /// Live deliveries kept at most, and pending ones per endpoint
+        /// before the rest overflows.
+        bounds: LiveBounds,
     },
+}
+
+/// How much the index keeps ([`crate::EmbeddedConfig::live_index_limit`],
+/// [`crate::EmbeddedConfig::live_window`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LiveBounds {
+    pub limit: usize,
+    pub window: usize,
 }
 
 impl LiveIndex {
@@ -249,7 +345,7 @@ impl LiveIndex {
             queues,
             rows,
             len,
-            limit,
+            bounds,
         } = self
         else {
             return;
@@ -262,9 +358,11 @@ impl LiveIndex {
             let kept = match live.row.state {
                 DeliveryState::Pending => {
                     let due_at = live.row.due_at.as_millis();
-                    q.pending.insert(seq, (due_at, id));
-                    q.due.insert((due_at, seq, id));
-                    true
+                    let past = q.overflows(seq, due_at, bounds.window, &live.row.account);
+                    if !past {
+                        q.insert_pending(seq, due_at, id);
+                    }
+                    !past
                 }
                 DeliveryState::Leased => {
                     let expires_at = live.row.lease_expires_at.map_or(0, Timestamp::as_millis);
@@ -282,7 +380,7 @@ impl LiveIndex {
             queues.remove(&endpoint);
         }
         *len = (*len + after).saturating_sub(before);
-        if *len > *limit {
+        if *len > bounds.limit {
             *self = LiveIndex::TooBig { retry_at: 0 };
         }
     }
@@ -312,7 +410,7 @@ impl LiveIndex {
         &mut self,
         conn: &duckdb::Connection,
         now: Timestamp,
-        limit: usize,
+        bounds: LiveBounds,
         check: bool,
     ) -> StoreResult<Option<&HashMap<EndpointId, EndpointQueue>>> {
         let now = now.as_millis();
@@ -322,9 +420,9 @@ impl LiveIndex {
             LiveIndex::Built { .. } => false,
         };
         if build {
-            *self = Self::build(conn, now, limit)?;
+            *self = Self::build(conn, now, bounds)?;
         } else if check {
-            if let Err(e) = self.check(conn, now, limit) {
+            if let Err(e) = self.check(conn, now) {
                 self.forget();
                 return Err(e);
             }
@@ -345,16 +443,23 @@ impl LiveIndex {
         }
     }
 
-    /// Rebuilds an index from the table and compares it with the kept one.
-    /// The conformance suite sets [`crate::EmbeddedConfig::check_against_table`],
-    /// so every contract that claims also checks that each write kept the
-    /// index in step; a store a person runs does not pay a scan per use.
-    fn check(&self, conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<()> {
-        if !self.is_built() {
+    /// Rebuilds an index from the table, every live row in it, cuts each
+    /// endpoint's pending rows where the kept one's window ends
+    /// ([`LiveIndex::cut_like`]), and compares the two. The conformance
+    /// suite sets [`crate::EmbeddedConfig::check_against_table`], so every
+    /// contract that claims also checks that each write kept the index in
+    /// step; a store a person runs does not pay a scan per use.
+    fn check(&self, conn: &duckdb::Connection, now: i64) -> StoreResult<()> {
+        let LiveIndex::Built { queues, bounds, .. } = self else {
             return Ok(());
-        }
-        let table = Self::build(conn, now, limit)?;
-        if table.is_built() && table != *self {
+        };
+        let whole = LiveBounds {
+            limit: usize::MAX,
+            window: usize::MAX,
+        };
+        let mut table = Self::build(conn, now, whole)?;
+        table.cut_like(queues, *bounds);
+        if table != *self {
             let mut both = format!("kept {self:?}, in the table {table:?}");
             both.truncate(4_000);
             return Err(StoreError::Backend(format!(
@@ -364,18 +469,60 @@ impl LiveIndex {
         Ok(())
     }
 
-    fn build(conn: &duckdb::Connection, now: i64, limit: usize) -> StoreResult<LiveIndex> {
+    /// Moves the pending rows of each endpoint that `kept` holds with an
+    /// overflow past that overflow's `after` out of this (whole) index into
+    /// an [`Overflow`] of its own, and takes `bounds`: the index the kept
+    /// one should be.
+    fn cut_like(&mut self, kept: &HashMap<EndpointId, EndpointQueue>, kept_bounds: LiveBounds) {
+        let LiveIndex::Built {
+            queues,
+            rows,
+            len,
+            bounds,
+        } = self
+        else {
+            return;
+        };
+        *bounds = kept_bounds;
+        for (endpoint, k) in kept {
+            let (Some(o), Some(q)) = (&k.overflow, queues.get_mut(endpoint)) else {
+                continue;
+            };
+            let past = q.pending.split_off(&(o.after + 1));
+            let Some(min_due) = past.values().map(|(due, _)| *due).min() else {
+                continue;
+            };
+            for (seq, (due, id)) in &past {
+                q.due.remove(&(*due, *seq, *id));
+                rows.remove(id);
+            }
+            *len = len.saturating_sub(past.len());
+            q.overflow = Some(Overflow {
+                after: o.after,
+                n: past.len() as u64,
+                min_due,
+                account: o.account.clone(),
+            });
+        }
+    }
+
+    /// Builds the index from the table: every leased row, and each
+    /// endpoint's pending rows up to its window by seq, the rest counted
+    /// as its [`Overflow`].
+    fn build(conn: &duckdb::Connection, now: i64, bounds: LiveBounds) -> StoreResult<LiveIndex> {
+        let window = i64::try_from(bounds.window).unwrap_or(i64::MAX);
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT {LEASE_COLS}, {LIVE_EXTRA_COLS} FROM deliveries WHERE state IN ('pending', 'leased')"
+                "SELECT {LEASE_COLS}, {LIVE_EXTRA_COLS} FROM deliveries WHERE state IN ('pending', 'leased') \
+                 QUALIFY state = 'leased' OR row_number() OVER (PARTITION BY endpoint_id, state ORDER BY seq) <= $1"
             ))
             .db()?;
-        let mut rows = st.query(params![]).db()?;
+        let mut rows = st.query(params![window]).db()?;
         let mut index = LiveIndex::Built {
             queues: HashMap::new(),
             rows: HashMap::new(),
             len: 0,
-            limit,
+            bounds,
         };
         while let Some(r) = rows.next().db()? {
             index.put(LiveRow::read(r).db()?);
@@ -385,180 +532,94 @@ impl LiveIndex {
                 });
             }
         }
+        if let LiveIndex::Built { queues, .. } = &mut index {
+            let mut st = conn.prepare_cached(OVERFLOWS).db()?;
+            let mut past = st.query(params![window]).db()?;
+            while let Some(r) = past.next().db()? {
+                let endpoint: EndpointId = r.col(0).db()?;
+                let Some(q) = queues.get_mut(&endpoint) else {
+                    continue;
+                };
+                let Some((&after, _)) = q.pending.last_key_value() else {
+                    continue;
+                };
+                q.overflow = Some(Overflow {
+                    after,
+                    n: r.get::<_, i64>(2).db()?.unsigned_abs(),
+                    min_due: r.get(3).db()?,
+                    account: r.col(1).db()?,
+                });
+            }
+        }
         Ok(index)
     }
+
+    /// Reads the next window of pending deliveries of `endpoint` past the
+    /// one kept (ADR 0028), and counts what is left past it. Nothing to
+    /// do when the endpoint does not overflow.
+    pub fn refill(&mut self, conn: &duckdb::Connection, endpoint: EndpointId) -> StoreResult<()> {
+        let LiveIndex::Built {
+            queues,
+            rows,
+            len,
+            bounds,
+        } = self
+        else {
+            return Ok(());
+        };
+        let Some(q) = queues.get_mut(&endpoint) else {
+            return Ok(());
+        };
+        let Some(o) = q.overflow.take() else {
+            return Ok(());
+        };
+        let window = i64::try_from(bounds.window).unwrap_or(i64::MAX);
+        let mut st = conn
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLS}, {LIVE_EXTRA_COLS} FROM deliveries \
+                 WHERE endpoint_id = $1 AND state = 'pending' AND seq > $2 ORDER BY seq LIMIT $3"
+            ))
+            .db()?;
+        let mut found = st
+            .query(params![endpoint.to_string(), o.after, window])
+            .db()?;
+        let mut after = o.after;
+        while let Some(r) = found.next().db()? {
+            let live = LiveRow::read(r).db()?;
+            let (seq, id) = (live.row.seq, live.row.id);
+            after = after.max(seq);
+            q.insert_pending(seq, live.row.due_at.as_millis(), id);
+            rows.insert(id, live);
+            *len += 1;
+        }
+        let (n, min_due): (i64, Option<i64>) = conn
+            .query_row(
+                "SELECT count(*), min(due_at) FROM deliveries \
+                 WHERE endpoint_id = $1 AND state = 'pending' AND seq > $2",
+                params![endpoint.to_string(), after],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .db()?;
+        if let (true, Some(min_due)) = (n > 0, min_due) {
+            q.overflow = Some(Overflow {
+                after,
+                n: n.unsigned_abs(),
+                min_due,
+                account: o.account,
+            });
+        }
+        if *len > bounds.limit {
+            *self = LiveIndex::TooBig { retry_at: 0 };
+        }
+        Ok(())
+    }
 }
+
+/// Per endpoint whose pending rows pass the window `$1` (by seq): its
+/// account, how many pass it, and the earliest due time among them.
+const OVERFLOWS: &str = "SELECT endpoint_id, any_value(account), count(*), min(due_at) FROM \
+     (SELECT endpoint_id, account, due_at, row_number() OVER (PARTITION BY endpoint_id ORDER BY seq) AS n \
+     FROM deliveries WHERE state = 'pending') WHERE n > $1 GROUP BY endpoint_id";
 
 #[cfg(test)]
-mod tests {
-    use control_plane_core::{AccountId, LeaseToken};
-
-    use super::*;
-
-    fn built() -> LiveIndex {
-        LiveIndex::Built {
-            queues: HashMap::new(),
-            rows: HashMap::new(),
-            len: 0,
-            limit: 1_000,
-        }
-    }
-
-    fn queue(index: &LiveIndex, e: EndpointId) -> Option<&EndpointQueue> {
-        match index {
-            LiveIndex::Built { queues, .. } => queues.get(&e),
-            _ => None,
-        }
-    }
-
-    fn live(row: LeaseRow) -> LiveRow {
-        LiveRow {
-            row,
-            event_id: EventId::new(),
-            created_at: Timestamp::from_millis(0),
-            last_error: None,
-            updated_at: Timestamp::from_millis(0),
-        }
-    }
-
-    fn pending_row(e: EndpointId, seq: i64, id: DeliveryId, due: i64) -> LiveRow {
-        live(LeaseRow {
-            id,
-            seq,
-            account: AccountId::new("a").unwrap(),
-            endpoint_id: e,
-            attempts: 0,
-            max_attempts: 8,
-            due_at: Timestamp::from_millis(due),
-            state: DeliveryState::Pending,
-            lease_token: None,
-            lease_expires_at: None,
-            last_outcome: None,
-        })
-    }
-
-    fn leased_row(e: EndpointId, seq: i64, id: DeliveryId, expires: i64) -> LeaseRow {
-        LeaseRow {
-            id,
-            seq,
-            account: AccountId::new("a").unwrap(),
-            endpoint_id: e,
-            attempts: 1,
-            max_attempts: 8,
-            due_at: Timestamp::from_millis(0),
-            state: DeliveryState::Leased,
-            lease_token: Some(LeaseToken::new()),
-            lease_expires_at: Some(Timestamp::from_millis(expires)),
-            last_outcome: None,
-        }
-    }
-
-    /// Pending deliveries are served by due time then seq; a lease takes
-    /// one out of the due set, keeps its row, and counts until it expires;
-    /// a finished one leaves the endpoint, and an endpoint with nothing live
-    /// is dropped.
-    #[test]
-    fn deliveries_move_between_due_leased_and_gone() {
-        let e = EndpointId::new();
-        let (a, b, c) = (DeliveryId::new(), DeliveryId::new(), DeliveryId::new());
-        let mut index = built();
-        let first = pending_row(e, 1, a, 100);
-        index.put(first.clone());
-        index.put(pending_row(e, 2, b, 50));
-        index.put(pending_row(e, 3, c, 500));
-        assert_eq!(
-            index.pending(a),
-            Some(&first),
-            "a pending row is kept whole"
-        );
-        let q = queue(&index, e).unwrap();
-        let due: Vec<i64> = q.due_at(100).map(|(_, seq, _)| *seq).collect();
-        assert_eq!(due, [2, 1], "due by time, the later one not yet");
-        assert_eq!(
-            q.due_head(100),
-            Some((100, 1, a)),
-            "the head is the lowest seq"
-        );
-
-        let row = leased_row(e, 1, a, 1_000);
-        index.moved(&row, None, Timestamp::from_millis(0));
-        assert_eq!(index.leased(a), Some(&row));
-        assert_eq!(index.pending(a), None);
-        let q = queue(&index, e).unwrap();
-        assert_eq!(q.due_at(100).count(), 1);
-        assert_eq!(q.in_flight(999), 1);
-        assert_eq!(q.in_flight(1_000), 0, "an expired lease is not in flight");
-        assert_eq!(
-            q.due_head(1_000),
-            None,
-            "a leased head holds an ordered endpoint"
-        );
-        assert!(index.may_have_expired(Timestamp::from_millis(1_000)));
-        assert!(!index.may_have_expired(Timestamp::from_millis(999)));
-
-        index.extend(
-            a,
-            Timestamp::from_millis(2_000),
-            Timestamp::from_millis(1_500),
-        );
-        assert_eq!(queue(&index, e).unwrap().in_flight(1_500), 1);
-        assert_eq!(
-            index.leased(a).and_then(|r| r.lease_expires_at),
-            Some(Timestamp::from_millis(2_000))
-        );
-
-        let mut retry = row.clone();
-        retry.state = DeliveryState::Pending;
-        retry.due_at = Timestamp::from_millis(700);
-        index.moved(
-            &retry,
-            Some(Some("503".to_string())),
-            Timestamp::from_millis(0),
-        );
-        let kept = index.pending(a).expect("pending again");
-        assert_eq!(
-            (kept.event_id, kept.last_error.as_deref()),
-            (first.event_id, Some("503")),
-            "a move keeps the event and takes the new error"
-        );
-        assert_eq!(
-            queue(&index, e).unwrap().in_flight(0),
-            0,
-            "a retry frees the lease"
-        );
-        assert_eq!(index.leased(a), None);
-        for id in [a, b, c] {
-            let mut done = index.pending(id).expect("pending").row.clone();
-            done.state = DeliveryState::Delivered;
-            index.moved(&done, None, Timestamp::from_millis(0));
-        }
-        assert!(queue(&index, e).is_none());
-        let LiveIndex::Built { len, .. } = index else {
-            panic!("still built")
-        };
-        assert_eq!(len, 0);
-    }
-
-    /// Changes to a stale index are dropped: it is rebuilt from the table.
-    #[test]
-    fn a_stale_index_ignores_changes_until_rebuilt() {
-        let mut index = built();
-        index.forget();
-        let (e, id) = (EndpointId::new(), DeliveryId::new());
-        index.put(pending_row(e, 1, id, 0));
-        index.put(live(leased_row(e, 2, DeliveryId::new(), 10)));
-        assert_eq!(index, LiveIndex::Stale);
-        assert!(!index.is_built());
-        assert!(index.may_have_expired(Timestamp::from_millis(0)));
-    }
-
-    /// A move of a delivery the kept index does not hold means it is out of
-    /// step: it is dropped, to be rebuilt from the table.
-    #[test]
-    fn a_move_of_an_unknown_delivery_drops_the_index() {
-        let mut index = built();
-        let row = leased_row(EndpointId::new(), 1, DeliveryId::new(), 10);
-        index.moved(&row, None, Timestamp::from_millis(0));
-        assert_eq!(index, LiveIndex::Stale);
-    }
-}
+mod tests;

@@ -30,7 +30,7 @@ use crate::cache::{
 use crate::config::EmbeddedConfig;
 use crate::error::DuckResultExt;
 use crate::finished::{Counts, FinishedTally};
-use crate::live::{EndpointQueue, LiveIndex, LiveRow};
+use crate::live::{EndpointQueue, LiveBounds, LiveIndex, LiveRow};
 
 pub(crate) const MIGRATIONS: &[Migration] = &[
     (1, include_str!("migrations/0001_initial.sql")),
@@ -169,7 +169,7 @@ pub(crate) struct Writer {
     caches: Caches,
     events: EventCache,
     live: LiveIndex,
-    live_limit: usize,
+    live_bounds: LiveBounds,
     finished: FinishedTally,
     check_against_table: bool,
 }
@@ -202,7 +202,7 @@ pub(crate) struct Tx<'a> {
     /// The live queue's index: every write that changes a live delivery
     /// tells it, or [`LiveIndex::forget`]s it ([`Tx::live_mut`]).
     live: &'a mut LiveIndex,
-    live_limit: usize,
+    live_bounds: LiveBounds,
     /// Whether this transaction changed or built the index: if it fails,
     /// the index is thrown away.
     live_touched: &'a mut bool,
@@ -271,9 +271,16 @@ impl Tx<'_> {
         self.live.queues(
             &self.tx,
             self.now,
-            self.live_limit,
+            self.live_bounds,
             self.check_against_table,
         )
+    }
+
+    /// Reads the next window of `endpoint`'s pending deliveries into the
+    /// live index ([`LiveIndex::refill`]).
+    pub fn live_refill(&mut self, endpoint: EndpointId) -> StoreResult<()> {
+        *self.live_touched = true;
+        self.live.refill(&self.tx, endpoint)
     }
 
     /// The row of every live delivery, from the writer's index; `None`
@@ -381,7 +388,7 @@ impl Writer {
                 senders: &mut self.caches.senders,
                 events: &mut self.events,
                 live: &mut self.live,
-                live_limit: self.live_limit,
+                live_bounds: self.live_bounds,
                 live_touched: &mut live_touched,
                 finished: &mut self.finished,
                 finished_touched: &mut finished_touched,
@@ -532,7 +539,10 @@ impl EmbeddedStore {
                         caches: Caches::default(),
                         events: EventCache::default(),
                         live: LiveIndex::default(),
-                        live_limit: config.live_index_limit,
+                        live_bounds: LiveBounds {
+                            limit: config.live_index_limit,
+                            window: config.live_window.max(1),
+                        },
                         finished: FinishedTally::default(),
                         check_against_table: config.check_against_table,
                     })

@@ -1,5 +1,7 @@
 //! The embedded adapter runs the whole conformance suite twice: as it runs,
-//! with the writer's live index (ADR 0028), and with the index off, as it
+//! with the writer's live index (ADR 0028) and windows of two pending
+//! deliveries per endpoint (a backlog past them stays in the table), and
+//! with the index off, as it
 //! runs past its limit (claims scan the table).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -26,6 +28,9 @@ impl StoreFactory for Embedded {
             // The suite runs with endpoint secrets sealed, as the service does.
             keys: SecretKeys::new(SecretKey::generate(), vec![]),
             live_index_limit: self.0,
+            // Windows of two pending deliveries per endpoint: most contracts
+            // with a backlog then also run its overflow and its refills.
+            live_window: 2,
             // Every contract also checks that what the writer keeps in
             // memory (live index, finished tally, caches) is in step with
             // the tables after each of its writes.

@@ -6,7 +6,7 @@ use crate::delivery::read::{row_to_delivery, sent_events, DELIVERY_COLS};
 use crate::delivery::transition::{Circuits, Transitions};
 use crate::endpoint;
 use crate::error::DuckResultExt;
-use crate::live::{row_to_lease_row, LiveRow, LEASE_COLS};
+use crate::live::{row_to_lease_row, EndpointQueue, LiveRow, LEASE_COLS};
 use crate::store::Tx;
 use crate::util::{list, RowExt};
 use control_plane_core::plan_lease_expiry;
@@ -256,33 +256,29 @@ pub(super) fn flows_from_index(
 ) -> StoreResult<Option<Vec<Flow>>> {
     let now = t.now.as_millis();
     let take = usize::try_from(limit).unwrap_or(0);
-    // Per endpoint with due work: its oldest due deliveries, its live
-    // leases, and its head when that is the one an ordered endpoint may send.
-    type Due = (Vec<Candidate>, usize, Option<Candidate>);
     let mut due: HashMap<EndpointId, Due> = HashMap::new();
+    // Endpoints with pending deliveries past their window that this claim
+    // may reach (ADR 0028): read in once the endpoint proves live.
+    let mut short = Vec::new();
     {
         let Some(queues) = t.live_queues()? else {
             return Ok(None);
         };
         for (endpoint, q) in queues {
-            let heads: Vec<Candidate> = q
-                .due_at(now)
-                .take(take)
-                .map(|(due, seq, id)| (*id, *endpoint, *due, *seq))
-                .collect();
-            if heads.is_empty() {
-                continue;
+            if q.short_for_claim(now, take) {
+                short.push(*endpoint);
             }
-            let head = q
-                .due_head(now)
-                .map(|(due, seq, id)| (id, *endpoint, due, seq));
-            due.insert(*endpoint, (heads, q.in_flight(now), head));
+            if let Some(d) = due_of(*endpoint, q, now, take) {
+                due.insert(*endpoint, d);
+            }
         }
     }
-    if due.is_empty() {
+    if due.is_empty() && short.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let ids: Vec<EndpointId> = due.keys().copied().collect();
+    let mut ids: Vec<EndpointId> = due.keys().chain(&short).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
     let senders = endpoint::senders(t, &ids)?;
     let mut endpoints = Vec::with_capacity(senders.len());
     for (id, s) in senders {
@@ -296,6 +292,11 @@ pub(super) fn flows_from_index(
                 budget: s.budget,
                 ordered: s.ordered,
             });
+        }
+    }
+    for e in endpoints.iter().filter(|e| short.contains(&e.endpoint)) {
+        if let Some(d) = refilled(t, e.endpoint, now, take)? {
+            due.insert(e.endpoint, d);
         }
     }
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -313,6 +314,53 @@ pub(super) fn flows_from_index(
         out.push(e.flow(t, throttle, n, count(in_flight), heads)?);
     }
     Ok(Some(out))
+}
+
+/// Per endpoint with due work: its oldest due deliveries (up to a claim's
+/// `take`), its live leases, and its head when that is the one an ordered
+/// endpoint may send.
+type Due = (Vec<Candidate>, usize, Option<Candidate>);
+
+/// What `endpoint`'s queue `q` holds due at `now`; `None` when nothing.
+fn due_of(endpoint: EndpointId, q: &EndpointQueue, now: i64, take: usize) -> Option<Due> {
+    let heads: Vec<Candidate> = q
+        .due_at(now)
+        .take(take)
+        .map(|(due, seq, id)| (*id, endpoint, *due, *seq))
+        .collect();
+    if heads.is_empty() {
+        return None;
+    }
+    let head = q
+        .due_head(now)
+        .map(|(due, seq, id)| (id, endpoint, due, seq));
+    Some((heads, q.in_flight(now), head))
+}
+
+/// Reads windows of `endpoint`'s pending deliveries into the live index
+/// until a claim of `take` at `now` finds its oldest due ones there, then
+/// what it holds due.
+fn refilled(
+    t: &mut Tx<'_>,
+    endpoint: EndpointId,
+    now: i64,
+    take: usize,
+) -> StoreResult<Option<Due>> {
+    for _ in 0..=take {
+        let short = match t.live_queues()? {
+            Some(queues) => queues
+                .get(&endpoint)
+                .is_some_and(|q| q.short_for_claim(now, take)),
+            None => return Ok(None),
+        };
+        if !short {
+            break;
+        }
+        t.live_refill(endpoint)?;
+    }
+    Ok(t.live_queues()?
+        .and_then(|queues| queues.get(&endpoint))
+        .and_then(|q| due_of(endpoint, q, now, take)))
 }
 
 /// The ordinary deliveries of a claim of `limit`: the endpoints' shares

@@ -268,10 +268,20 @@ pub(crate) fn replay_dead(t: &mut Tx<'_>, f: &ReplayFilter) -> StoreResult<u64> 
 }
 
 /// The seqs of the `limit` oldest pending deliveries of `endpoint`, from
-/// the live index when it is kept (no scan of the history), else from the
-/// table.
+/// the live index when it is kept (no scan of the history; windows past the
+/// kept one read in first), else from the table.
 fn pending_seqs(t: &mut Tx<'_>, endpoint: EndpointId, limit: i64) -> StoreResult<Vec<i64>> {
     let take = usize::try_from(limit).unwrap_or(0);
+    for _ in 0..=take {
+        let short = t
+            .live_queues()?
+            .and_then(|queues| queues.get(&endpoint))
+            .is_some_and(|q| q.short_for_seqs(take));
+        if !short {
+            break;
+        }
+        t.live_refill(endpoint)?;
+    }
     if let Some(queues) = t.live_queues()? {
         return Ok(queues
             .get(&endpoint)

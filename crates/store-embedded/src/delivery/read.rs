@@ -7,7 +7,7 @@ use crate::cache::SentEvent;
 use crate::delivery::dead_letters::DEAD_LETTER_COLS;
 use crate::error::DuckResultExt;
 use crate::finished::{count_in_table, Counts};
-use crate::live::LiveRow;
+use crate::live::{EndpointQueue, LiveRow};
 use crate::store::Tx;
 use crate::util::{list, RowExt};
 use control_plane_core::{
@@ -286,6 +286,18 @@ fn live_list(t: &mut Tx<'_>, req: &DeliveryListRequest) -> StoreResult<Option<Ve
     let Some(state) = req.state.filter(|s| !s.is_final()) else {
         return Ok(None);
     };
+    // A backlog past an endpoint's window is in the table only.
+    let past_window = state == DeliveryState::Pending
+        && t.live_queues()?.is_some_and(|queues| {
+            queues.iter().any(|(e, q)| {
+                q.overflow()
+                    .is_some_and(|(account, _)| *account == req.account)
+                    && req.endpoint_id.is_none_or(|want| want == *e)
+            })
+        });
+    if past_window {
+        return Ok(None);
+    }
     let Some(rows) = t.live_rows()? else {
         return Ok(None);
     };
@@ -434,17 +446,26 @@ pub(crate) fn count_by_account_and_state(
 /// The live deliveries by account and state: from the rows the live index
 /// keeps, or one scan of the live rows while it is not kept.
 fn live_counts(t: &mut Tx<'_>) -> StoreResult<Counts> {
-    let Some(rows) = t.live_rows()? else {
-        return count_in_table(t, [DeliveryState::Pending, DeliveryState::Leased]);
-    };
-    let mut counts: HashMap<(&AccountId, DeliveryState), u64> = HashMap::new();
-    for l in rows.values() {
-        *counts.entry((&l.row.account, l.row.state)).or_default() += 1;
+    let mut counts: HashMap<(AccountId, DeliveryState), u64> = HashMap::new();
+    {
+        let Some(rows) = t.live_rows()? else {
+            return count_in_table(t, [DeliveryState::Pending, DeliveryState::Leased]);
+        };
+        for l in rows.values() {
+            *counts
+                .entry((l.row.account.clone(), l.row.state))
+                .or_default() += 1;
+        }
     }
-    Ok(counts
-        .into_iter()
-        .map(|((account, state), n)| ((account.clone(), state), n))
-        .collect())
+    // And the pending deliveries past each endpoint's window.
+    if let Some(queues) = t.live_queues()? {
+        for (account, n) in queues.values().filter_map(EndpointQueue::overflow) {
+            *counts
+                .entry((account.clone(), DeliveryState::Pending))
+                .or_default() += n;
+        }
+    }
+    Ok(counts.into_iter().collect())
 }
 
 /// What a send needs of the events `ids`, from the writer's event cache
