@@ -228,7 +228,9 @@ pub struct Delivery {
 pub struct Lease {
     /// The leased delivery.
     pub delivery_id: DeliveryId,
-    /// The fencing token.
+    /// The fencing token. The deliveries of one claim may share it (the
+    /// embedded store leases a claim's batch with one token): a write is
+    /// fenced by the delivery and the token together.
     pub token: LeaseToken,
     /// The attempt this lease runs.
     pub attempt: u32,

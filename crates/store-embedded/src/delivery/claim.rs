@@ -511,13 +511,15 @@ pub(super) fn lease(
     let now = t.now.as_millis();
     let mut circuits = Circuits::default();
     let mut leases = HashMap::with_capacity(picks.len());
-    let mut tokens = Vec::with_capacity(picks.len());
+    // One token for the claim's batch: each delivery's writes are still
+    // fenced by its id and this token, and the lease is one value for
+    // every row it writes, which DuckDB updates without a join of per-row
+    // values (docs/experiments.md, "The embedded store's write shapes").
+    let token = LeaseToken::new();
     for ((id, endpoint_id, _, _), probe) in picks {
         if *probe {
             circuits.get(t, *endpoint_id)?.start_probe(*id);
         }
-        let token = LeaseToken::new();
-        tokens.push(token);
         leases.insert(*id, (token, *probe));
     }
     circuits.write(t)?;
@@ -527,7 +529,7 @@ pub(super) fn lease(
     let seqs = || list::of(seqs.iter().copied());
     let params = params![
         seqs(),
-        list::text(tokens),
+        token.to_string(),
         expires.as_millis(),
         req.worker(),
         now,
@@ -574,17 +576,16 @@ pub(super) fn lease(
     Ok(t.keys.open_claimed(claimed))
 }
 
-/// Leases the deliveries of seqs `$1` with tokens `$2` until `$3` for
+/// Leases the deliveries of seqs `$1` with token `$2` until `$3` for
 /// worker `$4` at `$5` (`$6..=$7` bound the seqs). Only pending, due rows:
 /// should the live index ever offer another one, the claim fails instead of
 /// leasing it twice, and the failed transaction throws the index away (the
 /// next claim rebuilds it).
 const LEASE: &str =
-    "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = c.token, \
+    "UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease_token = $2, \
      lease_expires_at = $3, leased_by = $4, last_outcome = NULL, updated_at = $5 \
-     FROM (SELECT unnest($1::BIGINT[]) AS s, unnest($2::VARCHAR[]) AS token) c \
-     WHERE deliveries.seq = c.s AND deliveries.seq BETWEEN $6 AND $7 \
-     AND deliveries.state = 'pending' AND deliveries.due_at <= $5";
+     WHERE seq BETWEEN $6 AND $7 AND seq IN (SELECT unnest($1::BIGINT[])) \
+     AND state = 'pending' AND due_at <= $5";
 
 /// The deliveries a claim just leased (until `expires`), as the lease made
 /// them from the rows the live index holds: nothing is read back (ADR 0028).

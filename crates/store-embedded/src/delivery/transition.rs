@@ -64,6 +64,8 @@ pub(super) struct Transitions {
     pub(super) seq: Vec<i64>,
     pub(super) state: Vec<&'static str>,
     pub(super) due_at: Vec<i64>,
+    /// Whether the transition moves the due time (a success keeps it).
+    pub(super) due_moves: Vec<bool>,
     pub(super) last_error: Vec<Option<String>>,
     pub(super) token: Vec<Option<String>>,
     pub(super) outcome: Vec<Option<String>>,
@@ -87,6 +89,7 @@ impl Transitions {
         self.seq.push(row.seq);
         self.state.push(tr.state.as_str());
         self.due_at.push(tr.due_at.as_millis());
+        self.due_moves.push(tr.due_at != row.due_at);
         self.last_error.push(tr.last_error.clone());
         self.token.push(keep_token.map(|k| k.to_string()));
         self.outcome.push(outcome_kind.map(str::to_string));
@@ -124,6 +127,31 @@ impl Transitions {
         let Some((lo, hi)) = seq_range(&self.seq) else {
             return Ok(());
         };
+        if let Some(groups) = self.alike() {
+            for (key, seqs) in groups {
+                let Some((lo, hi)) = seq_range(&seqs) else {
+                    continue;
+                };
+                let (state, due_at, last_error, token, outcome) = key;
+                t.execute(
+                    SET_ALIKE,
+                    params![
+                        state,
+                        due_at,
+                        last_error,
+                        token,
+                        outcome,
+                        t.now.as_millis(),
+                        lo,
+                        hi,
+                        list::of(seqs)
+                    ],
+                )
+                .db()?;
+            }
+            dead_letters_add(t, &self.died)?;
+            return self.attempts.write(t);
+        }
         t.execute(
             "UPDATE deliveries SET state = c.state, due_at = c.due_at, last_error = c.last_error, \
              lease_expires_at = NULL, leased_by = NULL, lease_token = c.token, last_outcome = c.outcome, \
@@ -147,4 +175,54 @@ impl Transitions {
         dead_letters_add(t, &self.died)?;
         self.attempts.write(t)
     }
+
+    /// The transitions as a few groups that write the same values (the due
+    /// time `None` where it stays), with their seqs; `None` when there are
+    /// more than [`ALIKE_GROUPS`] (then one statement joins the per-row
+    /// values). A batch of successes under one claim's token is one group:
+    /// DuckDB updates it without the join, the most of an update's cost
+    /// (docs/experiments.md, "The embedded store's write shapes").
+    fn alike(&self) -> Option<Vec<(Alike, Vec<i64>)>> {
+        let mut groups: Vec<(Alike, Vec<i64>)> = Vec::new();
+        for (i, seq) in self.seq.iter().enumerate() {
+            let key: Alike = (
+                self.state.get(i).copied().unwrap_or_default(),
+                self.due_moves
+                    .get(i)
+                    .copied()
+                    .unwrap_or(true)
+                    .then(|| self.due_at.get(i).copied())
+                    .flatten(),
+                self.last_error.get(i).cloned().flatten(),
+                self.token.get(i).cloned().flatten(),
+                self.outcome.get(i).cloned().flatten(),
+            );
+            match groups.iter().position(|(k, _)| *k == key) {
+                Some(g) => groups.get_mut(g)?.1.push(*seq),
+                None if groups.len() < ALIKE_GROUPS => groups.push((key, vec![*seq])),
+                None => return None,
+            }
+        }
+        Some(groups)
+    }
 }
+
+/// The values a group of transitions writes alike: state, due time (none:
+/// unchanged), last error, lease token, last outcome.
+type Alike = (
+    &'static str,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// Groups of alike transitions written one statement each, at most.
+const ALIKE_GROUPS: usize = 4;
+
+/// Writes one group of alike transitions: `$1` state, `$2` due time (NULL:
+/// unchanged), `$3` last error, `$4` lease token, `$5` last outcome, `$6`
+/// now, the seqs `$9` (all between `$7` and `$8`).
+const SET_ALIKE: &str = "UPDATE deliveries SET state = $1, due_at = coalesce($2, due_at), last_error = $3, \
+     lease_expires_at = NULL, leased_by = NULL, lease_token = $4, last_outcome = $5, updated_at = $6 \
+     WHERE seq BETWEEN $7 AND $8 AND seq IN (SELECT unnest($9::BIGINT[]))";
