@@ -271,6 +271,16 @@ impl LiveIndex {
     /// before trying to build the index again.
     const RETRY_MS: i64 = 60_000;
 
+    /// A kept index with nothing in it, keeping at most `bounds`.
+    fn empty(bounds: LiveBounds) -> LiveIndex {
+        LiveIndex::Built {
+            queues: HashMap::new(),
+            rows: HashMap::new(),
+            len: 0,
+            bounds,
+        }
+    }
+
     /// The index is no longer in step: rebuilt before its next use.
     pub fn forget(&mut self) {
         *self = LiveIndex::Stale;
@@ -518,12 +528,7 @@ impl LiveIndex {
             ))
             .db()?;
         let mut rows = st.query(params![window]).db()?;
-        let mut index = LiveIndex::Built {
-            queues: HashMap::new(),
-            rows: HashMap::new(),
-            len: 0,
-            bounds,
-        };
+        let mut index = LiveIndex::empty(bounds);
         while let Some(r) = rows.next().db()? {
             index.put(LiveRow::read(r).db()?);
             if let LiveIndex::TooBig { .. } = index {

@@ -4,15 +4,7 @@ use control_plane_core::LeaseToken;
 use super::*;
 
 fn built() -> LiveIndex {
-    LiveIndex::Built {
-        queues: HashMap::new(),
-        rows: HashMap::new(),
-        len: 0,
-        bounds: LiveBounds {
-            limit: 1_000,
-            window: 1_000,
-        },
-    }
+    windowed(1_000)
 }
 
 fn queue(index: &LiveIndex, e: EndpointId) -> Option<&EndpointQueue> {
@@ -174,15 +166,10 @@ fn a_move_of_an_unknown_delivery_drops_the_index() {
 }
 
 fn windowed(window: usize) -> LiveIndex {
-    LiveIndex::Built {
-        queues: HashMap::new(),
-        rows: HashMap::new(),
-        len: 0,
-        bounds: LiveBounds {
-            limit: 1_000,
-            window,
-        },
-    }
+    LiveIndex::empty(LiveBounds {
+        limit: 1_000,
+        window,
+    })
 }
 
 /// Past its window an endpoint's pending deliveries are counted, not kept;
